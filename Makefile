@@ -1,0 +1,38 @@
+# `make run` starts the dashboard, `make test` runs every test; both create .venv when missing.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+PORT ?= 8501
+
+.PHONY: run test test-fast chromium benchmarks clean
+
+$(STAMP): requirements.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	# torch first and pinned, so pip never swaps in a multi-GB CUDA build on a CPU machine
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements.txt
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+# Browser tests drive Debian's chromium (Playwright's own browser download is not used).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian chromium for the browser tests"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+run: $(STAMP)
+	$(PY) -m streamlit run app.py --server.headless true --server.port $(PORT) --server.fileWatcherType none
+
+test: $(STAMP) chromium
+	$(PY) -m pytest
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not browser"
+
+benchmarks: $(STAMP)
+	$(PY) benchmarks/rank_trace.py
+	$(PY) benchmarks/rrqr.py
+
+clean:
+	rm -rf $(VENV) tests/artifacts .pytest_cache

@@ -1,0 +1,19 @@
+"""State-rank analysis core: load fla linear-attention models, collect their states, measure and prune.
+
+Importing the package installs the CPU execution path (pure torch) for fla's DeltaNet / Gated DeltaNet
+ops, leaving CUDA tensors on fla's Triton kernels, and registers the project's pruned model types.
+Never imports streamlit.
+"""
+import os
+import warnings
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# fla warns at import that Triton has no CPU driver; that is expected here: the torch path takes over.
+warnings.filterwarnings("ignore", message=".*Triton is not supported.*")
+warnings.filterwarnings("ignore", message=".*roll back to CPU.*")
+
+from analysis import backend as _backend  # noqa: E402
+
+_backend.install()
+
+from analysis import pruned_models as _pruned_models  # noqa: E402,F401

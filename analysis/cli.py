@@ -1,0 +1,45 @@
+"""`python -m analysis`: the headless face of the core. Every subcommand takes a model and `--json`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from analysis.errors import AnalysisError
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="bundled sample name, local HF directory, or hub id (online only)")
+    p.add_argument("--device", default="auto", help="auto (GPU if present), cpu or cuda")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
+    p.add_argument("--json", metavar="PATH|-", help="write machine-readable results to PATH, or stdout with -")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from analysis import commands
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=(
+        "State-rank analysis of fla linear-attention models (DeltaNet, Gated DeltaNet): recurrent-state "
+        "rank, query-noise amplification, channel importance, pruning, perplexity and latency."))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (helptext, setup, run) in commands.COMMANDS.items():
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        setup(p)
+        if name not in ("models", "train"):
+            _model_args(p)
+        elif name == "models":
+            p.add_argument("--json", metavar="PATH|-", help="write the list to PATH, or stdout with -")
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.run(args)
+    except AnalysisError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,7 @@
+"""Subcommand registry of the CLI: name -> (help, argparse setup, run). One module per concern."""
+from analysis.commands import inspect_cmds, train_cmds
+
+COMMANDS = {
+    **inspect_cmds.COMMANDS,
+    **train_cmds.COMMANDS,
+}

@@ -1,0 +1,75 @@
+"""models, rank, noise: look at a model and its recurrent states."""
+from __future__ import annotations
+
+from analysis import models
+from analysis.commands.common import add_text_args, emit, load, text_batch
+from analysis.report import rank_report
+from analysis.states import collect_states
+
+
+def _setup_models(p):
+    pass
+
+
+def run_models(args) -> None:
+    samples = models.list_samples()
+    payload = {"samples": [s.__dict__ for s in samples]}
+    lines = [f"{s.name:24s} {s.model_type:22s} {s.description}" for s in samples] or ["(no bundled samples)"]
+    emit(args, payload, "\n".join(lines))
+
+
+def run_rank(args) -> None:
+    model, tokenizer, meta = load(args)
+    ids, label = text_batch(args, tokenizer, model)
+    trace = collect_states(model, ids, stride=args.stride)
+    report = rank_report(trace, {**meta, "dataset": label, "stride": args.stride})
+    lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {args.batch}×{args.tokens} tokens",
+             "layer  head  rank_util  stable_rank  eff_rank  energy_rank"]
+    for layer in report["layers"]:
+        for h in layer["heads"]:
+            lines.append(f"{layer['layer']:5d} {h['head']:5d} {_f(h['rank_utilization']):>10s} "
+                         f"{_f(h['stable_rank']):>12s} {_f(h['effective_rank']):>9s} {_f(h['energy_rank']):>12s}")
+    emit(args, report, "\n".join(lines))
+
+
+def run_noise(args) -> None:
+    from analysis.noise_report import noise_report
+    model, tokenizer, meta = load(args)
+    ids, label = text_batch(args, tokenizer, model)
+    trace = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True,
+                           keep_keys=args.keys)
+    snrs = [float(s) for s in args.snr.split(",")]
+    report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed)
+    report = {**meta, "dataset": label, "tokens": args.tokens, "batch": args.batch, **report}
+    lines = [f"{meta['model']} on {meta['device']}: query-noise amplification of the final states ({label})",
+             "layer  head  kappa      s1        ‖S‖_F²    rel.err@" + f"{snrs[-1]:g}dB (top dir, MC)"]
+    for layer in report["layers"]:
+        for h in layer["heads"]:
+            lines.append(f"{layer['layer']:5d} {h['head']:5d} {_f(h['kappa']):>8s} {_f(h['worst_case_gain']):>9s} "
+                         f"{_f(h['noise_energy']):>10s} {_f(h['mc_singular'][0]['mean'][-1]):>12s}")
+    emit(args, report, "\n".join(lines))
+
+
+def _f(x) -> str:
+    return "nan" if x is None else f"{x:.4g}"
+
+
+def _setup_rank(p):
+    add_text_args(p)
+
+
+def _setup_noise(p):
+    add_text_args(p, batch=2)
+    p.add_argument("--snr", default="0,10,20,30,40", help="comma-separated SNRs in dB for the Monte Carlo")
+    p.add_argument("--samples", type=int, default=256, help="noise samples per key and SNR")
+    p.add_argument("--keys", type=int, default=8, help="real keys per head taken from the end of the trace")
+    p.add_argument("--seed", type=int, default=0)
+
+
+COMMANDS = {
+    "models": ("list the bundled sample models", _setup_models, run_models),
+    "rank": ("spectral rank metrics of the recurrent states, per layer and head, and over token position",
+             _setup_rank, run_rank),
+    "noise": ("query-noise amplification of the final states: analytic bounds and Monte Carlo",
+              _setup_noise, run_noise),
+}

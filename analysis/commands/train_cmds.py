@@ -1,0 +1,56 @@
+"""train: fit a small model reproducibly (CPU torch path, or fla's kernels on GPU)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from analysis.commands.common import emit
+
+
+def _setup_train(p):
+    p.add_argument("--out", required=True, help="directory for the final model (must not exist unless --resume)")
+    p.add_argument("--work", help="checkpoint directory (default: runs/<out name>)")
+    p.add_argument("--arch", default="delta_net", choices=["delta_net", "gated_deltanet"])
+    p.add_argument("--task", default="lm", choices=["lm", "recall"])
+    for name, kind, default in [("hidden-size", int, 256), ("layers", int, 4), ("heads", int, 4),
+                                ("head-dim", int, 64), ("seq-len", int, 256), ("batch", int, 8),
+                                ("steps", int, 1000), ("lr", float, 2e-3), ("warmup", int, 100),
+                                ("eval-every", int, 100), ("checkpoint-every", int, 200), ("seed", int, 0),
+                                ("recall-pairs", int, 16), ("recall-keys", int, 128)]:
+        p.add_argument(f"--{name}", type=kind, default=default)
+    p.add_argument("--max-minutes", type=float, default=None, help="stop cleanly after this much training time")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --work")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", metavar="PATH|-", help="write the training history to PATH, or stdout with -")
+
+
+def run_train(args) -> None:
+    from analysis import data
+    from analysis.errors import AnalysisError
+    from analysis.train import TrainConfig, train
+    out = Path(args.out)
+    if out.exists() and not args.resume:
+        raise AnalysisError(f"{out} already exists; choose a new --out directory (or pass --resume).")
+    work = Path(args.work or Path("runs") / out.name)
+    cfg = TrainConfig(out=str(work), arch=args.arch, task=args.task, hidden_size=args.hidden_size,
+                      layers=args.layers, heads=args.heads, head_dim=args.head_dim, seq_len=args.seq_len,
+                      batch=args.batch, steps=args.steps, lr=args.lr, warmup=args.warmup,
+                      eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
+                      max_minutes=args.max_minutes, seed=args.seed, device=args.device,
+                      recall_pairs=args.recall_pairs, recall_keys=args.recall_keys)
+    model, cfg = train(cfg, resume=args.resume, log=lambda line: print(line, flush=True))
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    if args.task == "lm":
+        data.load_tokenizer().save_pretrained(tmp)
+    (tmp / "training.json").write_text(json.dumps({**cfg.__dict__, "betas": list(cfg.betas)}, indent=2))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    emit(args, {"history": cfg.history}, f"saved {out}")
+
+
+COMMANDS = {"train": ("train a small DeltaNet / Gated DeltaNet (language modelling or associative recall)",
+                      _setup_train, run_train)}

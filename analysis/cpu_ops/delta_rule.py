@@ -1,0 +1,113 @@
+"""(Gated) delta rule in chunked WY form, plus the token-by-token loop it must equal.
+
+Recurrence per head, K-first state S ∈ R^{dk×dv} (fla's convention):
+    S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,   o_t = scale · S_tᵀ q_t,   α_t = exp(g_t)
+DeltaNet is the case g ≡ 0. Inputs here are already prepared (l2-normalised q/k, β after sigmoid, g as
+log-decay); `analysis.backend` does that preparation exactly as fla's kernels do.
+
+Chunk form (chunk of C tokens, G_i = Σ_{j≤i} g_j inside the chunk, Γ_ij = exp(G_i − G_j) for j ≤ i):
+    u_i = β_i (v_i − e^{G_i} S_0ᵀ k_i − Σ_{j<i} Γ_ij (k_iᵀ k_j) u_j)
+    ⇒ (I + A) U = diag(β)(V − diag(e^G) K S_0),   A_ij = β_i Γ_ij k_iᵀk_j  (j < i)
+so U = Ũ − W S_0 with Ũ, W from one unit-triangular solve per chunk (all chunks at once); only the
+chunk-to-chunk state hand-off is sequential. Γ is formed from differences G_i − G_j ≤ 0, never from
+e^{−G_j}, so strong decay cannot overflow.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+# on_chunk(start, states) receives the state after every token of one chunk: states [B, H, c, dk, dv].
+ChunkStatesCallback = Callable[[int, torch.Tensor], None]
+
+
+def chunked_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    on_chunk: ChunkStatesCallback | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q, k [B,T,H,dk]; v [B,T,H,dv]; beta, g [B,T,H]; initial_state [B,H,dk,dv].
+
+    Returns o [B,T,H,dv] and the final state [B,H,dk,dv], both float32.
+    """
+    B, T, H, dk = k.shape
+    dv = v.shape[-1]
+    scale = dk ** -0.5 if scale is None else scale
+    C = chunk_size
+    n_chunks = max(1, -(-T // C))
+    pad = n_chunks * C - T
+
+    def chunks(x: torch.Tensor) -> torch.Tensor:
+        # [B,T,H,...] -> [B,H,N,C,...]; padded tokens have β = 0 and g = 0, so they leave S unchanged.
+        x = x.float().transpose(1, 2)
+        if pad:
+            x = torch.nn.functional.pad(x, (0, 0) * (x.dim() - 3) + (0, pad))
+        return x.reshape(B, H, n_chunks, C, *x.shape[3:])
+
+    q, k, v, beta = chunks(q), chunks(k), chunks(v), chunks(beta)
+    G = chunks(g).cumsum(-1) if g is not None else torch.zeros_like(beta)
+
+    causal = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
+    diff = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf"))
+    decay = diff.exp()                                                   # Γ, zero above the diagonal
+    A = (beta[..., :, None] * (k @ k.transpose(-1, -2)) * decay).tril(-1)
+    eye = torch.eye(C, dtype=A.dtype, device=A.device)
+    rhs = torch.cat([(beta * G.exp())[..., None] * k, beta[..., None] * v], dim=-1)
+    sol = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
+    W, U_tilde = sol[..., :dk], sol[..., dk:]
+    qk = (q @ k.transpose(-1, -2)) * decay                                # intra-chunk readout weights
+    q_decayed = q * G.exp()[..., None]
+    k_to_end = k * decay[..., -1, :, None]                                # e^{G_C − G_j} k_j
+
+    S = (initial_state.float() if initial_state is not None
+         else k.new_zeros(B, H, dk, dv))
+    outs = []
+    for n in range(n_chunks):
+        U = U_tilde[:, :, n] - W[:, :, n] @ S
+        outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
+        if on_chunk is not None:
+            valid = min(C, T - n * C)
+            states = (G[:, :, n, :, None, None].exp() * S[:, :, None]
+                      + torch.einsum("bhtj,bhjk,bhjv->bhtkv", decay[:, :, n], k[:, :, n], U))
+            on_chunk(n * C, states[:, :, :valid])
+        S = G[:, :, n, -1, None, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
+    o = torch.stack(outs, dim=2).reshape(B, H, n_chunks * C, dv)[:, :, :T]
+    return scale * o.transpose(1, 2), S
+
+
+def recurrent_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    return_all_states: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-by-token loop of the same recurrence: the readable reference for the chunked form.
+
+    Returns o [B,T,H,dv] and either the final state [B,H,dk,dv] or all states [B,T,H,dk,dv].
+    """
+    B, T, H, dk = k.shape
+    scale = dk ** -0.5 if scale is None else scale
+    q, k, v, beta = q.float(), k.float(), v.float(), beta.float()
+    S = initial_state.float().clone() if initial_state is not None else k.new_zeros(B, H, dk, v.shape[-1])
+    outs, states = [], []
+    for t in range(T):
+        if g is not None:
+            S = S * g[:, t].float().exp()[..., None, None]
+        u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t]))
+        S = S + k[:, t, :, :, None] * u[:, :, None, :]
+        outs.append(scale * torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+        if return_all_states:
+            states.append(S)
+    o = torch.stack(outs, dim=1)
+    return o, (torch.stack(states, dim=1) if return_all_states else S)

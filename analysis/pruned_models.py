@@ -1,0 +1,87 @@
+"""Model types whose key dimension may differ per layer (fla's configs hold one key dim for all layers).
+
+`pruned_delta_net` / `pruned_gated_deltanet` are fla's DeltaNet / Gated DeltaNet with a `head_k_dims`
+list in the config: the model is built as fla builds it, then each layer's q/k projections and q/k
+short convolutions are re-created at that layer's key dim. The layers stay fla's own classes, so
+fla's Triton kernels run them on GPU and `from_pretrained` round-trips them after `import analysis`.
+"""
+from __future__ import annotations
+
+import torch.nn as nn
+from fla.models import (DeltaNetConfig, DeltaNetForCausalLM, GatedDeltaNetConfig,
+                        GatedDeltaNetForCausalLM)
+from fla.modules import ShortConvolution
+from transformers import AutoConfig, AutoModelForCausalLM
+
+MAX_KERNEL_KEY_DIM = 256  # fla's chunk kernels assert K <= 256
+
+
+def set_key_dim(attn: nn.Module, head_k_dim: int) -> None:
+    """Re-create one attention layer's q/k projections and convolutions for `head_k_dim` channels."""
+    key_dim = attn.num_heads * head_k_dim
+    for name in ("q_proj", "k_proj"):
+        old = getattr(attn, name)
+        setattr(attn, name, nn.Linear(old.in_features, key_dim, bias=old.bias is not None,
+                                      device=old.weight.device, dtype=old.weight.dtype))
+    for name in ("q_conv1d", "k_conv1d"):
+        old = getattr(attn, name, None)
+        if old is not None:
+            setattr(attn, name, ShortConvolution(key_dim, old.kernel_size[0], bias=old.bias is not None,
+                                                 activation=old.activation, backend=old.backend,
+                                                 device=old.weight.device, dtype=old.weight.dtype))
+    attn.head_k_dim, attn.key_dim = head_k_dim, key_dim
+    if hasattr(attn, "head_dim"):  # Gated DeltaNet names its key dim head_dim
+        attn.head_dim = head_k_dim
+
+
+def _apply_key_dims(model) -> None:
+    dims = model.config.head_k_dims
+    if dims is None:
+        return
+    layers = model.model.layers
+    if len(dims) != len(layers):
+        raise ValueError(f"head_k_dims has {len(dims)} entries for {len(layers)} layers")
+    for block, dk in zip(layers, dims):
+        if dk != block.attn.head_k_dim:
+            set_key_dim(block.attn, int(dk))
+
+
+class PrunedDeltaNetConfig(DeltaNetConfig):
+    model_type = "pruned_delta_net"
+
+    def __init__(self, head_k_dims: list[int] | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.head_k_dims = head_k_dims
+
+
+class PrunedGatedDeltaNetConfig(GatedDeltaNetConfig):
+    model_type = "pruned_gated_deltanet"
+
+    def __init__(self, head_k_dims: list[int] | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.head_k_dims = head_k_dims
+
+
+class PrunedDeltaNetForCausalLM(DeltaNetForCausalLM):
+    config_class = PrunedDeltaNetConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        _apply_key_dims(self)
+
+
+class PrunedGatedDeltaNetForCausalLM(GatedDeltaNetForCausalLM):
+    config_class = PrunedGatedDeltaNetConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        _apply_key_dims(self)
+
+
+PRUNED_CONFIG_FOR = {"delta_net": PrunedDeltaNetConfig, "gated_deltanet": PrunedGatedDeltaNetConfig,
+                     "pruned_delta_net": PrunedDeltaNetConfig, "pruned_gated_deltanet": PrunedGatedDeltaNetConfig}
+
+for _cfg, _model in ((PrunedDeltaNetConfig, PrunedDeltaNetForCausalLM),
+                     (PrunedGatedDeltaNetConfig, PrunedGatedDeltaNetForCausalLM)):
+    AutoConfig.register(_cfg.model_type, _cfg, exist_ok=True)
+    AutoModelForCausalLM.register(_cfg, _model, exist_ok=True)

@@ -1,0 +1,147 @@
+"""Spectral metrics of recurrent states S in R^{dk x dv} (fla's K-first convention).
+
+Every metric is a function of the singular values s1 >= ... >= sm (m = min(dk, dv)), taken with one
+batched `torch.linalg.svdvals` call over all leading dims, in float64.
+
+Conventions:
+- zero state (S == 0): every rank, the utilization, the condition number and both norms are 0
+  (the reference code's u(0) = 0); kappa is undefined there and reported as 0 so that averages
+  over tokens stay finite;
+- non-finite state (any NaN/Inf in one matrix): all of that matrix's metrics are NaN, the other
+  matrices are unaffected, and one `NonFiniteStateWarning` says how many there were;
+- outputs are float64 for float64 input, float32 otherwise; the integer-valued ranks are returned
+  as floats so they average cleanly.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import torch
+
+from .errors import AnalysisError
+
+__all__ = ["METRIC_INFO", "MetricInfo", "NonFiniteStateWarning", "check_state", "out_dtype", "spectral_metrics"]
+
+
+class NonFiniteStateWarning(UserWarning):
+    """Some state matrices held NaN or Inf; their metrics are NaN."""
+
+
+class MetricInfo(NamedTuple):
+    label: str
+    formula: str  # LaTeX, without surrounding $
+    description: str
+
+
+METRIC_INFO: dict[str, MetricInfo] = {
+    "stable_rank": MetricInfo(
+        "Stable rank", r"\mathrm{sr}(S)=\sum_i s_i^2 / s_1^2",
+        "Squared Frobenius norm over squared spectral norm; between 1 and rank(S)."),
+    "rank_utilization": MetricInfo(
+        "Rank utilization", r"u(S)=\mathrm{sr}(S)/\min(d_k,d_v)",
+        "Stable rank as a fraction of the largest possible rank (the reference code's metric)."),
+    "effective_rank": MetricInfo(
+        "Effective rank (Roy-Vetterli)", r"\mathrm{erank}(S)=\exp\left(-\sum_i p_i\log p_i\right),\ p_i=s_i/\sum_j s_j",
+        "Exponential of the entropy of the normalised singular values."),
+    "participation_ratio": MetricInfo(
+        "Participation ratio", r"\mathrm{PR}(S)=\left(\sum_i s_i^2\right)^2/\sum_i s_i^4",
+        "How many singular directions share the energy, weighted by squared singular values."),
+    "numerical_rank": MetricInfo(
+        "Numerical rank", r"\mathrm{rank}_\tau(S)=\#\{i : s_i>\tau\, s_1\}",
+        "Number of singular values above a fraction tau of the largest."),
+    "energy_rank": MetricInfo(
+        "Energy rank", r"\min\{r : \sum_{i\le r} s_i^2 \ge e\sum_i s_i^2\}",
+        "Fewest singular directions holding a fraction e (default 0.95) of the energy."),
+    "condition_number": MetricInfo(
+        "Condition number (numerical rank)", r"\kappa_\tau(S)=s_1/s_{\mathrm{rank}_\tau(S)}",
+        "Largest over smallest singular value kept by the numerical rank; 0 for a zero state."),
+    "fro_norm": MetricInfo(
+        "Frobenius norm", r"\|S\|_F=\sqrt{\sum_i s_i^2}", "Root of the total energy of the state."),
+    "spectral_norm": MetricInfo(
+        "Spectral norm", r"\|S\|_2=s_1", "Largest singular value: the worst-case readout gain."),
+}
+
+
+def check_state(S: object, name: str = "S") -> torch.Tensor:
+    """Return S if it is a real tensor of shape [..., dk, dv] with dk, dv >= 1, else raise AnalysisError."""
+    if not isinstance(S, torch.Tensor):
+        raise AnalysisError(f"{name} must be a torch tensor of shape [..., dk, dv], got {type(S).__name__}; convert it with torch.as_tensor.")
+    if S.ndim < 2 or S.shape[-1] < 1 or S.shape[-2] < 1:
+        raise AnalysisError(f"{name} must have shape [..., dk, dv] with dk, dv >= 1, got shape {tuple(S.shape)}.")
+    if S.is_complex():
+        raise AnalysisError(f"{name} must be real, got dtype {S.dtype}; pass its real part or magnitude.")
+    return S
+
+
+def out_dtype(S: torch.Tensor) -> torch.dtype:
+    """float64 stays float64; everything else is reported in float32."""
+    return torch.float64 if S.dtype == torch.float64 else torch.float32
+
+
+def spectral_metrics(S: torch.Tensor, tau: float = 1e-3, energy: float = 0.95) -> dict[str, torch.Tensor]:
+    """Rank metrics of S [..., dk, dv] → dict of [...] tensors (plus `singular_values` [..., m]).
+
+    tau: relative threshold of the numerical rank (s_i > tau·s1); energy: fraction for the energy rank.
+    """
+    S = check_state(S)
+    if not 0.0 <= tau < 1.0:
+        raise AnalysisError(f"tau must be in [0, 1), got {tau}.")
+    if not 0.0 < energy <= 1.0:
+        raise AnalysisError(f"energy must be in (0, 1], got {energy}.")
+    m = min(S.shape[-2], S.shape[-1])
+    X = S.detach().to(torch.float64)
+
+    # svdvals can raise or return garbage on NaN/Inf: zero those matrices out, NaN their results after.
+    finite = torch.isfinite(X).all(dim=-1).all(dim=-1)
+    n_bad = int((~finite).sum())
+    if n_bad:
+        X = torch.where(finite[..., None, None], X, torch.zeros((), dtype=X.dtype, device=X.device))
+        warnings.warn(f"{n_bad} of {finite.numel()} state matrices contain NaN or Inf; their metrics are NaN.",
+                      NonFiniteStateWarning, stacklevel=2)
+
+    s = torch.linalg.svdvals(X)  # [..., m], descending
+    s1 = s[..., 0]
+    zero = s1 == 0
+    one = torch.ones((), dtype=s.dtype, device=s.device)
+    s1_safe = torch.where(zero, one, s1)  # every ratio below is 0 for a zero state: numerators are 0
+
+    s2 = s * s
+    cum = torch.cumsum(s2, dim=-1)
+    fro2 = cum[..., -1]  # same sum as the cumsum, so energy_rank with energy=1 is exact
+    stable = fro2 / (s1_safe * s1_safe)
+
+    p = s / torch.where(zero, one, s.sum(dim=-1))[..., None]
+    erank = torch.where(zero, 0.0, torch.exp(-torch.special.xlogy(p, p).sum(dim=-1)))  # xlogy: 0·log0 = 0
+
+    s4 = (s2 * s2).sum(dim=-1)
+    pr = fro2 * fro2 / torch.where(zero, one, s4)
+
+    nrank = (s > tau * s1[..., None]).sum(dim=-1)  # 0 for a zero state (0 > 0 is false)
+    # energy rank: 1 + number of prefixes still below the target; clamp guards rounding at energy=1
+    erank_e = ((cum < energy * fro2[..., None]).sum(dim=-1) + 1).clamp(max=m)
+    erank_e = torch.where(zero, 0, erank_e)
+
+    s_r = s.gather(-1, (nrank - 1).clamp(min=0)[..., None]).squeeze(-1)
+    kappa = torch.where(zero, 0.0, s1 / torch.where(zero, one, s_r))
+
+    out = {
+        "stable_rank": stable,
+        "rank_utilization": stable / m,
+        "effective_rank": erank,
+        "participation_ratio": pr,
+        "numerical_rank": nrank.to(s.dtype),
+        "energy_rank": erank_e.to(s.dtype),
+        "condition_number": kappa,
+        "fro_norm": torch.sqrt(fro2),
+        "spectral_norm": s1,
+        "singular_values": s,
+    }
+    dt = out_dtype(S)
+    nan = torch.full((), float("nan"), dtype=s.dtype, device=s.device)
+    for key, v in out.items():
+        if n_bad:
+            v = torch.where(finite[..., None] if key == "singular_values" else finite, v, nan)
+        out[key] = v.to(dt)
+    return out

@@ -1,0 +1,66 @@
+"""JSON-ready summaries of traces, shared by the CLI and the dashboard (NaN becomes null)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from analysis.rank import METRIC_INFO
+from analysis.states import StateTrace
+
+SCALAR_METRICS = list(METRIC_INFO)
+
+
+def number(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def numbers(t: torch.Tensor) -> list:
+    return [number(v) for v in t.flatten().tolist()] if t.dim() <= 1 else [numbers(r) for r in t]
+
+
+def rank_report(trace: StateTrace, meta: dict, trace_metric: str = "rank_utilization") -> dict:
+    """Final-state metrics per layer/head (mean over the batch) and the metric's trace over positions."""
+    layers = []
+    for index, layer in enumerate(trace.layers):
+        final = {k: layer.metrics[k][:, :, -1].float().nanmean(0) for k in SCALAR_METRICS}   # [H]
+        heads = [{"head": h, **{k: number(final[k][h]) for k in SCALAR_METRICS}}
+                 for h in range(len(final[SCALAR_METRICS[0]]))]
+        dk, dv = layer.final_state.shape[-2:]
+        layers.append({"layer": index, "head_k_dim": dk, "head_v_dim": dv, "heads": heads,
+                       "mean": {k: number(final[k].nanmean()) for k in SCALAR_METRICS}})
+    values = trace.metric(trace_metric).float()                       # [L, B, H, P]
+    per_head = values.nanmean(1)                                      # [L, H, P]
+    flat = values.permute(3, 0, 1, 2).reshape(len(trace.positions), -1)  # [P, L·B·H]
+    mean = flat.nanmean(1)
+    std = (flat - mean[:, None]).square().nanmean(1).sqrt()
+    return {
+        **meta,
+        "tokens": trace.tokens,
+        "batch": trace.batch,
+        "positions": trace.positions,
+        "final_state": "metrics of the state after the last token, mean over the batch",
+        "layers": layers,
+        "trace": {"metric": trace_metric, "positions": trace.positions,
+                  "per_layer_head": numbers(per_head),
+                  "mean": numbers(mean), "std": numbers(std)},
+    }
+
+
+def write_json(payload: dict, destination: str) -> None:
+    """`-` prints to stdout; a path is written atomically (temp file in the same folder, then rename)."""
+    text = json.dumps(payload, indent=2, allow_nan=False)
+    if destination == "-":
+        print(text)
+        return
+    path = Path(destination).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
+    os.replace(tmp, path)

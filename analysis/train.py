@@ -1,0 +1,192 @@
+"""Reproducible training of small DeltaNet / Gated DeltaNet models (CPU torch path or fla on GPU).
+
+AdamW with linear warm-up then cosine decay, fixed seed, periodic validation, resumable checkpoints
+(model + optimizer + RNG + history, written atomically), progress lines, and a time budget that ends
+training cleanly. Two tasks: next-token language modelling on the bundled Shakespeare train split,
+and multi-query associative recall (analysis.recall).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from analysis.errors import AnalysisError
+
+
+@dataclass
+class TrainConfig:
+    out: str
+    arch: str = "delta_net"            # or gated_deltanet
+    task: str = "lm"                   # or recall
+    hidden_size: int = 256
+    layers: int = 4
+    heads: int = 4
+    head_dim: int = 64
+    seq_len: int = 256
+    batch: int = 8
+    steps: int = 1000
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    betas: tuple = (0.9, 0.95)
+    clip: float = 1.0
+    eval_every: int = 100
+    eval_windows: int = 64
+    checkpoint_every: int = 200
+    max_minutes: float | None = None
+    seed: int = 0
+    device: str = "auto"
+    recall_pairs: int = 16
+    recall_keys: int = 128
+    history: list = field(default_factory=list)
+
+
+def build_model(cfg: TrainConfig, vocab_size: int):
+    import analysis  # noqa: F401
+    from fla.models import DeltaNetConfig, GatedDeltaNetConfig
+    from transformers import AutoModelForCausalLM
+    common = dict(hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers, num_heads=cfg.heads,
+                  vocab_size=vocab_size, tie_word_embeddings=True, max_position_embeddings=cfg.seq_len,
+                  bos_token_id=0, eos_token_id=0)
+    if cfg.arch == "delta_net":
+        config = DeltaNetConfig(expand_k=cfg.heads * cfg.head_dim / cfg.hidden_size,
+                                expand_v=cfg.heads * cfg.head_dim / cfg.hidden_size, **common)
+    elif cfg.arch == "gated_deltanet":
+        config = GatedDeltaNetConfig(head_dim=cfg.head_dim, expand_v=1.0, **common)
+    else:
+        raise AnalysisError(f"Unknown architecture {cfg.arch!r}; use delta_net or gated_deltanet.")
+    torch.manual_seed(cfg.seed)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+class _LMData:
+    def __init__(self, cfg: TrainConfig):
+        from analysis import data
+        self.tokenizer = data.load_tokenizer()
+        self.train = data.encode(data.load_text("train"), self.tokenizer)
+        self.valid = data.token_windows(data.encode(data.load_text("validation"), self.tokenizer), cfg.seq_len,
+                                        max_windows=cfg.eval_windows)
+        self.cfg = cfg
+
+    def batch(self, gen):
+        starts = torch.randint(0, len(self.train) - self.cfg.seq_len, (self.cfg.batch,), generator=gen)
+        ids = torch.stack([self.train[s:s + self.cfg.seq_len] for s in starts.tolist()])
+        return ids, ids
+
+    @torch.no_grad()
+    def evaluate(self, model) -> dict:
+        device = next(model.parameters()).device
+        total, count = 0.0, 0
+        for chunk in self.valid.split(16):
+            chunk = chunk.to(device)
+            logits = model(chunk, use_cache=False).logits[:, :-1].float()
+            total += float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), chunk[:, 1:].flatten(),
+                                                             reduction="sum"))
+            count += chunk[:, 1:].numel()
+        return {"val_loss": total / count, "val_ppl": math.exp(total / count)}
+
+
+class _RecallData:
+    def __init__(self, cfg: TrainConfig):
+        from analysis.recall import RecallTask
+        self.task = RecallTask(n_keys=cfg.recall_keys, n_values=cfg.recall_keys, n_pairs=cfg.recall_pairs,
+                               n_queries=cfg.recall_pairs)
+        self.cfg = cfg
+
+    def batch(self, gen):
+        from analysis.recall import recall_batch
+        return recall_batch(self.task, self.cfg.batch, gen)
+
+    def evaluate(self, model) -> dict:
+        from analysis.recall import recall_accuracy
+        return {"recall_accuracy": recall_accuracy(model, self.task, n_sequences=256)}
+
+
+def _save_checkpoint(out: Path, model, optimizer, step, gen, cfg):
+    tmp = out / "checkpoint.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    torch.save({"optimizer": optimizer.state_dict(), "step": step, "generator": gen.get_state(),
+                "torch_rng": torch.get_rng_state()}, tmp / "trainer_state.pt")
+    (tmp / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    final = out / "checkpoint"
+    if final.exists():
+        os.replace(final, out / "checkpoint.old")
+    os.replace(tmp, final)
+    shutil.rmtree(out / "checkpoint.old", ignore_errors=True)
+
+
+def train(cfg: TrainConfig, resume: bool = False, log=print) -> tuple:
+    """Train and return (model, cfg) with cfg.history filled; the caller saves the final model."""
+    from transformers import AutoModelForCausalLM
+    from analysis.models import resolve_device
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(cfg.device)
+    dataset = _LMData(cfg) if cfg.task == "lm" else _RecallData(cfg)
+    vocab = len(dataset.tokenizer) if cfg.task == "lm" else dataset.task.vocab_size
+    gen = torch.Generator().manual_seed(cfg.seed)
+    start_step = 0
+    ckpt = out / "checkpoint"
+    if resume and ckpt.exists():
+        model = AutoModelForCausalLM.from_pretrained(ckpt)
+        state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+        cfg.history = json.loads((ckpt / "train_config.json").read_text())["history"]
+        start_step = state["step"]
+        gen.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        log(f"resumed from step {start_step}")
+    else:
+        model = build_model(cfg, vocab)
+    model.to(device).train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embeddings" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embeddings" not in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=cfg.betas)
+    if start_step:
+        optimizer.load_state_dict(state["optimizer"])
+    t0 = time.time()
+    elapsed_before = cfg.history[-1]["elapsed_s"] if cfg.history else 0.0
+    step = start_step
+    for step in range(start_step, cfg.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        ids, labels = dataset.batch(gen)
+        loss = model(ids.to(device), labels=labels.to(device)).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        optimizer.step()
+        elapsed = elapsed_before + time.time() - t0
+        last = step + 1 == cfg.steps or (cfg.max_minutes and elapsed > 60 * cfg.max_minutes)
+        if (step + 1) % cfg.eval_every == 0 or last:
+            model.eval()
+            metrics = dataset.evaluate(model)
+            model.train()
+            tokens_seen = (step + 1) * cfg.batch * ids.shape[1]
+            cfg.history.append({"step": step + 1, "tokens": tokens_seen, "elapsed_s": round(elapsed, 1),
+                                "train_loss": round(loss.item(), 4), "lr": optimizer.param_groups[0]["lr"],
+                                **{k: round(v, 4) for k, v in metrics.items()}})
+            log(json.dumps(cfg.history[-1]))
+        if (step + 1) % cfg.checkpoint_every == 0 or last:
+            _save_checkpoint(out, model, optimizer, step + 1, gen, cfg)
+        if last:
+            break
+    model.eval()
+    cfg.steps_done = step + 1
+    return model, cfg

@@ -1,0 +1,160 @@
+"""analysis.noise: closed forms against numpy, Monte Carlo against the closed forms."""
+
+import numpy as np
+import pytest
+import torch
+
+import analysis.noise as noise
+from analysis.errors import AnalysisError
+from analysis.noise import (analytic_noise, analytic_retrieval_error, monte_carlo_retrieval_error,
+                            normalized_first_order, singular_direction_keys)
+
+
+def state(*shape, seed=0, spread=True):
+    """A state with a spread-out spectrum (so per-direction errors differ a lot)."""
+    g = torch.Generator().manual_seed(seed)
+    S = torch.randn(*shape, generator=g, dtype=torch.float64)
+    if spread:
+        U, s, Vh = torch.linalg.svd(S, full_matrices=False)
+        S = U @ torch.diag_embed(torch.logspace(0, -1.5, s.shape[-1], dtype=torch.float64)) @ Vh
+    return S
+
+
+def test_analytic_noise_matches_numpy():
+    S = state(2, 12, 8)
+    out = analytic_noise(S, sigma=0.3)
+    for b in range(2):
+        s = np.linalg.svd(S[b].numpy(), compute_uv=False)
+        r = int((s > 1e-3 * s[0]).sum())
+        assert out["noise_energy"][b].item() == pytest.approx(0.09 * (s**2).sum(), rel=1e-10)
+        assert out["worst_case_gain"][b].item() == pytest.approx(s[0], rel=1e-10)
+        assert out["kappa"][b].item() == pytest.approx(s[0] / s[r - 1], rel=1e-10)
+        np.testing.assert_allclose(out["direction_gain"][b].numpy(), (s**2).sum() / s**2, rtol=1e-10)
+        np.testing.assert_allclose(out["singular_values"][b].numpy(), s, rtol=1e-10)
+
+
+def test_analytic_noise_zero_state_and_zero_directions():
+    z = analytic_noise(torch.zeros(4, 3))
+    assert z["noise_energy"].item() == 0 and z["kappa"].item() == 0
+    assert torch.isinf(z["direction_gain"]).all()
+    S = torch.diag(torch.tensor([2.0, 1.0, 0.0]))
+    g = analytic_noise(S)["direction_gain"]
+    assert g[:2].tolist() == pytest.approx([5 / 4, 5.0]) and torch.isinf(g[2])
+
+
+def test_monte_carlo_noise_energy_within_four_standard_errors():
+    """E‖Sᵀε‖²/‖Sᵀk‖² = σ²‖S‖_F²/‖Sᵀk‖²; Var‖Sᵀε‖² = 2σ⁴Σs⁴ gives the standard error."""
+    S = state(16, 12, seed=1)
+    keys = torch.randn(5, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    n = 4000
+    mc = monte_carlo_retrieval_error(S, keys, [0.0, 20.0], n_samples=n, generator=torch.Generator().manual_seed(3))
+    s = np.linalg.svd(S.numpy(), compute_uv=False)
+    sig = np.linalg.norm(keys.numpy() @ S.numpy(), axis=-1)[:, None]
+    sigma2 = mc["sigma"].numpy() ** 2
+    expect = sigma2 * (s**2).sum() / sig**2
+    se = sigma2 * np.sqrt(2 * (s**4).sum()) / sig**2 / np.sqrt(n)
+    assert np.all(np.abs(mc["mean_sq"].numpy() - expect) < 4 * se)
+    ana = analytic_retrieval_error(S, keys, [0.0, 20.0])
+    np.testing.assert_allclose(ana["rms_error"].numpy() ** 2, expect, rtol=1e-10)
+    np.testing.assert_allclose(ana["sigma"].numpy(), mc["sigma"].numpy(), rtol=1e-12)
+
+
+def test_singular_direction_error_matches_sigma2_sum_over_sj2():
+    S = state(10, 8, seed=4)
+    j = [0, 3, 7]
+    keys = singular_direction_keys(S, j)
+    assert keys.shape == (3, 10)
+    s = np.linalg.svd(S.numpy(), compute_uv=False)
+    np.testing.assert_allclose(np.linalg.norm(keys.numpy() @ S.numpy(), axis=-1), s[j], rtol=1e-10)
+    np.testing.assert_allclose(keys.numpy() @ keys.numpy().T, np.eye(3), atol=1e-12)
+
+    n, snr = 4000, [10.0]
+    mc = monte_carlo_retrieval_error(S, keys, snr, n_samples=n, generator=torch.Generator().manual_seed(5))
+    sigma2 = 1.0 / (10 * 10 ** (snr[0] / 10))  # unit keys, dk = 10
+    expect = sigma2 * (s**2).sum() / s[j] ** 2
+    se = sigma2 * np.sqrt(2 * (s**4).sum()) / s[j] ** 2 / np.sqrt(n)
+    assert np.all(np.abs(mc["mean_sq"][:, 0].numpy() - expect) < 4 * se)
+    gain = analytic_noise(S)["direction_gain"][j].numpy()
+    np.testing.assert_allclose(sigma2 * gain, expect, rtol=1e-10)
+    # the weakest direction is the worst-retrieved one: low rank amplifies query noise
+    assert mc["mean"][0, 0] < mc["mean"][1, 0] < mc["mean"][2, 0]
+
+
+def test_normalized_first_order_matches_numpy():
+    S = state(2, 9, 6, seed=6)
+    k = torch.randn(2, 9, dtype=torch.float64) * 3
+    got = normalized_first_order(S, k, sigma=0.2)
+    for b in range(2):
+        kh = k[b].numpy() / np.linalg.norm(k[b].numpy())
+        ref = 0.04 * (np.linalg.norm(S[b].numpy()) ** 2 - np.linalg.norm(S[b].numpy().T @ kh) ** 2)
+        assert got[b].item() == pytest.approx(ref, rel=1e-10)
+
+
+@pytest.mark.parametrize("snr", [30.0, 40.0])
+def test_renormalized_first_order_agrees_with_monte_carlo_at_high_snr(snr):
+    S = state(16, 16, seed=7)
+    keys = torch.cat([singular_direction_keys(S, [0, 5, 15]),
+                      torch.randn(3, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(8))])
+    mc = monte_carlo_retrieval_error(S, keys, [snr], n_samples=4000, renormalize=True,
+                                     generator=torch.Generator().manual_seed(9))
+    ana = analytic_retrieval_error(S, keys, [snr])
+    np.testing.assert_allclose(mc["mean_sq"].numpy(), ana["rms_error_renorm"].numpy() ** 2, rtol=0.05)
+    assert torch.all(mc["sigma"] == ana["sigma_renorm"])
+
+
+def test_determinism_under_a_seed():
+    S, keys = state(3, 8, 5, seed=10), torch.randn(3, 4, 8, dtype=torch.float64)
+    run = lambda seed, r: monte_carlo_retrieval_error(S, keys, [0, 10, 20], n_samples=64, renormalize=r,
+                                                      generator=torch.Generator().manual_seed(seed))
+    for r in (False, True):
+        a, b, c = run(11, r), run(11, r), run(12, r)
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+        assert not torch.equal(a["mean"], c["mean"])
+
+
+def test_shapes_broadcasting_and_chunking(monkeypatch):
+    S = state(2, 3, 8, 6, seed=13)
+    keys = torch.randn(2, 3, 4, 8, dtype=torch.float64)
+    monkeypatch.setattr(noise, "_CHUNK_BYTES", 1)  # one (state, key) pair per chunk
+    mc = monte_carlo_retrieval_error(S.float(), keys.float(), [5.0, 15.0], n_samples=2000,
+                                     generator=torch.Generator().manual_seed(14))
+    assert all(v.shape == (2, 3, 4, 2) and v.dtype == torch.float32 for k, v in mc.items() if k != "snr_db")
+    ana = analytic_retrieval_error(S, keys, [5.0, 15.0])
+    np.testing.assert_allclose(mc["mean_sq"].double().numpy(), ana["rms_error"].numpy() ** 2, rtol=0.15)
+    # one state shared by every key set, and per-matrix agreement of the analytic forms
+    one = analytic_retrieval_error(S[1, 2], keys[1, 2], [5.0, 15.0])
+    for key in ("rms_error", "rms_error_renorm"):
+        torch.testing.assert_close(one[key], ana[key][1, 2])
+    assert monte_carlo_retrieval_error(S[0, 0], keys, [1.0], n_samples=2)["mean"].shape == (2, 3, 4, 1)
+
+
+def test_keys_that_the_state_cannot_read_are_inf():
+    S = torch.diag(torch.tensor([1.0, 0.0], dtype=torch.float64))
+    keys = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    mc = monte_carlo_retrieval_error(S, keys, [10.0], n_samples=8, generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(mc["mean"][0]).all() and torch.isinf(mc["mean"][1]).all()
+    assert torch.isinf(analytic_retrieval_error(S, keys, [10.0])["rms_error"][1]).all()
+
+
+S0, K0 = torch.zeros(4, 3), torch.ones(2, 4)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: monte_carlo_retrieval_error(S0, torch.ones(2, 3), [0.0]),           # dk mismatch
+    lambda: monte_carlo_retrieval_error(S0, K0, [0.0], n_samples=0),
+    lambda: monte_carlo_retrieval_error(S0, torch.ones(4), [0.0]),              # keys need [..., n, dk]
+    lambda: monte_carlo_retrieval_error(S0, torch.zeros(2, 4), [0.0]),          # zero key
+    lambda: monte_carlo_retrieval_error(S0, K0, [float("nan")]),
+    lambda: monte_carlo_retrieval_error(torch.zeros(2, 4, 3), torch.ones(3, 2, 4), [0.0]),  # batch mismatch
+    lambda: analytic_noise(S0, sigma=-1.0),
+    lambda: analytic_noise(torch.zeros(3)),
+    lambda: normalized_first_order(S0, torch.ones(3), 0.1),
+    lambda: normalized_first_order(S0, torch.ones(4), -0.1),
+    lambda: analytic_retrieval_error(S0, torch.ones(2, 5), [0.0]),
+    lambda: singular_direction_keys(S0, [3]),
+    lambda: singular_direction_keys(torch.full((4, 3), float("nan")), [0]),
+])
+def test_bad_input_raises_analysis_error(call):
+    with pytest.raises(AnalysisError):
+        call()

@@ -1,0 +1,57 @@
+"""State collection: matches the model's cache, prefix runs and the token-by-token recurrence."""
+import pytest
+import torch
+
+from analysis.errors import AnalysisError
+from analysis.rank import spectral_metrics
+from analysis.states import collect_states, select_positions
+from conftest import build_tiny
+
+
+def k_first(state, kind):
+    return state.transpose(-1, -2) if kind == "gated_deltanet" else state
+
+
+@pytest.mark.parametrize("kind", ["delta_net", "gated_deltanet"])
+def test_states_match_cache_and_prefix(kind):
+    model = build_tiny(kind)
+    ids = torch.randint(0, 8192, (2, 150), generator=torch.Generator().manual_seed(1))
+    trace = collect_states(model, ids, stride=10, keep_states=True)
+    assert trace.positions[-1] == 149 and trace.positions[:3] == [0, 10, 20]
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).past_key_values
+        prefix = model(ids[:, :41], use_cache=True).past_key_values
+    for i, layer in enumerate(trace.layers):
+        final = k_first(cache[i]["recurrent_state"], kind)
+        assert torch.allclose(layer.states[:, :, -1], final, atol=1e-5)
+        assert torch.allclose(layer.final_state, final, atol=1e-5)
+        at_40 = layer.states[:, :, trace.positions.index(40)]
+        assert torch.allclose(at_40, k_first(prefix[i]["recurrent_state"], kind), rtol=1e-4, atol=1e-5)
+        # streamed metrics are the metrics of the kept states
+        direct = spectral_metrics(layer.states)["rank_utilization"]
+        assert torch.allclose(layer.metrics["rank_utilization"], direct, atol=1e-6)
+
+
+def test_gated_states_include_the_decay():
+    """A Gated DeltaNet state traced without its gate (the reference code's bug) would differ."""
+    model = build_tiny("gated_deltanet")
+    attn = model.model.layers[0].attn
+    with torch.no_grad():
+        attn.A_log.fill_(2.0)  # strong decay
+    ids = torch.randint(0, 8192, (1, 80), generator=torch.Generator().manual_seed(2))
+    trace = collect_states(model, ids, positions=[79])
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).past_key_values
+    assert torch.allclose(trace.layers[0].final_state, cache[0]["recurrent_state"].transpose(-1, -2), atol=1e-5)
+
+
+def test_positions_and_stride_validation():
+    assert select_positions(5, stride=2) == [0, 2, 4]
+    assert select_positions(6, stride=4) == [0, 4, 5]
+    assert select_positions(10, positions=[3, 1]) == [1, 3]
+    with pytest.raises(AnalysisError, match="Stride"):
+        select_positions(10, stride=0)
+    with pytest.raises(AnalysisError, match="Positions"):
+        select_positions(10, positions=[10])
+    with pytest.raises(AnalysisError, match="No tokens"):
+        select_positions(0)
