@@ -12,6 +12,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore", message=".*Triton is not supported.*")
 warnings.filterwarnings("ignore", message=".*roll back to CPU.*")
 
+from transformers.utils import logging as _hf_logging  # noqa: E402
+
+_hf_logging.set_verbosity_error()  # progress bars and deprecation chatter would drown the CLI output
+_hf_logging.disable_progress_bar()
+
 from analysis import backend as _backend  # noqa: E402
 
 _backend.install()

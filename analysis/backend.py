@@ -35,6 +35,8 @@ class RecurrenceInputs:
     scale: float
     initial_state: torch.Tensor | None  # [N,H,dk,dv]
     cu_seqlens: torch.Tensor | None
+    q_raw: torch.Tensor | None = None   # [B,T,H_qk,dk] what the layer passed in: post-conv, pre-l2norm
+    k_raw: torch.Tensor | None = None
 
 
 _observer: contextvars.ContextVar[Callable[[RecurrenceInputs], None] | None] = \
@@ -64,6 +66,7 @@ def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l
     if gk is not None or gv is not None:
         raise NotImplementedError("per-channel gates (gk/gv) are not used by DeltaNet/Gated DeltaNet")
     H, HV = q.shape[2], v.shape[2]
+    q_raw, k_raw = q, k
     if use_qk_l2norm_in_kernel:
         q, k = _l2(q), _l2(k)
     if HV != H:  # grouped value attention: each q/k head serves HV/H value heads
@@ -82,7 +85,7 @@ def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l
         initial_state = initial_state.transpose(-1, -2)
     return RecurrenceInputs(q=q.float(), k=k.float(), v=v.float(), beta=beta, g=g,
                             scale=q.shape[-1] ** -0.5 if scale is None else scale,
-                            initial_state=initial_state, cu_seqlens=cu_seqlens)
+                            initial_state=initial_state, cu_seqlens=cu_seqlens, q_raw=q_raw, k_raw=k_raw)
 
 
 def run_recurrence(r: RecurrenceInputs, on_chunk=None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,6 +27,7 @@ Never imports streamlit.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ class RRQRResult:
     kept: np.ndarray       # [k] original column indices, in pivot order (not sorted)
     order: np.ndarray      # [d] full column permutation Π; order[:k] == kept
     swaps: int             # Gu–Eisenstat swaps done after the initial column-pivoted QR
-    max_rho: float         # final max ρ_ij (at split min(k, rank)); 0 when k == d
+    max_rho: float         # final max ρ_ij at split min(k, rank); 0 when that split is d (no B, C)
     f: float
     sigma_min_kept: float  # σ_min(A) = σ_min(M[:, kept])
     converged: bool        # True iff the swaps stopped because max_rho ≤ f
@@ -67,14 +68,15 @@ def _as_tensor(M: object, ndim: int, name: str) -> torch.Tensor:
         except (TypeError, ValueError):
             A = np.asarray(None)
         ok = A.dtype.kind in "iuf"
-        T = torch.from_numpy(A.astype(np.float64)) if ok else None
+        T = torch.from_numpy(A.astype(np.float64, copy=not A.flags.writeable)) if ok else None
     if not ok:
         raise AnalysisError(f"{name} must be a real numeric array of shape {what}, got {type(M).__name__} "
                             f"of dtype {getattr(M, 'dtype', 'object')}; pass float samples.")
     if T.ndim != ndim or 0 in T.shape:
         raise AnalysisError(f"{name} must be a non-empty {ndim}-D array of shape {what}, got shape {tuple(T.shape)}.")
     T = T.to(torch.float64)
-    if not bool(torch.isfinite(T).all()):
+    # A finite sum proves there is no NaN/Inf (they propagate); only an overflowing sum needs the full check.
+    if not (bool(torch.isfinite(T.sum())) or bool(torch.isfinite(T).all())):
         raise AnalysisError(f"{name} contains NaN or Inf entries; drop or repair those samples before the column selection.")
     return T
 
@@ -91,6 +93,33 @@ def _check_args(k: object, f: object, d: int, max_swaps: object) -> None:
 
 # ------------------------------------------------------------------------------------ the core
 
+# Threads: the work is a chain of small LAPACK calls. OpenMP regions of 2+ threads stall badly
+# whenever another process holds a core (measured 10-80x slower on a shared 2-core machine), while
+# one thread costs at most ~25% on an idle one, so the public functions (input checks included: even
+# torch's elementwise ops are threaded) run torch at TORCH_THREADS threads (the process-wide setting
+# is restored on exit; None leaves it alone). LAPACK calls go through
+# torch (MKL) except the d×d pivoted QR, which only scipy offers.
+TORCH_THREADS: int | None = 1
+
+
+@contextlib.contextmanager
+def _torch_threads():
+    old = torch.get_num_threads()
+    change = TORCH_THREADS is not None and TORCH_THREADS != old
+    if change:
+        torch.set_num_threads(TORCH_THREADS)
+    try:
+        yield
+    finally:
+        if change:
+            torch.set_num_threads(old)
+
+
+def _t(x):
+    """numpy <-> torch without copying (float64, contiguous)."""
+    return x.numpy() if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))
+
+
 # Cholesky of the Gram matrix gives R with relative errors up to ~n·eps·κ², so it is trusted only
 # when κ_F(R) = ‖R‖_F·‖R⁻¹‖_F ≤ GRAM_KAPPA_MAX certifies κ₂(M) ≤ 1e3 (errors < 1e-6; a Gram
 # matrix that lost the small singular values cannot pass: σ_min(R)² ≤ σ_min(M)² + O(n·eps)·σ_1²).
@@ -101,21 +130,21 @@ GRAM_KAPPA_MAX = 1e3
 
 def _r_factor(T: torch.Tensor) -> np.ndarray:
     """d×d R factor(s) with RᵀR = TᵀT for T [..., n, d] (on T's device), zero-padded if n < d."""
-    n, d = T.shape[-2:]
-    R = torch.zeros(T.shape[:-2] + (d, d), dtype=T.dtype, device=T.device)
-    todo = torch.ones(T.shape[:-2], dtype=torch.bool, device=T.device)
+    *batch, n, d = T.shape
+    Tb = T.reshape(-1, n, d)
+    R = torch.zeros(Tb.shape[0], d, d, dtype=T.dtype, device=T.device)
+    todo = list(range(Tb.shape[0]))
     if n >= d and GRAM_KAPPA_MAX > 0:
-        L, _ = torch.linalg.cholesky_ex(T.mT @ T)  # ~n·d² flops, half of Householder and BLAS-3 only
-        Rc = L.mT
+        Rc = torch.linalg.cholesky_ex(Tb.mT @ Tb).L.mT  # ~n·d² flops, half of Householder, all BLAS-3
         eye = torch.eye(d, dtype=T.dtype, device=T.device).expand_as(Rc)
         Rinv = torch.linalg.solve_triangular(Rc, eye, upper=True)  # inf/NaN where Cholesky broke down
-        kappa = torch.linalg.matrix_norm(Rc) * torch.linalg.matrix_norm(Rinv)
-        todo = ~(kappa <= GRAM_KAPPA_MAX)  # NaN fails the test too
-        R = torch.where(todo[..., None, None], R, Rc)
-    if bool(todo.any()):
-        Rh = torch.linalg.qr(T[todo], mode="r").R  # [m, min(n, d), d]; rows beyond n are zero
-        R[todo, : Rh.shape[-2]] = Rh
-    return R.cpu().numpy()
+        good = torch.linalg.matrix_norm(Rc) * torch.linalg.matrix_norm(Rinv) <= GRAM_KAPPA_MAX  # NaN: False
+        R[good] = Rc[good]
+        todo = (~good).nonzero().flatten().tolist()
+    for i in todo:  # one 2-D QR per matrix: torch's batched QR is ~2x slower here
+        Rh = torch.linalg.qr(Tb[i], mode="r").R  # [min(n, d), d]
+        R[i, : Rh.shape[0]] = Rh
+    return R.reshape(*batch, d, d).cpu().numpy()
 
 
 def rho_matrix(R: np.ndarray, k: int) -> np.ndarray:
@@ -132,7 +161,7 @@ def rho_matrix(R: np.ndarray, k: int) -> np.ndarray:
         return np.full((k, d - k), np.inf)
     with np.errstate(all="ignore"):
         # One triangular solve gives both W = A⁻¹B and A⁻¹ (for the row norms 1/ω_i).
-        X = sla.solve_triangular(A, np.hstack([R[:k, k:], np.eye(k)]), check_finite=False)
+        X = _t(torch.linalg.solve_triangular(_t(A), _t(np.hstack([R[:k, k:], np.eye(k)])), upper=True))
         W, inv_omega = X[:, : d - k], np.linalg.norm(X[:, d - k:], axis=1)
         gamma = np.linalg.norm(R[k:, k:], axis=0)
         term = np.outer(inv_omega, gamma)
@@ -143,7 +172,7 @@ def rho_matrix(R: np.ndarray, k: int) -> np.ndarray:
 
 
 def _sigma_min(A: np.ndarray) -> float:
-    return float(torch.linalg.svdvals(torch.from_numpy(np.ascontiguousarray(A)))[-1])
+    return float(torch.linalg.svdvals(_t(A))[-1])
 
 
 def _swap_bound(R: np.ndarray, k: int, f: float) -> int:
@@ -163,7 +192,8 @@ def _select(R0: np.ndarray, n: int, k: int, f: float, max_swaps: int | None) -> 
     R, order = sla.qr(R0, mode="r", pivoting=True, check_finite=False)
     R = np.ascontiguousarray(R)
     diag = np.abs(np.diag(R))
-    # Numerical rank from the pivoted diagonal: |r_ii| ≥ ‖trailing block‖/sqrt(d), so nothing is missed.
+    # Numerical rank from the pivoted diagonal: |r_ii| ≥ ‖R[i:, i:]‖₂/sqrt(d−i), so no direction above
+    # the tolerance is declared null.
     rank = int((diag > np.finfo(np.float64).eps * max(n, d) * diag[0]).sum()) if diag[0] > 0 else 0
     kk = min(k, rank)  # the split the condition can be enforced at
     cap = _swap_bound(R, kk, f) + d if max_swaps is None else int(max_swaps)
@@ -185,7 +215,7 @@ def _select(R0: np.ndarray, n: int, k: int, f: float, max_swaps: int | None) -> 
         order[[i, j]] = order[[j, i]]
         # Columns < i are still triangular with zeros below row i, so only R[i:, i:] needs a new QR:
         # an O((d−i)³) d×d-sized step instead of re-factorising the n×d matrix.
-        R[i:, i:] = sla.qr(R[i:, i:], mode="r", check_finite=False)[0]
+        R[i:, i:] = _t(torch.linalg.qr(_t(R[i:, i:]), mode="r").R)
         swaps += 1
 
     sigma = _sigma_min(R[:k, :k])
@@ -197,6 +227,7 @@ def _select(R0: np.ndarray, n: int, k: int, f: float, max_swaps: int | None) -> 
 
 # ---------------------------------------------------------------------------------- public API
 
+@_torch_threads()
 def strong_rrqr(M: object, k: int, f: float = 1.5, max_swaps: int | None = None) -> RRQRResult:
     """Strong RRQR selection of k of the d columns of one sample matrix M [n, d] (numpy or torch).
 
@@ -209,6 +240,7 @@ def strong_rrqr(M: object, k: int, f: float = 1.5, max_swaps: int | None = None)
     return _select(_r_factor(T), n, int(k), float(f), max_swaps)
 
 
+@_torch_threads()
 def strong_rrqr_batched(Ms: object, k: int, f: float = 1.5, max_swaps: int | None = None) -> list[RRQRResult]:
     """`strong_rrqr` for every head of Ms [heads, n, d]: one batched n×d QR, then per-head d×d work."""
     T = _as_tensor(Ms, 3, "Ms")
@@ -217,6 +249,7 @@ def strong_rrqr_batched(Ms: object, k: int, f: float = 1.5, max_swaps: int | Non
     return [_select(R0, n, int(k), float(f), max_swaps) for R0 in _r_factor(T)]
 
 
+@_torch_threads()  # only for the shared input checks and final bookkeeping; the method is scipy
 def reference_rrqr(M: object, k: int, f: float = 1.5, max_swaps: int = 20,
                    dtype: type = np.float32) -> RRQRResult:
     """The reference code's approach (src/key_reduction/pruners/rrqr.py), for benchmarking ONLY.
@@ -225,7 +258,7 @@ def reference_rrqr(M: object, k: int, f: float = 1.5, max_swaps: int = 20,
     stop when min|diag A| < 1e-9, explicit A⁻¹ by a triangular solve with I, ω with +1e-12, at most
     20 swaps. Row subsampling to 5000 is the caller's job. Only k == d, where the original would fail
     on an empty ρ, returns at once. `max_rho` and `rho_qrcp` are recomputed exactly (float64) so that
-    they compare with `strong_rrqr`'s.
+    they compare with `strong_rrqr`'s; `rank` is not estimated (min(n, d)).
     """
     M = _as_tensor(M, 2, "M").numpy().astype(dtype)
     n, d = M.shape
@@ -265,16 +298,27 @@ def reference_rrqr(M: object, k: int, f: float = 1.5, max_swaps: int = 20,
 def kahan_matrix(d: int, theta: float, tau: float = 0.0) -> np.ndarray:
     """Kahan's d×d matrix diag(1, s, …, s^{d−1})·(I − c·strict_upper(1)), s = sin θ, c = cos θ.
 
-    All its columns have norm 1, so column pivoting meets only ties; scaling column j by (1−τ)^j
-    (τ > 0, as in the RRQR literature) makes QRCP keep the natural order, where it fails to reveal
-    the rank: |r_dd| = s^{d−1} is far above σ_min.
+    All its columns have norm 1, so column pivoting meets only ties, and in the natural order it
+    fails to reveal the rank: |r_dd| = s^{d−1} is far above σ_min. Scaling column j by (1−τ)^j
+    (τ > 0, as in the RRQR literature) breaks the ties towards that order.
     """
     s, c = math.sin(theta), math.cos(theta)
     K = np.eye(d) - c * np.triu(np.ones((d, d)), 1)
     return (s ** np.arange(d))[:, None] * K * ((1.0 - tau) ** np.arange(d))[None, :]
 
 
-def kahan_test_matrix(n: int, d: int, theta: float, seed: int = 0, tau: float = 1e-6) -> np.ndarray:
-    """[n, d] = (seeded random orthonormal n×d basis Q) @ kahan_matrix(d, θ, τ): R factor = Kahan."""
+def kahan_test_matrix(n: int, d: int, theta: float, seed: int = 0, tau: float = 1e-6,
+                      blocks: int = 1) -> np.ndarray:
+    """[n, d] = (seeded random orthonormal n×d basis Q) @ K, so M's R factor is K (up to signs).
+
+    K = kahan_matrix(d, θ, τ), or with blocks > 1 the block-diagonal of `blocks` Kahan matrices of
+    size d/blocks (columns scaled by (1−τ)^j): each block defeats QRCP on its own, so strong RRQR
+    then needs about one swap per block.
+    """
+    if blocks == 1:
+        K = kahan_matrix(d, theta, tau)
+    else:
+        K = sla.block_diag(*[kahan_matrix(d // blocks, theta) for _ in range(blocks)])
+        K = K * ((1.0 - tau) ** np.arange(d))[None, :]
     Q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((n, d)))
-    return Q @ kahan_matrix(d, theta, tau)
+    return Q @ K

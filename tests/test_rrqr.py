@@ -51,12 +51,12 @@ def check_strong(M, res, k, f=F):
 
 rng = np.random.default_rng(0)
 MATRICES = {
-    "random": rng.standard_normal((2000, 48)),
-    "scaled_columns": rng.standard_normal((2000, 48)) * np.logspace(0, -6, 48)[rng.permutation(48)],
-    "low_rank_plus_noise": rng.standard_normal((2000, 6)) @ rng.standard_normal((6, 48))
-                           + 1e-6 * rng.standard_normal((2000, 48)),
-    "kahan": kahan_test_matrix(1000, 64, 1.3, seed=1),
-    "rank_deficient": rng.standard_normal((2000, 10)) @ rng.standard_normal((10, 48)),
+    "random": rng.standard_normal((400, 48)),
+    "scaled_columns": rng.standard_normal((400, 48)) * np.logspace(0, -6, 48)[rng.permutation(48)],
+    "low_rank_plus_noise": rng.standard_normal((400, 6)) @ rng.standard_normal((6, 48))
+                           + 1e-6 * rng.standard_normal((400, 48)),
+    "kahan": kahan_test_matrix(400, 64, 1.3, seed=1),
+    "rank_deficient": rng.standard_normal((400, 10)) @ rng.standard_normal((10, 48)),
     "wide_n_lt_d": rng.standard_normal((20, 48)),
 }
 
@@ -105,7 +105,7 @@ def test_reference_reproduced_when_no_swaps():
 
 
 def test_kahan_needs_swaps_and_ours_fixes_it():
-    M = kahan_test_matrix(2000, 96, 1.4, seed=3)
+    M = kahan_test_matrix(400, 96, 1.4, seed=3)
     k = 64
     ref = reference_rrqr(M, k, F)                        # float32, as the reference code runs
     assert ref.rho_qrcp > F and ref.swaps >= 1           # plain QRCP is not strong RRQR here
@@ -118,15 +118,24 @@ def test_kahan_needs_swaps_and_ours_fixes_it():
     assert np.isclose(vol(after.kept) / vol(before.kept), before.rho_qrcp, rtol=1e-6)
 
 
+def test_block_kahan_needs_several_swaps():
+    M = kahan_test_matrix(400, 64, 1.0, seed=4, blocks=4)
+    ours = strong_rrqr(M, 32, F)
+    assert ours.rho_qrcp > F and ours.swaps >= 3
+    check_strong(M, ours, 32)
+    ref = reference_rrqr(M, 32, F, dtype=np.float64)
+    assert ref.converged and ref.swaps == ours.swaps and ref.max_rho <= F
+
+
 def test_max_swaps_cap_is_flagged():
-    M = kahan_test_matrix(1000, 64, 1.3, seed=1)
+    M = kahan_test_matrix(400, 64, 1.3, seed=1)
     res = strong_rrqr(M, 32, F, max_swaps=0)
     assert res.swaps == 0 and not res.converged and res.stop_reason == "max_swaps" and res.max_rho > F
 
 
 def test_tiny_scale_no_early_stop():
     """The reference gives up when min|diag A| < 1e-9 in absolute terms; ours is scale invariant."""
-    M = kahan_test_matrix(1000, 64, 1.3, seed=1)
+    M = kahan_test_matrix(400, 64, 1.3, seed=1)
     base = strong_rrqr(M, 32, F)
     small = strong_rrqr(M * 1e-12, 32, F)
     assert (small.kept == base.kept).all() and small.converged
@@ -146,7 +155,7 @@ def test_gram_and_householder_paths_agree(monkeypatch):
 
 def test_batched_equals_per_head():
     heads = np.stack([MATRICES["random"], MATRICES["scaled_columns"], MATRICES["low_rank_plus_noise"],
-                      MATRICES["rank_deficient"], kahan_test_matrix(2000, 48, 1.3, seed=2)])
+                      MATRICES["rank_deficient"], kahan_test_matrix(400, 48, 1.3, seed=2)])
     for k in (1, 20, 48):
         batched = strong_rrqr_batched(torch.from_numpy(heads).float(), k, F)
         for M, b in zip(heads, batched):
@@ -155,9 +164,11 @@ def test_batched_equals_per_head():
             assert np.isclose(s.max_rho, b.max_rho, rtol=1e-9)
 
 
-def test_torch_low_precision_input():
+def test_torch_low_precision_input_and_threads_restored():
     M = torch.from_numpy(MATRICES["random"]).to(torch.bfloat16)
+    threads = torch.get_num_threads()
     res = strong_rrqr(M, 16, F)
+    assert torch.get_num_threads() == threads  # the single-threaded section restores the setting
     check_strong(M.double().numpy(), res, 16)
 
 

@@ -1,0 +1,122 @@
+"""Calibration statistics for channel importance, gathered from train-split batches only.
+
+One no-grad forward pass records, per layer: the feature-wise RMS of the attention input (Wanda's
+‖X_j‖), the post-convolution query/key activations that enter the recurrence (pre-l2norm, as DRRQR
+uses them; taken from the recurrence op's inputs, so Gated DeltaNet's fused-conv path is covered),
+and the covariance of the l2-normalised keys (PCA). Gradients of the q/k projections (Taylor scores)
+come from a separate pass on a private copy of the model, only when a strategy asks for them.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+
+from analysis import data
+from analysis.backend import observe_recurrences
+from analysis.errors import AnalysisError
+from analysis.models import attention_layers
+
+DRRQR_ROWS = 5000  # sampled rows of [A_q; A_k] per head, as in the reference method
+
+
+@dataclass
+class LayerStats:
+    input_rms: torch.Tensor            # [hidden]
+    q_acts: torch.Tensor               # [N, H, dk] post-conv, pre-l2norm
+    k_acts: torch.Tensor               # [N, H, dk]
+    key_cov: torch.Tensor              # [H, dk, dk] covariance of l2-normalised keys (centred)
+    key_mean: torch.Tensor             # [H, dk]
+
+
+@dataclass
+class Calibration:
+    input_ids: torch.Tensor            # [n_sequences, seq_len], train split
+    layers: list[LayerStats]
+    label: str
+    _model: object = field(default=None, repr=False)
+    _grads: list | None = field(default=None, repr=False)
+
+    def gradients(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Σ over calibration sequences of ∇L w.r.t. (q_proj.weight, k_proj.weight), per layer."""
+        if self._grads is None:
+            self._grads = _qk_gradients(self._model, self.input_ids)
+        return self._grads
+
+    def drrqr_matrix(self, layer: int, head: int, seed: int = 0) -> torch.Tensor:
+        """[min(2N, 5000), dk]: query and key activation rows of one head, stacked then subsampled."""
+        stats = self.layers[layer]
+        M = torch.cat([stats.q_acts[:, head], stats.k_acts[:, head]]).double()
+        if M.shape[0] > DRRQR_ROWS:
+            idx = torch.randperm(M.shape[0], generator=torch.Generator().manual_seed(seed + 7919 * layer + head))
+            M = M[idx[:DRRQR_ROWS]]
+        return M
+
+
+def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed: int = 0,
+              input_ids: torch.Tensor | None = None) -> Calibration:
+    """Collect statistics on `n_sequences` random train-split windows (or the given ids)."""
+    if input_ids is None:
+        if n_sequences < 1 or seq_len < 2:
+            raise AnalysisError("Calibration needs at least one sequence of at least two tokens.")
+        input_ids = data.calibration_batches(tokenizer, n_sequences, seq_len, seed=seed)
+    attns = attention_layers(model)
+    sq = [0.0] * len(attns)
+    q_parts = [[] for _ in attns]
+    k_parts = [[] for _ in attns]
+    cov = [None] * len(attns)
+    calling = {"layer": 0}
+
+    def pre_hook(index):
+        def hook(_module, args, kwargs):
+            calling["layer"] = index
+            x = (args[0] if args else kwargs["hidden_states"]).detach().float()
+            sq[index] = sq[index] + x.square().sum(dim=(0, 1))
+        return hook
+
+    def observe(r):
+        i = calling["layer"]
+        q_parts[i].append(r.q_raw.float().flatten(0, 1).cpu())
+        k_parts[i].append(r.k_raw.float().flatten(0, 1).cpu())
+        k = r.k[:, :, :: r.k.shape[2] // r.k_raw.shape[2]].flatten(0, 1).double().cpu()  # undo GVA repeat
+        s1, s2 = k.sum(0), torch.einsum("nhi,nhj->hij", k, k)
+        cov[i] = (s1, s2, k.shape[0]) if cov[i] is None else (cov[i][0] + s1, cov[i][1] + s2, cov[i][2] + k.shape[0])
+
+    hooks = [a.register_forward_pre_hook(pre_hook(i), with_kwargs=True) for i, a in enumerate(attns)]
+    device = next(model.parameters()).device
+    try:
+        with torch.no_grad(), observe_recurrences(observe):
+            for batch in input_ids.split(8):
+                model(batch.to(device), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    n_tokens = input_ids.numel()
+    layers = []
+    for i in range(len(attns)):
+        s1, s2, n = cov[i]
+        mean = s1 / n
+        layers.append(LayerStats(input_rms=(sq[i] / n_tokens).sqrt().cpu(), q_acts=torch.cat(q_parts[i]),
+                                 k_acts=torch.cat(k_parts[i]), key_mean=mean.float(),
+                                 key_cov=((s2 - n * torch.einsum("hi,hj->hij", mean, mean)) / max(1, n - 1)).float()))
+    label = f"{input_ids.shape[0]}×{input_ids.shape[1]} tokens of the Shakespeare train split"
+    return Calibration(input_ids=input_ids, layers=layers, label=label, _model=model)
+
+
+def _qk_gradients(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Gradients for q/k projections only, on a private copy (the shared model is never touched)."""
+    work = copy.deepcopy(model).float()
+    work.requires_grad_(False)
+    params = []
+    for attn in attention_layers(work):
+        for proj in (attn.q_proj, attn.k_proj):
+            proj.weight.requires_grad_(True)
+            params.append(proj.weight)
+    device = next(work.parameters()).device
+    for seq in input_ids.split(4):
+        seq = seq.to(device)
+        work(seq, labels=seq, use_cache=False).loss.backward()
+    grads = [p.grad.detach().cpu() for p in params]
+    del work
+    return [(grads[2 * i], grads[2 * i + 1]) for i in range(len(grads) // 2)]

@@ -1,0 +1,182 @@
+"""importance, prune, ppl, latency, sweep: shrink a model and measure what it costs and gains."""
+from __future__ import annotations
+
+
+from analysis.commands.common import emit, load
+from analysis.errors import AnalysisError
+
+
+def _ratios(args):
+    if args.ratios:
+        try:
+            return None, [float(r) for r in args.ratios.split(",")]
+        except ValueError:
+            raise AnalysisError(f"--ratios must be comma-separated numbers, got {args.ratios!r}.") from None
+    return args.ratio, None
+
+
+def _calib_args(p):
+    p.add_argument("--calib-sequences", type=int, default=16, help="train-split windows for calibration")
+    p.add_argument("--calib-tokens", type=int, default=256, help="tokens per calibration window")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _setup_importance(p):
+    p.add_argument("--strategies", default="random,l1,wanda,grad,pca,drrqr")
+    p.add_argument("--ratio", type=float, default=0.5, help="ratio at which kept sets are compared")
+    _calib_args(p)
+
+
+def run_importance(args) -> None:
+    from analysis.importance import importance_report
+    model, tokenizer, meta = load(args)
+    report = importance_report(model, tokenizer, args.strategies.split(","), args.ratio,
+                               calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed)
+    report = {**meta, **report}
+    lines = [f"channel importance, {report['calibration']}; kept sets at ratio {args.ratio}",
+             "mean Jaccard agreement of kept sets (all layers and heads):"]
+    names = report["strategies"]
+    lines.append(" " * 8 + "".join(f"{n:>8s}" for n in names))
+    for a, row in zip(names, report["agreement"]):
+        lines.append(f"{a:>8s}" + "".join(f"{v:8.2f}" for v in row))
+    emit(args, report, "\n".join(lines))
+
+
+def _setup_prune(p):
+    p.add_argument("--strategy", required=True)
+    p.add_argument("--ratio", type=float, help="one ratio for all layers")
+    p.add_argument("--ratios", help="comma-separated ratio per layer")
+    p.add_argument("--round-to", type=int, choices=[16, 32, 64], help="round kept key dims to a multiple")
+    p.add_argument("--out", required=True, help="new directory for the pruned model")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--recover-steps", type=int, default=0, help="fine-tune q/k for this many steps afterwards")
+    p.add_argument("--eval-tokens", type=int, default=8192, help="test tokens for the before/after perplexity")
+    _calib_args(p)
+
+
+def run_prune(args) -> None:
+    from pathlib import Path
+
+    from analysis.calibration import calibrate
+    from analysis.evaluate import perplexity
+    from analysis.prune import plan_key_dims, prune, pruning_metadata, save_model, tiles
+    from analysis.recovery import recover
+    from analysis.strategies import get_strategy
+    ratio, ratios = _ratios(args)
+    if Path(args.out).exists() and not args.overwrite:
+        raise AnalysisError(f"{args.out} already exists; choose a new --out directory or pass --overwrite.")
+    strategy = get_strategy(args.strategy)
+    model, tokenizer, meta = load(args)
+    dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
+    calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
+        if strategy.needs_calibration else None
+    result = prune(model, args.strategy, dims, calib, seed=args.seed)
+    before = perplexity(model, tokenizer, "test", max_tokens=args.eval_tokens)
+    after = perplexity(result.model, tokenizer, "test", max_tokens=args.eval_tokens)
+    pruned = result.model
+    payload = {**meta, "strategy": args.strategy, "head_k_dims": dims, "tiles_per_head": tiles(dims),
+               "perplexity_before": before, "perplexity_after": after}
+    if args.recover_steps:
+        pruned, losses = recover(pruned, tokenizer, steps=args.recover_steps, seed=args.seed,
+                                 progress=lambda s, n, loss: print(f"recovery step {s}/{n} loss {loss:.3f}")
+                                 if s % 25 == 0 or s == n else None)
+        payload["perplexity_recovered"] = perplexity(pruned, tokenizer, "test", max_tokens=args.eval_tokens)
+        payload["recovery"] = {"steps": args.recover_steps, "final_loss": losses[-1]}
+    metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
+    save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite)
+    payload["out"] = args.out
+    lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)})",
+             f"test perplexity {before['perplexity']:.2f} -> {after['perplexity']:.2f} "
+             f"({after['tokens']} tokens, context {after['context']}, {after['dataset']})"]
+    if args.recover_steps:
+        lines.append(f"after {args.recover_steps} recovery steps: {payload['perplexity_recovered']['perplexity']:.2f}")
+    lines.append(f"saved {args.out}")
+    emit(args, payload, "\n".join(lines))
+
+
+def _setup_ppl(p):
+    p.add_argument("--split", default="test", help="test, validation, train, wiki, or recall (recall models)")
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--stride", type=int, default=None, help="default: the context (non-overlapping)")
+    p.add_argument("--max-tokens", type=int, default=None)
+
+
+def run_ppl(args) -> None:
+    from analysis.evaluate import perplexity
+    model, tokenizer, meta = load(args)
+    if args.split == "recall":
+        from analysis.recall_eval import recall_report
+        payload = {**meta, **recall_report(model)}
+        human = "\n".join(f"{r['pairs']:4d} pairs: accuracy {r['accuracy']:.3f}" for r in payload["by_pairs"])
+        emit(args, payload, human)
+        return
+    payload = {**meta, **perplexity(model, tokenizer, args.split, args.context, args.stride, args.max_tokens)}
+    human = (f"perplexity {payload['perplexity']:.3f}, {payload['bits_per_byte']:.4f} bits/byte on "
+             f"{payload['dataset']} ({payload['tokens']} tokens, context {payload['context']}, "
+             f"stride {payload['stride']}, {payload['device']} {payload['dtype']})")
+    if "note" in payload:
+        human += f"\nnote: {payload['note']}"
+    emit(args, payload, human)
+
+
+def _setup_latency(p):
+    p.add_argument("--key-dims", default="16,32,48,64", help="comma-separated key dims for the kernel sweep")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--tokens", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=None)
+
+
+def run_latency(args) -> None:
+    from analysis.latency import kernel_latency, model_latency
+    from analysis.models import describe
+    model, _, meta = load(args)
+    info = describe(model)
+    dims = [int(d) for d in args.key_dims.split(",")]
+    points = list(kernel_latency(dims, args.batch, args.tokens, info.value_heads, info.head_v_dim,
+                                 device=info.device, gated="gated" in info.model_type, threads=args.threads))
+    whole = model_latency(model, batch=args.batch, tokens=min(args.tokens, 256), threads=args.threads)
+    payload = {**meta, "kernel": points, "model_forward": whole}
+    lines = [f"{points[0]['op']} kernel, B{args.batch} T{args.tokens} H{info.value_heads} dv{info.head_v_dim}, "
+             f"{points[0]['dtype']} on {points[0]['device_name']} ({points[0]['timer']})"]
+    lines += [f"  dk {p['key_dim']:4d} ({p['tiles']} tile{'s' if p['tiles'] > 1 else ''}): {p['ms']:.2f} ms" for p in points]
+    lines.append(f"model forward B{whole['batch']} T{whole['tokens']}: {whole['ms']:.1f} ms")
+    emit(args, payload, "\n".join(lines))
+
+
+def _setup_sweep(p):
+    p.add_argument("--strategies", default="random,l1,wanda,grad,pca,drrqr")
+    p.add_argument("--ratios", default="0.25,0.5,0.75")
+    p.add_argument("--split", default="test")
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--eval-tokens", type=int, default=8192)
+    p.add_argument("--recover-steps", type=int, default=0)
+    p.add_argument("--no-latency", action="store_true")
+    p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
+    _calib_args(p)
+
+
+def run_sweep(args) -> None:
+    from analysis.sweep import sweep
+    model, tokenizer, meta = load(args)
+    ratios = [float(r) for r in args.ratios.split(",")]
+    results = []
+    for point in sweep(model, tokenizer, args.strategies.split(","), ratios, split=args.split, context=args.context,
+                       eval_tokens=args.eval_tokens, recover_steps=args.recover_steps,
+                       calib_sequences=args.calib_sequences, seed=args.seed, latency=not args.no_latency,
+                       use_cache=not args.no_cache):
+        results.append(point)
+        if args.json != "-":
+            extra = "" if point["strategy"] == "unpruned" else f" ({point['delta_vs_unpruned']:+.1%})"
+            print(f"{point['strategy']:>9s} ratio {point['ratio']:.2f} dk {point['head_k_dims']}: "
+                  f"ppl {point['perplexity']:.2f}{extra}" + (" [cached]" if point["cached"] else ""), flush=True)
+    emit(args, {**meta, "results": results}, "")
+
+
+COMMANDS = {
+    "importance": ("per-channel scores of every strategy and agreement of their kept sets",
+                   _setup_importance, run_importance),
+    "prune": ("prune query/key channels (uniform or per-layer ratios) into a new saved model", _setup_prune, run_prune),
+    "ppl": ("perplexity and bits per byte on a bundled split (or recall accuracy)", _setup_ppl, run_ppl),
+    "latency": ("recurrence-kernel latency vs key dim and whole-model forward latency", _setup_latency, run_latency),
+    "sweep": ("perplexity of strategies × ratios, cached; one line per result as it finishes", _setup_sweep, run_sweep),
+}

@@ -1,0 +1,102 @@
+"""Recall accuracy when Gaussian noise is added to the queries that enter the recurrence.
+
+The rank/noise theory (analysis.noise) predicts how a noisy query q = k + ε degrades a readout Sᵀq;
+this measures the end-to-end effect on the recall task (analysis.recall). Noise is added to the output
+of every layer's `q_conv1d` (the query after its short convolution and activation, before the kernel's
+l2 norm), only at the positions where the model must name a queried value. The SNR is defined per
+head and token as in analysis.noise: SNR = ‖q‖² / (dk σ²), so σ = ‖q‖ / sqrt(dk · 10^(snr/10)).
+
+Gated DeltaNet fuses its three convolutions into one call when use_cache=False, which bypasses
+`q_conv1d`; the model is therefore always run with use_cache=True, which takes the per-projection
+convolutions (the same arithmetic). Models without short convolutions are not supported.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+
+from analysis.errors import AnalysisError
+from analysis.models import attention_layers
+from analysis.recall import RecallTask, recall_batch
+
+
+def query_positions(labels: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: positions t whose next token is a scored value (the queried key tokens)."""
+    mask = torch.zeros_like(labels, dtype=torch.bool)
+    mask[:, :-1] = labels[:, 1:] != -100
+    return mask
+
+
+@contextlib.contextmanager
+def _noisy_queries(model, mask: torch.Tensor, snr_db: float | None, seed: int):
+    """Forward hooks on each q_conv1d adding N(0, σ²) noise at the masked positions (none if snr_db is None)."""
+    calls = {"n": 0}
+    hooks = []
+    gen = torch.Generator().manual_seed(seed)
+    for attn in attention_layers(model):
+        conv = getattr(attn, "q_conv1d", None)
+        if conv is None or not getattr(attn, "use_short_conv", True):
+            raise AnalysisError("Query-noise injection needs a model with short convolutions (use_short_conv=True); "
+                                "this model has none.")
+        heads, dk = attn.num_heads, attn.head_k_dim
+        # one standard-normal draw per layer, reused across SNRs (common random numbers: smooth curves)
+        z = torch.randn(*mask.shape, heads, dk, generator=gen)
+
+        def hook(_module, _args, output, z=z, heads=heads, dk=dk):
+            calls["n"] += 1
+            if snr_db is None:
+                return output
+            y, final = output
+            q = y.view(*y.shape[:-1], heads, dk).float()
+            sigma = q.norm(dim=-1, keepdim=True) / (dk * 10.0 ** (snr_db / 10.0)) ** 0.5
+            noise = z.to(y.device) * sigma * mask.to(y.device)[..., None, None]
+            return (q + noise).to(y.dtype).view_as(y), final
+        hooks.append(conv.register_forward_hook(hook))
+    try:
+        yield calls
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+@torch.no_grad()
+def _accuracy(model, task: RecallTask, snr_db: float | None, n_sequences: int, seed: int, batch: int,
+              noise_seed: int) -> tuple[float, int]:
+    gen = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    correct = total = 0
+    for index, start in enumerate(range(0, n_sequences, batch)):
+        ids, labels = recall_batch(task, min(batch, n_sequences - start), gen)
+        mask = query_positions(labels)
+        with _noisy_queries(model, mask, snr_db, noise_seed + index) as calls:
+            logits = model(ids.to(device), use_cache=True).logits[:, :-1]
+        if calls["n"] != len(attention_layers(model)):
+            raise AnalysisError("The query convolutions were bypassed, so no noise could be injected; "
+                                "this architecture is not supported.")
+        target = labels[:, 1:].to(device)
+        scored = target != -100
+        correct += int((logits.argmax(-1)[scored] == target[scored]).sum())
+        total += int(scored.sum())
+    return correct / total, total
+
+
+def recall_accuracy_under_noise(model, task: RecallTask, snr_db_list: Sequence[float], n_sequences: int = 256,
+                                seed: int = 1234, batch: int = 64, noise_seed: int = 0) -> dict:
+    """Recall accuracy per SNR (dB) with noisy queries at the query positions, plus the clean accuracy.
+
+    The same sequences (seed) and the same standard-normal noise (noise_seed) are used for every SNR.
+    Returns {"snr_db": [...], "accuracy": [...], "clean_accuracy": float, "queries": int}.
+    """
+    snrs = [float(s) for s in snr_db_list]
+    if not snrs or not all(torch.isfinite(torch.tensor(snrs))):
+        raise AnalysisError(f"snr_db_list must hold one or more finite SNRs in dB, got {snr_db_list!r}.")
+    if n_sequences < 1 or batch < 1:
+        raise AnalysisError(f"n_sequences and batch must be at least 1, got {n_sequences} and {batch}.")
+    if model.config.vocab_size < task.vocab_size:
+        raise AnalysisError(f"The recall task needs {task.vocab_size} token ids but the model's vocabulary has "
+                            f"{model.config.vocab_size}; use a model trained on this recall task.")
+    clean, total = _accuracy(model, task, None, n_sequences, seed, batch, noise_seed)
+    accuracy = [_accuracy(model, task, s, n_sequences, seed, batch, noise_seed)[0] for s in snrs]
+    return {"snr_db": snrs, "accuracy": accuracy, "clean_accuracy": clean, "queries": total}

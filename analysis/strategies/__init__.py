@@ -1,0 +1,20 @@
+"""Registry of channel-selection strategies: one interface (analysis.strategies.base.Strategy)."""
+from __future__ import annotations
+
+from analysis.errors import AnalysisError
+from analysis.strategies.base import Selection, Strategy
+from analysis.strategies.drrqr import DRRQRStrategy
+from analysis.strategies.pca import PCAStrategy
+from analysis.strategies.simple import GradientStrategy, L1Strategy, RandomStrategy, WandaStrategy
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    RandomStrategy(), L1Strategy(), WandaStrategy(), GradientStrategy(), PCAStrategy(), DRRQRStrategy())}
+
+
+def get_strategy(name: str) -> Strategy:
+    if name not in STRATEGIES:
+        raise AnalysisError(f"Unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
+    return STRATEGIES[name]
+
+
+__all__ = ["STRATEGIES", "Selection", "Strategy", "get_strategy"]

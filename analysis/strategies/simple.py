@@ -1,0 +1,48 @@
+"""Data-free and first-order strategies: random, L1 magnitude, Wanda, gradient (Taylor)."""
+from __future__ import annotations
+
+import torch
+
+from analysis.models import attention_layers
+from analysis.strategies.base import Strategy, head_rows, qk_weights
+
+
+class RandomStrategy(Strategy):
+    name, label = "random", "Random"
+    description = "Uniformly random channels per head (seeded); the baseline every method must beat."
+    needs_calibration = False
+
+    def scores(self, model, calib, seed=0):
+        gen = torch.Generator().manual_seed(seed)
+        return [torch.rand(a.num_heads, a.head_k_dim, generator=gen) for a in attention_layers(model)]
+
+
+class L1Strategy(Strategy):
+    name, label = "l1", "L1 magnitude"
+    description = "Row L1 norms of W_q plus W_k: Σ_j |W_q[c,j]| + |W_k[c,j]| (data-free)."
+    needs_calibration = False
+
+    def scores(self, model, calib, seed=0):
+        return [wq.abs().sum(-1) + wk.abs().sum(-1) for wq, wk in qk_weights(model)]
+
+
+class WandaStrategy(Strategy):
+    name, label = "wanda", "Wanda"
+    description = "Σ_j (|W_q[c,j]| + |W_k[c,j]|)·‖X_j‖ with X the attention input (feature-wise RMS)."
+
+    def scores(self, model, calib, seed=0):
+        return [((wq.abs() + wk.abs()) * stats.input_rms).sum(-1)
+                for (wq, wk), stats in zip(qk_weights(model), calib.layers)]
+
+
+class GradientStrategy(Strategy):
+    name, label = "grad", "Gradient (Taylor)"
+    description = "First-order Taylor |W ⊙ ∇_W L| summed per channel over W_q and W_k (calibration loss)."
+    needs_gradients = True
+
+    def scores(self, model, calib, seed=0):
+        out = []
+        for attn, (wq, wk), (gq, gk) in zip(attention_layers(model), qk_weights(model), calib.gradients()):
+            h = attn.num_heads
+            out.append((wq * head_rows(gq, h)).abs().sum(-1) + (wk * head_rows(gk, h)).abs().sum(-1))
+        return out

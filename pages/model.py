@@ -1,0 +1,56 @@
+"""Model: architecture summary, state size, and what fla's kernels will do with this model."""
+import pandas as pd
+import streamlit as st
+
+from analysis.models import TILE_ROWS
+from ui import figures
+from ui.context import current
+from ui.explain import explainer
+
+st.title("Model")
+explainer(
+    "Each DeltaNet / Gated DeltaNet layer keeps, per head, a recurrent state matrix S of shape dk × dv "
+    "(fla's K-first convention) that is updated by the delta rule at every token and read by the query. "
+    f"fla's chunk kernel holds S in tiles of {TILE_ROWS} key rows, so the key dimension dk sets both the state "
+    "size and the kernel's work: pruning dk only speeds things up when it removes whole tiles.",
+    [r"S_t = S_{t-1}\,(I - \beta_t k_t k_t^\top) + \beta_t k_t v_t^\top \quad\text{(DeltaNet)},\qquad "
+     r"S_t = \alpha_t S_{t-1}\,(I - \beta_t k_t k_t^\top) + \beta_t k_t v_t^\top \quad\text{(Gated)}",
+     r"o_t = \mathrm{scale}\cdot S_t^\top q_t,\qquad \text{fp32 state bytes} = 4\sum_\ell H^v_\ell\, d_{k,\ell}\, d_v",
+     r"\text{tiles per head} = \lceil d_k / 64 \rceil"])
+
+ctx = current()
+info = ctx.info
+dk_text = ", ".join(str(d) for d in info.head_k_dims)
+rows = [
+    ("Architecture", info.label), ("Layers", info.layers), ("Heads (q/k)", info.heads),
+    ("Value heads", info.value_heads), ("dk per head, by layer", dk_text), ("dv per head", info.head_v_dim),
+    ("Hidden size", info.hidden_size), ("Vocabulary", info.vocab_size), ("Parameters", f"{info.parameters:,}"),
+    ("fp32 state bytes per sequence", f"{info.state_bytes_per_sequence:,} ({info.state_bytes_per_sequence / 2**20:.2f} MiB)"),
+    ("Conv state bytes per sequence", f"{info.conv_state_bytes_per_sequence:,}"),
+    ("Device", info.device), ("dtype", info.dtype),
+]
+left, right = st.columns([2, 3])
+with left:
+    st.subheader(ctx.name)
+    st.table(pd.DataFrame(rows, columns=["Quantity", "Value"]).set_index("Quantity"))
+    if ctx.task is not None:
+        st.info("Recall model: no tokenizer; the text pages read synthetic recall sequences instead.")
+with right:
+    st.subheader("What the kernels will do")
+    tiles = ", ".join(f"layer {i}: {t}" for i, t in enumerate(info.key_tiles_per_head))
+    st.markdown(f"- Key tiles of {TILE_ROWS} rows per head ({tiles}); "
+                f"{sum(t * info.value_heads for t in info.key_tiles_per_head)} tiles per token across all heads and layers.")
+    if ctx.key.device == "cpu":
+        st.markdown("- On this CPU the project's pure-torch path runs every fla op (chunked delta rule in fp32). "
+                    "On a GPU, fla's Triton kernels would run instead.")
+    else:
+        st.markdown("- On this GPU fla's Triton kernels run unchanged (chunk mode beyond 64 tokens, "
+                    "fused recurrent below).")
+    if info.model_type.endswith("delta_net"):
+        note = "- DeltaNet's chunk kernel needs bf16 (or fp16) on GPU: it refuses fp32."
+        if ctx.key.device != "cpu" and ctx.key.dtype == "float32":
+            st.warning(note[2:] + " Pick bfloat16 in the sidebar.")
+        else:
+            st.markdown(note)
+    st.plotly_chart(figures.key_dim_bars(info.head_k_dims, TILE_ROWS), key="dk_bars")
+    st.caption(f"{ctx.name} · architecture read from the loaded modules · device {info.device} · dtype {info.dtype}")

@@ -1,0 +1,101 @@
+"""States & rank: a layer × head map of one rank metric, then one head's metric over tokens and its spectrum."""
+import numpy as np
+import streamlit as st
+
+from analysis.rank import METRIC_INFO
+from ui import figures, state
+from ui.context import current, traced
+from ui.explain import explainer
+from ui.labels import caption, metric_title
+from ui.reduce import mean_std
+
+st.title("States & rank")
+explainer(
+    "The model reads the chosen text; after every token each head's state S ∈ R^{dk×dv} is a matrix whose "
+    "singular values s₁ ≥ … ≥ s_m (m = min(dk, dv)) say how many independent key→value directions it holds. "
+    "The **heatmap** shows the chosen metric of the state after the last token, averaged over the sequences; "
+    "click a cell (or pick it below) to see that head's metric **over token position** (mean ± one standard "
+    "deviation across sequences) and its **singular spectrum** at chosen positions. "
+    "*Compare with random init* overlays the same architecture with random weights (seed 0): what training changed.",
+    [rf"\text{{{info.label}}}:\quad {info.formula}" for info in METRIC_INFO.values()],
+    "Zero state: every rank is 0. Non-finite states give NaN (shown as gaps).")
+
+ctx = current()
+if ctx.task is not None:
+    st.info("This recall model has no tokenizer: the states below come from synthetic recall sequences "
+            "(set their number and seed in the sidebar), not from text.")
+
+c1, c2, c3 = st.columns([2, 1, 1])
+metrics = list(METRIC_INFO)
+metric = c1.selectbox("Metric", metrics, format_func=lambda k: METRIC_INFO[k].label,
+                      key=state.remembered("metric", "rank_utilization", metrics))
+state.remember("metric")
+stride = c2.number_input("Stride (tokens)", 1, 1024, key=state.remembered("stride", 8), step=1,
+                         help="Collect the state every `stride` tokens (plus after the last token).")
+state.remember("stride")
+compare = c3.toggle("Compare with random init", key=state.remembered("compare_random", False))
+state.remember("compare_random")
+
+data = traced(ctx, stride)
+rand = traced(ctx, stride, random_init=True) if compare else None
+prov = ctx.provenance(data)
+values = data["metrics"][metric]                     # [L, B, H, P]
+n_layers, n_seq, n_heads, _ = values.shape
+final, _ = mean_std(values[..., -1], axis=1)         # [L, H]: last position, mean over sequences
+
+# A click on the heatmap (stored under its key by the previous run) selects the cell, once per click.
+click = st.session_state.get("rank_heatmap")
+points = (click or {}).get("selection", {}).get("points", []) if click else []
+if points:
+    cell = (int(round(points[0]["y"])), int(round(points[0]["x"])))
+    if cell != state.get("last_click") and 0 <= cell[0] < n_layers and 0 <= cell[1] < n_heads:
+        state.choose("sel_layer", cell[0])
+        state.choose("sel_head", cell[1])
+        st.session_state["last_click"] = cell
+layer = min(int(state.get("sel_layer", 0)), n_layers - 1)
+head = min(int(state.get("sel_head", 0)), n_heads - 1)
+
+title = f"{METRIC_INFO[metric].label} of the final state, by layer and head"
+z_title = metric_title(metric)
+final_rand = mean_std(rand["metrics"][metric][..., -1], axis=1)[0] if rand else None
+both = np.concatenate([final.ravel(), final_rand.ravel()]) if rand else final.ravel()
+zrange = (float(np.nanmin(both)), float(np.nanmax(both))) if rand and np.isfinite(both).any() else None
+cols = st.columns(2) if rand else [st.container()]
+with cols[0]:
+    suffix = " (trained)" if rand else ""
+    st.plotly_chart(figures.layer_head_heatmap(final, z_title, title + suffix, (layer, head), zrange),
+                    key="rank_heatmap", on_select="rerun", selection_mode="points")
+    st.caption(caption(prov, f"state after token {data['tokens'] - 1}, mean over {n_seq} sequences"))
+if rand:
+    with cols[1]:
+        st.plotly_chart(figures.layer_head_heatmap(final_rand, z_title, title + " (random init, seed 0)",
+                                                   (layer, head), zrange), key="rank_heatmap_random")
+        st.caption(caption(prov, "random-init weights (seed 0), same config and inputs"))
+
+st.subheader("Drill in")
+c1, c2, c3 = st.columns([1, 1, 3])
+layer = c1.selectbox("Layer", list(range(n_layers)), key=state.remembered("sel_layer", 0, range(n_layers)))
+state.remember("sel_layer")
+head = c2.selectbox("Head", list(range(n_heads)), key=state.remembered("sel_head", 0, range(n_heads)))
+state.remember("sel_head")
+positions = data["positions"]
+default_pos = sorted({positions[min(1, len(positions) - 1)], positions[len(positions) // 2], positions[-1]})
+chosen = c3.multiselect("Spectrum at token positions", positions,
+                        key=state.remembered("spectrum_positions", default_pos, positions))
+state.remember("spectrum_positions")
+
+left, right = st.columns(2)
+with left:
+    mean, std = mean_std(values[layer, :, head, :], axis=0)
+    overlay = mean_std(rand["metrics"][metric][layer, :, head, :], axis=0) if rand else None
+    st.plotly_chart(figures.metric_over_positions(positions, mean, std, z_title,
+                                                  f"{METRIC_INFO[metric].label}: layer {layer}, head {head}", overlay),
+                    key="rank_over_positions")
+    st.caption(caption(prov, f"every {stride} tokens, mean ± std over {n_seq} sequences"))
+with right:
+    index = [positions.index(p) for p in chosen]
+    spectra = lambda d: {f"after token {positions[i]}": d["singular_values"][layer][:, head, i].mean(0)  # noqa: E731
+                         for i in index}
+    st.plotly_chart(figures.singular_spectrum(spectra(data), f"Singular spectrum: layer {layer}, head {head}",
+                                              spectra(rand) if rand else None), key="spectrum")
+    st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))

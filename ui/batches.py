@@ -1,0 +1,49 @@
+"""Token batches for an InputSpec: real text through the model's tokenizer, or synthetic recall sequences.
+
+No streamlit here; ui.cache wraps these. Recall models (trained by `python -m analysis train --task
+recall`) have no tokenizer: their training.json names the task, and they read recall sequences only.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from analysis import inputs, models
+from analysis.recall import RecallTask, recall_batch
+from ui.keys import InputSpec
+
+
+def recall_task_for(model_dir: str) -> RecallTask | None:
+    """The recall task a model was trained on (from its training.json), or None for a language model."""
+    meta = Path(model_dir) / "training.json"
+    try:
+        cfg = json.loads(meta.read_text()) if meta.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return None
+    if cfg.get("task") != "recall":
+        return None
+    keys, pairs = int(cfg.get("recall_keys", 128)), int(cfg.get("recall_pairs", 16))
+    return RecallTask(n_keys=keys, n_values=keys, n_pairs=pairs, n_queries=pairs)
+
+
+def recall_label(task: RecallTask, seed: int) -> str:
+    return f"synthetic recall sequences ({task.n_pairs} pairs, {task.n_keys} keys, seed {seed})"
+
+
+def token_batch(model, tokenizer, spec: InputSpec, task: RecallTask | None) -> tuple[torch.Tensor, str]:
+    """(input_ids [sequences, tokens], dataset label) for the spec; recall models always get recall sequences."""
+    if task is not None:
+        ids, _ = recall_batch(task, int(spec.sequences), torch.Generator().manual_seed(int(spec.seed)))
+        return ids, recall_label(task, spec.seed)
+    source = inputs.resolve_text(text=spec.text) if spec.kind == "text" else inputs.resolve_text(split=spec.split)
+    ids = inputs.token_batch(tokenizer, source, int(spec.tokens), int(spec.sequences),
+                             vocab_size=model.config.vocab_size)
+    return ids, source.label
+
+
+def display_name(path: str) -> str:
+    """A bundled sample by its name, anything else by its path."""
+    p = Path(path)
+    return p.name if p.parent.resolve() == models.SAMPLES_DIR.resolve() else str(p)

@@ -1,0 +1,139 @@
+"""Streamlit caches over the core: shared models (cache_resource) and computed results (cache_data).
+
+The model returned by `shared_model` is ONE object for every session of this server process: it is
+NEVER mutated. Code that changes weights (pruning, fine-tuning) must `copy.deepcopy` it first and keep
+the copy in its own session. Forward hooks are a mutation too: every forward pass on a shared model
+(state collection registers hooks, recall noise injects through hooks) runs under `compute_lock`, so
+two sessions never interleave their hooks on the same modules (and GPU timings stay meaningful).
+
+cache_data results are plain numpy arrays / lists / dicts keyed by (ModelKey, InputSpec, settings),
+so revisiting a page only unpickles them.
+"""
+from __future__ import annotations
+
+import threading
+
+import streamlit as st
+import torch
+
+from analysis import models, noise
+from analysis.rank import METRIC_INFO
+from analysis.recall import RecallTask
+from analysis.recall_noise import recall_accuracy_under_noise
+from analysis.states import collect_states
+from ui import batches
+from ui.keys import InputSpec, ModelKey
+
+REAL_KEYS = 8  # real keys per head kept from the end of each sequence for the noise Monte Carlo
+
+
+@st.cache_resource(show_spinner=False)
+def compute_lock() -> threading.RLock:
+    """One process-wide lock around forward passes on shared models (re-entrant: cached calls nest)."""
+    return threading.RLock()
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def resolve(source: str, device: str, dtype: str) -> ModelKey:
+    """Validate a user's model choice into a ModelKey (cached briefly: hub ids would hit the network)."""
+    path = models.resolve_source(source)
+    dev = models.resolve_device(device)
+    dt = models.resolve_dtype(None if dtype == "auto" else dtype, dev)
+    return ModelKey(str(path), dev.type if dev.index is None else str(dev), str(dt).replace("torch.", ""))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def shared_model(key: ModelKey):
+    """The loaded model for `key`, shared by all sessions. Read-only: deepcopy before changing anything."""
+    with compute_lock():
+        return models.load_model(key.path, key.device, key.dtype)
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def random_init_model(key: ModelKey):
+    """Same config as `shared_model(key)`, random init with seed 0 (global RNG left untouched). Read-only."""
+    from transformers import AutoModelForCausalLM
+    config = shared_model(key).config
+    with compute_lock(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config)
+    return model.to(device=key.device, dtype=getattr(torch, key.dtype)).eval()
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def tokenizer(path: str):
+    return models.load_tokenizer(path)
+
+
+def recall_task(key: ModelKey) -> RecallTask | None:
+    return batches.recall_task_for(key.path)
+
+
+def _input_ids(key: ModelKey, spec: InputSpec) -> tuple[torch.Tensor, str]:
+    task = recall_task(key)
+    tok = None if task is not None else tokenizer(key.path)
+    return batches.token_batch(shared_model(key), tok, spec, task)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = False) -> dict:
+    """Metrics every `stride` tokens (+ the last), final states and the last real keys, as numpy arrays.
+
+    metrics[name]: [L, B, H, P]; singular_values, final_states, keys: one array per layer (key dims may
+    differ per layer) of shapes [B, H, P, m], [B, H, dk, dv], [B, H, n, dk].
+    """
+    ids, label = _input_ids(key, spec)
+    model = random_init_model(key) if random_init else shared_model(key)
+    with compute_lock():
+        trace = collect_states(model, ids, stride=stride, keep_keys=min(REAL_KEYS, ids.shape[1]))
+    return {
+        "positions": list(trace.positions),
+        "metrics": {k: trace.metric(k).float().numpy() for k in METRIC_INFO},
+        "singular_values": [layer.metrics["singular_values"].float().numpy() for layer in trace.layers],
+        "final_states": [layer.final_state.float().numpy() for layer in trace.layers],
+        "keys": [layer.keys.float().numpy() for layer in trace.layers],
+        "dataset": label, "tokens": int(ids.shape[1]), "sequences": int(ids.shape[0]),
+    }
+
+
+def _rms(x: torch.Tensor, dims) -> list:
+    """Root of the mean square over `dims` (sequences, keys), as a list over SNRs."""
+    return x.double().square().mean(dims).sqrt().tolist()
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def noise_data(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, snr_db: tuple,
+               directions: tuple, n_samples: int) -> dict:
+    """Analytic noise figures per sequence and Monte Carlo vs analytic RMS retrieval error per probe."""
+    trace = trace_data(key, spec, stride)
+    S = torch.from_numpy(trace["final_states"][layer][:, head])            # [B, dk, dv]
+    keys = torch.from_numpy(trace["keys"][layer][:, head])                 # [B, n, dk]
+    analytic = noise.analytic_noise(S)
+    m = analytic["singular_values"].shape[-1]
+    top = list(range(min(3, m)))
+    table = [{"sequence": b, "‖S‖_F²": float(analytic["noise_energy"][b]), "s1": float(analytic["worst_case_gain"][b]),
+              "κ": float(analytic["kappa"][b]),
+              **{f"Σs²/s_{j + 1}²": float(analytic["direction_gain"][b, j]) for j in top}} for b in range(S.shape[0])]
+    snr = list(snr_db)
+    gen = torch.Generator().manual_seed(0)
+    probes = []
+    dirs = [j for j in directions if j < m]
+    probe_keys = [(f"direction {j + 1}", noise.singular_direction_keys(S, [j])) for j in dirs]
+    probe_keys.append((f"real keys (last {keys.shape[1]})", keys))
+    for name, k in probe_keys:
+        mc_raw = noise.monte_carlo_retrieval_error(S, k, snr, n_samples, renormalize=False, generator=gen)
+        mc_ren = noise.monte_carlo_retrieval_error(S, k, snr, n_samples, renormalize=True, generator=gen)
+        pred = noise.analytic_retrieval_error(S, k, snr)
+        probes.append({"name": name, "mc_raw": _rms(mc_raw["mean_sq"].sqrt(), (0, 1)),
+                       "mc_renorm": _rms(mc_ren["mean_sq"].sqrt(), (0, 1)),
+                       "pred_raw": _rms(pred["rms_error"], (0, 1)), "pred_renorm": _rms(pred["rms_error_renorm"], (0, 1))})
+    return {"table": table, "probes": probes, "snr_db": snr,
+            "singular_values": analytic["singular_values"].mean(0).tolist(), "dk": int(S.shape[-2])}
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def recall_noise_data(key: ModelKey, task: RecallTask, snr_db: tuple, n_sequences: int) -> dict:
+    """Recall accuracy with noisy queries per SNR (and clean), on the shared model under the lock."""
+    with compute_lock():
+        return recall_accuracy_under_noise(shared_model(key), task, list(snr_db), n_sequences=n_sequences)
+

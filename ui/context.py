@@ -1,0 +1,54 @@
+"""What every page starts from: the chosen model (loaded, shared, read-only) and the chosen inputs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from analysis import models
+from analysis.recall import RecallTask
+from ui import cache
+from ui.batches import display_name
+from ui.errors import guard
+from ui.keys import InputSpec, ModelKey
+from ui.labels import Provenance
+
+NO_MODEL = ("No model is selected and no bundled sample is installed yet: in the sidebar choose "
+            "**Local directory** and enter a folder written by `save_pretrained` (or a hub id when online). "
+            "Bundled samples appear under `sample_models/`.")
+
+
+@dataclass
+class Context:
+    key: ModelKey
+    name: str
+    model: object          # shared across sessions: never mutate (see ui.cache)
+    info: models.ArchitectureInfo
+    spec: InputSpec
+    task: RecallTask | None  # set for recall models, which read synthetic sequences instead of text
+
+    def provenance(self, data: dict) -> Provenance:
+        return Provenance(self.name, data["dataset"], data["tokens"], data["sequences"],
+                          self.key.device, self.key.dtype)
+
+
+def current() -> Context:
+    """Load the sidebar's model (spinner on first load); show the problem and stop the page if it fails."""
+    source, device, dtype = st.session_state.get("model_request", ("", "auto", "auto"))
+    if not source:
+        st.info(NO_MODEL)
+        st.stop()
+    with guard():
+        key = cache.resolve(source, device, dtype)
+        with st.spinner(f"Loading {source} on {key.device} ({key.dtype})…"):
+            model = cache.shared_model(key)
+        info = models.describe(model)
+    spec = st.session_state.get("input_spec") or InputSpec("split")
+    return Context(key, display_name(key.path), model, info, spec, cache.recall_task(key))
+
+
+def traced(ctx: Context, stride: int, random_init: bool = False) -> dict:
+    """States of the chosen inputs (cached); bad inputs become one st.error sentence."""
+    what = "a random-init copy" if random_init else ctx.name
+    with guard(), st.spinner(f"Collecting recurrent states of {what} every {stride} tokens…"):
+        return cache.trace_data(ctx.key, ctx.spec, int(stride), random_init)

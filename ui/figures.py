@@ -1,0 +1,141 @@
+"""Pure plotly figure builders: plain arrays in, go.Figure out (no streamlit, no torch, no analysis import).
+
+Data are passed as Python lists (not numpy) so the figure JSON stays readable and easy to test.
+Infinite values (e.g. a key the state cannot read back) become gaps: plotly cannot draw inf.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+PALETTE = qualitative.Plotly
+RANDOM_COLOR = "#7f7f7f"
+
+
+def _list(x) -> list:
+    """Floats with NaN/inf as None (a gap in the line)."""
+    return [None if v is None or not math.isfinite(v) else float(v) for v in np.asarray(x, dtype=float).ravel()]
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, **kwargs) -> go.Figure:
+    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, margin=dict(l=60, r=20, t=50, b=50),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), **kwargs)
+    return fig
+
+
+def key_dim_bars(head_k_dims: Sequence[int], tile_rows: int = 64) -> go.Figure:
+    """dk per head for each layer, with dashed lines at the kernel's tile boundaries (multiples of tile_rows)."""
+    layers = list(range(len(head_k_dims)))
+    tiles = [-(-int(dk) // tile_rows) for dk in head_k_dims]
+    fig = go.Figure(go.Bar(x=layers, y=[int(d) for d in head_k_dims], name="dk per head",
+                           text=[f"{t} tile{'s' if t != 1 else ''}" for t in tiles], textposition="outside",
+                           hovertemplate="layer %{x}: dk = %{y} channels<extra></extra>"))
+    top = max([int(d) for d in head_k_dims] + [tile_rows])
+    for boundary in range(tile_rows, top + tile_rows, tile_rows):
+        fig.add_hline(y=boundary, line_dash="dash", line_color=RANDOM_COLOR,
+                      annotation_text=f"{boundary // tile_rows}×{tile_rows} rows", annotation_position="top left")
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, f"Key dimension per head, by layer (tiles of {tile_rows} rows)", "layer",
+                   "key dim dk per head (channels)")
+
+
+def layer_head_heatmap(values, z_title: str, title: str, selected: tuple[int, int] | None = None,
+                       zrange: tuple[float, float] | None = None) -> go.Figure:
+    """values [L, H] as a heatmap (layer 0 on top) plus invisible per-cell points that make cells clickable.
+
+    zrange fixes the colour scale, so two heatmaps (trained, random init) can be compared by colour.
+    """
+    z = np.asarray(values, dtype=float)
+    n_layers, n_heads = z.shape
+    zmin, zmax = zrange if zrange is not None else (None, None)
+    fig = go.Figure(go.Heatmap(z=[_list(row) for row in z], x=list(range(n_heads)), y=list(range(n_layers)),
+                               zmin=zmin, zmax=zmax,
+                               colorscale="Viridis", colorbar=dict(title=dict(text=z_title, side="right")),
+                               hovertemplate="layer %{y}, head %{x}: %{z:.4g}<extra></extra>"))
+    # Heatmap traces emit no selection events; transparent markers at the cell centres do.
+    ll, hh = np.meshgrid(range(n_layers), range(n_heads), indexing="ij")
+    fig.add_trace(go.Scatter(x=hh.ravel().tolist(), y=ll.ravel().tolist(), mode="markers", name="cells",
+                             customdata=np.stack([ll.ravel(), hh.ravel()], 1).tolist(), showlegend=False,
+                             marker=dict(size=24, symbol="square", color="rgba(0,0,0,0)"),
+                             hovertemplate="layer %{y}, head %{x} (click to inspect)<extra></extra>"))
+    if selected is not None:
+        layer, head = selected
+        fig.add_shape(type="rect", x0=head - 0.5, x1=head + 0.5, y0=layer - 0.5, y1=layer + 0.5,
+                      line=dict(color="white", width=3))
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(dtick=1, autorange="reversed")
+    return _layout(fig, title, "head", "layer", clickmode="event+select")
+
+
+def _band(fig: go.Figure, x, mean, spread, name: str, color: str, dash: str = "solid") -> None:
+    x, mean, spread = list(x), np.asarray(mean, float), np.asarray(spread, float)
+    upper, lower = _list(mean + spread), _list(mean - spread)
+    fig.add_trace(go.Scatter(x=x + x[::-1], y=upper + lower[::-1], fill="toself", fillcolor=color, opacity=0.2,
+                             line=dict(width=0), hoverinfo="skip", name=f"{name} ± 1 std", showlegend=True))
+    fig.add_trace(go.Scatter(x=x, y=_list(mean), mode="lines", name=f"{name} (mean)",
+                             line=dict(color=color, dash=dash)))
+
+
+def metric_over_positions(positions, mean, spread, y_title: str, title: str,
+                          random: tuple | None = None) -> go.Figure:
+    """Mean ± spread across sequences of a metric over token position; `random` = (mean, spread) overlay."""
+    fig = go.Figure()
+    _band(fig, positions, mean, spread, "trained", PALETTE[0])
+    if random is not None:
+        _band(fig, positions, random[0], random[1], "random init", RANDOM_COLOR, dash="dash")
+    return _layout(fig, title, "token position t (state after token t)", y_title)
+
+
+def singular_spectrum(curves: dict[str, Sequence[float]], title: str,
+                      random_curves: dict[str, Sequence[float]] | None = None) -> go.Figure:
+    """Singular values s_i (log y) against their index i, one line per position label."""
+    fig = go.Figure()
+    for n, (name, s) in enumerate(curves.items()):
+        s = _list(s)
+        fig.add_trace(go.Scatter(x=list(range(1, len(s) + 1)), y=s, mode="lines+markers", name=name,
+                                 line=dict(color=PALETTE[n % len(PALETTE)]), marker=dict(size=4)))
+    for n, (name, s) in enumerate((random_curves or {}).items()):
+        s = _list(s)
+        fig.add_trace(go.Scatter(x=list(range(1, len(s) + 1)), y=s, mode="lines", name=f"{name} (random init)",
+                                 line=dict(color=PALETTE[n % len(PALETTE)], dash="dot")))
+    fig.update_yaxes(type="log")
+    return _layout(fig, title, "singular value index i (1 = largest)", "singular value s_i (state units, log)")
+
+
+def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: str) -> go.Figure:
+    """Monte Carlo (markers) next to the analytic prediction (lines), raw and re-normalised queries, one plot.
+
+    probes: [{"name", "mc_raw", "mc_renorm", "pred_raw", "pred_renorm"}], each a list over snr_db.
+    """
+    fig = go.Figure()
+    x = [float(s) for s in snr_db]
+    for n, probe in enumerate(probes):
+        color = PALETTE[n % len(PALETTE)]
+        for kind, dash, symbol in (("raw", "solid", "circle"), ("renorm", "dot", "diamond-open")):
+            label = "raw query" if kind == "raw" else "re-normalised query"
+            fig.add_trace(go.Scatter(x=x, y=_list(probe[f"mc_{kind}"]), mode="markers", legendgroup=probe["name"],
+                                     name=f"{probe['name']}, {label}: Monte Carlo",
+                                     marker=dict(color=color, symbol=symbol, size=8)))
+            fig.add_trace(go.Scatter(x=x, y=_list(probe[f"pred_{kind}"]), mode="lines", legendgroup=probe["name"],
+                                     name=f"{probe['name']}, {label}: analytic",
+                                     line=dict(color=color, dash=dash)))
+    fig.update_yaxes(type="log")
+    return _layout(fig, title, "SNR = ‖k‖² / (dk σ²) (dB)", "relative retrieval error ‖Sᵀ(q−k)‖ / ‖Sᵀk‖ (RMS)",
+                   legend=dict(orientation="v", x=1.02, y=1))
+
+
+def recall_accuracy_vs_snr(snr_db: Sequence[float], accuracy: Sequence[float], clean: float, title: str,
+                           chance: float | None = None) -> go.Figure:
+    """Recall accuracy with noisy queries against SNR, with the clean accuracy (and chance) as reference lines."""
+    fig = go.Figure(go.Scatter(x=[float(s) for s in snr_db], y=_list(accuracy), mode="lines+markers",
+                               name="noisy queries", hovertemplate="%{x} dB: %{y:.3f}<extra></extra>"))
+    fig.add_hline(y=float(clean), line_dash="dash", line_color=PALETTE[2], annotation_text=f"clean {clean:.3f}")
+    if chance is not None:
+        fig.add_hline(y=float(chance), line_dash="dot", line_color=RANDOM_COLOR,
+                      annotation_text=f"chance {chance:.3f}")
+    fig.update_yaxes(range=[0, 1.05])
+    return _layout(fig, title, "query SNR = ‖q‖² / (dk σ²) (dB)", "recall accuracy (fraction of queried values)")

@@ -1,0 +1,41 @@
+"""Axis titles, units and the provenance caption that goes under every chart (pure, no streamlit)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# Units for the metric axis; the ranks count singular directions, the norms are in the state's own units.
+METRIC_UNITS = {
+    "stable_rank": "directions",
+    "rank_utilization": "fraction of min(dk, dv)",
+    "effective_rank": "directions",
+    "participation_ratio": "directions",
+    "numerical_rank": "directions",
+    "energy_rank": "directions",
+    "condition_number": "ratio s1 / s_r",
+    "fro_norm": "state units",
+    "spectral_norm": "state units",
+}
+
+
+def metric_title(key: str) -> str:
+    """'Stable rank (directions)': the METRIC_INFO label with its unit."""
+    from analysis.rank import METRIC_INFO  # light module; keeps this file importable without fla at import time
+    label = METRIC_INFO[key].label if key in METRIC_INFO else key
+    unit = METRIC_UNITS.get(key)
+    return f"{label} ({unit})" if unit else label
+
+
+class Provenance(NamedTuple):
+    """Where a number came from: shown under each chart so no value travels without its context."""
+    model: str
+    dataset: str
+    tokens: int
+    sequences: int
+    device: str
+    dtype: str
+
+
+def caption(p: Provenance, extra: str = "") -> str:
+    line = (f"{p.model} · {p.dataset} · context {p.tokens} tokens × {p.sequences} sequences · "
+            f"device {p.device} · dtype {p.dtype}")
+    return f"{line} · {extra}" if extra else line
