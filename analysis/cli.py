@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (helptext, setup, run) in commands.COMMANDS.items():
         p = sub.add_parser(name, help=helptext, description=helptext)
         setup(p)
-        if name not in ("models", "train"):
+        if name not in ("models", "train", "card"):
             _model_args(p)
         elif name == "models":
             p.add_argument("--json", metavar="PATH|-", help="write the list to PATH, or stdout with -")

@@ -263,7 +263,10 @@ def reference_rrqr(M: object, k: int, f: float = 1.5, max_swaps: int = 20,
     M = _as_tensor(M, 2, "M").numpy().astype(dtype)
     n, d = M.shape
     _check_args(k, f, d, max_swaps)
+    max_swaps = 20 if max_swaps is None else max_swaps
     _, R, P = sla.qr(M, pivoting=True, mode="economic")
+    if n < d:  # zero rows make R square (the original would crash on a non-square A instead)
+        R = np.vstack([R, np.zeros((d - n, d), R.dtype)])
     rho0 = float(rho_matrix(R.astype(np.float64), k).max(initial=0.0))
     swaps, reason = 0, "max_swaps"
     for _ in range(max_swaps if k < d else 0):
@@ -282,6 +285,8 @@ def reference_rrqr(M: object, k: int, f: float = 1.5, max_swaps: int = 20,
         i, j = np.unravel_index(np.argmax(rho), rho.shape)
         P[i], P[k + j] = P[k + j], P[i]
         _, R = sla.qr(M[:, P], mode="economic")  # the full re-factorisation (defect B6)
+        if n < d:
+            R = np.vstack([R, np.zeros((d - n, d), R.dtype)])
         swaps += 1
     if k == d:
         reason = "converged"
@@ -300,7 +305,9 @@ def kahan_matrix(d: int, theta: float, tau: float = 0.0) -> np.ndarray:
 
     All its columns have norm 1, so column pivoting meets only ties, and in the natural order it
     fails to reveal the rank: |r_dd| = s^{d−1} is far above σ_min. Scaling column j by (1−τ)^j
-    (τ > 0, as in the RRQR literature) breaks the ties towards that order.
+    (τ > 0, as in the RRQR literature) breaks the ties towards that order; with τ = 0 rounding breaks
+    them instead and scipy's QRCP mostly escapes (max ρ ≈ 1–2 at d = 128), hence τ = 1e-6 in
+    `kahan_test_matrix`.
     """
     s, c = math.sin(theta), math.cos(theta)
     K = np.eye(d) - c * np.triu(np.ones((d, d)), 1)

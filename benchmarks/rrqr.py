@@ -35,6 +35,18 @@ F = 1.5
 KAHAN = [(1.2, 96, 1), (1.3, 64, 1), (1.4, 120, 1), (1.5, 32, 1), (1.0, 64, 4), (1.2, 96, 8), (0.9, 64, 16)]
 
 
+def _bundled_model_activations(name: str = "deltanet-small") -> list[tuple[str, np.ndarray]]:
+    """Per-head [A_q; A_k] calibration matrices of the bundled trained model (5000 × dk), if it exists."""
+    from analysis import models
+    if not any(s.name == name for s in models.list_samples()):
+        return []
+    from analysis.calibration import calibrate
+    model = models.load_model(name, device="cpu")
+    calib = calibrate(model, models.load_tokenizer(model), n_sequences=16, seq_len=256)
+    return [(f"{name} layer {l} head {h}", calib.drrqr_matrix(l, h).float().numpy())
+            for l in range(len(calib.layers)) for h in range(calib.layers[l].q_acts.shape[1])]
+
+
 def load_real_activations() -> list[tuple[str, np.ndarray]]:
     """(label, M [n, d]) per head: from DATA if it exists, else synthetic SiLU activations.
 
@@ -42,6 +54,9 @@ def load_real_activations() -> list[tuple[str, np.ndarray]]:
     5000 are subsampled (seeded) as the reference does.
     """
     rng = np.random.default_rng(0)
+    real = _bundled_model_activations()
+    if real:
+        return real
     if DATA.exists():
         out = []
         with np.load(DATA) as z:

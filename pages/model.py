@@ -32,7 +32,7 @@ rows = [
 left, right = st.columns([2, 3])
 with left:
     st.subheader(ctx.name)
-    st.table(pd.DataFrame(rows, columns=["Quantity", "Value"]).set_index("Quantity"))
+    st.table(pd.DataFrame([(k, str(v)) for k, v in rows], columns=["Quantity", "Value"]).set_index("Quantity"))
     if ctx.task is not None:
         st.info("Recall model: no tokenizer; the text pages read synthetic recall sequences instead.")
 with right:

@@ -61,7 +61,8 @@ with guard(), st.spinner("Monte Carlo over noisy queries…"):
 
 st.subheader(f"Layer {layer}, head {head}: analytic figures of the final state")
 table = pd.DataFrame(result["table"]).set_index("sequence")
-table.loc["mean"] = table.mean()
+table.index = [f"sequence {i}" for i in table.index]
+table.loc["mean over sequences"] = table.mean()
 st.dataframe(table.style.format("{:.4g}"))
 st.caption(caption(prov, f"state after token {data['tokens'] - 1}; ‖S‖_F² is the noise energy per unit σ², "
                          f"s1 the worst-case gain, κ at the numerical rank (τ = 1e-3)"))

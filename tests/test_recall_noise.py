@@ -6,8 +6,11 @@ from analysis.errors import AnalysisError
 from analysis.recall import RecallTask, recall_accuracy, recall_batch
 from analysis.recall_noise import query_positions, recall_accuracy_under_noise
 from conftest import build_tiny
+from ui_fixtures import one_torch_thread  # noqa: F401
 
 TASK = RecallTask(n_keys=16, n_values=16, n_pairs=4, n_queries=4)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -5,27 +5,24 @@ recall`) have no tokenizer: their training.json names the task, and they read re
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from analysis import inputs, models
+from analysis.errors import AnalysisError
 from analysis.recall import RecallTask, recall_batch
+from analysis.recall_eval import task_of
 from ui.keys import InputSpec
 
 
 def recall_task_for(model_dir: str) -> RecallTask | None:
-    """The recall task a model was trained on (from its training.json), or None for a language model."""
-    meta = Path(model_dir) / "training.json"
+    """The recall task a model was trained on (its training.json), or None for a language model."""
     try:
-        cfg = json.loads(meta.read_text()) if meta.is_file() else {}
-    except (OSError, json.JSONDecodeError):
+        return task_of(SimpleNamespace(analysis_source=model_dir))
+    except (AnalysisError, OSError, ValueError, KeyError):
         return None
-    if cfg.get("task") != "recall":
-        return None
-    keys, pairs = int(cfg.get("recall_keys", 128)), int(cfg.get("recall_pairs", 16))
-    return RecallTask(n_keys=keys, n_values=keys, n_pairs=pairs, n_queries=pairs)
 
 
 def recall_label(task: RecallTask, seed: int) -> str:

@@ -22,8 +22,9 @@ def _list(x) -> list:
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, **kwargs) -> go.Figure:
+    kwargs.setdefault("legend", dict(orientation="h", yanchor="top", y=-0.2, x=0))
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, margin=dict(l=60, r=20, t=50, b=50),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), **kwargs)
+                      **kwargs)
     return fig
 
 

@@ -54,3 +54,17 @@ def run_train(args) -> None:
 
 COMMANDS = {"train": ("train a small DeltaNet / Gated DeltaNet (language modelling or associative recall)",
                       _setup_train, run_train)}
+
+
+def _setup_card(p):
+    p.add_argument("model", help="a trained model directory or bundled sample name (must hold training.json)")
+    p.add_argument("--json", metavar="PATH|-", help="also write the card's numbers to PATH, or stdout with -")
+
+
+def run_card(args) -> None:
+    from analysis.model_card import write_card
+    card = write_card(args.model)
+    emit(args, card, f"wrote README.md and card.json for {card['name']}")
+
+
+COMMANDS["card"] = ("measure a trained model and write its model card (README.md + card.json)", _setup_card, run_card)

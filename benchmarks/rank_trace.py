@@ -1,0 +1,108 @@
+"""Rank utilization at EVERY token, all layers and heads: ours vs the reference approach, side by side.
+
+Reference (as camail-official/LinearAttentionPruning's effective_state_rank.py does it): hook the
+post-conv q/k/v and β, then a token-by-token Python recurrence per layer, and per head and token a
+LAPACK spectral norm (numpy.linalg.norm(ord=2), a full SVD) plus the Frobenius norm. Here it is run for
+every sequence of the batch so both methods produce the same numbers (the reference code itself only
+kept batch element 0).
+Ours: one model forward; the recurrence inputs are intercepted and u is tracked with a warm-started
+power iteration (analysis.rank_trace), no SVD. Last line: `speedup_vs_reference: N`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import analysis  # noqa: E402,F401
+from analysis import data, models  # noqa: E402
+from analysis.backend import observe_recurrences  # noqa: E402
+from analysis.rank_trace import collect_utilization_trace  # noqa: E402
+
+
+def reference_trace(model, ids) -> list[np.ndarray]:
+    """Per layer u [B, H, T] from a Python token loop and numpy SVD norms (the reference approach)."""
+    recorded = []
+    with torch.no_grad(), observe_recurrences(recorded.append):
+        model(ids, use_cache=False)
+    out = []
+    for r in recorded:
+        q, k, v, beta = r.q.numpy(), r.k.numpy(), r.v.numpy(), r.beta.numpy()
+        decay = np.exp(r.g.numpy()) if r.g is not None else None
+        B, T, H, dk = k.shape
+        dv = v.shape[-1]
+        u = np.zeros((B, H, T))
+        for b in range(B):
+            S = np.zeros((H, dk, dv), dtype=np.float32)
+            for t in range(T):
+                if decay is not None:
+                    S = S * decay[b, t][:, None, None]
+                kt = k[b, t]
+                err = v[b, t] - np.einsum("hkv,hk->hv", S, kt)
+                S = S + beta[b, t][:, None, None] * kt[:, :, None] * err[:, None, :]
+                for h in range(H):
+                    spec = np.linalg.norm(S[h], 2)
+                    fro = np.linalg.norm(S[h])
+                    u[b, h, t] = 0.0 if spec == 0 else fro ** 2 / spec ** 2 / min(dk, dv)
+        out.append(u)
+    return out
+
+
+def forward_tokens_per_s(model, ids, token_loop: bool = False) -> float:
+    """Best of 3 no-grad forwards; `token_loop` swaps the chunked recurrence for the per-token loop."""
+    from analysis import backend
+    from analysis.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
+    backend.chunked_delta_rule = (lambda *a, on_chunk=None, **k: recurrent_delta_rule(*a, **k)) if token_loop \
+        else chunked_delta_rule
+    try:
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                model(ids, use_cache=False)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        backend.chunked_delta_rule = chunked_delta_rule
+    return ids.numel() / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="deltanet-small")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model = models.load_model(args.model, device="cpu")
+    tok = models.load_tokenizer(model)
+    ids = data.token_windows(data.encode(data.load_text("test"), tok), args.tokens, max_windows=args.batch)
+    info = models.describe(model)
+    print(f"model {args.model}: {info.layers} layers × {info.heads} heads, dk {info.head_k_dims[0]}, "
+          f"dv {info.head_v_dim}; {args.batch} test windows × {args.tokens} tokens; CPU, {args.threads} threads")
+    t0 = time.perf_counter()
+    ref = reference_trace(model, ids)
+    t_ref = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ours = collect_utilization_trace(model, ids)
+    t_ours = time.perf_counter() - t0
+    n = sum(u.size for u in ref)
+    du = max(float(np.abs(o["rank_utilization"].numpy() - r).max()) for o, r in zip(ours, ref))
+    iters = np.mean([float(o["mean_iterations"]) for o in ours])
+    print(f"reference: {t_ref:8.2f} s  ({t_ref / n * 1e6:.1f} µs per token·head, {n} states)")
+    print(f"ours:      {t_ours:8.2f} s  ({t_ours / n * 1e6:.1f} µs per token·head; "
+          f"{iters:.2f} power-iteration steps per token on average)")
+    print(f"max |Δu| = {du:.2e} (target ≤ 1e-4)")
+    print(f"CPU forward, {info.parameters / 1e6:.2f} M parameters, {args.batch}×{args.tokens} tokens: "
+          f"chunked path {forward_tokens_per_s(model, ids):,.0f} tokens/s, "
+          f"token loop {forward_tokens_per_s(model, ids, token_loop=True):,.0f} tokens/s")
+    print(f"speedup_vs_reference: {t_ref / t_ours:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The dashboard under streamlit.testing.v1.AppTest, on tiny random-init models saved in a tmp dir."""
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.testing.v1 import AppTest
+
+from ui_fixtures import one_torch_thread, save_tiny_lm, save_tiny_recall  # noqa: F401
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+PAGES = {"pages/model.py": "Model", "pages/states.py": "States & rank", "pages/query_noise.py": "Query noise",
+         "pages/importance.py": "Channel importance", "pages/prune.py": "Prune", "pages/sweep.py": "Sweep & latency"}
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(autouse=True)
+def navigation_only(monkeypatch):
+    """Treat pages/ as st.navigation pages, as `streamlit run` does after the first st.navigation call.
+
+    AppTest re-detects the legacy pages/ directory before every run, so from the second run on it would
+    execute the current page file directly (legacy multipage mode), skipping app.py and its sidebar.
+    """
+    original = PagesManager.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+    monkeypatch.setattr(PagesManager, "__init__", init)
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    return save_tiny_lm(tmp_path_factory.mktemp("tiny-lm"))
+
+
+@pytest.fixture(scope="module")
+def recall_dir(tmp_path_factory):
+    return save_tiny_recall(tmp_path_factory.mktemp("tiny-recall"))
+
+
+def start(monkeypatch, model_dir) -> AppTest:
+    monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(model_dir))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def charts(at) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def one_sentence(message: str) -> bool:
+    return message.endswith(".") and ". " not in message.rstrip(".") and "\n" not in message
+
+
+def assert_clean(at):
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_first_open_shows_the_default_model_with_a_chart(monkeypatch, lm_dir):
+    at = start(monkeypatch, lm_dir)
+    assert_clean(at)
+    assert at.title[0].value == "Model"
+    assert at.text_input(key="w:model_dir").value == str(lm_dir)
+    [spec] = charts(at)
+    assert spec["data"][0]["type"] == "bar" and spec["layout"]["xaxis"]["title"]["text"] == "layer"
+    table = at.table[0].value
+    assert table.loc["Layers", "Value"] == "2" and table.loc["dtype", "Value"] == "float32"
+    assert any("device cpu" in c.value for c in at.caption)
+    assert at.expander[0].label == "What am I seeing?"
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_page_renders(monkeypatch, lm_dir, page):
+    at = start(monkeypatch, lm_dir)
+    at.switch_page(page).run()
+    assert_clean(at)
+    assert at.title[0].value == PAGES[page]
+    assert at.expander[0].label == "What am I seeing?"
+    if page == "pages/states.py":
+        specs = charts(at)
+        assert [s["data"][0]["type"] for s in specs] == ["heatmap", "scatter", "scatter"]
+        assert at.selectbox(key="w:metric").value == "rank_utilization"
+        assert "Shakespeare" in at.caption[0].value and "256 tokens × 4 sequences" in at.caption[0].value
+    if page == "pages/query_noise.py":
+        assert "theorem text is not available" in at.info[0].value
+        [spec] = charts(at)
+        assert spec["layout"]["yaxis"]["type"] == "log" and len(spec["data"]) == 12  # 3 probes × raw/renorm × MC/analytic
+        assert len(at.dataframe) == 1
+
+
+def test_states_metric_choice_click_free_drill_in_and_random_init(monkeypatch, lm_dir):
+    at = start(monkeypatch, lm_dir)
+    at.switch_page("pages/states.py").run()
+    at.selectbox(key="w:metric").set_value("effective_rank").run()
+    at.selectbox(key="w:sel_layer").set_value(1).run()
+    at.toggle(key="w:compare_random").set_value(True).run()
+    assert_clean(at)
+    specs = charts(at)
+    assert [s["data"][0]["type"] for s in specs] == ["heatmap", "heatmap", "scatter", "scatter"]
+    assert "Effective rank" in specs[0]["layout"]["title"]["text"]
+    assert "layer 1, head 0" in specs[2]["layout"]["title"]["text"]
+    assert any("random init" in t["name"] for t in specs[2]["data"])
+    # the choices survive a trip to another page and back
+    at.switch_page("pages/model.py").run()
+    at.switch_page("pages/states.py").run()
+    assert at.selectbox(key="w:metric").value == "effective_rank" and at.selectbox(key="w:sel_layer").value == 1
+
+
+def test_bad_model_choices_show_one_sentence_and_recover(monkeypatch, lm_dir, tmp_path):
+    at = start(monkeypatch, lm_dir)
+    at.text_input(key="w:model_dir").set_value(str(tmp_path / "nowhere")).run()
+    assert not at.exception and len(at.error) == 1 and one_sentence(at.error[0].value)
+    assert "nowhere" in at.error[0].value
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    at.text_input(key="w:model_dir").set_value(str(empty)).run()
+    assert len(at.error) == 1 and "config.json" in at.error[0].value and one_sentence(at.error[0].value)
+    assert at.sidebar.radio(key="w:model_kind").value == "Local directory"  # the app is still there
+    at.text_input(key="w:model_dir").set_value(str(lm_dir)).run()
+    assert_clean(at)
+    assert len(charts(at)) == 1
+
+
+def test_too_short_pasted_text_shows_one_sentence_and_recovers(monkeypatch, lm_dir):
+    at = start(monkeypatch, lm_dir)
+    at.switch_page("pages/states.py").run()
+    at.radio(key="w:text_kind").set_value("Pasted text").run()
+    at.text_area(key="w:pasted_text").set_value("To be, or not to be.").run()
+    assert not at.exception and len(at.error) == 1
+    assert "tokens" in at.error[0].value and one_sentence(at.error[0].value)
+    at.number_input(key="w:tokens").set_value(4).run()  # below the minimum: clamped by the widget
+    at.number_input(key="w:tokens").set_value(8).run()
+    at.number_input(key="w:sequences").set_value(1).run()
+    assert_clean(at)
+    assert "pasted text" in at.caption[0].value and len(charts(at)) == 3
+
+
+def test_recall_model_reads_recall_sequences(monkeypatch, recall_dir):
+    at = start(monkeypatch, recall_dir)
+    assert any("recall model" in i.value for i in at.sidebar.info)
+    assert not at.sidebar.get("text_area")
+    at.switch_page("pages/states.py").run()
+    assert_clean(at)
+    assert "synthetic recall sequences" in at.caption[0].value
+    at.switch_page("pages/query_noise.py").run()
+    assert_clean(at)
+    specs = charts(at)
+    assert len(specs) == 2 and "recall accuracy" in specs[1]["layout"]["yaxis"]["title"]["text"]

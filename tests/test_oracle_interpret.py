@@ -1,0 +1,48 @@
+"""Slow oracle: whole tiny models on the CPU path vs fla's REAL Triton kernels under TRITON_INTERPRET=1.
+
+T ≤ 64 so fla's layers pick their fused_recurrent kernels (the chunk kernels cannot run interpreted).
+The oracle runs in a subprocess that never imports `analysis`, so nothing of ours is in its path.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import build_tiny
+
+ORACLE = Path(__file__).parent / "oracle" / "interpret_run.py"
+
+
+def rel(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-12)).item()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, overrides", [
+    ("delta_net", {"use_gate": True, "expand_k": 0.5}),                       # dk 16 ≠ dv 32, gated output norm
+    ("gated_deltanet", {"num_v_heads": 4, "allow_neg_eigval": True, "expand_v": 2.0}),  # GVA, β×2
+])
+def test_models_match_fla_kernels(tmp_path, kind, overrides):
+    model = build_tiny(kind, **overrides)
+    model.save_pretrained(tmp_path)
+    ids = torch.randint(0, 8192, (2, 24), generator=torch.Generator().manual_seed(3))
+    torch.save(ids, tmp_path / "ids.pt")
+    run = subprocess.run([sys.executable, str(ORACLE), str(tmp_path), str(tmp_path / "ids.pt"),
+                          str(tmp_path / "oracle.pt")], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    oracle = torch.load(tmp_path / "oracle.pt")
+    with torch.no_grad():
+        full = model(ids, use_cache=True)
+        cache = model(ids[:, :22], use_cache=True).past_key_values
+        steps = []
+        for t in (22, 23):
+            out = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            steps.append(out.logits)
+    assert rel(full.logits, oracle["logits"]) < 1e-4
+    assert rel(torch.cat(steps, 1), oracle["decode_logits"]) < 1e-4
+    for i in range(2):
+        assert rel(full.past_key_values[i]["recurrent_state"], oracle["states"][i]) < 1e-4
+        assert rel(cache[i]["recurrent_state"], oracle["decode_states"][i]) < 1e-4
