@@ -15,6 +15,7 @@ from analysis.states import collect_states
 
 CARD_CONTEXT = 256
 RANK_WINDOWS = 8
+EVAL_TOKENS = {"test": None, "wiki": 65536}  # whole Shakespeare test split; the first 64 Ki Wikipedia tokens
 
 
 def _rank_by_layer(model, tokenizer) -> list[float]:
@@ -47,9 +48,9 @@ def build_card(source: str) -> dict:
         card["recall"] = recall_report(model)
         return card
     tokenizer = load_tokenizer(model)
-    card["evaluation"] = [perplexity(model, tokenizer, split, CARD_CONTEXT) for split in ("test", "wiki")]
+    card["evaluation"] = [perplexity(model, tokenizer, split, CARD_CONTEXT, max_tokens=n) for split, n in EVAL_TOKENS.items()]
     card["test_first_2k"] = perplexity(model, tokenizer, "test", CARD_CONTEXT, max_tokens=2048)
-    card["unigram"] = [unigram_baseline(tokenizer, split) for split in ("test", "wiki")]
+    card["unigram"] = [unigram_baseline(tokenizer, split, max_tokens=n) for split, n in EVAL_TOKENS.items()]
     card["rank_utilization"] = {"trained": _rank_by_layer(model, tokenizer),
                                 "random_init": _rank_by_layer(_random_init_like(model), tokenizer),
                                 "setting": f"u(S) of the state after the last token, mean over heads and "

@@ -12,7 +12,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import torch
 
 from analysis.calibration import calibrate
 from analysis.evaluate import perplexity

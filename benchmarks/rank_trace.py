@@ -32,7 +32,7 @@ def reference_trace(model, ids) -> list[np.ndarray]:
         model(ids, use_cache=False)
     out = []
     for r in recorded:
-        q, k, v, beta = r.q.numpy(), r.k.numpy(), r.v.numpy(), r.beta.numpy()
+        k, v, beta = r.k.numpy(), r.v.numpy(), r.beta.numpy()
         decay = np.exp(r.g.numpy()) if r.g is not None else None
         B, T, H, dk = k.shape
         dv = v.shape[-1]

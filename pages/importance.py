@@ -1,17 +1,106 @@
 """Channel importance: per-channel scores of each pruning strategy, kept masks, agreement between strategies."""
+import json
+
 import streamlit as st
 
+from analysis import data
+from analysis.strategies import STRATEGIES
+from ui import frame, shrink, shrink_figures, state
+from ui.batches import recall_label
+from ui.context import current
+from ui.errors import guard
 from ui.explain import explainer
-from ui.pending import notice_if_missing
+from ui.labels import Provenance, caption
+
+frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Channel importance")
 explainer(
     "Pruning keeps dk' = dk (1 − ρ) of each head's query/key channels. Each strategy scores the channels "
-    "(or, for PCA, a rotation of them) and keeps the best: random, L1 of the weights, Wanda (|W| times the "
-    "input activation norm), gradient (Taylor), PCA, and DRRQR — strong rank-revealing QR on the post-conv "
-    "activations entering the recurrence. This page previews the scores and the kept masks before anything "
-    "is pruned, and how much the strategies agree.",
-    [r"\text{L1: } \textstyle\sum_j |W_{ij}|,\qquad \text{Wanda: } |W_{ij}|\,\|X_j\|_2,\qquad "
-     r"\text{Taylor: } |W \odot \nabla_W \mathcal L|",
-     r"d_k' = \lfloor d_k\,(1-\rho_\ell) \rfloor,\qquad \text{agreement} = |A\cap B| / d_k'"])
-notice_if_missing("Channel importance")
+    "and keeps the best: random, L1 of the weights, Wanda (|W| times the input activation norm), gradient "
+    "(Taylor, needs a backward pass), and DRRQR — strong rank-revealing QR on the post-conv activations entering "
+    "the recurrence. **PCA is a rotation, not axis-aligned**: it keeps the top principal directions of the keys, "
+    "so its bars are the explained variance per direction and it has no channel mask. The **bars** show one "
+    "head's scores (kept channels coloured), the **mask** lines the kept sets up side by side, the **agreement** "
+    "matrix is the Jaccard overlap of the kept sets, and the **energy** bars show how much of the activations "
+    "the kept channels carry. All statistics come from the train split only.",
+    [r"\text{L1: } \textstyle\sum_j |W^q_{cj}| + |W^k_{cj}|,\qquad \text{Wanda: } "
+     r"\textstyle\sum_j (|W^q_{cj}| + |W^k_{cj}|)\,\|X_j\|_2,\qquad \text{Taylor: } \sum |W \odot \nabla_W \mathcal L|",
+     r"d_k' = \lfloor d_k\,(1-\rho) \rfloor,\qquad J(A, B) = \frac{|A\cap B|}{|A\cup B|}",
+     r"\text{kept energy} = \operatorname{mean}_{t,h}\ \frac{\|P x_t\|^2}{\|x_t\|^2}\quad "
+     r"(x = \text{post-conv query or key},\ P = \text{keep the chosen channels})",
+     r"\text{PCA: } \Sigma_k = \operatorname{Cov}(\hat k) = V \Lambda V^\top,\quad W' = V_{:, 1..d_k'}^\top W"
+     r"\quad(\text{rotation, not axis-aligned})"])
+
+ctx = current()
+settings = shrink.calibration_controls(ctx)
+names = list(STRATEGIES)
+c1, c2, c3, c4 = st.columns([3, 2, 1, 1])
+chosen = c1.multiselect("Strategies", names, format_func=shrink.strategy_label,
+                        key=state.remembered("importance_strategies", names, names))
+state.remember("importance_strategies")
+ratio = c2.slider("Pruning ratio ρ", 0.05, 0.95, key=state.remembered("importance_ratio", 0.5), step=0.05)
+state.remember("importance_ratio")
+n_layers = ctx.info.layers
+layer = c3.selectbox("Layer", list(range(n_layers)), key=state.remembered("sel_layer", 0, range(n_layers)))
+state.remember("sel_layer")
+layer = min(int(layer), n_layers - 1)
+heads = list(range(ctx.info.heads))
+head = c4.selectbox("Head", heads, key=state.remembered("sel_head", 0, heads))
+state.remember("sel_head")
+if not chosen:
+    st.info("Pick at least one strategy to score the channels.")
+    st.stop()
+
+with guard():
+    calib = shrink.prepare(ctx.key, settings, any(STRATEGIES[n].needs_gradients for n in chosen))
+    with st.spinner("Scoring channels and choosing the kept sets…"):
+        report = shrink.importance(ctx.key, settings, tuple(chosen), float(ratio))
+
+dataset = recall_label(ctx.task, settings.seed) if ctx.task else f"{data.dataset_label('train')} (calibration)"
+prov = Provenance(ctx.name, dataset, settings.tokens, settings.sequences, ctx.key.device, ctx.key.dtype)
+dk, kept_dk = ctx.info.head_k_dims[layer], report["head_k_dims"][layer]
+st.caption(f"Calibration: {calib.label}, computed once for this model and shared by the Shrink pages.")
+
+st.subheader(f"Scores: layer {layer}, head {head} (keep {kept_dk} of {dk} channels at ρ = {ratio:.2f})")
+columns = st.columns(min(3, len(chosen)))
+for i, name in enumerate(chosen):
+    scores = report["scores"][name][layer][head]
+    kept = report["kept"][name][layer][head] if name in report["kept"] else [kept_dk]
+    fig = shrink_figures.score_bars(scores, kept, name, shrink.strategy_label(name), shrink.strategy_label(name))
+    with columns[i % len(columns)]:
+        st.plotly_chart(fig, key=f"scores_{name}")
+st.caption(caption(prov, f"layer {layer}, head {head}; coloured = kept at ρ = {ratio:.2f}"))
+
+aligned = report["strategies"]
+st.subheader("Kept masks side by side")
+if aligned:
+    masks = {shrink.strategy_label(n): report["kept"][n][layer][head] for n in aligned}
+    st.plotly_chart(shrink_figures.kept_mask_heatmap(masks, f"Kept channels, layer {layer}, head {head}"),
+                    key="kept_masks")
+if "pca" in chosen:
+    st.caption(f"PCA ({shrink_figures.PCA_NOTE}) keeps the top {kept_dk} principal directions, a rotation of all "
+               f"{dk} channels, so it has no channel mask and is left out of the masks, the agreement and the energy.")
+
+left, right = st.columns(2)
+with left:
+    st.subheader("Agreement between strategies")
+    if len(aligned) >= 2:
+        labels = [shrink.strategy_label(n) for n in aligned]
+        st.plotly_chart(shrink_figures.agreement_heatmap(labels, report["agreement"],
+                                                         "Jaccard overlap of the kept sets"), key="agreement")
+        st.caption(caption(prov, "mean over all layers and heads"))
+    else:
+        st.info("Pick two or more axis-aligned strategies to compare their kept sets.")
+with right:
+    st.subheader("Energy of the kept activations, per layer")
+    if aligned:
+        tabs = st.tabs(["query", "key"])
+        for tab, which in zip(tabs, ("query", "key")):
+            energy = {shrink.strategy_label(n): [row[which] for row in report["kept_energy"][n]] for n in aligned}
+            tab.plotly_chart(shrink_figures.kept_energy_bars(energy, which, f"Kept {which} energy at ρ = {ratio:.2f}"),
+                             key=f"energy_{which}")
+        st.caption(caption(prov, "post-conv activations entering the recurrence, mean over tokens and heads"))
+
+st.download_button("Download scores and kept sets (JSON)", json.dumps({"model": ctx.name, **report}),
+                   file_name=f"importance_rho{ratio:.2f}.json", mime="application/json", on_click="ignore")

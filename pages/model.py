@@ -3,9 +3,11 @@ import pandas as pd
 import streamlit as st
 
 from analysis.models import TILE_ROWS
-from ui import figures
+from ui import figures, frame
 from ui.context import current
 from ui.explain import explainer
+
+frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Model")
 explainer(
@@ -25,7 +27,8 @@ rows = [
     ("Architecture", info.label), ("Layers", info.layers), ("Heads (q/k)", info.heads),
     ("Value heads", info.value_heads), ("dk per head, by layer", dk_text), ("dv per head", info.head_v_dim),
     ("Hidden size", info.hidden_size), ("Vocabulary", info.vocab_size), ("Parameters", f"{info.parameters:,}"),
-    ("fp32 state bytes per sequence", f"{info.state_bytes_per_sequence:,} ({info.state_bytes_per_sequence / 2**20:.2f} MiB)"),
+    ("fp32 state bytes per sequence",
+     f"{info.state_bytes_per_sequence:,} ({info.state_bytes_per_sequence / 2**20:.2f} MiB)"),
     ("Conv state bytes per sequence", f"{info.conv_state_bytes_per_sequence:,}"),
     ("Device", info.device), ("dtype", info.dtype),
 ]
@@ -38,8 +41,9 @@ with left:
 with right:
     st.subheader("What the kernels will do")
     tiles = ", ".join(f"layer {i}: {t}" for i, t in enumerate(info.key_tiles_per_head))
-    st.markdown(f"- Key tiles of {TILE_ROWS} rows per head ({tiles}); "
-                f"{sum(t * info.value_heads for t in info.key_tiles_per_head)} tiles per token across all heads and layers.")
+    total = sum(t * info.value_heads for t in info.key_tiles_per_head)
+    st.markdown(f"- Key tiles of {TILE_ROWS} rows per head ({tiles}); each sequence's state is {total} tiles "
+                "across all heads and layers.")
     if ctx.key.device == "cpu":
         st.markdown("- On this CPU the project's pure-torch path runs every fla op (chunked delta rule in fp32). "
                     "On a GPU, fla's Triton kernels would run instead.")

@@ -2,12 +2,14 @@
 import pandas as pd
 import streamlit as st
 
-from ui import cache, figures, state
+from ui import cache, figures, frame, state
 from ui.batches import recall_label
 from ui.context import current, traced
 from ui.errors import guard
 from ui.explain import explainer
 from ui.labels import Provenance, caption
+
+frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Query noise")
 st.info("The paper's theorem text is not available here: the predictions on this page are standard "

@@ -3,11 +3,13 @@ import numpy as np
 import streamlit as st
 
 from analysis.rank import METRIC_INFO
-from ui import figures, state
+from ui import figures, frame, state
 from ui.context import current, traced
 from ui.explain import explainer
 from ui.labels import caption, metric_title
 from ui.reduce import mean_std
+
+frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("States & rank")
 explainer(
@@ -45,8 +47,10 @@ final, _ = mean_std(values[..., -1], axis=1)         # [L, H]: last position, me
 
 # A click on the heatmap (stored under its key by the previous run) selects the cell, once per click.
 click = st.session_state.get("rank_heatmap")
-points = (click or {}).get("selection", {}).get("points", []) if click else []
-if points:
+points = ((click or {}).get("selection") or {}).get("points") or []
+if not points:
+    st.session_state["last_click"] = None  # a later click on the same cell is a new click
+else:
     cell = (int(round(points[0]["y"])), int(round(points[0]["x"])))
     if cell != state.get("last_click") and 0 <= cell[0] < n_layers and 0 <= cell[1] < n_heads:
         state.choose("sel_layer", cell[0])

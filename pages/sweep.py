@@ -1,15 +1,186 @@
 """Sweep & latency: perplexity vs pruning ratio per strategy, and kernel latency vs key dim, drawn live."""
-import streamlit as st
+import json
 
+import streamlit as st
+import torch
+
+from analysis import data
+from analysis import latency as latencies
+from analysis import sweep as sweeps
+from analysis.strategies import STRATEGIES
+from ui import cache, frame, jobs, shrink, shrink_figures, state
+from ui.context import current
+from ui.errors import guard
 from ui.explain import explainer
-from ui.pending import notice_if_missing
+from ui.parse import number_list
+from ui.shrink_report import points_csv, points_json
+
+frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Sweep & latency")
 explainer(
-    "A sweep prunes the model at a series of ratios for each strategy and measures perplexity on a stated "
-    "dataset, split, context and stride; a latency sweep times the recurrence kernel against the key "
-    "dimension (fla's Triton kernels on GPU after warm-up, the torch path on CPU), with device and dtype "
-    "on every number. Points appear one by one while the work runs.",
-    [r"\mathrm{PPL} = \exp\Big(-\frac{1}{N}\sum_{t} \log p(x_t \mid x_{<t})\Big)",
-     r"\text{latency}(d_k') = \operatorname{median}_{\text{runs}}\ t_{\text{kernel}}"])
-notice_if_missing("The sweep")
+    "A **sweep** prunes the model at a series of ratios for each strategy and measures perplexity on the test "
+    "split with the stated context and token count; the dashed line is the unpruned model. A **latency sweep** "
+    "times the recurrence kernel against the key dimension (fla's Triton kernels on GPU after warm-up, the "
+    "project's torch path on CPU), with device, dtype and shape on every number; dotted lines mark the 64-row "
+    "tile boundaries of fla's chunk kernel, where the time steps. Points appear one by one while the work runs; "
+    "**Stop** takes effect between points, and sweep results are cached on disk, so a stopped sweep resumes "
+    "where it left off.",
+    [r"\mathrm{PPL} = \exp\Big(-\frac{1}{N}\sum_{t} \log p(x_t \mid x_{<t})\Big),\qquad "
+     r"\Delta = \mathrm{PPL}_\rho / \mathrm{PPL}_0 - 1",
+     r"d_k' = \lfloor d_k\,(1-\rho) \rfloor,\qquad "
+     r"\text{latency}(d_k') = \operatorname{median}_{\text{runs}}\ t_{\text{kernel}},\qquad "
+     r"\text{tiles} = \lceil d_k'/64 \rceil"])
+
+ctx = current()
+labels = {n: s.label for n, s in STRATEGIES.items()}
+
+
+def merged(points: list, point: dict, same) -> None:
+    """Replace the point with the same identity (a resumed sweep yields finished points again) or append it."""
+    for i, old in enumerate(points):
+        if same(old, point):
+            points[i] = point
+            return
+    points.append(point)
+
+
+def downloads(points: list, settings: dict, stem: str) -> None:
+    d1, d2, _ = st.columns([1, 1, 4])
+    d1.download_button("Download CSV", points_csv(points), file_name=f"{stem}.csv", mime="text/csv",
+                       on_click="ignore", key=f"{stem}_csv")
+    d2.download_button("Download JSON", points_json(points, settings), file_name=f"{stem}.json",
+                       mime="application/json", on_click="ignore", key=f"{stem}_json")
+
+
+st.header("Perplexity vs pruning ratio")
+if ctx.task is not None:
+    st.info("The sweep scores text perplexity, and this recall model has no tokenizer; use the Prune page for "
+            "its recall accuracy. The latency sweep below works for every model.")
+else:
+    names = list(STRATEGIES)
+    c1, c2 = st.columns([3, 2])
+    chosen = c1.multiselect("Strategies", names, format_func=labels.get,
+                            key=state.remembered("sweep_strategies", ["random", "l1", "wanda"], names))
+    state.remember("sweep_strategies")
+    ratio_text = c2.text_input("Ratios ρ (comma-separated)", key=state.remembered("sweep_ratios", "0.25, 0.5, 0.75"))
+    state.remember("sweep_ratios")
+    s1, s2, s3, s4, s5 = st.columns(5)
+    context = int(s1.number_input("Context (tokens)", 16, 4096, key=state.remembered("eval_context", 256), step=64))
+    state.remember("eval_context")
+    eval_tokens = int(s2.number_input("Tokens to score", 64, 10**6, key=state.remembered("eval_tokens", 4096), step=1024))
+    state.remember("eval_tokens")
+    calib_n = int(s3.number_input("Calibration sequences", 1, 256, key=state.remembered("calib_sequences", 16), step=1))
+    state.remember("calib_sequences")
+    recover_steps = int(s4.number_input("Recovery steps per point", 0, 10_000, key=state.remembered("sweep_recover", 0),
+                                        step=10))
+    state.remember("sweep_recover")
+    per_point = s5.checkbox("Time the kernel per point", key=state.remembered("sweep_latency", False))
+    state.remember("sweep_latency")
+    with guard():
+        ratios = number_list(ratio_text, "pruning ratios", 0.0, 1.0)
+    if not chosen:
+        st.info("Pick at least one strategy to sweep.")
+    else:
+        settings = {"model": ctx.name, "strategies": chosen, "ratios": ratios, "split": "test", "context": context,
+                    "eval_tokens": eval_tokens, "calib_sequences": calib_n, "recover_steps": recover_steps,
+                    "latency": per_point, "seed": 0, "device": ctx.key.device, "dtype": ctx.key.dtype}
+        points = st.session_state.setdefault("sweep_results", {}).setdefault(json.dumps(settings, sort_keys=True), [])
+        expected = 1 + len(chosen) * len(ratios)
+        label = "Run sweep" if not points else "Resume sweep" if len(points) < expected else "Run again (cached)"
+        jobs.buttons("sweep", label)
+        progress = st.empty()
+        chart = st.empty()
+        drawn = [0]
+
+        def draw():
+            base = next((p for p in points if p["strategy"] == "unpruned"), None)
+            y_title = (f"perplexity (test split, context {base['context']}, {base['tokens']:,} tokens)" if base
+                       else "perplexity (test split)")
+            drawn[0] += 1
+            chart.plotly_chart(shrink_figures.sweep_figure(points, labels, "Perplexity vs pruning ratio", y_title),
+                               key=f"sweep_chart_{drawn[0]}")
+
+        draw()
+        if jobs.active("sweep"):
+            with guard():
+                tok = cache.tokenizer(ctx.key.path)
+                gen = sweeps.sweep(ctx.model, tok, chosen, ratios, split="test", context=context,
+                                   eval_tokens=eval_tokens, recover_steps=recover_steps, calib_sequences=calib_n,
+                                   latency=per_point)
+                for point in jobs.steps("sweep", shrink.locked(gen)):
+                    merged(points, point, lambda a, b: (a["strategy"], a["ratio"]) == (b["strategy"], b["ratio"]))
+                    progress.progress(min(1.0, len(points) / expected),
+                                      text=f"{len(points)} of {expected} points (unpruned baseline first)")
+                    draw()
+            st.rerun()  # finished or stopped: redraw the buttons and captions for the new results
+        base = points[0] if points else {"dataset": data.dataset_label("test"), "context": context, "stride": context,
+                                          "tokens": eval_tokens, "device": ctx.key.device, "dtype": ctx.key.dtype}
+        st.caption(f"{ctx.name} · {base['dataset']} · context {base['context']}, stride {base['stride']}, "
+                   f"{'' if points else 'up to '}{base['tokens']:,} scored tokens · calibration {calib_n} train-split "
+                   f"sequences × 256 tokens · device {base['device']} · dtype {base['dtype']} · "
+                   f"results cached in {sweeps.CACHE_DIR}")
+        if points:
+            if len(points) < expected and not jobs.active("sweep"):
+                st.info(f"Stopped after {len(points)} of {expected} points; **Resume sweep** continues from the cache.")
+            downloads(points, settings, "sweep")
+
+st.header("Kernel latency vs key dim")
+info = ctx.info
+gated = "gated" in info.model_type
+l1, l2, l3, l4 = st.columns([3, 1, 1, 1])
+dim_text = l1.text_input("Key dims dk (comma-separated)", key=state.remembered("latency_dims", "16, 32, 48, 64, 96, 128"))
+state.remember("latency_dims")
+batch = int(l2.number_input("Batch", 1, 64, key=state.remembered("latency_batch", 2), step=1))
+state.remember("latency_batch")
+tokens = int(l3.number_input("Tokens", 16, 16384, key=state.remembered("latency_tokens", 512), step=256))
+state.remember("latency_tokens")
+threads = int(l4.number_input("CPU threads", 1, 256, key=state.remembered("latency_threads", torch.get_num_threads()),
+                              step=1, disabled=ctx.key.device != "cpu"))
+state.remember("latency_threads")
+with guard():
+    key_dims = sorted(number_list(dim_text, "key dims", 1, 257, integer=True))
+dtype = getattr(torch, ctx.key.dtype)
+if ctx.key.device != "cpu" and dtype == torch.float32:
+    dtype = None  # fla's DeltaNet chunk kernel refuses fp32 on GPU: time it in bf16 and say so
+lat_settings = {"key_dims": key_dims, "batch": batch, "tokens": tokens, "heads": info.value_heads,
+                "value_dim": info.head_v_dim, "device": ctx.key.device, "dtype": str(dtype or "bf16"),
+                "gated": gated, "threads": threads}
+lat_points = st.session_state.setdefault("latency_results", {}).setdefault(json.dumps(lat_settings, sort_keys=True), [])
+done = {p["key_dim"] for p in lat_points}
+jobs.buttons("latency", "Time the kernel" if not done else "Resume" if len(done) < len(key_dims) else "Time again")
+lat_chart = st.empty()
+lat_drawn = [0]
+
+
+def draw_latency():
+    first = lat_points[0] if lat_points else None
+    where = (f" on {first['device_name']} ({first['dtype']}, B{batch} T{tokens} H{info.value_heads} "
+             f"dv{info.head_v_dim})" if first else "")
+    lat_drawn[0] += 1
+    lat_chart.plotly_chart(shrink_figures.latency_figure(lat_points, f"{'Gated delta' if gated else 'Delta'} rule "
+                                                                     f"kernel time vs key dim{where}", key_dims=key_dims),
+                           key=f"latency_chart_{lat_drawn[0]}")
+
+
+draw_latency()
+if jobs.active("latency"):
+    todo = [d for d in key_dims if d not in done] or key_dims  # "Time again" re-times every dim
+    if len(todo) == len(key_dims):
+        lat_points.clear()
+    with guard():
+        gen = latencies.kernel_latency(todo, batch=batch, tokens=tokens, heads=info.value_heads,
+                                       value_dim=info.head_v_dim, device=ctx.key.device, dtype=dtype, gated=gated,
+                                       threads=threads)
+        for point in jobs.steps("latency", shrink.locked(gen)):
+            merged(lat_points, point, lambda a, b: a["key_dim"] == b["key_dim"])
+            draw_latency()
+    st.rerun()
+first = lat_points[0] if lat_points else None
+st.caption(f"{'gated delta rule' if gated else 'delta rule'} kernel · B{batch} T{tokens} H{info.value_heads} "
+           f"dv{info.head_v_dim} · device {ctx.key.device}"
+           + (f" ({first['device_name']}) · dtype {first['dtype']} · {first['timer']}" if first else
+              f" · dtype {str(dtype).replace('torch.', '') if dtype else 'bfloat16'}")
+           + " · dotted lines: 64-row tile boundaries")
+if lat_points:
+    downloads(lat_points, lat_settings, "latency")

@@ -1,5 +1,4 @@
 """Sweeps (generator + disk cache), latency labels, the recall task, and the dense rank trace."""
-import pytest
 import torch
 
 from analysis import data

@@ -96,9 +96,9 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
     }
 
 
-def _rms(x: torch.Tensor, dims) -> list:
-    """Root of the mean square over `dims` (sequences, keys), as a list over SNRs."""
-    return x.double().square().mean(dims).sqrt().tolist()
+def _rms(squares: torch.Tensor) -> list:
+    """RMS over sequences and keys of [B, n, n_snr] squared errors, as a list over SNRs."""
+    return squares.double().mean((0, 1)).sqrt().tolist()
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -124,9 +124,9 @@ def noise_data(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: in
         mc_raw = noise.monte_carlo_retrieval_error(S, k, snr, n_samples, renormalize=False, generator=gen)
         mc_ren = noise.monte_carlo_retrieval_error(S, k, snr, n_samples, renormalize=True, generator=gen)
         pred = noise.analytic_retrieval_error(S, k, snr)
-        probes.append({"name": name, "mc_raw": _rms(mc_raw["mean_sq"].sqrt(), (0, 1)),
-                       "mc_renorm": _rms(mc_ren["mean_sq"].sqrt(), (0, 1)),
-                       "pred_raw": _rms(pred["rms_error"], (0, 1)), "pred_renorm": _rms(pred["rms_error_renorm"], (0, 1))})
+        probes.append({"name": name, "mc_raw": _rms(mc_raw["mean_sq"]), "mc_renorm": _rms(mc_ren["mean_sq"]),
+                       "pred_raw": _rms(pred["rms_error"].square()),
+                       "pred_renorm": _rms(pred["rms_error_renorm"].square())})
     return {"table": table, "probes": probes, "snr_db": snr,
             "singular_values": analytic["singular_values"].mean(0).tolist(), "dk": int(S.shape[-2])}
 

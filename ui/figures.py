@@ -33,7 +33,8 @@ def key_dim_bars(head_k_dims: Sequence[int], tile_rows: int = 64) -> go.Figure:
     layers = list(range(len(head_k_dims)))
     tiles = [-(-int(dk) // tile_rows) for dk in head_k_dims]
     fig = go.Figure(go.Bar(x=layers, y=[int(d) for d in head_k_dims], name="dk per head",
-                           text=[f"{t} tile{'s' if t != 1 else ''}" for t in tiles], textposition="outside",
+                           text=[f"{t} tile{'s' if t != 1 else ''}" for t in tiles], textposition="inside",
+                           insidetextanchor="end",
                            hovertemplate="layer %{x}: dk = %{y} channels<extra></extra>"))
     top = max([int(d) for d in head_k_dims] + [tile_rows])
     for boundary in range(tile_rows, top + tile_rows, tile_rows):
@@ -69,7 +70,7 @@ def layer_head_heatmap(values, z_title: str, title: str, selected: tuple[int, in
                       line=dict(color="white", width=3))
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(dtick=1, autorange="reversed")
-    return _layout(fig, title, "head", "layer", clickmode="event+select")
+    return _layout(fig, title, "head", "layer", clickmode="event+select", height=min(640, 160 + 60 * n_layers))
 
 
 def _band(fig: go.Figure, x, mean, spread, name: str, color: str, dash: str = "solid") -> None:

@@ -40,8 +40,8 @@ def default_choice(sample_names: list[str], env_value: str | None) -> tuple[str,
 
 def _model_source(samples: dict) -> str:
     kind0, value0 = default_choice(list(samples), os.environ.get(ENV_DEFAULT))
-    kind = st.radio("Model source", (SAMPLE, DIRECTORY, HUB), key=remembered("model_kind", kind0, (SAMPLE, DIRECTORY, HUB)),
-                    horizontal=False)
+    kinds = (SAMPLE, DIRECTORY, HUB)
+    kind = st.radio("Model source", kinds, key=remembered("model_kind", kind0, kinds))
     remember("model_kind")
     if kind == SAMPLE:
         if not samples:

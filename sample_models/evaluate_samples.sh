@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Measures the bundled checkpoints: model cards, the pruning sweeps of the README table.
+# Results land in sample_models/results/ (JSON) and each model folder (README.md + card.json).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+MODELS=${MODELS:-"deltanet-small gated-deltanet-small deltanet-recall"}
+for m in $MODELS; do
+  $PY -m analysis card "$m"
+done
+for m in $MODELS; do
+  [ "$m" = deltanet-recall ] && continue
+  $PY -m analysis sweep "$m" --strategies random,l1,wanda,grad,pca,drrqr --ratios 0.25,0.5,0.75 \
+      --eval-tokens 16384 --json "sample_models/results/sweep-$m.json"
+done

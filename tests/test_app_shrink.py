@@ -1,0 +1,174 @@
+"""The Shrink pages (Channel importance, Prune, Sweep & latency) under AppTest, on tiny random-init models."""
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import analysis.sweep
+from test_app import APP, charts, lm_dir, navigation_only, recall_dir  # noqa: F401  (fixtures by import)
+from ui import jobs
+from ui_fixtures import one_torch_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SMALL = {"calib_sequences": 2, "calib_tokens": 64, "eval_context": 64, "eval_tokens": 256}
+
+
+@pytest.fixture(autouse=True)
+def sweep_cache(tmp_path, monkeypatch):
+    """Each test gets its own on-disk sweep cache (the page reads analysis.sweep.CACHE_DIR)."""
+    monkeypatch.setattr(analysis.sweep, "CACHE_DIR", tmp_path / "sweeps")
+
+
+def open_page(monkeypatch, model_dir, page: str) -> AppTest:
+    """The app on `page`, with calibration and evaluation settings small enough for a busy 2-core box."""
+    monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(model_dir))
+    at = AppTest.from_file(APP, default_timeout=180)
+    for name, value in SMALL.items():
+        at.session_state[name] = value
+    at.run()
+    at.switch_page(page).run()
+    clean(at)
+    return at
+
+
+def clean(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def click(at, key: str) -> AppTest:
+    at.button(key=key).click().run()
+    clean(at)
+    return at
+
+
+@pytest.mark.parametrize("page,title", [("pages/importance.py", "Channel importance"), ("pages/prune.py", "Prune"),
+                                        ("pages/sweep.py", "Sweep & latency")])
+def test_shrink_pages_render(monkeypatch, lm_dir, page, title):
+    at = open_page(monkeypatch, lm_dir, page)
+    assert at.title[0].value == title
+    assert at.expander[0].label == "What am I seeing?"
+    assert any("device cpu" in c.value for c in at.caption)
+
+
+def test_importance_shows_scores_masks_agreement_and_energy(monkeypatch, lm_dir):
+    at = open_page(monkeypatch, lm_dir, "pages/importance.py")
+    specs = charts(at)
+    titles = [s["layout"]["title"]["text"] for s in specs]
+    assert "PCA (rotation, not axis-aligned)" in titles and "Jaccard overlap of the kept sets" in titles
+    pca = specs[titles.index("PCA (rotation, not axis-aligned)")]
+    assert "rotation, not axis-aligned" in pca["layout"]["xaxis"]["title"]["text"]
+    mask = specs[titles.index("Kept channels, layer 0, head 0")]["data"][0]
+    assert "PCA (rotation, not axis-aligned)" not in mask["y"] and len(mask["y"]) == 5  # five axis-aligned
+    assert any("Calibration ready: 2×64 tokens" in s.label for s in at.status)
+    assert any("2×64 tokens of the Shakespeare train split" in c.value for c in at.caption)
+
+
+def test_uniform_prune_compares_recovers_and_offers_the_zip(monkeypatch, lm_dir):
+    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
+    at.selectbox(key="w:prune_strategy").set_value("wanda")
+    at.selectbox(key="w:prune_round").set_value(16).run()
+    clean(at)
+    assert at.table[0].value["dk'"].tolist() == [16, 16]
+    click(at, "prune_run")
+    table = at.table[1].value
+    assert list(table.columns) == ["before", "after pruning"]
+    assert table.loc["key dim per head, by layer"].tolist() == ["32, 32", "16, 16"]
+    assert any(r.startswith("perplexity (Shakespeare") and "context 64" in r for r in table.index)
+    assert at.get("download_button")[0].proto.label == "Download the pruned model (.zip)"
+    for key, value in {"w:recover_steps": 2, "w:recover_batch": 2, "w:recover_seq": 32}.items():
+        at.number_input(key=key).set_value(value)
+    click(at, "recover_run")
+    assert list(at.table[1].value.columns) == ["before", "after pruning", "after recovery"]
+
+
+def test_bad_per_layer_ratio_shows_an_error_then_a_valid_prune_works(monkeypatch, lm_dir, tmp_path):
+    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
+    at.selectbox(key="w:prune_strategy").set_value("l1")
+    at.radio(key="w:prune_mode").set_value("Per layer").run()
+    clean(at)
+    assert len(at.get("progress")) == 2  # one rank-utilization bar per layer
+    at.number_input(key="w:layer_ratio_0").set_value(0.99).run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["Layer 0: ratio 0.99 leaves no key channels of 32; use a smaller ratio."]
+    at.number_input(key="w:layer_ratio_0").set_value(0.25).run()
+    clean(at)
+    click(at, "suggest")
+    ratios = [at.number_input(key=f"w:layer_ratio_{i}").value for i in range(2)]
+    assert sum(ratios) / 2 == pytest.approx(0.5, abs=1e-3)
+    click(at, "prune_run")
+    assert at.table[1].value.loc["parameters"].tolist()[0] != at.table[1].value.loc["parameters"].tolist()[1]
+    out = tmp_path / "saved"
+    at.text_input(key="w:prune_out").set_value(str(out))
+    click(at, "prune_save")
+    assert (out / "pruning.json").exists() and at.success
+    at.button(key="prune_save").click().run()  # again: refused without the overwrite box
+    assert [e.value for e in at.error] == [f"{out} already exists; choose a new directory or allow overwriting."]
+    at.checkbox(key="prune_overwrite").check()
+    click(at, "prune_save")
+
+
+def test_prune_of_a_recall_model_reports_recall_accuracy(monkeypatch, recall_dir):
+    at = open_page(monkeypatch, recall_dir, "pages/prune.py")
+    at.selectbox(key="w:prune_strategy").set_value("drrqr")
+    at.number_input(key="w:recall_sequences_eval").set_value(8)
+    click(at, "prune_run")
+    rows = at.table[1].value.index.tolist()
+    assert "recall accuracy, 4 pairs (8 sequences)" in rows and not any(r.startswith("perplexity") for r in rows)
+
+
+def sweep_page(monkeypatch, lm_dir) -> AppTest:
+    at = open_page(monkeypatch, lm_dir, "pages/sweep.py")
+    at.multiselect(key="w:sweep_strategies").set_value(["random", "l1"])
+    at.text_input(key="w:sweep_ratios").set_value("0.5").run()
+    clean(at)
+    return at
+
+
+def sweep_points(at) -> dict:
+    [spec] = [s for s in charts(at) if s["layout"]["title"]["text"] == "Perplexity vs pruning ratio"]
+    return {t["name"]: t["x"] for t in spec["data"]}, spec
+
+
+def test_two_point_sweep_draws_both_points_and_the_baseline(monkeypatch, lm_dir):
+    at = sweep_page(monkeypatch, lm_dir)
+    click(at, "sweep:run")
+    lines, spec = sweep_points(at)
+    assert lines == {"Random": [0.5], "L1 magnitude": [0.5]}
+    assert [s["y0"] for s in spec["layout"]["shapes"]]  # the unpruned baseline
+    assert "context 64" in spec["layout"]["yaxis"]["title"]["text"]
+    assert [b.proto.label for b in at.get("download_button")] == ["Download CSV", "Download JSON"]
+    assert at.button(key="sweep:run").label == "Run again (cached)"
+
+
+def test_stopped_sweep_resumes_from_the_cache(monkeypatch, lm_dir):
+    real = analysis.sweep.sweep
+    calls = []
+
+    def stop_after_first_pruned_point(*args, **kwargs):
+        for n, point in enumerate(real(*args, **kwargs)):
+            calls.append(point["cached"])
+            if n == 1 and len(calls) == 2:  # the Stop click of a real browser, once, between points
+                jobs.stop("sweep")
+            yield point
+    monkeypatch.setattr(analysis.sweep, "sweep", stop_after_first_pruned_point)
+    at = sweep_page(monkeypatch, lm_dir)
+    click(at, "sweep:run")
+    assert sweep_points(at)[0] == {"Random": [0.5]}
+    assert at.button(key="sweep:run").label == "Resume sweep"
+    assert any("Stopped after 2 of 3 points" in i.value for i in at.info)
+    click(at, "sweep:run")
+    assert sweep_points(at)[0] == {"Random": [0.5], "L1 magnitude": [0.5]}
+    assert calls == [False, False, True, True, False]  # resumed: finished points came from the disk cache
+
+
+def test_latency_sweep_draws_points_with_tile_boundaries(monkeypatch, lm_dir):
+    at = open_page(monkeypatch, lm_dir, "pages/sweep.py")
+    at.text_input(key="w:latency_dims").set_value("16, 80")
+    at.number_input(key="w:latency_batch").set_value(1)
+    at.number_input(key="w:latency_tokens").set_value(64).run()
+    click(at, "latency:run")
+    [spec] = [s for s in charts(at) if "kernel time vs key dim" in s["layout"]["title"]["text"]]
+    assert spec["data"][0]["x"] == [16, 80] and "on CPU (float32, B1 T64" in spec["layout"]["title"]["text"]
+    assert [s["x0"] for s in spec["layout"]["shapes"]] == [64]
+    assert spec["layout"]["xaxis"]["title"]["text"] == "key dim dk per head (channels)"
+    assert any("torch.utils.benchmark" in c.value for c in at.caption)

@@ -1,0 +1,116 @@
+"""The Shrink pages in a real browser: a prune, a 2-point sweep (screenshots in tests/artifacts/), Stop and Resume."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, ROOT, TIMEOUT_MS, free_port, full_screenshot, \
+    wait_healthy
+from ui_fixtures import save_tiny_lm
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`streamlit run` on a tiny random-init model with its own sweep cache (never the bundled samples)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian chromium not found (/usr/bin/chromium): install it with `make chromium`")
+    model = save_tiny_lm(tmp_path_factory.mktemp("browser-shrink-lm"))
+    env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(model), "OMP_NUM_THREADS": "1",
+           "STATE_RANK_CACHE": str(tmp_path_factory.mktemp("sweep-cache"))}
+    log = open(tmp_path_factory.mktemp("streamlit-shrink-log") / "server.log", "w+")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                             "--server.port", str(port), "--server.fileWatcherType", "none"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.seek(0)
+        tail = log.read()[-3000:]
+        log.close()
+        if "Traceback" in tail:
+            print("streamlit log tail:\n" + tail)
+
+
+def idle(page) -> None:
+    """The script finished (twice, 300 ms apart: a click can start a rerun right after an idle frame)."""
+    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+    page.wait_for_timeout(300)
+    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+
+
+def no_exception(page) -> None:
+    errors = page.locator("[data-testid='stException'], [data-testid='stAlertContentError']")
+    assert errors.count() == 0, errors.first.inner_text()
+
+
+def open_page(page, url: str, title: str) -> None:
+    page.locator("[data-testid='stSidebarNavLink']", has_text=title).first.click()
+    page.wait_for_selector(f"h1:has-text('{title}')", timeout=TIMEOUT_MS)
+    idle(page)
+    no_exception(page)
+
+
+def test_prune_and_sweep_in_a_real_browser(server):
+    from playwright.sync_api import sync_playwright
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.goto(server, timeout=TIMEOUT_MS)
+            idle(page)
+
+            open_page(page, server, "Prune")
+            page.get_by_role("button", name="Prune", exact=True).click()
+            page.wait_for_selector("h3:has-text('Before and after')", timeout=TIMEOUT_MS)
+            idle(page)
+            no_exception(page)
+            table = page.locator("[data-testid='stTable']").last.inner_text()
+            assert "after pruning" in table and "perplexity (Shakespeare" in table and "32, 32" in table
+            assert page.get_by_role("button", name="Download the pruned model (.zip)").count() == 1
+            full_screenshot(page, ARTIFACTS / "prune.png")
+
+            open_page(page, server, "Sweep & latency")
+            page.get_by_role("button", name="Remove Wanda").click()
+            idle(page)
+            ratios = page.get_by_label("Ratios ρ (comma-separated)")
+            ratios.fill("0.5")
+            ratios.press("Enter")
+            idle(page)
+            page.get_by_role("button", name="Run sweep").click()
+            page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
+            idle(page)
+            no_exception(page)
+            chart = page.locator("[data-testid='stPlotlyChart']").first
+            legend = chart.locator(".legendtext").all_text_contents()
+            assert legend == ["Random", "L1 magnitude"], legend
+            assert chart.locator(".scatterlayer .point").count() == 2
+            full_screenshot(page, ARTIFACTS / "sweep.png")
+
+            # Stop between points, then resume: finished points come back from the disk cache
+            ratios.fill("0.2, 0.4, 0.6, 0.8")
+            ratios.press("Enter")
+            idle(page)
+            page.get_by_role("button", name="Run sweep").click()
+            page.wait_for_selector("text=/[2-7] of 9 points/", timeout=TIMEOUT_MS)
+            page.get_by_role("button", name="Stop").first.click()
+            page.wait_for_selector("text=/Stopped after [2-8] of 9 points/", timeout=TIMEOUT_MS)
+            idle(page)
+            page.get_by_role("button", name="Resume sweep").click()
+            page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
+            idle(page)
+            no_exception(page)
+            assert chart.locator(".scatterlayer .point").count() == 8
+        finally:
+            browser.close()

@@ -1,0 +1,94 @@
+"""Figure builders, tables and input parsing of the Shrink pages (pure: no Streamlit, no model)."""
+import json
+
+import pytest
+
+from analysis.errors import AnalysisError
+from ui import shrink_figures as sf
+from ui.parse import number_list
+from ui.shrink_report import before_after_table, points_csv, points_json
+
+
+def test_score_bars_split_kept_and_pruned_channels():
+    fig = sf.score_bars([0.5, 2.0, 1.0, 3.0], [0, 1, 0, 1], "l1", "L1 magnitude", "L1 magnitude")
+    kept, pruned = fig.data
+    assert (kept.name, list(kept.x), list(kept.y)) == ("kept channels", [1, 3], [2.0, 3.0])
+    assert (pruned.name, list(pruned.x)) == ("pruned channels", [0, 2])
+    assert fig.layout.xaxis.title.text == "query/key channel index within the head"
+    assert fig.layout.yaxis.title.text == sf.SCORE_UNITS["l1"]
+
+
+def test_pca_bars_are_directions_labelled_as_a_rotation():
+    fig = sf.score_bars([3.0, 2.0, 1.0], [2], "pca", "PCA", "PCA (rotation, not axis-aligned)")
+    assert list(fig.data[0].x) == [0, 1] and fig.data[0].name == "kept directions"
+    assert "rotation, not axis-aligned" in fig.layout.xaxis.title.text
+    assert "explained variance" in fig.layout.yaxis.title.text
+
+
+def test_mask_agreement_and_energy_figures():
+    mask = sf.kept_mask_heatmap({"Random": [1, 0, 1], "L1": [0, 1, 1]}, "t").data[0]
+    assert [list(r) for r in mask.z] == [[1, 0, 1], [0, 1, 1]] and list(mask.y) == ["Random", "L1"]
+    agree = sf.agreement_heatmap(["A", "B"], [[1.0, 0.25], [0.25, 1.0]], "t").data[0]
+    assert (agree.zmin, agree.zmax) == (0, 1) and agree.text[0][1] == "0.25"
+    energy = sf.kept_energy_bars({"A": [0.5, 0.75], "B": [0.25, float("nan")]}, "key", "t")
+    assert [list(t.y) for t in energy.data] == [[0.5, 0.75], [0.25, None]]
+    assert energy.layout.yaxis.title.text == "kept key energy ‖P x‖² / ‖x‖² (fraction)"
+
+
+def test_key_dim_plan_shows_both_dims_and_tile_lines():
+    fig = sf.key_dim_plan([128, 96], [64, 80])
+    now, after = fig.data
+    assert list(now.y) == [128, 96] and list(after.y) == [64, 80] and list(after.text) == ["1 tile", "2 tiles"]
+    assert sorted(s.y0 for s in fig.layout.shapes) == [64, 128]
+
+
+def point(strategy, ratio, ppl, **extra):
+    return {"strategy": strategy, "ratio": ratio, "perplexity": ppl, "head_k_dims": [16, 16], **extra}
+
+
+def test_sweep_figure_one_line_per_strategy_and_the_baseline():
+    points = [point("unpruned", 0.0, 10.0), point("l1", 0.5, 14.0), point("random", 0.5, 20.0),
+              point("l1", 0.25, 11.0, recovered_perplexity=10.5)]
+    fig = sf.sweep_figure(points, {"l1": "L1 magnitude"}, "t", "perplexity (test split)")
+    lines = {t.name: (list(t.x), list(t.y)) for t in fig.data}
+    assert lines == {"L1 magnitude": ([0.25, 0.5], [11.0, 14.0]), "L1 magnitude, after recovery": ([0.25], [10.5]),
+                     "random": ([0.5], [20.0])}
+    assert [s.y0 for s in fig.layout.shapes] == [10.0]
+    assert fig.layout.xaxis.title.text == "pruning ratio ρ (fraction of key channels removed)"
+
+
+def test_latency_figure_marks_tile_boundaries():
+    pts = [{"key_dim": d, "ms": d / 10, "tiles": -(-d // 64)} for d in (130, 16, 64)]
+    fig = sf.latency_figure(pts, "t")
+    assert list(fig.data[0].x) == [16, 64, 130] and [s.x0 for s in fig.layout.shapes] == [64, 128]
+    assert fig.layout.yaxis.title.text == "kernel time (ms, median)"
+    empty = sf.latency_figure([], "t", key_dims=[16, 200])  # axis and boundaries before the first point
+    assert [s.x0 for s in empty.layout.shapes] == [64, 128, 192] and list(empty.data[0].x) == []
+
+
+def measured(dims, ppl):
+    return {"head_k_dims": dims, "tiles": [1] * len(dims), "parameters": 1000, "state_bytes_per_sequence": 4096,
+            "perplexity": {"perplexity": ppl, "bits_per_byte": 1.5, "dataset": "Shakespeare test split",
+                           "context": 64, "stride": 64, "tokens": 512}}
+
+
+def test_before_after_table_names_its_settings():
+    table = before_after_table({"before": measured([32], 10.0), "after": measured([16], 12.5)})
+    row = "perplexity (Shakespeare test split, context 64, stride 64, 512 tokens)"
+    assert table.loc[row].tolist() == ["10.000", "12.500"]
+    assert table.loc["key dim per head, by layer"].tolist() == ["32", "16"]
+
+
+def test_points_export_as_csv_and_json():
+    pts = [point("unpruned", 0.0, 10.0), point("l1", 0.5, 14.0)]
+    csv = points_csv(pts).splitlines()
+    assert csv[0] == "strategy,ratio,perplexity,head_k_dims" and csv[2] == 'l1,0.5,14.0,"16, 16"'
+    assert json.loads(points_json(pts, {"context": 64}))["results"][1]["head_k_dims"] == [16, 16]
+
+
+def test_number_list_parses_and_rejects_in_one_sentence():
+    assert number_list("0.25, 0.5;0.5", "ratios", 0, 1) == [0.25, 0.5]
+    assert number_list("16,32", "dims", 1, 257, integer=True) == [16, 32]
+    for text, message in [("a, b", "comma-separated numbers"), ("", "at least one"), ("1.5", r"\[0, 1\)")]:
+        with pytest.raises(AnalysisError, match=message):
+            number_list(text, "ratios", 0, 1)

@@ -1,0 +1,149 @@
+"""Pure plotly builders for the Shrink pages (importance, prune, sweep): lists in, go.Figure out.
+
+Same conventions as ui.figures (no streamlit, no torch): every axis has a title with its unit, and PCA,
+which rotates the channels instead of choosing some, is labelled "rotation, not axis-aligned" wherever
+it appears.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from ui.figures import PALETTE, RANDOM_COLOR, _layout, _list
+
+KEPT_COLOR, DROPPED_COLOR = PALETTE[0], "#c8c8c8"
+PCA_NOTE = "rotation, not axis-aligned"
+
+# What each strategy's score measures, for the y axis (units differ: the bars compare channels, not strategies).
+SCORE_UNITS = {
+    "random": "uniform draw (unitless)",
+    "l1": "Σ_j |W_q| + |W_k| (weight units)",
+    "wanda": "Σ_j (|W_q| + |W_k|)·‖X_j‖ (weight × input RMS)",
+    "grad": "Σ |W ⊙ ∇_W L| (nats, first order)",
+    "pca": "explained variance (eigenvalue of the key covariance)",
+    "drrqr": "RRQR pivot order (dk = first pivot)",
+}
+
+
+def score_bars(scores: Sequence[float], kept: Sequence[int] | None, name: str, label: str, title: str) -> go.Figure:
+    """One head's channel scores, kept channels coloured; PCA: explained variance per principal direction.
+
+    kept: 0/1 per channel (axis-aligned strategies) or the number of kept directions as [k] for PCA.
+    """
+    values = _list(scores)
+    if name == "pca":
+        k = int(kept[0]) if kept else 0
+        mask = [i < k for i in range(len(values))]
+        x_title, what = f"principal direction ({PCA_NOTE})", "direction"
+    else:
+        mask = [bool(v) for v in kept] if kept is not None else [True] * len(values)
+        x_title, what = "query/key channel index within the head", "channel"
+    fig = go.Figure()
+    for keep, color, suffix in ((True, KEPT_COLOR, "kept"), (False, DROPPED_COLOR, "pruned")):
+        x = [i for i, m in enumerate(mask) if m == keep]
+        fig.add_trace(go.Bar(x=x, y=[values[i] for i in x], name=f"{suffix} {what}s", marker_color=color,
+                             hovertemplate=f"{what} %{{x}}: %{{y:.4g}}<extra>{suffix}</extra>"))
+    fig.update_layout(barmode="overlay", bargap=0.1)
+    return _layout(fig, title or label, x_title, SCORE_UNITS.get(name, "score"))
+
+
+def kept_mask_heatmap(masks: dict[str, Sequence[int]], title: str) -> go.Figure:
+    """Strategies (rows) × channels (columns): 1 = kept. Only axis-aligned strategies have a mask."""
+    labels = list(masks)
+    z = [[int(v) for v in masks[name]] for name in labels]
+    fig = go.Figure(go.Heatmap(z=z, y=labels, x=list(range(len(z[0]) if z else 0)), zmin=0, zmax=1,
+                               colorscale=[[0, DROPPED_COLOR], [0.5, DROPPED_COLOR], [0.5, KEPT_COLOR], [1, KEPT_COLOR]],
+                               colorbar=dict(title=dict(text="kept (1) / pruned (0)", side="right"),
+                                             tickvals=[0, 1], ticktext=["pruned", "kept"]),
+                               xgap=1, ygap=2, hovertemplate="%{y}, channel %{x}: %{z}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, title, "query/key channel index within the head", "strategy")
+
+
+def agreement_heatmap(labels: Sequence[str], matrix: Sequence[Sequence[float]], title: str) -> go.Figure:
+    """Jaccard |A∩B|/|A∪B| of kept sets between strategies, values written in the cells."""
+    z = [_list(row) for row in matrix]
+    fig = go.Figure(go.Heatmap(z=z, x=list(labels), y=list(labels), zmin=0, zmax=1, colorscale="Blues",
+                               text=[[f"{v:.2f}" if v is not None else "" for v in row] for row in z],
+                               texttemplate="%{text}", colorbar=dict(title=dict(text="Jaccard (fraction)", side="right")),
+                               hovertemplate="%{y} vs %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, title, "strategy", "strategy")
+
+
+def kept_energy_bars(energy: dict[str, Sequence[float]], which: str, title: str) -> go.Figure:
+    """Per layer, the fraction of the post-conv {query, key} activation energy on the kept channels."""
+    fig = go.Figure()
+    for n, (label, per_layer) in enumerate(energy.items()):
+        values = _list(per_layer)
+        fig.add_trace(go.Bar(x=list(range(len(values))), y=values, name=label, marker_color=PALETTE[n % len(PALETTE)],
+                             hovertemplate=f"{label}, layer %{{x}}: %{{y:.3f}}<extra></extra>"))
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(range=[0, 1.05])
+    return _layout(fig, title, "layer", f"kept {which} energy ‖P x‖² / ‖x‖² (fraction)")
+
+
+def key_dim_plan(original: Sequence[int], planned: Sequence[int], tile_rows: int = 64) -> go.Figure:
+    """dk before and dk' after per layer, dashed lines at the kernel's tile boundaries."""
+    layers = list(range(len(original)))
+    tiles = [-(-int(d) // tile_rows) for d in planned]
+    fig = go.Figure([
+        go.Bar(x=layers, y=[int(d) for d in original], name="dk now", marker_color=DROPPED_COLOR,
+               hovertemplate="layer %{x}: dk = %{y}<extra></extra>"),
+        go.Bar(x=layers, y=[int(d) for d in planned], name="dk' after pruning", marker_color=KEPT_COLOR,
+               text=[f"{t} tile{'s' if t != 1 else ''}" for t in tiles], textposition="outside",
+               hovertemplate="layer %{x}: dk' = %{y}<extra></extra>")])
+    top = max([int(d) for d in original] + [tile_rows])
+    for boundary in range(tile_rows, top + tile_rows, tile_rows):
+        fig.add_hline(y=boundary, line_dash="dash", line_color=RANDOM_COLOR,
+                      annotation_text=f"{boundary // tile_rows}×{tile_rows} rows", annotation_position="top left")
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, f"Planned key dim per head (kernel tiles of {tile_rows} rows)", "layer",
+                   "key dim per head (channels)")
+
+
+def sweep_figure(points: Sequence[dict], labels: dict[str, str], title: str, y_title: str) -> go.Figure:
+    """Perplexity vs ratio, one line per strategy (recovered: dotted), the unpruned baseline as a line."""
+    fig = go.Figure()
+    names = [n for n in dict.fromkeys(p["strategy"] for p in points) if n != "unpruned"]
+    for n, name in enumerate(names):
+        rows = sorted((p for p in points if p["strategy"] == name), key=lambda p: p["ratio"])
+        color, label = PALETTE[n % len(PALETTE)], labels.get(name, name)
+        fig.add_trace(go.Scatter(x=[p["ratio"] for p in rows], y=_list([p["perplexity"] for p in rows]),
+                                 mode="lines+markers", name=label, line=dict(color=color),
+                                 customdata=[[str(p["head_k_dims"])] for p in rows],
+                                 hovertemplate=f"{label}<br>ρ = %{{x}}: %{{y:.3f}} (dk %{{customdata[0]}})<extra></extra>"))
+        recovered = [p for p in rows if "recovered_perplexity" in p]
+        if recovered:
+            fig.add_trace(go.Scatter(x=[p["ratio"] for p in recovered],
+                                     y=_list([p["recovered_perplexity"] for p in recovered]), mode="lines+markers",
+                                     name=f"{label}, after recovery", line=dict(color=color, dash="dot"),
+                                     marker=dict(symbol="diamond-open")))
+    for p in points:
+        if p["strategy"] == "unpruned":
+            fig.add_hline(y=float(p["perplexity"]), line_dash="dash", line_color=RANDOM_COLOR,
+                          annotation_text=f"unpruned {p['perplexity']:.3f}", annotation_position="top left")
+    fig.update_xaxes(range=[-0.02, 1.0])
+    return _layout(fig, title, "pruning ratio ρ (fraction of key channels removed)", y_title)
+
+
+def latency_figure(points: Sequence[dict], title: str, tile_rows: int = 64,
+                   key_dims: Sequence[int] = ()) -> go.Figure:
+    """Kernel time vs key dim (point by point), dotted lines at the tile boundaries (multiples of tile_rows).
+
+    key_dims: the dims still to be timed, so the axis and its boundaries are in place before the first point.
+    """
+    rows = sorted(points, key=lambda p: p["key_dim"])
+    fig = go.Figure(go.Scatter(x=[p["key_dim"] for p in rows], y=_list([p["ms"] for p in rows]), mode="lines+markers",
+                               name="kernel time", customdata=[[p["tiles"]] for p in rows],
+                               hovertemplate="dk %{x} (%{customdata[0]} tiles): %{y:.3f} ms<extra></extra>"))
+    top = max([p["key_dim"] for p in rows] + [int(d) for d in key_dims] + [tile_rows])
+    for boundary in range(tile_rows, top + 1, tile_rows):
+        fig.add_vline(x=boundary, line_dash="dot", line_color=RANDOM_COLOR,
+                      annotation_text=f"tile boundary {boundary}", annotation_position="top")
+    fig.update_xaxes(range=[0, top * 1.05])
+    fig.update_yaxes(rangemode="tozero")
+    return _layout(fig, title, "key dim dk per head (channels)", "kernel time (ms, median)")
