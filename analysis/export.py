@@ -6,6 +6,9 @@ content; they sit under the directory's own name, so unzipping yields one folder
 from __future__ import annotations
 
 import io
+import json
+import shutil
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -30,10 +33,17 @@ def zip_directory(path) -> bytes:
     return buffer.getvalue()
 
 
-def model_zip(model, name: str, tokenizer=None, metadata: dict | None = None) -> bytes:
-    """save_pretrained into a throw-away directory named `name`, zipped (the model itself is not changed)."""
-    import tempfile
+def carry_recall_task(source, out) -> None:
+    """Copy a recall model's training.json (its task) beside the pruned weights, so they load as a recall model."""
+    src = Path(source or "") / "training.json"
+    if src.is_file() and json.loads(src.read_text()).get("task") == "recall":
+        shutil.copyfile(src, Path(out) / "training.json")
 
+
+def model_zip(model, name: str, tokenizer=None, metadata: dict | None = None, source=None) -> bytes:
+    """save_pretrained into a throw-away directory named `name`, zipped (the model itself is not changed)."""
     from analysis.prune import save_model
     with tempfile.TemporaryDirectory() as tmp:
-        return zip_directory(save_model(model, Path(tmp) / name, tokenizer=tokenizer, metadata=metadata))
+        out = save_model(model, Path(tmp) / name, tokenizer=tokenizer, metadata=metadata)
+        carry_recall_task(source, out)
+        return zip_directory(out)

@@ -19,7 +19,7 @@ def table(path: Path) -> str:
         cells = []
         for ratio in ratios:
             point = next(x for x in results if x["strategy"] == strategy and x["ratio"] == ratio)
-            cells.append(f"{point['perplexity']:.2f} ({point['delta_vs_unpruned']:+.0%})")
+            cells.append(f"{point['perplexity']:.2f} ({point['delta_vs_unpruned']:+.1%})")
         lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

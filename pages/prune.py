@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import AnalysisError
-from analysis.export import model_zip
+from analysis.export import carry_recall_task, model_zip
 from analysis.measure import measure
 from analysis.models import REPO_ROOT, TILE_ROWS
 from analysis.prune import ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
@@ -205,7 +205,7 @@ metadata = {**pruning_metadata(result, ctx.key.path, run["ratios"]),
             "evaluation": {k: v for k, v in columns.items()}}
 base = Path(ctx.name).name
 tag = f"{base}-{result.strategy}-dk{'_'.join(map(str, result.dims))}"
-st.download_button("Download the pruned model (.zip)", data=lambda: model_zip(final, tag, tok, metadata),
+st.download_button("Download the pruned model (.zip)", data=lambda: model_zip(final, tag, tok, metadata, source=ctx.key.path),
                    file_name=f"{tag}.zip", mime="application/zip", on_click="ignore", key="prune_download")
 if state.get("prune_out_auto", True) and state.get("prune_out_tag") != tag:  # follow the newest prune until edited
     state.choose("prune_out", str(REPO_ROOT / "runs" / tag))
@@ -220,4 +220,5 @@ if st.button("Save", key="prune_save"):
         if not target.strip():
             raise AnalysisError("Give a directory to save the pruned model to.")
         out = save_model(final, target.strip(), tokenizer=tok, metadata=metadata, overwrite=overwrite)
+        carry_recall_task(ctx.key.path, out)
     st.success(f"Saved to {out} (safetensors; loads with AutoModelForCausalLM.from_pretrained after `import analysis`).")

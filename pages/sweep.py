@@ -7,6 +7,7 @@ import torch
 from analysis import data
 from analysis import latency as latencies
 from analysis import sweep as sweeps
+from analysis.errors import AnalysisError
 from analysis.strategies import STRATEGIES
 from ui import cache, frame, jobs, shrink, shrink_figures, state
 from ui.context import current
@@ -77,11 +78,14 @@ else:
     state.remember("sweep_recover")
     per_point = s5.checkbox("Time the kernel per point", key=state.remembered("sweep_latency", False))
     state.remember("sweep_latency")
-    with guard():
+    try:  # not guard(): a typo here must not hide the latency section below
         ratios = number_list(ratio_text, "pruning ratios", 0.0, 1.0)
+    except AnalysisError as exc:
+        st.error(str(exc))
+        ratios = None
     if not chosen:
         st.info("Pick at least one strategy to sweep.")
-    else:
+    elif ratios:
         settings = {"model": ctx.name, "strategies": chosen, "ratios": ratios, "split": "test", "context": context,
                     "eval_tokens": eval_tokens, "calib_sequences": calib_n, "recover_steps": recover_steps,
                     "latency": per_point, "seed": 0, "device": ctx.key.device, "dtype": ctx.key.dtype}

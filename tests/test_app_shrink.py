@@ -161,6 +161,25 @@ def test_stopped_sweep_resumes_from_the_cache(monkeypatch, lm_dir):
     assert calls == [False, False, True, True, False]  # resumed: finished points came from the disk cache
 
 
+def test_bad_sweep_ratios_show_one_error_and_the_latency_section_stays(monkeypatch, lm_dir):
+    at = open_page(monkeypatch, lm_dir, "pages/sweep.py")
+    at.text_input(key="w:sweep_ratios").set_value("0.5, 1.5").run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["The pruning ratios must lie in [0.0, 1.0), got 1.5."]
+    assert at.button(key="latency:run")
+    at.text_input(key="w:sweep_ratios").set_value("0.5").run()
+    clean(at)
+
+
+@pytest.mark.parametrize("page", ["pages/importance.py", "pages/prune.py", "pages/sweep.py"])
+def test_shrink_pages_render_for_a_recall_model(monkeypatch, recall_dir, page):
+    at = open_page(monkeypatch, recall_dir, page)
+    if page == "pages/importance.py":
+        assert any("synthetic recall sequences" in c.value for c in at.caption)
+    if page == "pages/sweep.py":
+        assert "no tokenizer" in at.info[0].value
+
+
 def test_latency_sweep_draws_points_with_tile_boundaries(monkeypatch, lm_dir):
     at = open_page(monkeypatch, lm_dir, "pages/sweep.py")
     at.text_input(key="w:latency_dims").set_value("16, 80")

@@ -92,6 +92,19 @@ def test_model_zip_round_trips_a_pruned_model(tmp_path):
     assert json.loads((tmp_path / "small" / "pruning.json").read_text()) == {"note": "zip"}
 
 
+def test_recall_models_keep_their_task_file(tmp_path):
+    from analysis.export import carry_recall_task
+    from conftest import build_tiny
+    source = tmp_path / "recall"
+    source.mkdir()
+    (source / "training.json").write_text(json.dumps({"task": "recall", "recall_keys": 16, "recall_pairs": 4}))
+    data = model_zip(build_tiny("delta_net", vocab_size=33), "pruned", source=source)
+    assert "pruned/training.json" in zipfile.ZipFile(io.BytesIO(data)).namelist()
+    (source / "training.json").write_text(json.dumps({"task": "lm"}))  # a language model's record stays behind
+    carry_recall_task(source, tmp_path)
+    assert not (tmp_path / "training.json").exists()
+
+
 def test_measure_before_and_after_with_labels():
     from analysis import data
     from analysis.measure import measure
