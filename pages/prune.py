@@ -1,5 +1,4 @@
 """Prune: uniform or per-layer ratios (suggested from the rank profile, tile-aware); run, compare, save."""
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -12,11 +11,11 @@ from analysis.models import REPO_ROOT, TILE_ROWS
 from analysis.prune import ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
 from analysis.recovery import recover
 from analysis.strategies import STRATEGIES
-from analysis.suggest import suggest_ratios
 from ui import cache, frame, shrink, shrink_figures, state
 from ui.context import current
 from ui.errors import guard
 from ui.explain import explainer
+from ui.ratios import per_layer_ratios
 from ui.shrink_report import before_after_table, kernel_label
 
 SESSION = "pruned"  # this session's pruned model and its measurements (never shared, never cached)
@@ -58,43 +57,12 @@ state.remember("prune_round")
 st.caption(STRATEGIES[strategy].description)
 
 
-def _suggest(profile, round_to):
-    """Button callback: fill the per-layer ratio inputs (runs before the page draws them)."""
-    try:
-        target = float(st.session_state["w:suggest_target"])
-        for layer, rho in enumerate(suggest_ratios(profile, target, round_to=round_to, key_dims=dims)):
-            state.choose(f"layer_ratio_{layer}", round(rho, 4))
-        st.session_state.pop("suggest_error", None)
-    except AnalysisError as exc:
-        st.session_state["suggest_error"] = str(exc)
-
-
 ratio, ratios = None, None
 if mode == "Uniform":
     ratio = st.slider("Pruning ratio ρ (all layers)", 0.0, 0.95, key=state.remembered("prune_ratio", 0.5), step=0.05)
     state.remember("prune_ratio")
 else:
-    profile = shrink.rank_profile(ctx)
-    t1, t2 = st.columns([1, 2])
-    t1.number_input("Target mean ratio", 0.0, 0.9, key=state.remembered("suggest_target", 0.5), step=0.05)
-    state.remember("suggest_target")
-    t2.button("Suggest from rank", on_click=_suggest, args=(profile, rounding), key="suggest",
-              help="Keep a fraction of each layer's channels proportional to its rank utilization, "
-                   "averaging (weighted by dk) to the target; tile-aware when rounding is on.")
-    if state.get("suggest_error"):
-        st.error(state.get("suggest_error"))
-    ratios = []
-    for layer in range(n_layers):
-        a, b, c = st.columns([1, 3, 2], vertical_alignment="center")
-        a.markdown(f"**layer {layer}** · dk {dims[layer]}")
-        u = profile[layer]
-        b.progress(min(1.0, max(0.0, u)) if math.isfinite(u) else 0.0,
-                   text=f"rank utilization u = {u:.3f}" if math.isfinite(u) else "rank utilization: not finite")
-        ratios.append(float(c.number_input(f"ratio ρ, layer {layer}", 0.0, 0.99, step=0.05, format="%.3f",
-                                           key=state.remembered(f"layer_ratio_{layer}", 0.5))))
-        state.remember(f"layer_ratio_{layer}")
-    st.caption(f"u: rank utilization of the final state, mean over heads and the sidebar's "
-               f"{ctx.spec.sequences} sequences (States & rank trace, stride {int(state.get('stride', 8))}).")
+    ratios = per_layer_ratios(ctx, rounding)
 
 with guard():
     planned = plan_key_dims(ctx.model, ratio=ratio, ratios=ratios, round_to=rounding)
@@ -205,7 +173,8 @@ metadata = {**pruning_metadata(result, ctx.key.path, run["ratios"]),
             "evaluation": {k: v for k, v in columns.items()}}
 base = Path(ctx.name).name
 tag = f"{base}-{result.strategy}-dk{'_'.join(map(str, result.dims))}"
-st.download_button("Download the pruned model (.zip)", data=lambda: model_zip(final, tag, tok, metadata, source=ctx.key.path),
+st.download_button("Download the pruned model (.zip)",  # zipped only on click, in Streamlit's download thread
+                   data=lambda: model_zip(final, tag, tok, metadata, source=ctx.key.path),
                    file_name=f"{tag}.zip", mime="application/zip", on_click="ignore", key="prune_download")
 if state.get("prune_out_auto", True) and state.get("prune_out_tag") != tag:  # follow the newest prune until edited
     state.choose("prune_out", str(REPO_ROOT / "runs" / tag))

@@ -77,6 +77,7 @@ def test_uniform_prune_compares_recovers_and_offers_the_zip(monkeypatch, lm_dir)
     assert at.get("download_button")[0].proto.label == "Download the pruned model (.zip)"
     for key, value in {"w:recover_steps": 2, "w:recover_batch": 2, "w:recover_seq": 32}.items():
         at.number_input(key=key).set_value(value)
+    assert at.table[0].value["dk"].tolist() == [32, 32]  # the shared model is untouched
     click(at, "recover_run")
     assert list(at.table[1].value.columns) == ["before", "after pruning", "after recovery"]
 
@@ -107,13 +108,16 @@ def test_bad_per_layer_ratio_shows_an_error_then_a_valid_prune_works(monkeypatch
     click(at, "prune_save")
 
 
-def test_prune_of_a_recall_model_reports_recall_accuracy(monkeypatch, recall_dir):
+def test_prune_of_a_recall_model_reports_recall_accuracy_and_saves_as_one(monkeypatch, recall_dir, tmp_path):
     at = open_page(monkeypatch, recall_dir, "pages/prune.py")
     at.selectbox(key="w:prune_strategy").set_value("drrqr")
     at.number_input(key="w:recall_sequences_eval").set_value(8)
     click(at, "prune_run")
     rows = at.table[1].value.index.tolist()
     assert "recall accuracy, 4 pairs (8 sequences)" in rows and not any(r.startswith("perplexity") for r in rows)
+    at.text_input(key="w:prune_out").set_value(str(tmp_path / "pruned-recall"))
+    click(at, "prune_save")
+    assert (tmp_path / "pruned-recall" / "training.json").exists()  # reloads as a recall model
 
 
 def sweep_page(monkeypatch, lm_dir) -> AppTest:

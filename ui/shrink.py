@@ -36,7 +36,7 @@ def strategy_label(name: str) -> str:
 
 def calibration_controls(ctx: Context) -> CalibSettings:
     """Calibration size (train split only), remembered across the Shrink pages so they share one cache entry."""
-    with st.expander("Calibration (train split)"):
+    with st.expander("Calibration (train split)" if ctx.task is None else "Calibration (synthetic recall sequences)"):
         c1, c2, c3 = st.columns(3)
         n = c1.number_input("Calibration sequences", 1, 256, key=state.remembered("calib_sequences", 16), step=1)
         state.remember("calib_sequences")

@@ -1,0 +1,51 @@
+"""Per-layer pruning ratios edited beside each layer's rank utilization, with a "Suggest from rank" button."""
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+
+from analysis.errors import AnalysisError
+from analysis.suggest import suggest_ratios
+from ui import shrink, state
+from ui.context import Context
+
+ERROR_KEY = "suggest_error"
+
+
+def _suggest(profile: list[float], round_to: int | None, dims: list[int]) -> None:
+    """Button callback: fill the ratio inputs (callbacks run before the page draws its widgets)."""
+    try:
+        target = float(st.session_state["w:suggest_target"])
+        for layer, rho in enumerate(suggest_ratios(profile, target, round_to=round_to, key_dims=dims)):
+            state.choose(f"layer_ratio_{layer}", round(rho, 4))
+        st.session_state.pop(ERROR_KEY, None)
+    except AnalysisError as exc:
+        st.session_state[ERROR_KEY] = str(exc)
+
+
+def per_layer_ratios(ctx: Context, round_to: int | None) -> list[float]:
+    """One row per layer: its rank utilization as a bar next to its ratio input; returns the ratios."""
+    dims = ctx.info.head_k_dims
+    profile = shrink.rank_profile(ctx)
+    t1, t2 = st.columns([1, 2], vertical_alignment="bottom")
+    t1.number_input("Target mean ratio", 0.0, 0.9, key=state.remembered("suggest_target", 0.5), step=0.05)
+    state.remember("suggest_target")
+    t2.button("Suggest from rank", on_click=_suggest, args=(profile, round_to, dims), key="suggest",
+              help="Keep a fraction of each layer's channels proportional to its rank utilization, averaging "
+                   "(weighted by dk) to the target; tile-aware when rounding is on.")
+    if state.get(ERROR_KEY):
+        st.error(state.get(ERROR_KEY))
+    ratios = []
+    for layer, (dk, u) in enumerate(zip(dims, profile)):
+        a, b, c = st.columns([1, 3, 2], vertical_alignment="center")
+        a.markdown(f"**layer {layer}** · dk {dk}")
+        finite = math.isfinite(u)
+        b.progress(min(1.0, max(0.0, u)) if finite else 0.0,
+                   text=f"rank utilization u = {u:.3f}" if finite else "rank utilization: not finite")
+        ratios.append(float(c.number_input(f"ratio ρ, layer {layer}", 0.0, 0.99, step=0.05, format="%.3f",
+                                           key=state.remembered(f"layer_ratio_{layer}", 0.5))))
+        state.remember(f"layer_ratio_{layer}")
+    st.caption(f"u: rank utilization of the final state, mean over heads and the sidebar's {ctx.spec.sequences} "
+               f"sequences (States & rank trace, stride {int(state.get('stride', 8))}).")
+    return ratios
