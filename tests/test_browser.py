@@ -5,51 +5,15 @@ per page under tests/artifacts/, prints (does not assert) the time to the first 
 times, and renders two sessions at once to check they do not disturb each other.
 """
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from browser_utils import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, PAGES, ROOT, TIMEOUT_MS, streamlit_server
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
-
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "tests" / "artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-PAGES = [("Model", True), ("States & rank", True), ("Query noise", True), ("Channel importance", False),
-         ("Prune", False), ("Sweep & latency", False)]  # (navigation label = page title, draws a chart)
-TIMEOUT_MS = 240_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.read().decode().strip() == "ok":
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError("streamlit did not become healthy")
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -58,29 +22,11 @@ def server(tmp_path_factory):
                     "(`make chromium`); Playwright's own browser download is not used")
     real = ROOT / "sample_models" / "deltanet-small"
     default = real.name if (real / "config.json").exists() else save_tiny_lm(tmp_path_factory.mktemp("browser-lm"))
-    port = free_port()
     # one intra-op thread: on a shared 2-core box, two threads make each small op wait for the busy core
     env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(default), "OMP_NUM_THREADS": "1"}
-    log = open(tmp_path_factory.mktemp("streamlit-log") / "server.log", "w+")
     start = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                             "--server.port", str(port), "--server.fileWatcherType", "none"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, proc)
+    with streamlit_server(env, tmp_path_factory.mktemp("streamlit-log") / "server.log") as url:
         yield {"url": url, "start": start, "model": Path(default).name}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.seek(0)
-        tail = log.read()[-3000:]
-        log.close()
-        if "Traceback" in tail:
-            print("streamlit log tail:\n" + tail)
 
 
 def settle(page, title: str, chart: bool) -> float:

@@ -1,12 +1,10 @@
 """The Shrink pages in a real browser: a prune, a 2-point sweep (screenshots in tests/artifacts/), Stop and Resume."""
 import os
-import subprocess
-import sys
 
 import pytest
 
-from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, ROOT, TIMEOUT_MS, free_port, full_screenshot, \
-    wait_healthy
+from browser_utils import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, TIMEOUT_MS, streamlit_server
+from test_browser import full_screenshot
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -20,26 +18,8 @@ def server(tmp_path_factory):
     model = save_tiny_lm(tmp_path_factory.mktemp("browser-shrink-lm"))
     env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(model), "OMP_NUM_THREADS": "1",
            "STATE_RANK_CACHE": str(tmp_path_factory.mktemp("sweep-cache"))}
-    log = open(tmp_path_factory.mktemp("streamlit-shrink-log") / "server.log", "w+")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                             "--server.port", str(port), "--server.fileWatcherType", "none"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, proc)
+    with streamlit_server(env, tmp_path_factory.mktemp("streamlit-shrink-log") / "server.log") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.seek(0)
-        tail = log.read()[-3000:]
-        log.close()
-        if "Traceback" in tail:
-            print("streamlit log tail:\n" + tail)
 
 
 def idle(page) -> None:
