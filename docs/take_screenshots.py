@@ -9,22 +9,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from browser_utils import CHROMIUM, CHROMIUM_ARGS, IDLE, PAGES, TIMEOUT_MS, streamlit_server  # noqa: E402
-from test_browser import full_screenshot  # noqa: E402
+from browser_utils import (CHROMIUM, CHROMIUM_ARGS, PAGES, TIMEOUT_MS, full_screenshot, idle, open_page,  # noqa: E402
+                           run_sweep, set_ratios, streamlit_server)
 
 OUT = ROOT / "docs" / "screenshots"
-
-
-def idle(page):
-    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
-    page.wait_for_timeout(500)
-    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
-
-
-def open_page(page, title):
-    page.locator("[data-testid='stSidebarNavLink']", has_text=title).first.click()
-    page.wait_for_selector(f"h1:has-text('{title}')", timeout=TIMEOUT_MS)
-    idle(page)
 
 
 def main():
@@ -44,13 +32,8 @@ def main():
         idle(page)
         full_screenshot(page, OUT / "prune.png")
         open_page(page, "Sweep & latency")
-        ratios = page.get_by_label("Ratios ρ (comma-separated)")
-        ratios.fill("0.25, 0.5, 0.75")
-        ratios.press("Enter")
-        idle(page)
-        page.get_by_role("button", name="Run sweep").click()
-        page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
-        idle(page)
+        set_ratios(page, "0.25, 0.5, 0.75")
+        run_sweep(page)
         page.get_by_role("button", name="Time the kernel").click()
         idle(page)
         full_screenshot(page, OUT / "sweep.png")

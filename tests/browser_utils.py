@@ -63,3 +63,50 @@ def streamlit_server(env: dict, log_path: Path):
         log.close()
         if "Traceback" in tail:
             print("streamlit log tail:\n" + tail)
+
+
+def idle(page) -> None:
+    """The script finished (twice, 300 ms apart: a click can start a rerun right after an idle frame)."""
+    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+    page.wait_for_timeout(300)
+    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+
+
+def no_exception(page) -> None:
+    errors = page.locator("[data-testid='stException'], [data-testid='stAlertContentError']")
+    assert errors.count() == 0, errors.first.inner_text()
+
+
+def open_page(page, title: str) -> None:
+    """Click the sidebar navigation link `title` and wait for the page to settle without errors."""
+    page.locator("[data-testid='stSidebarNavLink']", has_text=title).first.click()
+    page.wait_for_selector(f"h1:has-text('{title}')", timeout=TIMEOUT_MS)
+    idle(page)
+    no_exception(page)
+
+
+def set_ratios(page, ratios: str):
+    """Type the sweep's ratio list; returns the input (reused for later edits)."""
+    field = page.get_by_label("Ratios ρ (comma-separated)")
+    field.fill(ratios)
+    field.press("Enter")
+    idle(page)
+    return field
+
+
+def run_sweep(page) -> None:
+    """Click Run sweep and wait until every point is in (the button then offers a cached rerun)."""
+    page.get_by_role("button", name="Run sweep").click()
+    page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
+    idle(page)
+
+
+def full_screenshot(page, path: Path) -> None:
+    """Streamlit scrolls inside its main container, so grow the viewport to the content before the shot."""
+    size = page.viewport_size
+    height = page.evaluate("Math.max(...[...document.querySelectorAll('[data-testid=stMain], section')]"
+                           ".map(e => e.scrollHeight), document.body.scrollHeight)")
+    page.set_viewport_size({"width": size["width"], "height": min(int(height) + 40, 8000)})
+    page.wait_for_timeout(500)  # plotly re-lays out on resize
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(size)

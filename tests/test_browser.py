@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from browser_utils import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, PAGES, ROOT, TIMEOUT_MS, streamlit_server
+from browser_utils import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, PAGES, ROOT, TIMEOUT_MS, full_screenshot,
+                           streamlit_server)
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -42,17 +43,6 @@ def settle(page, title: str, chart: bool) -> float:
     page.wait_for_timeout(300)
     page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
     return ready
-
-
-def full_screenshot(page, path: Path) -> None:
-    """Streamlit scrolls inside its main container, so grow the viewport to the content before the shot."""
-    size = page.viewport_size
-    height = page.evaluate("Math.max(...[...document.querySelectorAll('[data-testid=stMain], section')]"
-                           ".map(e => e.scrollHeight), document.body.scrollHeight)")
-    page.set_viewport_size({"width": size["width"], "height": min(int(height) + 40, 8000)})
-    page.wait_for_timeout(500)  # plotly re-lays out on resize
-    page.screenshot(path=str(path), full_page=True)
-    page.set_viewport_size(size)
 
 
 def check(page, title: str, chart: bool) -> None:

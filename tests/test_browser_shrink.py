@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from browser_utils import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, TIMEOUT_MS, streamlit_server
-from test_browser import full_screenshot
+from browser_utils import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, full_screenshot, idle, no_exception,
+                           open_page, run_sweep, set_ratios, streamlit_server)
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -22,25 +22,6 @@ def server(tmp_path_factory):
         yield url
 
 
-def idle(page) -> None:
-    """The script finished (twice, 300 ms apart: a click can start a rerun right after an idle frame)."""
-    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
-    page.wait_for_timeout(300)
-    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
-
-
-def no_exception(page) -> None:
-    errors = page.locator("[data-testid='stException'], [data-testid='stAlertContentError']")
-    assert errors.count() == 0, errors.first.inner_text()
-
-
-def open_page(page, url: str, title: str) -> None:
-    page.locator("[data-testid='stSidebarNavLink']", has_text=title).first.click()
-    page.wait_for_selector(f"h1:has-text('{title}')", timeout=TIMEOUT_MS)
-    idle(page)
-    no_exception(page)
-
-
 def test_prune_and_sweep_in_a_real_browser(server):
     from playwright.sync_api import sync_playwright
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -51,7 +32,7 @@ def test_prune_and_sweep_in_a_real_browser(server):
             page.goto(server, timeout=TIMEOUT_MS)
             idle(page)
 
-            open_page(page, server, "Prune")
+            open_page(page, "Prune")
             page.get_by_role("button", name="Prune", exact=True).click()
             page.wait_for_selector("h3:has-text('Before and after')", timeout=TIMEOUT_MS)
             idle(page)
@@ -61,16 +42,11 @@ def test_prune_and_sweep_in_a_real_browser(server):
             assert page.get_by_role("button", name="Download the pruned model (.zip)").count() == 1
             full_screenshot(page, ARTIFACTS / "prune.png")
 
-            open_page(page, server, "Sweep & latency")
+            open_page(page, "Sweep & latency")
             page.get_by_role("button", name="Remove Wanda").click()
             idle(page)
-            ratios = page.get_by_label("Ratios ρ (comma-separated)")
-            ratios.fill("0.5")
-            ratios.press("Enter")
-            idle(page)
-            page.get_by_role("button", name="Run sweep").click()
-            page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
-            idle(page)
+            ratios = set_ratios(page, "0.5")
+            run_sweep(page)
             no_exception(page)
             chart = page.locator("[data-testid='stPlotlyChart']").first
             legend = chart.locator(".legendtext").all_text_contents()
