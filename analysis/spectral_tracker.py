@@ -1,0 +1,311 @@
+"""Largest singular value of a delta-rule state after EVERY token, tracked instead of recomputed.
+
+Per sequence and head the state evolves as S_t = g_t S_{t-1} + k_t u_tᵀ with u_t = β_t (v_t − g_t S_{t-1}ᵀk_t),
+so its Gram matrix G = SᵀS changes by a rank-two update each token:
+    G_t = g² G + (g a + |k|² u) uᵀ + u (g a)ᵀ,   a = S_{t-1}ᵀ k_t.
+s1(S_t)² = λ_max(G_t) is found by Rayleigh–Ritz on a small subspace, warm-started from the previous
+token: the top `TRACK` Ritz vectors X (whose images G X follow the same rank-two update in O(d), no
+matrix product needed) plus the new direction u. Tracking more than one vector keeps the estimate right
+when the two largest singular values cross. The subspace is then enlarged with the Ritz residuals
+(one block Krylov step, one pass over G) until the top Ritz value grows by less than `tol` relative and
+its residual is below `rtol` relative. Ritz values never exceed λ_max, so errors are one-sided.
+
+Cost per token is a few passes over a d×d matrix instead of an SVD; the loop is compiled with numba
+and runs one thread per block of sequences (the kernel releases the GIL).
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from numba import njit
+
+TRACK = 3      # Ritz vectors carried from one token to the next
+RESIDUALS = 2  # residual vectors added per expansion
+KEEP = 4       # Ritz vectors kept after each Rayleigh–Ritz step (thick restart)
+BASIS = KEEP + RESIDUALS + 1
+_JIT = dict(nogil=True, fastmath=True, cache=True)
+
+
+@njit(inline="always", **_JIT)
+def _orthonormalise_into(cand, image, P, W, m, drop):
+    """Gram–Schmidt `cand` (twice) against P[:m], applying the same combination to its image under G;
+    store both as row m. False when nothing independent is left."""
+    d = cand.shape[0]
+    before = 0.0
+    for j in range(d):
+        before += cand[j] * cand[j]
+    for _ in range(2):
+        for r in range(m):
+            c = 0.0
+            for j in range(d):
+                c += cand[j] * P[r, j]
+            for j in range(d):
+                cand[j] -= c * P[r, j]
+                image[j] -= c * W[r, j]
+    after = 0.0
+    for j in range(d):
+        after += cand[j] * cand[j]
+    if after == 0.0 or after <= drop * before:
+        return False
+    inv = 1.0 / math.sqrt(after)
+    for j in range(d):
+        P[m, j] = cand[j] * inv
+        W[m, j] = image[j] * inv
+    return True
+
+
+@njit(inline="always", **_JIT)
+def _jacobi(H, m, V, A):
+    """Eigen-decomposition of the small symmetric H[:m, :m] by Jacobi rotations: A diagonal, V vectors.
+
+    Rounds of disjoint pairs (round-robin order), so the rotation angles of a round are independent and
+    their square roots and divisions overlap; rotations that would move the eigenvalues by less than
+    ~1e-14 relative are skipped."""
+    for i in range(m):
+        for j in range(m):
+            A[i, j] = H[i, j]
+            V[i, j] = 1.0 if i == j else 0.0
+    n = m + (m & 1)  # even, with a dummy index m when m is odd
+    half = n // 2
+    ps = np.empty(half, np.int64)
+    qs = np.empty(half, np.int64)
+    ss = np.empty(half)
+    ts = np.empty(half)
+    taus = np.empty(half)
+    for _ in range(12):
+        rotated = False
+        for rnd in range(n - 1):
+            count = 0
+            for i in range(half):  # circle method: 0 fixed, the others turn
+                p = 0 if i == 0 else 1 + (rnd + i - 1) % (n - 1)
+                q = 1 + (rnd + n - 2 - i) % (n - 1)
+                if p > q:
+                    p, q = q, p
+                if q >= m:
+                    continue
+                apq = A[p, q]
+                if apq == 0.0 or not abs(apq) > 1e-7 * math.sqrt(abs(A[p, p] * A[q, q])):
+                    continue
+                h = (A[q, q] - A[p, p]) / (2.0 * apq)
+                t = (1.0 if h >= 0 else -1.0) / (abs(h) + math.sqrt(1.0 + h * h))
+                r = math.sqrt(1.0 + t * t)
+                ps[count], qs[count], ts[count], ss[count], taus[count] = p, q, t, t / r, t / (1.0 + r)
+                count += 1
+            for c in range(count):
+                p, q, t, s, tau = ps[c], qs[c], ts[c], ss[c], taus[c]
+                apq = A[p, q]
+                A[p, p] -= t * apq
+                A[q, q] += t * apq
+                A[p, q] = 0.0
+                A[q, p] = 0.0
+                for r in range(m):
+                    if r != p and r != q:
+                        x, y = A[r, p], A[r, q]
+                        x2 = x - s * (y + tau * x)
+                        y2 = y + s * (x - tau * y)
+                        A[r, p] = x2
+                        A[p, r] = x2
+                        A[r, q] = y2
+                        A[q, r] = y2
+                    x, y = V[r, p], V[r, q]
+                    V[r, p] = x - s * (y + tau * x)
+                    V[r, q] = y + s * (x - tau * y)
+            rotated = rotated or count > 0
+        if not rotated:
+            break
+
+
+@njit(inline="always", **_JIT)
+def _rayleigh_ritz(P, W, m, m_new, theta, H, V, A, P2, W2, used):
+    """Ritz pairs of G on span P[:m] (W = G P, rows < m - m_new already Ritz vectors with values theta);
+    P, W become the top min(KEEP, m) Ritz vectors, sorted, theta their values. Returns their count."""
+    d = P.shape[1]
+    old = m - m_new
+    for q in range(m):
+        for r in range(q + 1):
+            if q < old:
+                c = theta[q] if r == q else 0.0
+            else:
+                c = 0.0
+                for j in range(d):
+                    c += P[r, j] * W[q, j]
+            H[r, q] = c
+            H[q, r] = c
+    _jacobi(H, m, V, A)
+    kept = min(KEEP, m)
+    for i in range(m):
+        used[i] = False
+    for r in range(kept):
+        best = -1
+        for i in range(m):
+            if not used[i] and (best < 0 or A[i, i] > A[best, best]):
+                best = i
+        used[best] = True
+        theta[r] = A[best, best]
+        for j in range(d):
+            P2[r, j] = 0.0
+            W2[r, j] = 0.0
+        for q in range(m):
+            c = V[q, best]
+            for j in range(d):
+                P2[r, j] += c * P[q, j]
+                W2[r, j] += c * W[q, j]
+    for r in range(kept):
+        for j in range(d):
+            P[r, j] = P2[r, j]
+            W[r, j] = W2[r, j]
+    return kept
+
+
+@njit(**_JIT)
+def _track(k, v, beta, decay, tol, rtol, max_expansions, fro2, top2, expansions):
+    """For each sequence n: ‖S_t‖_F² and s1(S_t)² after every token t (S_0 = 0), into fro2/top2 [N, T]."""
+    N, T, dk = k.shape
+    dv = v.shape[2]
+    for n in range(N):
+        S = np.zeros((dk, dv), np.float32)
+        G = np.zeros((dv, dv))
+        P = np.zeros((BASIS, dv))
+        W = np.zeros((BASIS, dv))
+        P2 = np.zeros((BASIS, dv))
+        W2 = np.zeros((BASIS, dv))
+        H = np.zeros((BASIS, BASIS))
+        A = np.zeros((BASIS, BASIS))
+        V = np.zeros((BASIS, BASIS))
+        used = np.zeros(BASIS, np.bool_)
+        theta = np.zeros(BASIS)
+        X = np.zeros((TRACK, dv))
+        WX = np.zeros((TRACK, dv))
+        for r in range(TRACK):
+            X[r, r % dv] = 1.0  # any start: G = 0 until the first write
+        a = np.zeros(dv, np.float32)       # Sᵀ k_t for the coming token
+        a_next = np.zeros(dv, np.float32)
+        u = np.zeros(dv, np.float32)
+        ga = np.zeros(dv)
+        a2 = np.zeros(dv)
+        ud = np.zeros(dv)
+        cand = np.zeros(dv)
+        image = np.zeros(dv)
+        for t in range(T):
+            g = decay[n, t]
+            b = beta[n, t]
+            kk = 0.0
+            for i in range(dk):
+                kk += k[n, t, i] * k[n, t, i]
+            for j in range(dv):
+                u[j] = b * (v[n, t, j] - g * a[j])
+                a_next[j] = 0.0
+            # S ← g S + k uᵀ, its squared norm, and Sᵀ k_{t+1} for the next token, in one pass
+            nxt = min(t + 1, T - 1)
+            f = 0.0
+            for i in range(dk):
+                ki = k[n, t, i]
+                kn = k[n, nxt, i]
+                for j in range(dv):
+                    s = g * S[i, j] + ki * u[j]
+                    S[i, j] = s
+                    f += s * s
+                    a_next[j] += kn * s
+            fro2[n, t] = f
+            # G ← g² G + (g a + |k|² u) uᵀ + u (g a)ᵀ, and G u, in one pass
+            for j in range(dv):
+                ud[j] = u[j]
+                ga[j] = g * a[j]
+                a2[j] = ga[j] + kk * ud[j]
+                image[j] = 0.0
+            g2 = g * g
+            for i in range(dv):
+                ai = a2[i]
+                ui = ud[i]
+                for j in range(dv):
+                    x = g2 * G[i, j] + ai * ud[j] + ui * ga[j]
+                    G[i, j] = x
+                    image[j] += ui * x
+            for j in range(dv):
+                a[j] = a_next[j]
+            # the carried Ritz vectors' images follow the same rank-two update
+            for r in range(TRACK):
+                ux = 0.0
+                gax = 0.0
+                for j in range(dv):
+                    ux += ud[j] * X[r, j]
+                    gax += ga[j] * X[r, j]
+                for j in range(dv):
+                    WX[r, j] = g2 * WX[r, j] + a2[j] * ux + ud[j] * gax
+            if not f > 0.0:  # zero state: s1 = 0 (a NaN state gives NaN)
+                top2[n, t] = f
+                expansions[n, t] = 0
+                continue
+            m = 0
+            for j in range(dv):
+                cand[j] = ud[j]
+            if _orthonormalise_into(cand, image, P, W, m, 1e-20):
+                m += 1
+            for r in range(TRACK):
+                for j in range(dv):
+                    cand[j] = X[r, j]
+                    ga[j] = WX[r, j]  # reuse as scratch for the image
+                if _orthonormalise_into(cand, ga, P, W, m, 1e-20):
+                    m += 1
+            m = _rayleigh_ritz(P, W, m, m, theta, H, V, A, P2, W2, used)
+            grown = math.inf
+            steps = 0
+            while steps < max_expansions:
+                res = 0.0
+                for j in range(dv):
+                    x = W[0, j] - theta[0] * P[0, j]
+                    res += x * x
+                if steps > 0 and grown <= tol * theta[0] and math.sqrt(res) <= rtol * theta[0]:
+                    break
+                m0 = m
+                for r in range(min(RESIDUALS, m0)):
+                    for j in range(dv):
+                        cand[j] = W[r, j] - theta[r] * P[r, j]
+                        image[j] = 0.0
+                    if _orthonormalise_into(cand, image, P, W, m, 1e-24):
+                        m += 1
+                if m == m0:
+                    break
+                for q in range(m0, m):  # G is symmetric: row dots, no stores in the inner loop
+                    for i in range(dv):
+                        acc = 0.0
+                        for j in range(dv):
+                            acc += G[i, j] * P[q, j]
+                        W[q, i] = acc
+                steps += 1
+                before = theta[0]
+                m = _rayleigh_ritz(P, W, m, m - m0, theta, H, V, A, P2, W2, used)
+                grown = theta[0] - before
+            top2[n, t] = theta[0]
+            expansions[n, t] = steps
+            for r in range(TRACK):
+                for j in range(dv):
+                    X[r, j] = P[r, j] if r < m else 0.0
+                    WX[r, j] = W[r, j] if r < m else 0.0
+
+
+def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np.ndarray, *,
+                       tol: float = 1e-4, rtol: float = 3e-2, max_expansions: int = 8,
+                       threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """‖S_t‖_F², s1(S_t)² and the expansion count after every token, for sequences k [N,T,dk], v [N,T,dv],
+    beta [N,T], decay [N,T] (the multiplicative gate, 1 for DeltaNet). Returns three [N, T] arrays."""
+    k = np.ascontiguousarray(k, np.float32)
+    v = np.ascontiguousarray(v, np.float32)
+    beta = np.ascontiguousarray(beta, np.float32)
+    decay = np.ascontiguousarray(decay, np.float32)
+    N, T = beta.shape
+    fro2, top2 = np.zeros((N, T)), np.zeros((N, T))
+    steps = np.zeros((N, T), np.int32)
+    bounds = np.linspace(0, N, max(1, min(threads, N)) + 1).astype(int)
+
+    def run(lo: int, hi: int) -> None:
+        _track(k[lo:hi], v[lo:hi], beta[lo:hi], decay[lo:hi], tol, rtol, max_expansions,
+               fro2[lo:hi], top2[lo:hi], steps[lo:hi])
+    if len(bounds) == 2:
+        run(0, N)
+    else:
+        with ThreadPoolExecutor(len(bounds) - 1) as pool:
+            list(pool.map(run, bounds[:-1], bounds[1:]))
+    return fro2, top2, steps
