@@ -18,10 +18,9 @@ from analysis.models import attention_layers
 from analysis.spectral_tracker import track_top_singular
 
 
-def _sequences(x: torch.Tensor) -> np.ndarray:
-    """[B, T, H, ...] → [B·H, T, ...] float32, one row per (sequence, head)."""
-    B, T, H = x.shape[:3]
-    return x.detach().float().transpose(1, 2).reshape(B * H, T, *x.shape[3:]).contiguous().cpu().numpy()
+def _array(x: torch.Tensor) -> np.ndarray:
+    """A float32 numpy view (no copy for the float32 CPU tensors the recurrence receives)."""
+    return x.detach().float().cpu().numpy()
 
 
 def utilization_trace(r: RecurrenceInputs, tol: float = 1e-4, threads: int | None = None
@@ -31,10 +30,11 @@ def utilization_trace(r: RecurrenceInputs, tol: float = 1e-4, threads: int | Non
         raise AnalysisError("The dense rank trace needs whole, unpadded sequences without a prior cache.")
     B, T, H, dk = r.k.shape
     dv = r.v.shape[-1]
-    decay = torch.ones_like(r.beta) if r.g is None else r.g.float().exp()
-    fro2, top2, steps = track_top_singular(_sequences(r.k), _sequences(r.v), _sequences(r.beta), _sequences(decay),
+    beta = _array(r.beta)
+    decay = np.ones_like(beta) if r.g is None else np.exp(_array(r.g))  # numpy: torch's OpenMP workers
+    fro2, top2, steps = track_top_singular(_array(r.k), _array(r.v), beta, decay,  # would spin on our cores
                                            tol=tol, threads=threads or torch.get_num_threads())
-    fro2, top2 = (torch.from_numpy(x).view(B, H, T) for x in (fro2, top2))
+    fro2, top2 = torch.from_numpy(fro2), torch.from_numpy(top2)
     u = torch.where(top2 > 0, fro2 / top2.clamp(min=1e-300), fro2 * 0) / min(dk, dv)  # 0 for a zero state
     return {"rank_utilization": u.float(), "fro_norm_sq": fro2.float(), "spectral_norm_sq": top2.float(),
             "mean_expansions": torch.tensor(float(steps.mean()))}

@@ -25,7 +25,7 @@ TRACK = 3      # Ritz vectors carried from one token to the next
 RESIDUALS = 2  # residual vectors added per expansion
 KEEP = 4       # Ritz vectors kept after each Rayleigh–Ritz step (thick restart)
 BASIS = KEEP + RESIDUALS + 1
-_JIT = dict(nogil=True, fastmath=True, cache=True)
+_JIT = dict(nogil=True, fastmath=True, cache=True, error_model="numpy")
 
 
 @njit(inline="always", **_JIT)
@@ -160,11 +160,13 @@ def _rayleigh_ritz(P, W, m, m_new, theta, H, V, A, P2, W2, used):
 
 
 @njit(**_JIT)
-def _track(k, v, beta, decay, tol, rtol, max_expansions, fro2, top2, expansions):
-    """For each sequence n: ‖S_t‖_F² and s1(S_t)² after every token t (S_0 = 0), into fro2/top2 [N, T]."""
-    N, T, dk = k.shape
-    dv = v.shape[2]
-    for n in range(N):
+def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, expansions):
+    """For the (sequence, head) pairs lo ≤ n < hi of k [B,T,H,dk], v [B,T,H,dv], beta/decay [B,T,H]:
+    ‖S_t‖_F² and s1(S_t)² after every token t (S_0 = 0), into fro2/top2/expansions [B, H, T]."""
+    T, heads, dk = k.shape[1:]
+    dv = v.shape[3]
+    for n in range(lo, hi):
+        bb, hh = n // heads, n % heads
         S = np.zeros((dk, dv), np.float32)
         G = np.zeros((dv, dv))
         P = np.zeros((BASIS, dv))
@@ -189,26 +191,26 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, fro2, top2, expansions)
         cand = np.zeros(dv)
         image = np.zeros(dv)
         for t in range(T):
-            g = decay[n, t]
-            b = beta[n, t]
+            g = decay[bb, t, hh]
+            b = beta[bb, t, hh]
             kk = 0.0
             for i in range(dk):
-                kk += k[n, t, i] * k[n, t, i]
+                kk += k[bb, t, hh, i] * k[bb, t, hh, i]
             for j in range(dv):
-                u[j] = b * (v[n, t, j] - g * a[j])
+                u[j] = b * (v[bb, t, hh, j] - g * a[j])
                 a_next[j] = 0.0
             # S ← g S + k uᵀ, its squared norm, and Sᵀ k_{t+1} for the next token, in one pass
             nxt = min(t + 1, T - 1)
             f = 0.0
             for i in range(dk):
-                ki = k[n, t, i]
-                kn = k[n, nxt, i]
+                ki = k[bb, t, hh, i]
+                kn = k[bb, nxt, hh, i]
                 for j in range(dv):
                     s = g * S[i, j] + ki * u[j]
                     S[i, j] = s
                     f += s * s
                     a_next[j] += kn * s
-            fro2[n, t] = f
+            fro2[bb, hh, t] = f
             # G ← g² G + (g a + |k|² u) uᵀ + u (g a)ᵀ, and G u, in one pass
             for j in range(dv):
                 ud[j] = u[j]
@@ -235,8 +237,8 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, fro2, top2, expansions)
                 for j in range(dv):
                     WX[r, j] = g2 * WX[r, j] + a2[j] * ux + ud[j] * gax
             if not f > 0.0:  # zero state: s1 = 0 (a NaN state gives NaN)
-                top2[n, t] = f
-                expansions[n, t] = 0
+                top2[bb, hh, t] = f
+                expansions[bb, hh, t] = 0
                 continue
             m = 0
             for j in range(dv):
@@ -268,18 +270,22 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, fro2, top2, expansions)
                         m += 1
                 if m == m0:
                     break
-                for q in range(m0, m):  # G is symmetric: row dots, no stores in the inner loop
+                for q in range(m0, m, 2):  # G is symmetric: row dots, two vectors per pass over G
+                    q2 = min(q + 1, m - 1)
                     for i in range(dv):
                         acc = 0.0
+                        acc2 = 0.0
                         for j in range(dv):
                             acc += G[i, j] * P[q, j]
+                            acc2 += G[i, j] * P[q2, j]
                         W[q, i] = acc
+                        W[q2, i] = acc2
                 steps += 1
                 before = theta[0]
                 m = _rayleigh_ritz(P, W, m, m - m0, theta, H, V, A, P2, W2, used)
                 grown = theta[0] - before
-            top2[n, t] = theta[0]
-            expansions[n, t] = steps
+            top2[bb, hh, t] = theta[0]
+            expansions[bb, hh, t] = steps
             for r in range(TRACK):
                 for j in range(dv):
                     X[r, j] = P[r, j] if r < m else 0.0
@@ -289,22 +295,19 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, fro2, top2, expansions)
 def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np.ndarray, *,
                        tol: float = 1e-4, rtol: float = 3e-2, max_expansions: int = 8,
                        threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """‖S_t‖_F², s1(S_t)² and the expansion count after every token, for sequences k [N,T,dk], v [N,T,dv],
-    beta [N,T], decay [N,T] (the multiplicative gate, 1 for DeltaNet). Returns three [N, T] arrays."""
-    k = np.ascontiguousarray(k, np.float32)
-    v = np.ascontiguousarray(v, np.float32)
-    beta = np.ascontiguousarray(beta, np.float32)
-    decay = np.ascontiguousarray(decay, np.float32)
-    N, T = beta.shape
-    fro2, top2 = np.zeros((N, T)), np.zeros((N, T))
-    steps = np.zeros((N, T), np.int32)
-    bounds = np.linspace(0, N, max(1, min(threads, N)) + 1).astype(int)
+    """‖S_t‖_F², s1(S_t)² and the expansion count after every token, for k [B,T,H,dk], v [B,T,H,dv],
+    beta [B,T,H] and decay [B,T,H] (the multiplicative gate, 1 for DeltaNet), in the layout the
+    recurrence kernels take. Returns three [B, H, T] arrays."""
+    k, v, beta, decay = (np.ascontiguousarray(x, np.float32) for x in (k, v, beta, decay))
+    B, T, H = beta.shape
+    fro2, top2 = np.zeros((B, H, T)), np.zeros((B, H, T))
+    steps = np.zeros((B, H, T), np.int32)
+    bounds = np.linspace(0, B * H, max(1, min(threads, B * H)) + 1).astype(int)
 
     def run(lo: int, hi: int) -> None:
-        _track(k[lo:hi], v[lo:hi], beta[lo:hi], decay[lo:hi], tol, rtol, max_expansions,
-               fro2[lo:hi], top2[lo:hi], steps[lo:hi])
+        _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, steps)
     if len(bounds) == 2:
-        run(0, N)
+        run(0, B * H)
     else:
         with ThreadPoolExecutor(len(bounds) - 1) as pool:
             list(pool.map(run, bounds[:-1], bounds[1:]))
