@@ -3,7 +3,7 @@
 The recurrence inputs of each layer are intercepted during one forward pass and handed to
 `analysis.spectral_tracker`, which steps the state token by token (the same recurrence as the model,
 decay gate included) and tracks s1² with a warm-started Rayleigh–Ritz iteration. States are never
-stored. Ritz values never exceed s1², so u is never under-estimated by the tracker; the tolerance
+stored. Ritz values never exceed s1², so the tracker can only over-estimate u; the tolerance
 (`tol`, relative growth of the top Ritz value at which it stops) bounds the error in practice
 (tests compare against numpy's SVD).
 """
@@ -30,9 +30,10 @@ def utilization_trace(r: RecurrenceInputs, tol: float = 1e-4, threads: int | Non
         raise AnalysisError("The dense rank trace needs whole, unpadded sequences without a prior cache.")
     B, T, H, dk = r.k.shape
     dv = r.v.shape[-1]
+    # the gate in numpy, not torch: torch's OpenMP workers would keep spinning on the tracker's cores
     beta = _array(r.beta)
-    decay = np.ones_like(beta) if r.g is None else np.exp(_array(r.g))  # numpy: torch's OpenMP workers
-    fro2, top2, steps = track_top_singular(_array(r.k), _array(r.v), beta, decay,  # would spin on our cores
+    decay = np.ones_like(beta) if r.g is None else np.exp(_array(r.g))
+    fro2, top2, steps = track_top_singular(_array(r.k), _array(r.v), beta, decay,
                                            tol=tol, threads=threads or torch.get_num_threads())
     fro2, top2 = torch.from_numpy(fro2), torch.from_numpy(top2)
     u = torch.where(top2 > 0, fro2 / top2.clamp(min=1e-300), fro2 * 0) / min(dk, dv)  # 0 for a zero state
