@@ -56,45 +56,58 @@ def _orthonormalise_into(cand, image, P, W, m, drop):
     return True
 
 
+def _round_robin_pairs() -> tuple[np.ndarray, np.ndarray]:
+    """For every size m ≤ BASIS: rounds of disjoint index pairs covering all p < q (circle method)."""
+    pairs = np.zeros((BASIS + 1, BASIS, BASIS // 2 + 1, 2), np.int64)
+    counts = np.zeros((BASIS + 1, BASIS), np.int64)
+    for m in range(2, BASIS + 1):
+        n = m + (m & 1)  # even, with a dummy index m when m is odd
+        for rnd in range(n - 1):
+            for i in range(n // 2):
+                p = 0 if i == 0 else 1 + (rnd + i - 1) % (n - 1)
+                q = 1 + (rnd + n - 2 - i) % (n - 1)
+                p, q = min(p, q), max(p, q)
+                if q < m:
+                    pairs[m, rnd, counts[m, rnd]] = p, q
+                    counts[m, rnd] += 1
+    return pairs, counts
+
+
+_PAIRS, _PAIR_COUNTS = _round_robin_pairs()  # numba freezes these as constants
+
+
 @njit(inline="always", **_JIT)
-def _jacobi(H, m, V, A):
+def _jacobi(H, m, V, A, rot):
     """Eigen-decomposition of the small symmetric H[:m, :m] by Jacobi rotations: A diagonal, V vectors.
 
     Rounds of disjoint pairs (round-robin order), so the rotation angles of a round are independent and
     their square roots and divisions overlap; rotations that would move the eigenvalues by less than
-    ~1e-14 relative are skipped."""
+    ~1e-14 relative are skipped. `rot` [3, BASIS] is scratch."""
     for i in range(m):
         for j in range(m):
             A[i, j] = H[i, j]
             V[i, j] = 1.0 if i == j else 0.0
-    n = m + (m & 1)  # even, with a dummy index m when m is odd
-    half = n // 2
-    ps = np.empty(half, np.int64)
-    qs = np.empty(half, np.int64)
-    ss = np.empty(half)
-    ts = np.empty(half)
-    taus = np.empty(half)
+    rounds = m - 1 + (m & 1)
     for _ in range(12):
         rotated = False
-        for rnd in range(n - 1):
-            count = 0
-            for i in range(half):  # circle method: 0 fixed, the others turn
-                p = 0 if i == 0 else 1 + (rnd + i - 1) % (n - 1)
-                q = 1 + (rnd + n - 2 - i) % (n - 1)
-                if p > q:
-                    p, q = q, p
-                if q >= m:
-                    continue
+        for rnd in range(rounds):
+            count = _PAIR_COUNTS[m, rnd]
+            for c in range(count):
+                p, q = _PAIRS[m, rnd, c, 0], _PAIRS[m, rnd, c, 1]
                 apq = A[p, q]
                 if apq == 0.0 or not abs(apq) > 1e-7 * math.sqrt(abs(A[p, p] * A[q, q])):
+                    rot[0, c] = 0.0
                     continue
                 h = (A[q, q] - A[p, p]) / (2.0 * apq)
                 t = (1.0 if h >= 0 else -1.0) / (abs(h) + math.sqrt(1.0 + h * h))
                 r = math.sqrt(1.0 + t * t)
-                ps[count], qs[count], ts[count], ss[count], taus[count] = p, q, t, t / r, t / (1.0 + r)
-                count += 1
+                rot[0, c], rot[1, c], rot[2, c] = t, t / r, t / (1.0 + r)
+                rotated = True
             for c in range(count):
-                p, q, t, s, tau = ps[c], qs[c], ts[c], ss[c], taus[c]
+                t, s, tau = rot[0, c], rot[1, c], rot[2, c]
+                if t == 0.0:
+                    continue
+                p, q = _PAIRS[m, rnd, c, 0], _PAIRS[m, rnd, c, 1]
                 apq = A[p, q]
                 A[p, p] -= t * apq
                 A[q, q] += t * apq
@@ -112,13 +125,12 @@ def _jacobi(H, m, V, A):
                     x, y = V[r, p], V[r, q]
                     V[r, p] = x - s * (y + tau * x)
                     V[r, q] = y + s * (x - tau * y)
-            rotated = rotated or count > 0
         if not rotated:
             break
 
 
 @njit(inline="always", **_JIT)
-def _rayleigh_ritz(P, W, m, m_new, theta, H, V, A, P2, W2, used):
+def _rayleigh_ritz(P, W, m, m_new, theta, H, V, A, P2, W2, used, rot):
     """Ritz pairs of G on span P[:m] (W = G P, rows < m - m_new already Ritz vectors with values theta);
     P, W become the top min(KEEP, m) Ritz vectors, sorted, theta their values. Returns their count."""
     d = P.shape[1]
@@ -133,7 +145,7 @@ def _rayleigh_ritz(P, W, m, m_new, theta, H, V, A, P2, W2, used):
                     c += P[r, j] * W[q, j]
             H[r, q] = c
             H[q, r] = c
-    _jacobi(H, m, V, A)
+    _jacobi(H, m, V, A, rot)
     kept = min(KEEP, m)
     for i in range(m):
         used[i] = False
@@ -177,6 +189,7 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, exp
         A = np.zeros((BASIS, BASIS))
         V = np.zeros((BASIS, BASIS))
         used = np.zeros(BASIS, np.bool_)
+        rot = np.zeros((3, BASIS))
         theta = np.zeros(BASIS)
         X = np.zeros((TRACK, dv))
         WX = np.zeros((TRACK, dv))
@@ -251,7 +264,7 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, exp
                     ga[j] = WX[r, j]  # reuse as scratch for the image
                 if _orthonormalise_into(cand, ga, P, W, m, 1e-20):
                     m += 1
-            m = _rayleigh_ritz(P, W, m, m, theta, H, V, A, P2, W2, used)
+            m = _rayleigh_ritz(P, W, m, m, theta, H, V, A, P2, W2, used, rot)
             grown = math.inf
             steps = 0
             while steps < max_expansions:
@@ -282,7 +295,7 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, exp
                         W[q2, i] = acc2
                 steps += 1
                 before = theta[0]
-                m = _rayleigh_ritz(P, W, m, m - m0, theta, H, V, A, P2, W2, used)
+                m = _rayleigh_ritz(P, W, m, m - m0, theta, H, V, A, P2, W2, used, rot)
                 grown = theta[0] - before
             top2[bb, hh, t] = theta[0]
             expansions[bb, hh, t] = steps
@@ -302,13 +315,15 @@ def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np
     B, T, H = beta.shape
     fro2, top2 = np.zeros((B, H, T)), np.zeros((B, H, T))
     steps = np.zeros((B, H, T), np.int32)
-    bounds = np.linspace(0, B * H, max(1, min(threads, B * H)) + 1).astype(int)
+    threads = max(1, min(threads, B * H))
+    # a few blocks per thread, handed out as threads free up: sequences differ in how long they take
+    bounds = np.linspace(0, B * H, min(B * H, 4 * threads) + 1).astype(int)
 
     def run(lo: int, hi: int) -> None:
         _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, steps)
-    if len(bounds) == 2:
+    if threads == 1:
         run(0, B * H)
     else:
-        with ThreadPoolExecutor(len(bounds) - 1) as pool:
+        with ThreadPoolExecutor(threads) as pool:
             list(pool.map(run, bounds[:-1], bounds[1:]))
     return fro2, top2, steps
