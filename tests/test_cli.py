@@ -34,6 +34,19 @@ def test_rank_json(tiny_model_dir, capsys):
     assert trace["positions"][-1] == 79 and len(trace["per_layer_head"][0][0]) == len(trace["positions"])
 
 
+def test_rank_every_token_agrees_with_svd_trace(tiny_model_dir, capsys):
+    assert main(["rank", str(tiny_model_dir), "--tokens", "60", "--batch", "2", "--stride", "7", "--every-token",
+                 "--json", "-", "--device", "cpu"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    svd, dense = report["trace"], report["every_token"]
+    assert dense["positions"] == list(range(60)) and "Rayleigh" in dense["method"]
+    for layer_svd, layer_dense in zip(svd["per_layer_head"], dense["per_layer_head"]):
+        for head_svd, head_dense in zip(layer_svd, layer_dense):
+            assert len(head_dense) == 60
+            for position, value in zip(svd["positions"], head_svd):
+                assert abs(head_dense[position] - value) < 1e-4
+
+
 def test_noise_json(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "noise.json"
     assert main(["noise", str(tiny_model_dir), "--tokens", "64", "--batch", "1", "--samples", "32",

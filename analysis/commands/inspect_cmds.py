@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from analysis import models
 from analysis.commands.common import add_text_args, emit, load, text_batch
-from analysis.report import rank_report
+from analysis.rank_trace import collect_utilization_trace
+from analysis.report import every_token_report, rank_report
 from analysis.states import collect_states
 
 
@@ -23,12 +24,19 @@ def run_rank(args) -> None:
     ids, label = text_batch(args, tokenizer, model)
     trace = collect_states(model, ids, stride=args.stride)
     report = rank_report(trace, {**meta, "dataset": label, "stride": args.stride})
+    if args.every_token:
+        report["every_token"] = every_token_report(collect_utilization_trace(model, ids, tol=TRACE_TOL), TRACE_TOL)
     lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {args.batch}×{args.tokens} tokens",
              "layer  head  rank_util  stable_rank  eff_rank  energy_rank"]
     for layer in report["layers"]:
         for h in layer["heads"]:
             lines.append(f"{layer['layer']:5d} {h['head']:5d} {_f(h['rank_utilization']):>10s} "
                          f"{_f(h['stable_rank']):>12s} {_f(h['effective_rank']):>9s} {_f(h['energy_rank']):>12s}")
+    if args.every_token:
+        mean = report["every_token"]["mean"]
+        marks = sorted({0, len(mean) // 4, len(mean) // 2, len(mean) - 1})
+        lines.append("rank utilization after every token (mean over layers, heads, sequences): "
+                     + ", ".join(f"t={t}: {_f(mean[t])}" for t in marks))
     emit(args, report, "\n".join(lines))
 
 
@@ -54,8 +62,14 @@ def _f(x) -> str:
     return "nan" if x is None else f"{x:.4g}"
 
 
+TRACE_TOL = 1e-4
+
+
 def _setup_rank(p):
     add_text_args(p)
+    p.add_argument("--every-token", action="store_true",
+                   help="also the rank utilization after every token of every layer, with s1 tracked instead "
+                        "of an SVD per state (fast; 'every_token' in the JSON)")
 
 
 def _setup_noise(p):
