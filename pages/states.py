@@ -4,7 +4,7 @@ import streamlit as st
 
 from analysis.rank import METRIC_INFO
 from ui import figures, frame, state
-from ui.context import current, traced
+from ui.context import current, traced, traced_every_token
 from ui.explain import explainer
 from ui.labels import caption, metric_title
 from ui.reduce import mean_std
@@ -88,14 +88,30 @@ chosen = c3.multiselect("Spectrum at token positions", positions,
                         key=state.remembered("spectrum_positions", default_pos, positions))
 state.remember("spectrum_positions")
 
+every_token = False
+if metric == "rank_utilization":
+    every_token = st.toggle(
+        "Rank utilization after every token", key=state.remembered("every_token", False),
+        help="Track s₁ of the state after every token with a warm-started Rayleigh–Ritz iteration instead of an "
+             "SVD per state (never above the true s₁, stops at 1e-4 relative growth; ‖S‖_F is exact).")
+    state.remember("every_token")
 left, right = st.columns(2)
 with left:
-    mean, std = mean_std(values[layer, :, head, :], axis=0)
-    overlay = mean_std(rand["metrics"][metric][layer, :, head, :], axis=0) if rand else None
-    st.plotly_chart(figures.metric_over_positions(positions, mean, std, z_title,
+    if every_token:
+        dense = traced_every_token(ctx)["rank_utilization"]               # [L, B, H, T]
+        dense_rand = traced_every_token(ctx, random_init=True)["rank_utilization"] if rand else None
+        trace_positions, trace_values = list(range(dense.shape[-1])), dense
+        overlay = mean_std(dense_rand[layer, :, head, :], axis=0) if rand else None
+        how = "after every token (s₁ tracked)"
+    else:
+        trace_positions, trace_values = positions, values
+        overlay = mean_std(rand["metrics"][metric][layer, :, head, :], axis=0) if rand else None
+        how = f"every {stride} tokens"
+    mean, std = mean_std(trace_values[layer, :, head, :], axis=0)
+    st.plotly_chart(figures.metric_over_positions(trace_positions, mean, std, z_title,
                                                   f"{METRIC_INFO[metric].label}: layer {layer}, head {head}", overlay),
                     key="rank_over_positions")
-    st.caption(caption(prov, f"every {stride} tokens, mean ± std over {n_seq} sequences"))
+    st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"))
 with right:
     index = [positions.index(p) for p in chosen]
     spectra = lambda d: {f"after token {positions[i]}": d["singular_values"][layer][:, head, i].mean(0)  # noqa: E731

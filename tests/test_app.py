@@ -117,6 +117,21 @@ def test_states_metric_choice_click_free_drill_in_and_random_init(monkeypatch, l
     assert at.selectbox(key="w:metric").value == "effective_rank" and at.selectbox(key="w:sel_layer").value == 1
 
 
+def test_states_rank_utilization_after_every_token(monkeypatch, lm_dir):
+    at = start(monkeypatch, lm_dir)
+    at.switch_page("pages/states.py").run()
+    strided = next(s for s in charts(at) if "layer 0, head 0" in s["layout"]["title"]["text"])
+    at.toggle(key="w:every_token").set_value(True).run()
+    assert_clean(at)
+    dense = next(s for s in charts(at) if "layer 0, head 0" in s["layout"]["title"]["text"])
+    x_strided, y_strided = strided["data"][-1]["x"], strided["data"][-1]["y"]
+    x_dense, y_dense = dense["data"][-1]["x"], dense["data"][-1]["y"]
+    assert x_dense == list(range(len(x_dense))) and len(x_dense) > len(x_strided)
+    for x, y in zip(x_strided, y_strided):  # the tracked trace meets the SVD trace at the strided positions
+        assert abs(y_dense[x] - y) < 1e-4
+    assert any("after every token" in c.value for c in at.caption)
+
+
 def test_bad_model_choices_show_one_sentence_and_recover(monkeypatch, lm_dir, tmp_path):
     at = start(monkeypatch, lm_dir)
     at.text_input(key="w:model_dir").set_value(str(tmp_path / "nowhere")).run()

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import streamlit as st
 import torch
 
 from analysis import models, noise
 from analysis.rank import METRIC_INFO
+from analysis.rank_trace import collect_utilization_trace
 from analysis.recall import RecallTask
 from analysis.recall_noise import recall_accuracy_under_noise
 from analysis.states import collect_states
@@ -94,6 +96,17 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
         "keys": [layer.keys.float().numpy() for layer in trace.layers],
         "dataset": label, "tokens": int(ids.shape[1]), "sequences": int(ids.shape[0]),
     }
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def every_token_data(key: ModelKey, spec: InputSpec, random_init: bool = False) -> dict:
+    """Rank utilization after every token, [L, B, H, T], with s1 tracked instead of an SVD per state."""
+    ids, _ = _input_ids(key, spec)
+    model = random_init_model(key) if random_init else shared_model(key)
+    with compute_lock():
+        layers = collect_utilization_trace(model, ids)
+    return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers]),
+            "mean_expansions": float(np.mean([float(layer["mean_expansions"]) for layer in layers]))}
 
 
 def _rms(squares: torch.Tensor) -> list:

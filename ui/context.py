@@ -52,3 +52,10 @@ def traced(ctx: Context, stride: int, random_init: bool = False) -> dict:
     what = "a random-init copy" if random_init else ctx.name
     with guard(), st.spinner(f"Collecting recurrent states of {what} every {stride} tokens…"):
         return cache.trace_data(ctx.key, ctx.spec, int(stride), random_init)
+
+
+def traced_every_token(ctx: Context, random_init: bool = False) -> dict:
+    """Rank utilization after every token (cached); the first call may compile the tracker once."""
+    what = "a random-init copy" if random_init else ctx.name
+    with guard(), st.spinner(f"Tracking the rank utilization of {what} after every token…"):
+        return cache.every_token_data(ctx.key, ctx.spec, random_init)
