@@ -19,7 +19,6 @@ import torch
 
 from analysis import models, noise
 from analysis.rank import METRIC_INFO
-from analysis.rank_trace import collect_utilization_trace
 from analysis.recall import RecallTask
 from analysis.recall_noise import recall_accuracy_under_noise
 from analysis.states import collect_states
@@ -101,6 +100,7 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
 @st.cache_data(max_entries=16, show_spinner=False)
 def every_token_data(key: ModelKey, spec: InputSpec, random_init: bool = False) -> dict:
     """Rank utilization after every token, [L, B, H, T], with s1 tracked instead of an SVD per state."""
+    from analysis.rank_trace import collect_utilization_trace  # loads numba: only when first asked for
     ids, _ = _input_ids(key, spec)
     model = random_init_model(key) if random_init else shared_model(key)
     with compute_lock():
