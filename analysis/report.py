@@ -60,9 +60,9 @@ def every_token_report(layers: list[dict], tol: float) -> dict:
     """The dense rank-utilization trace of `analysis.rank_trace` (state after every token, every layer)."""
     values = torch.stack([layer["rank_utilization"] for layer in layers])  # [L, B, H, T]
     return {"metric": "rank_utilization", "positions": list(range(values.shape[-1])),
-            "method": f"s1 tracked by warm-started Rayleigh–Ritz (never above the true s1; stops at "
-                      f"{tol:g} relative growth), ‖S‖_F exact; states in float32",
-            "mean_expansions": number(torch.stack([layer["mean_expansions"] for layer in layers]).mean()),
+            "method": f"s1 tracked by warm-started Rayleigh–Ritz (never above the true s1; stops at an "
+                      f"estimated error of {tol:g} in u), ‖S‖_F exact; states in float32",
+            "mean_ritz_steps": number(torch.stack([layer["mean_ritz_steps"] for layer in layers]).mean()),
             **position_stats(values)}
 
 

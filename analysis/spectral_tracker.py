@@ -4,14 +4,20 @@ Per sequence and head the state evolves as S_t = g_t S_{t-1} + k_t u_tᵀ with u
 so its Gram matrix G = SᵀS changes by a rank-two update each token:
     G_t = g² G + (g a + |k|² u) uᵀ + u (g a)ᵀ,   a = S_{t-1}ᵀ k_t.
 s1(S_t)² = λ_max(G_t) is found by Rayleigh–Ritz on a small subspace, warm-started from the previous
-token: the top `TRACK` Ritz vectors X (whose images G X follow the same rank-two update in O(d), no
-matrix product needed) plus the new direction u. Tracking more than one vector keeps the estimate right
-when the two largest singular values cross. The subspace is then enlarged with the Ritz residuals
-(one block Krylov step, one pass over G) until the top Ritz value grows by less than `tol` relative and
-its residual is below `rtol` relative. Ritz values never exceed λ_max, so errors are one-sided.
+token: the top `TRACK` Ritz vectors X, whose images G X follow that rank-two update in O(d), plus the new
+direction u, whose image SᵀS u comes out of the same pass over S that applies the update. Tracking more
+than one vector keeps the estimate right when the largest singular values cross. The first step adds
+the images of the top two carried vectors (a block Krylov step); further steps add the top two Ritz
+residuals. Products with G are taken as Sᵀ(S p) in one pass over S, so G itself is never formed.
 
-Cost per token is a few passes over a d×d matrix instead of an SVD; the loop is compiled with numba
-and runs one thread per block of sequences (the kernel releases the GIL).
+It stops when the estimated error of the rank utilization u = ‖S‖_F² / (θ d) is below `tol`, by either
+bound (∂u/∂θ = −‖S‖_F² / (θ² d)): the quadratic residual bound λ_max − θ ≲ ‖r‖² / (θ₁ − θ₂), with the gap
+taken from the Ritz values, or, when that gap is too small to trust, a step that raised θ by less than
+`tol` (in u) with a residual below `RESIDUAL_CAP` θ. Ritz values never exceed λ_max (up to float32
+rounding), so the error is one-sided.
+
+Cost per token is a few passes over the d×d state plus small eigenproblems instead of an SVD; the loop
+is compiled with numba and runs one thread per block of sequences (the kernel releases the GIL).
 """
 from __future__ import annotations
 
@@ -22,9 +28,10 @@ import numpy as np
 from numba import njit
 
 TRACK = 3      # Ritz vectors carried from one token to the next
-RESIDUALS = 2  # residual vectors added per expansion
+RESIDUALS = 2  # residual vectors added per step
 KEEP = 4       # Ritz vectors kept after each Rayleigh–Ritz step (thick restart)
 BASIS = KEEP + RESIDUALS + 1
+RESIDUAL_CAP = 3e-2  # relative residual below which a stalled θ counts as converged
 _JIT = dict(nogil=True, fastmath=True, cache=True, error_model="numpy")
 
 
@@ -171,16 +178,40 @@ def _rayleigh_ritz(P, W, m, m_new, theta, H, V, A, P2, W2, used, rot):
     return kept
 
 
+@njit(inline="always", **_JIT)
+def _gram_images(S, P, W, q, q2, p32, w32):
+    """W[q], W[q2] = SᵀS P[q], SᵀS P[q2] in one pass over the rows of S (float32, as S is)."""
+    dk, dv = S.shape
+    for j in range(dv):
+        p32[0, j] = P[q, j]
+        p32[1, j] = P[q2, j]
+        w32[0, j] = 0.0
+        w32[1, j] = 0.0
+    for i in range(dk):
+        y1 = np.float32(0.0)
+        y2 = np.float32(0.0)
+        for j in range(dv):
+            s = S[i, j]
+            y1 += s * p32[0, j]
+            y2 += s * p32[1, j]
+        for j in range(dv):
+            s = S[i, j]
+            w32[0, j] += y1 * s
+            w32[1, j] += y2 * s
+    for j in range(dv):
+        W[q, j] = w32[0, j]
+        W[q2, j] = w32[1, j]
+
+
 @njit(**_JIT)
-def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, expansions):
+def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
     """For the (sequence, head) pairs lo ≤ n < hi of k [B,T,H,dk], v [B,T,H,dv], beta/decay [B,T,H]:
-    ‖S_t‖_F² and s1(S_t)² after every token t (S_0 = 0), into fro2/top2/expansions [B, H, T]."""
+    ‖S_t‖_F² and s1(S_t)² after every token t (S_0 = 0), into fro2/top2/ritz_steps [B, H, T]."""
     T, heads, dk = k.shape[1:]
     dv = v.shape[3]
     for n in range(lo, hi):
         bb, hh = n // heads, n % heads
         S = np.zeros((dk, dv), np.float32)
-        G = np.zeros((dv, dv))
         P = np.zeros((BASIS, dv))
         W = np.zeros((BASIS, dv))
         P2 = np.zeros((BASIS, dv))
@@ -198,6 +229,9 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, exp
         a = np.zeros(dv, np.float32)       # Sᵀ k_t for the coming token
         a_next = np.zeros(dv, np.float32)
         u = np.zeros(dv, np.float32)
+        gu32 = np.zeros(dv, np.float32)
+        p32 = np.zeros((2, dv), np.float32)
+        w32 = np.zeros((2, dv), np.float32)
         ga = np.zeros(dv)
         a2 = np.zeros(dv)
         ud = np.zeros(dv)
@@ -212,35 +246,34 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, exp
             for j in range(dv):
                 u[j] = b * (v[bb, t, hh, j] - g * a[j])
                 a_next[j] = 0.0
-            # S ← g S + k uᵀ, its squared norm, and Sᵀ k_{t+1} for the next token, in one pass
+                gu32[j] = 0.0
+            # S ← g S + k uᵀ, its squared norm, Sᵀ k_{t+1} for the next token and SᵀS u, in one pass
             nxt = min(t + 1, T - 1)
             f = 0.0
             for i in range(dk):
                 ki = k[bb, t, hh, i]
                 kn = k[bb, nxt, hh, i]
+                rowf = np.float32(0.0)
+                y = np.float32(0.0)
                 for j in range(dv):
                     s = g * S[i, j] + ki * u[j]
                     S[i, j] = s
-                    f += s * s
+                    rowf += s * s
+                    y += s * u[j]
                     a_next[j] += kn * s
+                f += rowf
+                for j in range(dv):
+                    gu32[j] += y * S[i, j]
             fro2[bb, hh, t] = f
-            # G ← g² G + (g a + |k|² u) uᵀ + u (g a)ᵀ, and G u, in one pass
             for j in range(dv):
                 ud[j] = u[j]
                 ga[j] = g * a[j]
                 a2[j] = ga[j] + kk * ud[j]
-                image[j] = 0.0
-            g2 = g * g
-            for i in range(dv):
-                ai = a2[i]
-                ui = ud[i]
-                for j in range(dv):
-                    x = g2 * G[i, j] + ai * ud[j] + ui * ga[j]
-                    G[i, j] = x
-                    image[j] += ui * x
-            for j in range(dv):
+                image[j] = gu32[j]
                 a[j] = a_next[j]
-            # the carried Ritz vectors' images follow the same rank-two update
+            # the carried Ritz vectors' images follow G's rank-two update:
+            # G ← g² G + (g a + |k|² u) uᵀ + u (g a)ᵀ
+            g2 = g * g
             for r in range(TRACK):
                 ux = 0.0
                 gax = 0.0
@@ -251,29 +284,40 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, exp
                     WX[r, j] = g2 * WX[r, j] + a2[j] * ux + ud[j] * gax
             if not f > 0.0:  # zero state: s1 = 0 (a NaN state gives NaN)
                 top2[bb, hh, t] = f
-                expansions[bb, hh, t] = 0
+                ritz_steps[bb, hh, t] = 0
                 continue
             m = 0
-            for j in range(dv):
-                cand[j] = ud[j]
-            if _orthonormalise_into(cand, image, P, W, m, 1e-20):
-                m += 1
             for r in range(TRACK):
                 for j in range(dv):
                     cand[j] = X[r, j]
                     ga[j] = WX[r, j]  # reuse as scratch for the image
                 if _orthonormalise_into(cand, ga, P, W, m, 1e-20):
                     m += 1
-            m = _rayleigh_ritz(P, W, m, m, theta, H, V, A, P2, W2, used, rot)
+            for j in range(dv):
+                cand[j] = ud[j]
+            if _orthonormalise_into(cand, image, P, W, m, 1e-20):
+                m += 1
+            for q in range(m):  # Rayleigh quotients of the new basis, to start from
+                c = 0.0
+                for j in range(dv):
+                    c += P[q, j] * W[q, j]
+                theta[q] = c
+            settled = 0  # leading rows of P that are Ritz vectors of this token's G
             grown = math.inf
             steps = 0
-            while steps < max_expansions:
-                res = 0.0
-                for j in range(dv):
-                    x = W[0, j] - theta[0] * P[0, j]
-                    res += x * x
-                if steps > 0 and grown <= tol * theta[0] and math.sqrt(res) <= rtol * theta[0]:
-                    break
+            while steps < max_steps:
+                if steps > 0:
+                    res = 0.0
+                    for j in range(dv):
+                        x = W[0, j] - theta[0] * P[0, j]
+                        res += x * x
+                    scale = f / (theta[0] * theta[0] * min(dk, dv))  # |∂u/∂θ|
+                    gap = theta[0] - theta[1] if m > 1 else theta[0]
+                    if res * scale <= tol * gap:
+                        break
+                    if grown * scale <= tol and math.sqrt(res) <= RESIDUAL_CAP * theta[0]:
+                        break
+                # one block Krylov step: the residuals of the top two vectors, orthonormalised
                 m0 = m
                 for r in range(min(RESIDUALS, m0)):
                     for j in range(dv):
@@ -281,24 +325,19 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, exp
                         image[j] = 0.0
                     if _orthonormalise_into(cand, image, P, W, m, 1e-24):
                         m += 1
-                if m == m0:
+                if m == settled:  # an invariant subspace, already solved
                     break
-                for q in range(m0, m, 2):  # G is symmetric: row dots, two vectors per pass over G
-                    q2 = min(q + 1, m - 1)
-                    for i in range(dv):
-                        acc = 0.0
-                        acc2 = 0.0
-                        for j in range(dv):
-                            acc += G[i, j] * P[q, j]
-                            acc2 += G[i, j] * P[q2, j]
-                        W[q, i] = acc
-                        W[q2, i] = acc2
-                steps += 1
+                for q in range(m0, m, 2):
+                    _gram_images(S, P, W, q, min(q + 1, m - 1), p32, w32)
                 before = theta[0]
-                m = _rayleigh_ritz(P, W, m, m - m0, theta, H, V, A, P2, W2, used, rot)
+                for q in range(settled, m0):
+                    before = max(before, theta[q])
+                m = _rayleigh_ritz(P, W, m, m - settled, theta, H, V, A, P2, W2, used, rot)
+                settled = m
                 grown = theta[0] - before
+                steps += 1
             top2[bb, hh, t] = theta[0]
-            expansions[bb, hh, t] = steps
+            ritz_steps[bb, hh, t] = steps
             for r in range(TRACK):
                 for j in range(dv):
                     X[r, j] = P[r, j] if r < m else 0.0
@@ -306,9 +345,9 @@ def _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, exp
 
 
 def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np.ndarray, *,
-                       tol: float = 1e-4, rtol: float = 3e-2, max_expansions: int = 8,
+                       tol: float = 1e-5, max_steps: int = 8,
                        threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """‖S_t‖_F², s1(S_t)² and the expansion count after every token, for k [B,T,H,dk], v [B,T,H,dv],
+    """‖S_t‖_F², s1(S_t)² and the number of Rayleigh–Ritz steps after every token, for k [B,T,H,dk], v [B,T,H,dv],
     beta [B,T,H] and decay [B,T,H] (the multiplicative gate, 1 for DeltaNet), in the layout the
     recurrence kernels take. Returns three [B, H, T] arrays."""
     k, v, beta, decay = (np.ascontiguousarray(x, np.float32) for x in (k, v, beta, decay))
@@ -320,7 +359,7 @@ def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np
     bounds = np.linspace(0, B * H, min(B * H, 4 * threads) + 1).astype(int)
 
     def run(lo: int, hi: int) -> None:
-        _track(k, v, beta, decay, tol, rtol, max_expansions, lo, hi, fro2, top2, steps)
+        _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, steps)
     if threads == 1:
         run(0, B * H)
     else:

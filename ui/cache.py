@@ -105,8 +105,7 @@ def every_token_data(key: ModelKey, spec: InputSpec, random_init: bool = False) 
     model = random_init_model(key) if random_init else shared_model(key)
     with compute_lock():
         layers = collect_utilization_trace(model, ids)
-    return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers]),
-            "mean_expansions": float(np.mean([float(layer["mean_expansions"]) for layer in layers]))}
+    return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers])}
 
 
 def _rms(squares: torch.Tensor) -> list:
