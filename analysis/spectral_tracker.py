@@ -37,12 +37,14 @@ _JIT = dict(nogil=True, fastmath=True, cache=True, error_model="numpy")
 
 @njit(inline="always", **_JIT)
 def _orthonormalise_into(cand, image, P, W, m, drop):
-    """Gram–Schmidt `cand` (twice) against P[:m], applying the same combination to its image under G;
-    store both as row m. False when nothing independent is left."""
+    """Gram–Schmidt `cand` against P[:m] (again if it lost over half its norm: "twice is enough"),
+    applying the same combination to its image under G; store both as row m. False when nothing
+    independent is left."""
     d = cand.shape[0]
     before = 0.0
     for j in range(d):
         before += cand[j] * cand[j]
+    first = before
     for _ in range(2):
         for r in range(m):
             c = 0.0
@@ -51,10 +53,13 @@ def _orthonormalise_into(cand, image, P, W, m, drop):
             for j in range(d):
                 cand[j] -= c * P[r, j]
                 image[j] -= c * W[r, j]
-    after = 0.0
-    for j in range(d):
-        after += cand[j] * cand[j]
-    if after == 0.0 or after <= drop * before:
+        after = 0.0
+        for j in range(d):
+            after += cand[j] * cand[j]
+        if after > 0.5 * before:
+            break
+        before = after
+    if after == 0.0 or after <= drop * first:
         return False
     inv = 1.0 / math.sqrt(after)
     for j in range(d):
@@ -222,10 +227,9 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
         used = np.zeros(BASIS, np.bool_)
         rot = np.zeros((3, BASIS))
         theta = np.zeros(BASIS)
-        X = np.zeros((TRACK, dv))
-        WX = np.zeros((TRACK, dv))
-        for r in range(TRACK):
-            X[r, r % dv] = 1.0  # any start: G = 0 until the first write
+        carried = min(TRACK, dv)  # P[:carried]: the Ritz vectors carried over from the previous token
+        for r in range(carried):
+            P[r, r] = 1.0  # any orthonormal start: G = 0 until the first write
         a = np.zeros(dv, np.float32)       # Sᵀ k_t for the coming token
         a_next = np.zeros(dv, np.float32)
         u = np.zeros(dv, np.float32)
@@ -274,25 +278,19 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
             # the carried Ritz vectors' images follow G's rank-two update:
             # G ← g² G + (g a + |k|² u) uᵀ + u (g a)ᵀ
             g2 = g * g
-            for r in range(TRACK):
+            for r in range(carried):
                 ux = 0.0
                 gax = 0.0
                 for j in range(dv):
-                    ux += ud[j] * X[r, j]
-                    gax += ga[j] * X[r, j]
+                    ux += ud[j] * P[r, j]
+                    gax += ga[j] * P[r, j]
                 for j in range(dv):
-                    WX[r, j] = g2 * WX[r, j] + a2[j] * ux + ud[j] * gax
+                    W[r, j] = g2 * W[r, j] + a2[j] * ux + ud[j] * gax
             if not f > 0.0:  # zero state: s1 = 0 (a NaN state gives NaN)
                 top2[bb, hh, t] = f
                 ritz_steps[bb, hh, t] = 0
                 continue
-            m = 0
-            for r in range(TRACK):
-                for j in range(dv):
-                    cand[j] = X[r, j]
-                    ga[j] = WX[r, j]  # reuse as scratch for the image
-                if _orthonormalise_into(cand, ga, P, W, m, 1e-20):
-                    m += 1
+            m = carried  # orthonormal already: Ritz vectors
             for j in range(dv):
                 cand[j] = ud[j]
             if _orthonormalise_into(cand, image, P, W, m, 1e-20):
@@ -338,10 +336,7 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
                 steps += 1
             top2[bb, hh, t] = theta[0]
             ritz_steps[bb, hh, t] = steps
-            for r in range(TRACK):
-                for j in range(dv):
-                    X[r, j] = P[r, j] if r < m else 0.0
-                    WX[r, j] = W[r, j] if r < m else 0.0
+            carried = min(TRACK, m)
 
 
 def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np.ndarray, *,
