@@ -62,7 +62,7 @@ def _f(x) -> str:
     return "nan" if x is None else f"{x:.4g}"
 
 
-TRACE_TOL = 1e-5  # estimated error of the rank utilization at which the tracker stops
+TRACE_TOL = 3e-5  # estimated error of the rank utilization at which the tracker stops
 
 
 def _setup_rank(p):
