@@ -81,3 +81,27 @@ def test_threads_do_not_change_results():
     two = track_top_singular(*inputs, threads=2)
     for a, b in zip(one, two):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["deltanet-small", "gated-deltanet-small"])
+@pytest.mark.parametrize("random_init", [False, True], ids=["trained", "random_init"])
+def test_sample_models_within_the_benchmark_target(name, random_init):
+    """The bundled models (and their random-init twins, which the dashboard overlays: flatter spectra, more
+    crossings) on real validation text, every layer, head and token, against an SVD of every state."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from analysis import data, models
+    from analysis.rank_trace import collect_utilization_trace
+    from analysis.states import collect_states
+    model = models.load_model(name, device="cpu")
+    ids = data.token_windows(data.encode(data.load_text("validation"), models.load_tokenizer(model)), 256,
+                             max_windows=2)
+    if random_init:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(model.config).eval()
+    dense = collect_utilization_trace(model, ids)
+    exact = collect_states(model, ids, stride=1)
+    for fast, layer in zip(dense, exact.layers):
+        assert (fast["rank_utilization"] - layer.metrics["rank_utilization"]).abs().max() < 1e-4
