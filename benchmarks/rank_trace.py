@@ -99,7 +99,7 @@ def main() -> None:
     t_jit = time.perf_counter() - t0
 
     # layer by layer, the two methods in turn, so both are timed through the same spells of machine noise
-    ref, ours, t_ref, t_ours = [], [], 0.0, 0.0
+    ref, ours, t_ref, t_ours, t_one = [], [], 0.0, 0.0, 0.0
     for r in recorded:
         t0 = time.perf_counter()
         ref.append(reference_trace(r))
@@ -111,6 +111,9 @@ def main() -> None:
             runs.append(time.perf_counter() - t0)
         t_ours += float(np.median(runs))
         ours.append(out)
+        t0 = time.perf_counter()  # and once on one thread, as the reference runs
+        utilization_trace(r, threads=1)
+        t_one += time.perf_counter() - t0
 
     n = sum(u.size for u in ref)
     du = max(float(np.abs(o["rank_utilization"].numpy() - r).max()) for o, r in zip(ours, ref))
@@ -120,6 +123,8 @@ def main() -> None:
     print(f"reference: {t_ref:8.2f} s  ({t_ref / n * 1e6:.1f} µs per token·head, {n} states)")
     print(f"ours:      {t_ours:8.3f} s  ({t_ours / n * 1e6:.2f} µs per token·head, per layer the median of three "
           f"runs; {ritz_steps:.2f} Rayleigh–Ritz steps per token on average)")
+    print(f"ours on one thread: {t_one:.3f} s ({t_one / n * 1e6:.2f} µs per token·head, {t_ref / t_one:.1f}× the "
+          f"reference; the {args.threads}-thread figure also depends on how much of the second core the host leaves)")
     print(f"max |Δu| = {du:.2e} (target ≤ 1e-4)")
     print(f"end to end, forward included: reference {t_forward + t_ref:.2f} s, ours {t_forward + t_ours:.2f} s "
           f"→ {(t_forward + t_ref) / (t_forward + t_ours):.1f}×")
