@@ -14,7 +14,7 @@ import torch
 from analysis.backend import RecurrenceInputs, observe_recurrences
 from analysis.errors import AnalysisError
 from analysis.models import attention_layers
-from analysis.spectral_tracker import track_top_singular
+from analysis.spectral_tracker import DEFAULT_TOL, track_top_singular
 
 
 def _array(x: torch.Tensor) -> np.ndarray:
@@ -22,7 +22,7 @@ def _array(x: torch.Tensor) -> np.ndarray:
     return x.detach().float().cpu().numpy()
 
 
-def utilization_trace(r: RecurrenceInputs, tol: float = 3e-5, threads: int | None = None
+def utilization_trace(r: RecurrenceInputs, tol: float = DEFAULT_TOL, threads: int | None = None
                       ) -> dict[str, torch.Tensor]:
     """u, ‖S_t‖_F², s1² after every token: tensors [B, H, T]; plus the mean Rayleigh–Ritz steps per token."""
     if r.initial_state is not None or r.cu_seqlens is not None:

@@ -32,6 +32,7 @@ RESIDUALS = 2  # residual vectors added per step
 KEEP = 4       # Ritz vectors kept after each Rayleigh–Ritz step (thick restart)
 BASIS = KEEP + RESIDUALS + 1
 RESIDUAL_CAP = 3e-3  # relative residual below which a stalled θ counts as converged
+DEFAULT_TOL = 3e-5   # estimated error of the rank utilization at which tracking stops
 _JIT = dict(nogil=True, fastmath=True, cache=True, error_model="numpy")
 
 
@@ -345,7 +346,7 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
 
 
 def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np.ndarray, *,
-                       tol: float = 3e-5, max_steps: int = 8,
+                       tol: float = DEFAULT_TOL, max_steps: int = 8,
                        threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """‖S_t‖_F², s1(S_t)² and the number of Rayleigh–Ritz steps after every token, for k [B,T,H,dk], v [B,T,H,dv],
     beta [B,T,H] and decay [B,T,H] (the multiplicative gate, 1 for DeltaNet), in the layout the

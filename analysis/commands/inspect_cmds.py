@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from analysis import models
 from analysis.commands.common import add_text_args, emit, load, text_batch
-from analysis.rank_trace import collect_utilization_trace
 from analysis.report import every_token_report, rank_report
 from analysis.states import collect_states
 
@@ -24,8 +23,10 @@ def run_rank(args) -> None:
     ids, label = text_batch(args, tokenizer, model)
     trace = collect_states(model, ids, stride=args.stride)
     report = rank_report(trace, {**meta, "dataset": label, "stride": args.stride})
-    if args.every_token:
-        report["every_token"] = every_token_report(collect_utilization_trace(model, ids, tol=TRACE_TOL), TRACE_TOL)
+    if args.every_token:  # numba loads only here, not on every CLI start
+        from analysis.rank_trace import collect_utilization_trace
+        from analysis.spectral_tracker import DEFAULT_TOL
+        report["every_token"] = every_token_report(collect_utilization_trace(model, ids), DEFAULT_TOL)
     lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {args.batch}×{args.tokens} tokens",
              "layer  head  rank_util  stable_rank  eff_rank  energy_rank"]
     for layer in report["layers"]:
@@ -60,9 +61,6 @@ def run_noise(args) -> None:
 
 def _f(x) -> str:
     return "nan" if x is None else f"{x:.4g}"
-
-
-TRACE_TOL = 3e-5  # estimated error of the rank utilization at which the tracker stops
 
 
 def _setup_rank(p):
