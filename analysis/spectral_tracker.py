@@ -4,11 +4,13 @@ Per sequence and head the state evolves as S_t = g_t S_{t-1} + k_t u_tᵀ with u
 so its Gram matrix G = SᵀS changes by a rank-two update each token:
     G_t = g² G + (g a + |k|² u) uᵀ + u (g a)ᵀ,   a = S_{t-1}ᵀ k_t.
 s1(S_t)² = λ_max(G_t) is found by Rayleigh–Ritz on a small subspace, warm-started from the previous
-token: the top `TRACK` Ritz vectors X, whose images G X follow that rank-two update in O(d), plus the new
-direction u, whose image SᵀS u comes out of the same pass over S that applies the update. Tracking more
-than one vector keeps the estimate right when the largest singular values cross. The first step adds
-the images of the top two carried vectors (a block Krylov step); further steps add the top two Ritz
-residuals. Products with G are taken as Sᵀ(S p) in one pass over S, so G itself is never formed.
+token: the top `TRACK` Ritz vectors X, whose images G X follow that rank-two update in O(d), plus the
+token's own directions u and a. Since every carried vector's residual under the new G lies in
+span{x, u, a} (plus its small residual from the previous token), that subspace already holds a block
+Krylov step for all of X. u and a are orthonormalised against X before the pass over S that applies
+the update, so the same pass also yields their exact images. Tracking more than one vector keeps the
+estimate right when the largest singular values cross. Further steps, when needed, add the top two
+Ritz residuals; products with G are taken as Sᵀ(S p) in one pass over S, so G itself is never formed.
 
 It stops when the estimated error of the rank utilization u = ‖S‖_F² / (θ d) is below `tol`, by either
 bound (∂u/∂θ = −‖S‖_F² / (θ² d)): the quadratic residual bound λ_max − θ ≲ ‖r‖² / (θ₁ − θ₂), with the gap
@@ -16,8 +18,9 @@ taken from the Ritz values, or, when that gap is too small to trust, a step that
 `tol` (in u) with a residual below `RESIDUAL_CAP` θ. Ritz values never exceed λ_max (up to float32
 rounding), so the error is one-sided.
 
-Cost per token is a few passes over the d×d state plus small eigenproblems instead of an SVD; the loop
-is compiled with numba and runs one thread per block of sequences (the kernel releases the GIL).
+Cost per token is one pass over the d×d state plus a 5×5 eigenproblem most of the time, instead of an
+SVD; the loop is compiled with numba and runs one thread per block of sequences (the kernel releases
+the GIL).
 """
 from __future__ import annotations
 
@@ -30,43 +33,10 @@ from numba import njit
 TRACK = 3      # Ritz vectors carried from one token to the next
 RESIDUALS = 2  # residual vectors added per step
 KEEP = 4       # Ritz vectors kept after each Rayleigh–Ritz step (thick restart)
-BASIS = KEEP + RESIDUALS + 1
+BASIS = max(KEEP + RESIDUALS, TRACK + 2)  # rows of the subspace, at most
 RESIDUAL_CAP = 3e-3  # relative residual below which a stalled θ counts as converged
 DEFAULT_TOL = 3e-5   # estimated error of the rank utilization at which tracking stops
 _JIT = dict(nogil=True, fastmath=True, cache=True, error_model="numpy")
-
-
-@njit(inline="always", **_JIT)
-def _orthonormalise_into(cand, image, P, W, m, drop):
-    """Gram–Schmidt `cand` against P[:m] (again if it lost over half its norm: "twice is enough"),
-    applying the same combination to its image under G; store both as row m. False when nothing
-    independent is left."""
-    d = cand.shape[0]
-    before = 0.0
-    for j in range(d):
-        before += cand[j] * cand[j]
-    first = before
-    for _ in range(2):
-        for r in range(m):
-            c = 0.0
-            for j in range(d):
-                c += cand[j] * P[r, j]
-            for j in range(d):
-                cand[j] -= c * P[r, j]
-                image[j] -= c * W[r, j]
-        after = 0.0
-        for j in range(d):
-            after += cand[j] * cand[j]
-        if after > 0.5 * before:
-            break
-        before = after
-    if after == 0.0 or after <= drop * first:
-        return False
-    inv = 1.0 / math.sqrt(after)
-    for j in range(d):
-        P[m, j] = cand[j] * inv
-        W[m, j] = image[j] * inv
-    return True
 
 
 def _round_robin_pairs() -> tuple[np.ndarray, np.ndarray]:
@@ -94,9 +64,10 @@ def _jacobi(H, m, V, A, rot):
     """Eigen-decomposition of the small symmetric H[:m, :m] by Jacobi rotations: A diagonal, V vectors.
 
     Rounds of disjoint pairs (round-robin order), so the rotation angles of a round are independent and
-    their square roots and divisions overlap. Off-diagonal entries below 1e-6 of the largest diagonal
-    entry are left alone: they move the top eigenvalues by ~1e-12 relative and the Ritz residuals by
-    ~1e-6, far below the stopping tests. `rot` [3, BASIS] is scratch."""
+    their square roots and divisions overlap. Off-diagonal entries below 1e-4 of the largest diagonal
+    entry are left alone: the diagonal entries stay Rayleigh quotients (never above λ_max), they move
+    the top eigenvalues by ~1e-8 relative, and what is left enters the Ritz residuals that the stopping
+    tests measure (at 1e-3, u was off by up to 1.5e-4 on random-init models). `rot` [3, BASIS] is scratch."""
     for i in range(m):
         for j in range(m):
             A[i, j] = H[i, j]
@@ -107,7 +78,7 @@ def _jacobi(H, m, V, A, rot):
         skip = 0.0
         for i in range(m):
             skip = max(skip, abs(A[i, i]))
-        skip *= 1e-6
+        skip *= 1e-4
         for rnd in range(rounds):
             count = _PAIR_COUNTS[m, rnd]
             for c in range(count):
@@ -148,19 +119,16 @@ def _jacobi(H, m, V, A, rot):
 
 
 @njit(inline="always", **_JIT)
-def _rayleigh_ritz(P, W, m, m_new, theta, H, V, A, P2, W2, used, rot):
-    """Ritz pairs of G on span P[:m] (W = G P, rows < m - m_new already Ritz vectors with values theta);
-    P, W become the top min(KEEP, m) Ritz vectors, sorted, theta their values. Returns their count."""
+def _rayleigh_ritz(P, W, m, theta, H, V, A, P2, W2, used, rot):
+    """Ritz pairs of G on span P[:m] (W = G P): P, W become the top min(KEEP, m) Ritz vectors, sorted,
+    theta their values. Returns their count. H is always taken afresh from P and W, so nothing rests
+    on earlier Ritz vectors being exact."""
     d = P.shape[1]
-    old = m - m_new
     for q in range(m):
         for r in range(q + 1):
-            if q < old:
-                c = theta[q] if r == q else 0.0
-            else:
-                c = 0.0
-                for j in range(d):
-                    c += P[r, j] * W[q, j]
+            c = 0.0
+            for j in range(d):
+                c += P[r, j] * W[q, j]
             H[r, q] = c
             H[q, r] = c
     _jacobi(H, m, V, A, rot)
@@ -214,6 +182,39 @@ def _gram_images(S, P, W, q, q2, p32, w32):
         W[q2, j] = w32[1, j]
 
 
+@njit(inline="always", **_JIT)
+def _orthonormalise(cand, P, m, drop, coef):
+    """Classical Gram–Schmidt of `cand` against P[:m] (again if it lost over half its norm: "twice is
+    enough") and store it as row m. False when nothing independent is left. `coef` is scratch."""
+    d = cand.shape[0]
+    before = 0.0
+    for j in range(d):
+        before += cand[j] * cand[j]
+    first = before
+    for _ in range(2):
+        for r in range(m):  # all projections first: independent dot products
+            c = 0.0
+            for j in range(d):
+                c += cand[j] * P[r, j]
+            coef[r] = c
+        for r in range(m):
+            c = coef[r]
+            for j in range(d):
+                cand[j] -= c * P[r, j]
+        after = 0.0
+        for j in range(d):
+            after += cand[j] * cand[j]
+        if after > 0.5 * before:
+            break
+        before = after
+    if after == 0.0 or after <= drop * first:
+        return False
+    inv = 1.0 / math.sqrt(after)
+    for j in range(d):
+        P[m, j] = cand[j] * inv
+    return True
+
+
 @njit(**_JIT)
 def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
     """For the (sequence, head) pairs lo ≤ n < hi of k [B,T,H,dk], v [B,T,H,dv], beta/decay [B,T,H]:
@@ -239,14 +240,13 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
         a = np.zeros(dv, np.float32)       # Sᵀ k_t for the coming token
         a_next = np.zeros(dv, np.float32)
         u = np.zeros(dv, np.float32)
-        gu32 = np.zeros(dv, np.float32)
         p32 = np.zeros((2, dv), np.float32)
         w32 = np.zeros((2, dv), np.float32)
         ga = np.zeros(dv)
         a2 = np.zeros(dv)
         ud = np.zeros(dv)
         cand = np.zeros(dv)
-        image = np.zeros(dv)
+        coef = np.zeros(BASIS)
         for t in range(T):
             g = decay[bb, t, hh]
             b = beta[bb, t, hh]
@@ -255,31 +255,53 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
                 kk += k[bb, t, hh, i] * k[bb, t, hh, i]
             for j in range(dv):
                 u[j] = b * (v[bb, t, hh, j] - g * a[j])
+                ud[j] = u[j]
+                ga[j] = g * a[j]
+                a2[j] = ga[j] + kk * ud[j]
+            # this token's new directions u and a = Sᵀk (G's update lies in their span), orthonormalised
+            # against the carried vectors before the pass over S, so the pass yields their exact images
+            m = carried
+            for j in range(dv):
+                cand[j] = ud[j]
+            if _orthonormalise(cand, P, m, 1e-20, coef):
+                m += 1
+            for j in range(dv):
+                cand[j] = a[j]
+            if _orthonormalise(cand, P, m, 1e-20, coef):
+                m += 1
+            for q in range(2):
+                for j in range(dv):
+                    p32[q, j] = P[carried + q, j] if carried + q < m else 0.0
+                    w32[q, j] = 0.0
+            for j in range(dv):
                 a_next[j] = 0.0
-                gu32[j] = 0.0
-            # S ← g S + k uᵀ, its squared norm, Sᵀ k_{t+1} for the next token and SᵀS u, in one pass
+            # S ← g S + k uᵀ, its squared norm, Sᵀ k_{t+1} for the next token and SᵀS of the new
+            # directions, in one pass
             nxt = min(t + 1, T - 1)
             f = 0.0
             for i in range(dk):
                 ki = k[bb, t, hh, i]
                 kn = k[bb, nxt, hh, i]
                 rowf = np.float32(0.0)
-                y = np.float32(0.0)
+                y1 = np.float32(0.0)
+                y2 = np.float32(0.0)
                 for j in range(dv):
                     s = g * S[i, j] + ki * u[j]
                     S[i, j] = s
                     rowf += s * s
-                    y += s * u[j]
+                    y1 += s * p32[0, j]
+                    y2 += s * p32[1, j]
                     a_next[j] += kn * s
                 f += rowf
                 for j in range(dv):
-                    gu32[j] += y * S[i, j]
+                    s = S[i, j]
+                    w32[0, j] += y1 * s
+                    w32[1, j] += y2 * s
             fro2[bb, hh, t] = f
+            for q in range(carried, m):
+                for j in range(dv):
+                    W[q, j] = w32[q - carried, j]
             for j in range(dv):
-                ud[j] = u[j]
-                ga[j] = g * a[j]
-                a2[j] = ga[j] + kk * ud[j]
-                image[j] = gu32[j]
                 a[j] = a_next[j]
             # the carried Ritz vectors' images follow G's rank-two update:
             # G ← g² G + (g a + |k|² u) uᵀ + u (g a)ᵀ
@@ -295,21 +317,17 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
             if not f > 0.0:  # zero state: s1 = 0 (a NaN state gives NaN)
                 top2[bb, hh, t] = f
                 ritz_steps[bb, hh, t] = 0
+                m = carried
                 continue
-            m = carried  # orthonormal already: Ritz vectors
-            for j in range(dv):
-                cand[j] = ud[j]
-            if _orthonormalise_into(cand, image, P, W, m, 1e-20):
-                m += 1
-            for q in range(m):  # Rayleigh quotients of the new basis, to start from
+            for q in range(m):
                 c = 0.0
                 for j in range(dv):
                     c += P[q, j] * W[q, j]
                 theta[q] = c
-            settled = 0  # leading rows of P that are Ritz vectors of this token's G
             grown = math.inf
             steps = 0
             while steps < max_steps:
+                m0 = m
                 if steps > 0:
                     res = 0.0
                     for j in range(dv):
@@ -321,23 +339,20 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
                         break
                     if grown * scale <= tol and math.sqrt(res) <= RESIDUAL_CAP * theta[0]:
                         break
-                # one block Krylov step: the residuals of the top two vectors, orthonormalised
-                m0 = m
-                for r in range(min(RESIDUALS, m0)):
-                    for j in range(dv):
-                        cand[j] = W[r, j] - theta[r] * P[r, j]
-                        image[j] = 0.0
-                    if _orthonormalise_into(cand, image, P, W, m, 1e-24):
-                        m += 1
-                if m == settled:  # an invariant subspace, already solved
-                    break
-                for q in range(m0, m, 2):
-                    _gram_images(S, P, W, q, min(q + 1, m - 1), p32, w32)
-                before = theta[0]
-                for q in range(settled, m0):
+                    # one block Krylov step: the residuals of the top two vectors, orthonormalised
+                    for r in range(min(RESIDUALS, m0)):
+                        for j in range(dv):
+                            cand[j] = W[r, j] - theta[r] * P[r, j]
+                        if _orthonormalise(cand, P, m, 1e-24, coef):
+                            m += 1
+                    if m == m0:  # an invariant subspace, already solved
+                        break
+                    for q in range(m0, m, 2):
+                        _gram_images(S, P, W, q, min(q + 1, m - 1), p32, w32)
+                before = theta[0]  # the best Rayleigh quotient so far
+                for q in range(1, m0):
                     before = max(before, theta[q])
-                m = _rayleigh_ritz(P, W, m, m - settled, theta, H, V, A, P2, W2, used, rot)
-                settled = m
+                m = _rayleigh_ritz(P, W, m, theta, H, V, A, P2, W2, used, rot)
                 grown = theta[0] - before
                 steps += 1
             top2[bb, hh, t] = theta[0]
