@@ -119,10 +119,11 @@ def _jacobi(H, m, V, A, rot):
 
 
 @njit(inline="always", **_JIT)
-def _rayleigh_ritz(P, W, m, theta, H, V, A, P2, W2, used, rot):
+def _rayleigh_ritz(P, W, m, m_old, theta, H, V, A, P2, W2, used, rot):
     """Ritz pairs of G on span P[:m] (W = G P): P, W become the top min(KEEP, m) Ritz vectors, sorted,
-    theta their values. Returns their count. H is always taken afresh from P and W, so nothing rests
-    on earlier Ritz vectors being exact."""
+    theta their values. Returns their count and the best Rayleigh quotient among the rows before
+    `m_old` (what the step started from). H is always taken afresh from P and W, so nothing rests on
+    earlier Ritz vectors being exact."""
     d = P.shape[1]
     for q in range(m):
         for r in range(q + 1):
@@ -131,6 +132,9 @@ def _rayleigh_ritz(P, W, m, theta, H, V, A, P2, W2, used, rot):
                 c += P[r, j] * W[q, j]
             H[r, q] = c
             H[q, r] = c
+    before = H[0, 0]
+    for q in range(1, m_old):
+        before = max(before, H[q, q])
     _jacobi(H, m, V, A, rot)
     kept = min(KEEP, m)
     for i in range(m):
@@ -154,7 +158,7 @@ def _rayleigh_ritz(P, W, m, theta, H, V, A, P2, W2, used, rot):
         for j in range(d):
             P[r, j] = P2[r, j]
             W[r, j] = W2[r, j]
-    return kept
+    return kept, before
 
 
 @njit(inline="always", **_JIT)
@@ -317,13 +321,7 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
             if not f > 0.0:  # zero state: s1 = 0 (a NaN state gives NaN)
                 top2[bb, hh, t] = f
                 ritz_steps[bb, hh, t] = 0
-                m = carried
                 continue
-            for q in range(m):
-                c = 0.0
-                for j in range(dv):
-                    c += P[q, j] * W[q, j]
-                theta[q] = c
             grown = math.inf
             steps = 0
             while steps < max_steps:
@@ -349,10 +347,7 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
                         break
                     for q in range(m0, m, 2):
                         _gram_images(S, P, W, q, min(q + 1, m - 1), p32, w32)
-                before = theta[0]  # the best Rayleigh quotient so far
-                for q in range(1, m0):
-                    before = max(before, theta[q])
-                m = _rayleigh_ritz(P, W, m, theta, H, V, A, P2, W2, used, rot)
+                m, before = _rayleigh_ritz(P, W, m, m0, theta, H, V, A, P2, W2, used, rot)
                 grown = theta[0] - before
                 steps += 1
             top2[bb, hh, t] = theta[0]
