@@ -54,6 +54,18 @@ class Calibration:
         return M
 
 
+def _check_enough(model, attns, input_ids: torch.Tensor) -> None:
+    """Fewer activation rows than key channels leave PCA/DRRQR/Wanda statistics rank-deficient: refuse them;
+    and the gradient pass must fit in memory."""
+    from analysis import limits
+    n, t = input_ids.shape
+    dk = max(a.head_k_dim for a in attns)
+    if n * t < dk:
+        raise AnalysisError(f"Calibration with {n}×{t} = {n * t} tokens gives fewer activation rows than the key dim "
+                            f"{dk}, so channel statistics would be rank-deficient; use at least {dk} tokens in all.")
+    limits.check_training(model, n, t, "Calibration", "use fewer calibration sequences or tokens")
+
+
 def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed: int = 0,
               input_ids: torch.Tensor | None = None) -> Calibration:
     """Collect statistics on `n_sequences` random train-split windows (or the given ids)."""
@@ -62,6 +74,7 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
             raise AnalysisError("Calibration needs at least one sequence of at least two tokens.")
         input_ids = data.calibration_batches(tokenizer, n_sequences, seq_len, seed=seed)
     attns = attention_layers(model)
+    _check_enough(model, attns, input_ids)
     sq = [0.0] * len(attns)
     q_parts = [[] for _ in attns]
     k_parts = [[] for _ in attns]

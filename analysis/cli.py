@@ -7,6 +7,13 @@ import sys
 from analysis.errors import AnalysisError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other error of the CLI (exit code 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see `{self.prog} --help`).\n")
+
+
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="bundled sample name, local HF directory, or hub id (online only)")
     p.add_argument("--device", default="auto", help="auto (GPU if present), cpu or cuda")
@@ -16,7 +23,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from analysis import commands
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=(
+    parser = _Parser(prog="python -m analysis", description=(
         "State-rank analysis of fla linear-attention models (DeltaNet, Gated DeltaNet): recurrent-state "
         "rank, query-noise amplification, channel importance, pruning, perplexity and latency."))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -33,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already printed as one line)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         args.run(args)
     except AnalysisError as exc:

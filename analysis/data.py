@@ -67,7 +67,12 @@ def load_tokenizer(path: str | Path | None = None):
     path = Path(path) if path is not None else TOKENIZER_DIR
     if not (path / "tokenizer.json").is_file():
         raise AnalysisError(f"No tokenizer.json in {path}; rebuild it with sample_models/data/build_tokenizer.py.")
-    tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+    try:
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:  # the Rust tokenizer raises bare Exceptions for malformed files
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise AnalysisError(f"{path / 'tokenizer.json'} cannot be loaded as a tokenizer ({reason}); re-save it "
+                            "with tokenizer.save_pretrained or remove it to use the bundled one.") from None
     tok.model_max_length = _BIG
     return tok
 

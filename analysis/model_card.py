@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from analysis import data
+from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity, unigram_baseline
 from analysis.models import describe, load_model, load_tokenizer
 from analysis.states import collect_states
@@ -31,10 +32,27 @@ def _random_init_like(model):
     return AutoModelForCausalLM.from_config(model.config).eval()
 
 
+def read_training(path: Path) -> dict:
+    """training.json as `python -m analysis train` writes it (one sentence when it is missing or broken)."""
+    where = path / "training.json"
+    try:
+        training = json.loads(where.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AnalysisError(f"{path} has no training.json, so there is no training run to describe; a card is "
+                            "written only for models trained with `python -m analysis train`.") from None
+    except (OSError, ValueError) as exc:
+        raise AnalysisError(f"{where} cannot be read as JSON ({exc}); retrain or restore the file.") from None
+    needed = ("arch", "task", "history")
+    if not isinstance(training, dict) or any(k not in training for k in needed) or not training["history"]:
+        raise AnalysisError(f"{where} lacks the training settings or history a card needs; it was not written "
+                            "by `python -m analysis train`.")
+    return training
+
+
 def build_card(source: str) -> dict:
     model = load_model(source, device="cpu")
     info = describe(model)
-    training = json.loads((Path(model.analysis_source) / "training.json").read_text())
+    training = read_training(Path(model.analysis_source))
     card = {"name": Path(model.analysis_source).name, "architecture": info.as_dict(), "training": {
         k: training[k] for k in ("arch", "task", "hidden_size", "layers", "heads", "head_dim", "seq_len", "batch",
                                  "steps", "lr", "warmup", "weight_decay", "seed", "max_minutes")},

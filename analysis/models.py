@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from analysis import checkpoint, limits
 from analysis.errors import AnalysisError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -33,16 +35,39 @@ class SampleInfo:
     description: str
 
 
+def scan_samples() -> tuple[list[SampleInfo], list[tuple[str, str]]]:
+    """(bundled checkpoints, [(folder, why it was skipped)]): folders of sample_models/ with a config.json.
+
+    Hidden folders (leftover temporary copies) are ignored; a folder whose config.json or README.md cannot
+    be read is skipped and reported instead of breaking every listing.
+    """
+    samples, skipped = [], []
+    try:
+        configs = sorted(SAMPLES_DIR.glob("*/config.json"))
+    except OSError:
+        return [], [(str(SAMPLES_DIR), "cannot be listed")]
+    for cfg in configs:
+        name = cfg.parent.name
+        if name.startswith("."):
+            continue
+        try:
+            config = json.loads(cfg.read_text(encoding="utf-8"))
+            if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+                raise ValueError("config.json is not an object with a model_type")
+            card = cfg.parent / "README.md"
+            description = config.get("analysis_description") or (
+                _first_paragraph(card.read_text(encoding="utf-8")) if card.is_file() else "")
+        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:80]
+            skipped.append((name, reason))
+            continue
+        samples.append(SampleInfo(name, str(cfg.parent), config["model_type"], str(description)))
+    return samples, skipped
+
+
 def list_samples() -> list[SampleInfo]:
-    """Bundled checkpoints: folders of sample_models/ that hold a config.json."""
-    samples = []
-    for cfg in sorted(SAMPLES_DIR.glob("*/config.json")):
-        config = json.loads(cfg.read_text())
-        card = cfg.parent / "README.md"
-        description = config.get("analysis_description") or (
-            _first_paragraph(card.read_text()) if card.exists() else "")
-        samples.append(SampleInfo(cfg.parent.name, str(cfg.parent), config.get("model_type", "?"), description))
-    return samples
+    """Bundled checkpoints that can be read (see scan_samples for the skipped ones)."""
+    return scan_samples()[0]
 
 
 def _first_paragraph(markdown: str) -> str:
@@ -83,23 +108,48 @@ def resolve_source(source: str) -> Path:
     if not source or not str(source).strip():
         raise AnalysisError("No model given; pass a bundled sample name, a local directory or a hub id.")
     source = str(source).strip()
-    path = Path(source).expanduser()
-    if (SAMPLES_DIR / source / "config.json").exists() and os.sep not in source:
-        path = SAMPLES_DIR / source
-    elif not path.exists():
-        if _looks_like_hub_id(source):
-            path = _download_from_hub(source)
-        else:
-            names = ", ".join(s.name for s in list_samples()) or "none bundled"
-            raise AnalysisError(f"No model named {source!r}: it is not a bundled sample ({names}), "
-                                "an existing directory or a hub id of the form org/name.")
-    _validate_directory(path)
+    try:
+        path = Path(source).expanduser()
+        if _is_sample_name(source):
+            path = SAMPLES_DIR / source
+        elif not path.exists():
+            if _looks_like_hub_id(source):
+                _check_hub_id(source)
+                path = _download_from_hub(source)
+            else:
+                names = ", ".join(s.name for s in list_samples()) or "none bundled"
+                raise AnalysisError(f"No model named {_short(source)!r}: it is not a bundled sample ({names}), "
+                                    "an existing directory or a hub id of the form org/name.")
+        _validate_directory(path)
+    except OSError as exc:  # a name too long for the file system, a folder that cannot be read, a link loop
+        raise AnalysisError(f"The model path {_short(source)!r} cannot be used ({exc.strerror or exc}); "
+                            "give a readable folder written by save_pretrained.") from None
     return path
+
+
+def _short(text: str, keep: int = 60) -> str:
+    """A user's input cut to a readable length for a message (a 5,000-character path stays one line)."""
+    return text if len(text) <= keep else f"{text[:keep]}… ({len(text):,} characters)"
+
+
+def _is_sample_name(source: str) -> bool:
+    return (os.sep not in source and not source.startswith(".") and len(source) < 256
+            and (SAMPLES_DIR / source / "config.json").exists())
 
 
 def _looks_like_hub_id(source: str) -> bool:
     parts = source.split("/")
     return len(parts) == 2 and all(parts) and not source.startswith((".", "/", "~"))
+
+
+_HUB_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
+
+
+def _check_hub_id(repo_id: str) -> None:
+    """The hub's own rules for org/name (ASCII letters, digits, - _ .), checked before any network call."""
+    if not all(_HUB_NAME.fullmatch(part) and "--" not in part and ".." not in part for part in repo_id.split("/")):
+        raise AnalysisError(f"{_short(repo_id)!r} is neither an existing directory nor a valid hub id: a hub id is "
+                            "org/name with ASCII letters, digits, '-', '_' and '.' only.")
 
 
 def _download_from_hub(repo_id: str) -> Path:
@@ -113,45 +163,44 @@ def _download_from_hub(repo_id: str) -> Path:
 
 
 def read_config(path: Path) -> dict:
+    """config.json as a dict whose model_type and sizes have been checked (one sentence otherwise)."""
     try:
-        return json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise AnalysisError(f"{path / 'config.json'} cannot be read as JSON ({exc}); "
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # also JSONDecodeError and UnicodeDecodeError
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise AnalysisError(f"{path / 'config.json'} cannot be read as JSON ({reason}); "
                             "re-save the model with save_pretrained.") from None
+    return checkpoint.validate_config(config, path, SUPPORTED_TYPES)
 
 
-def _validate_directory(path: Path) -> None:
+def _validate_directory(path: Path) -> dict:
+    """The headers {tensor: shape} of a directory that looks like a supported safetensors checkpoint."""
     if not path.is_dir():
         raise AnalysisError(f"{path} is not a directory; pass a folder written by save_pretrained.")
     if not (path / "config.json").exists():
         raise AnalysisError(f"{path} has no config.json, so it is not a Hugging Face model directory; "
                             "pass a folder written by save_pretrained.")
-    model_type = read_config(path).get("model_type")
-    if model_type not in SUPPORTED_TYPES:
-        raise AnalysisError(f"Architecture {model_type!r} in {path} is not supported; supported: "
-                            f"{', '.join(SUPPORTED_TYPES)}.")
+    read_config(path)
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         extra = " (only PyTorch .bin weights found; convert them to safetensors)" if list(path.glob("*.bin")) else ""
         raise AnalysisError(f"{path} has no .safetensors weights{extra}; only safetensors checkpoints are loaded.")
+    headers = {}
     for file in weights:
-        _check_safetensors(file)
+        headers.update(checkpoint.read_header(file))
+    return headers
 
 
-def _check_safetensors(file: Path) -> None:
-    """Reject corrupt or truncated files up front with a clear sentence instead of a deep traceback."""
+def check_loadable(path: Path, dtype: torch.dtype, device: torch.device) -> None:
+    """Before building anything: the model fits in memory, and the files hold exactly its tensors."""
     try:
-        size = file.stat().st_size
-        with open(file, "rb") as fh:
-            header_len = int.from_bytes(fh.read(8), "little")
-            if header_len <= 0 or 8 + header_len > size:
-                raise ValueError("header length does not fit the file")
-            header = json.loads(fh.read(header_len))
-        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-        if 8 + header_len + end != size:
-            raise ValueError(f"tensor data ends at byte {8 + header_len + end} but the file has {size}")
-    except (ValueError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise AnalysisError(f"{file} is corrupt or truncated ({exc}); re-save or re-download the model.") from None
+        headers = _validate_directory(path)
+    except OSError as exc:
+        raise AnalysisError(f"{path} cannot be read ({exc.strerror or exc}); check that the folder and its "
+                            "files are readable.") from None
+    config = read_config(path)
+    limits.check_model_fits(limits.parameter_count(config), dtype, device, str(path))
+    checkpoint.check_tensors(path, config, headers)
 
 
 def load_model(source: str, device: str = "auto", dtype=None):
@@ -166,11 +215,13 @@ def load_model(source: str, device: str = "auto", dtype=None):
     path = resolve_source(source)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    check_loadable(path, dt, dev)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, use_safetensors=True,
                                                      trust_remote_code=False)
     except Exception as exc:
-        raise AnalysisError(f"Loading {path} failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "no message"
+        raise AnalysisError(f"Loading {path} failed ({type(exc).__name__}: {first}); "
                             "check that the weights match config.json.") from None
     model = model.to(dev).eval()
     model.analysis_source = str(path)

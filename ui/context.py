@@ -16,6 +16,15 @@ from ui.labels import Provenance
 NO_MODEL = ("No model is selected and no bundled sample is installed yet: in the sidebar choose "
             "**Local directory** and enter a folder written by `save_pretrained` (or a hub id when online). "
             "Bundled samples appear under `sample_models/`.")
+NO_MODEL_CHOSEN = ("No model is selected: enter a folder written by `save_pretrained` in the sidebar's "
+                   "**Local directory** field (or a hub id under **Hub id** when online), or choose one of the "
+                   "{n} bundled samples under **Bundled sample**.")
+
+
+def no_model_message() -> str:
+    """What to do when the sidebar's model field is empty (it depends on whether samples are installed)."""
+    n = len(models.list_samples())
+    return NO_MODEL_CHOSEN.format(n=n) if n else NO_MODEL
 
 
 @dataclass
@@ -36,7 +45,7 @@ def current() -> Context:
     """Load the sidebar's model (spinner on first load); show the problem and stop the page if it fails."""
     source, device, dtype = st.session_state.get("model_request", ("", "auto", "auto"))
     if not source:
-        st.info(NO_MODEL)
+        st.info(no_model_message())
         st.stop()
     with guard():
         key = cache.resolve(source, device, dtype)

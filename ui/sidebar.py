@@ -119,9 +119,13 @@ def _inputs(request) -> InputSpec:
 
 def render() -> None:
     """Draw the sidebar and record the choices for the pages."""
-    samples = {s.name: s for s in models.list_samples()}
+    found, skipped = models.scan_samples()
+    samples = {s.name: s for s in found}
     with st.sidebar:
         st.header("Model")
+        if skipped:
+            st.warning("Skipped unreadable bundled samples: "
+                       + "; ".join(f"{name} ({reason})" for name, reason in skipped) + ".")
         source = _model_source(samples)
         device, dtype = _device_and_dtype()
         st.session_state["model_request"] = (source, device, dtype)

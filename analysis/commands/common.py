@@ -1,16 +1,20 @@
 """Helpers shared by subcommands: load what the arguments name, emit results."""
 from __future__ import annotations
 
-from analysis import inputs, models
+import sys
+
+from analysis import inputs, limits, models
+from analysis.commands.checks import whole
+from analysis.errors import AnalysisError
 from analysis.report import write_json
 
 
 def add_text_args(p, tokens: int = 256, batch: int = 4) -> None:
     p.add_argument("--text", metavar="FILE", help="UTF-8 text file to analyse (default: a bundled split)")
     p.add_argument("--split", default="test", help="bundled split when --text is not given")
-    p.add_argument("--tokens", type=int, default=tokens, help="tokens per sequence")
-    p.add_argument("--batch", type=int, default=batch, help="number of sequences (consecutive windows)")
-    p.add_argument("--stride", type=int, default=1, help="collect states every K tokens (plus the last)")
+    p.add_argument("--tokens", type=whole(1), default=tokens, help="tokens per sequence")
+    p.add_argument("--batch", type=whole(1), default=batch, help="number of sequences (consecutive windows)")
+    p.add_argument("--stride", type=whole(1), default=1, help="collect states every K tokens (plus the last)")
 
 
 def load(args):
@@ -23,9 +27,31 @@ def load(args):
 
 
 def text_batch(args, tokenizer, model):
+    """[batch, tokens] ids of the named text, after checking the forward pass fits in memory."""
+    require_text_model(model, tokenizer, args.command)
+    limits.check_forward(model, args.batch, args.tokens, f"Running {model.analysis_name} on {args.batch} sequences")
     source = inputs.resolve_text(text_file=args.text, split=None if args.text else args.split)
     ids = inputs.token_batch(tokenizer, source, args.tokens, args.batch, vocab_size=model.config.vocab_size)
+    if source.warning:
+        print(f"warning: {source.warning}.", file=sys.stderr)
     return ids, source.label
+
+
+def require_text_model(model, tokenizer, command: str) -> None:
+    """Commands that read text refuse a model whose vocabulary the tokenizer does not fit (recall models)."""
+    if len(tokenizer) <= model.config.vocab_size:
+        return
+    from analysis.recall_eval import task_of
+    name = model.analysis_name
+    try:
+        task_of(model)
+    except AnalysisError:
+        raise AnalysisError(f"{name} has a vocabulary of {model.config.vocab_size} but its tokenizer produces "
+                            f"{len(tokenizer)} ids, so `{command}` cannot feed it text; save the model with the "
+                            "tokenizer it was trained with.") from None
+    raise AnalysisError(f"{name} is an associative-recall model without a tokenizer, so `{command}` (which reads "
+                        f"text) cannot run on it; use `ppl {name} --split recall` for its recall accuracy, "
+                        "`latency`, or the dashboard's pages, which feed it recall sequences.")
 
 
 def emit(args, payload: dict, human: str) -> None:

@@ -1,7 +1,10 @@
 """models, rank, noise: look at a model and its recurrent states."""
 from __future__ import annotations
 
+import sys
+
 from analysis import models
+from analysis.commands.checks import number_list, whole
 from analysis.commands.common import add_text_args, emit, load, text_batch
 from analysis.report import every_token_report, rank_report
 from analysis.states import collect_states
@@ -12,9 +15,12 @@ def _setup_models(p):
 
 
 def run_models(args) -> None:
-    samples = models.list_samples()
-    payload = {"samples": [s.__dict__ for s in samples]}
+    samples, skipped = models.scan_samples()
+    payload = {"samples": [s.__dict__ for s in samples],
+               "skipped": [{"name": name, "reason": reason} for name, reason in skipped]}
     lines = [f"{s.name:24s} {s.model_type:22s} {s.description}" for s in samples] or ["(no bundled samples)"]
+    for name, reason in skipped:
+        print(f"warning: skipped sample_models/{name}: {reason}", file=sys.stderr)
     emit(args, payload, "\n".join(lines))
 
 
@@ -43,11 +49,14 @@ def run_rank(args) -> None:
 
 def run_noise(args) -> None:
     from analysis.noise_report import noise_report
+    from analysis import limits
     model, tokenizer, meta = load(args)
+    info = models.describe(model)
+    limits.check_noise_samples(args.samples, len(args.snr), max(info.head_k_dims), info.head_v_dim)
     ids, label = text_batch(args, tokenizer, model)
     trace = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True,
                            keep_keys=args.keys)
-    snrs = [float(s) for s in args.snr.split(",")]
+    snrs = args.snr
     report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed)
     report = {**meta, "dataset": label, "tokens": args.tokens, "batch": args.batch, **report}
     lines = [f"{meta['model']} on {meta['device']}: query-noise amplification of the final states ({label})",
@@ -72,10 +81,10 @@ def _setup_rank(p):
 
 def _setup_noise(p):
     add_text_args(p, batch=2)
-    p.add_argument("--snr", default="0,10,20,30,40", help="comma-separated SNRs in dB for the Monte Carlo")
-    p.add_argument("--samples", type=int, default=256, help="noise samples per key and SNR")
-    p.add_argument("--keys", type=int, default=8, help="real keys per head taken from the end of the trace")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--snr", type=number_list(-200, 200), default=[0.0, 10.0, 20.0, 30.0, 40.0], help="comma-separated SNRs in dB for the Monte Carlo")
+    p.add_argument("--samples", type=whole(1), default=256, help="noise samples per key and SNR")
+    p.add_argument("--keys", type=whole(1), default=8, help="real keys per head taken from the end of the trace")
+    p.add_argument("--seed", type=whole(0), default=0)
 
 
 COMMANDS = {

@@ -2,34 +2,39 @@
 from __future__ import annotations
 
 
-from analysis.commands.common import emit, load
+from analysis.commands.checks import number_list, real, whole
+from analysis.commands.common import emit, load, require_text_model
 from analysis.errors import AnalysisError
 
 
+RATIO = real(0, 1, hi_open=True)
+RATIOS = number_list(0, 1, hi_open=True)
+
+
 def _ratios(args):
-    if args.ratios:
-        try:
-            return None, [float(r) for r in args.ratios.split(",")]
-        except ValueError:
-            raise AnalysisError(f"--ratios must be comma-separated numbers, got {args.ratios!r}.") from None
-    return args.ratio, None
+    if args.ratio is not None and args.ratios is not None:
+        raise AnalysisError("Give either --ratio (one ratio for all layers) or --ratios (one per layer), not both.")
+    if args.ratio is None and args.ratios is None:
+        raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer).")
+    return (None, args.ratios) if args.ratios is not None else (args.ratio, None)
 
 
 def _calib_args(p):
-    p.add_argument("--calib-sequences", type=int, default=16, help="train-split windows for calibration")
-    p.add_argument("--calib-tokens", type=int, default=256, help="tokens per calibration window")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--calib-sequences", type=whole(1), default=16, help="train-split windows for calibration")
+    p.add_argument("--calib-tokens", type=whole(1), default=256, help="tokens per calibration window")
+    p.add_argument("--seed", type=whole(0), default=0)
 
 
 def _setup_importance(p):
     p.add_argument("--strategies", default="random,l1,wanda,grad,pca,drrqr")
-    p.add_argument("--ratio", type=float, default=0.5, help="ratio at which kept sets are compared")
+    p.add_argument("--ratio", type=RATIO, default=0.5, help="ratio at which kept sets are compared")
     _calib_args(p)
 
 
 def run_importance(args) -> None:
     from analysis.importance import importance_report
     model, tokenizer, meta = load(args)
+    require_text_model(model, tokenizer, "importance")
     report = importance_report(model, tokenizer, args.strategies.split(","), args.ratio,
                                calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed)
     report = {**meta, **report}
@@ -44,13 +49,13 @@ def run_importance(args) -> None:
 
 def _setup_prune(p):
     p.add_argument("--strategy", required=True)
-    p.add_argument("--ratio", type=float, help="one ratio for all layers")
-    p.add_argument("--ratios", help="comma-separated ratio per layer")
+    p.add_argument("--ratio", type=RATIO, help="one ratio for all layers")
+    p.add_argument("--ratios", type=RATIOS, help="comma-separated ratio per layer")
     p.add_argument("--round-to", type=int, choices=[16, 32, 64], help="round kept key dims to a multiple")
     p.add_argument("--out", required=True, help="new directory for the pruned model")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.add_argument("--recover-steps", type=int, default=0, help="fine-tune q/k for this many steps afterwards")
-    p.add_argument("--eval-tokens", type=int, default=8192, help="test tokens for the before/after perplexity")
+    p.add_argument("--recover-steps", type=whole(0), default=0, help="fine-tune q/k for this many steps afterwards")
+    p.add_argument("--eval-tokens", type=whole(1), default=8192, help="test tokens for the before/after perplexity")
     _calib_args(p)
 
 
@@ -67,6 +72,7 @@ def run_prune(args) -> None:
         raise AnalysisError(f"{args.out} already exists; choose a new --out directory or pass --overwrite.")
     strategy = get_strategy(args.strategy)
     model, tokenizer, meta = load(args)
+    require_text_model(model, tokenizer, "prune")
     dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
     calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
         if strategy.needs_calibration else None
@@ -96,9 +102,9 @@ def run_prune(args) -> None:
 
 def _setup_ppl(p):
     p.add_argument("--split", default="test", help="test, validation, train, wiki, or recall (recall models)")
-    p.add_argument("--context", type=int, default=256)
-    p.add_argument("--stride", type=int, default=None, help="default: the context (non-overlapping)")
-    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--context", type=whole(1), default=256)
+    p.add_argument("--stride", type=whole(1), default=None, help="default: the context (non-overlapping)")
+    p.add_argument("--max-tokens", type=whole(1), default=None)
 
 
 def run_ppl(args) -> None:
@@ -110,6 +116,7 @@ def run_ppl(args) -> None:
         human = "\n".join(f"{r['pairs']:4d} pairs: accuracy {r['accuracy']:.3f}" for r in payload["by_pairs"])
         emit(args, payload, human)
         return
+    require_text_model(model, tokenizer, "ppl")
     payload = {**meta, **perplexity(model, tokenizer, args.split, args.context, args.stride, args.max_tokens)}
     human = (f"perplexity {payload['perplexity']:.3f}, {payload['bits_per_byte']:.4f} bits/byte on "
              f"{payload['dataset']} ({payload['tokens']} tokens, context {payload['context']}, "
@@ -120,18 +127,22 @@ def run_ppl(args) -> None:
 
 
 def _setup_latency(p):
-    p.add_argument("--key-dims", default="16,32,48,64", help="comma-separated key dims for the kernel sweep")
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--tokens", type=int, default=1024)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--key-dims", type=number_list(1, 256, integer=True), default=[16, 32, 48, 64],
+                   help="comma-separated key dims for the kernel sweep (1..256)")
+    p.add_argument("--batch", type=whole(1), default=4)
+    p.add_argument("--tokens", type=whole(1), default=1024)
+    p.add_argument("--threads", type=whole(1, 1024), default=None)
 
 
 def run_latency(args) -> None:
     from analysis.latency import kernel_latency, model_latency
     from analysis.models import describe
+    from analysis import limits
     model, _, meta = load(args)
     info = describe(model)
-    dims = [int(d) for d in args.key_dims.split(",")]
+    dims = args.key_dims
+    limits.check_kernel(args.batch, args.tokens, info.value_heads, max(dims), info.head_v_dim, info.device)
+    limits.check_forward(model, args.batch, min(args.tokens, 256), "The whole-model forward")
     points = list(kernel_latency(dims, args.batch, args.tokens, info.value_heads, info.head_v_dim,
                                  device=info.device, gated="gated" in info.model_type, threads=args.threads))
     whole = model_latency(model, batch=args.batch, tokens=min(args.tokens, 256), threads=args.threads)
@@ -145,11 +156,11 @@ def run_latency(args) -> None:
 
 def _setup_sweep(p):
     p.add_argument("--strategies", default="random,l1,wanda,grad,pca,drrqr")
-    p.add_argument("--ratios", default="0.25,0.5,0.75")
+    p.add_argument("--ratios", type=RATIOS, default=[0.25, 0.5, 0.75])
     p.add_argument("--split", default="test")
-    p.add_argument("--context", type=int, default=256)
-    p.add_argument("--eval-tokens", type=int, default=8192)
-    p.add_argument("--recover-steps", type=int, default=0)
+    p.add_argument("--context", type=whole(1), default=256)
+    p.add_argument("--eval-tokens", type=whole(1), default=8192)
+    p.add_argument("--recover-steps", type=whole(0), default=0)
     p.add_argument("--no-latency", action="store_true")
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
     _calib_args(p)
@@ -158,7 +169,8 @@ def _setup_sweep(p):
 def run_sweep(args) -> None:
     from analysis.sweep import sweep
     model, tokenizer, meta = load(args)
-    ratios = [float(r) for r in args.ratios.split(",")]
+    require_text_model(model, tokenizer, "sweep")
+    ratios = args.ratios
     results = []
     for point in sweep(model, tokenizer, args.strategies.split(","), ratios, split=args.split, context=args.context,
                        eval_tokens=args.eval_tokens, recover_steps=args.recover_steps,

@@ -5,6 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
+from analysis.commands.checks import real, whole
 from analysis.commands.common import emit
 
 
@@ -13,13 +14,13 @@ def _setup_train(p):
     p.add_argument("--work", help="checkpoint directory (default: runs/<out name>)")
     p.add_argument("--arch", default="delta_net", choices=["delta_net", "gated_deltanet"])
     p.add_argument("--task", default="lm", choices=["lm", "recall"])
-    for name, kind, default in [("hidden-size", int, 256), ("layers", int, 4), ("heads", int, 4),
-                                ("head-dim", int, 64), ("seq-len", int, 256), ("batch", int, 8),
-                                ("steps", int, 1000), ("lr", float, 2e-3), ("warmup", int, 100),
-                                ("eval-every", int, 100), ("checkpoint-every", int, 200), ("seed", int, 0),
-                                ("recall-pairs", int, 16), ("recall-keys", int, 128)]:
+    for name, kind, default in [("hidden-size", whole(1), 256), ("layers", whole(1), 4), ("heads", whole(1), 4),
+                                ("head-dim", whole(1, 256), 64), ("seq-len", whole(2), 256), ("batch", whole(1), 8),
+                                ("steps", whole(1), 1000), ("lr", real(1e-12, 10), 2e-3), ("warmup", whole(0), 100),
+                                ("eval-every", whole(1), 100), ("checkpoint-every", whole(1), 200),
+                                ("seed", whole(0), 0), ("recall-pairs", whole(1), 16), ("recall-keys", whole(1), 128)]:
         p.add_argument(f"--{name}", type=kind, default=default)
-    p.add_argument("--max-minutes", type=float, default=None, help="stop cleanly after this much training time")
+    p.add_argument("--max-minutes", type=real(1e-6), default=None, help="stop cleanly after this much training time")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --work")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", metavar="PATH|-", help="write the training history to PATH, or stdout with -")
@@ -29,6 +30,7 @@ def run_train(args) -> None:
     from analysis import data
     from analysis.errors import AnalysisError
     from analysis.train import TrainConfig, train
+    _check_train_args(args)
     out = Path(args.out)
     if out.exists() and not args.resume:
         raise AnalysisError(f"{out} already exists; choose a new --out directory (or pass --resume).")
@@ -50,6 +52,26 @@ def run_train(args) -> None:
         shutil.rmtree(out)
     tmp.rename(out)
     emit(args, {"history": cfg.history}, f"saved {out}")
+
+
+def _check_train_args(args) -> None:
+    """Settings that are each valid but impossible together, or too big for this machine: refused up front."""
+    from analysis import limits
+    from analysis.errors import AnalysisError
+    if args.task == "recall" and args.recall_pairs > args.recall_keys:
+        raise AnalysisError(f"--recall-pairs ({args.recall_pairs}) cannot exceed --recall-keys ({args.recall_keys}): "
+                            "each stored pair needs its own key.")
+    if args.warmup > args.steps:
+        raise AnalysisError(f"--warmup ({args.warmup}) is longer than --steps ({args.steps}); use fewer warm-up steps.")
+    vocab = 1 + 2 * args.recall_keys if args.task == "recall" else 8192
+    key = args.heads * args.head_dim
+    per_layer = 4 * args.hidden_size * key + 3 * args.hidden_size * 4 * args.hidden_size
+    params = vocab * args.hidden_size + args.layers * per_layer
+    tokens = args.batch * args.seq_len
+    activations = 3 * tokens * vocab * 4 + args.layers * tokens * (16 * args.hidden_size + 4 * key) * 4
+    limits.require(16 * params + activations,  # fp32 weights, gradients, two AdamW moments
+                   f"Training {params:,} parameters on batches of {args.batch} × {args.seq_len} tokens",
+                   "use a smaller model or batch", args.device if args.device in ("cpu", "cuda") else "cpu")
 
 
 COMMANDS = {"train": ("train a small DeltaNet / Gated DeltaNet (language modelling or associative recall)",

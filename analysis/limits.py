@@ -1,0 +1,155 @@
+"""Memory estimates that bound every size a user can type, checked before the work starts.
+
+One request may use at most MEMORY_FRACTION of the memory available right now (the dashboard is a shared
+server: the models and other sessions need the rest). Estimates are deliberately simple upper-ish sums of
+the big tensors (logits, activations, recurrent states, parameters); they say "about".
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from analysis.errors import AnalysisError
+
+MEMORY_FRACTION = 0.5
+EXACT_LAYERS = 64   # configs with more layers are counted from a 1- and a 2-layer build (linear in layers)
+CHUNK = 64          # tokens per chunk of the chunked recurrence (fla's and the CPU path's)
+
+
+def available_memory(device: str | torch.device = "cpu") -> int | None:
+    """Bytes available now: free GPU memory for CUDA, else /proc/meminfo MemAvailable (None if unknown)."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # other Unixes: free physical pages (an underestimate of what could be reclaimed)
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def size_text(n: float) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def require(need: float, what: str, advice: str, device: str | torch.device = "cpu") -> None:
+    """Raise one sentence when `what` needs more than this request's share of the available memory."""
+    available = available_memory(device)
+    if available is None:
+        return  # nothing to compare with: let the work run
+    allowed = available * MEMORY_FRACTION
+    if need > allowed:
+        where = "GPU memory" if torch.device(device).type == "cuda" else "memory"
+        raise AnalysisError(f"{what} needs about {size_text(need)} of {where}, more than the "
+                            f"{size_text(allowed)} one request may use here ({MEMORY_FRACTION:.0%} of the "
+                            f"{size_text(available)} available now); {advice}.")
+
+
+# ---- parameters, from the config alone ------------------------------------------------------------
+
+def parameter_count(config: dict) -> int:
+    """Parameters of the model a config.json describes, counted on the meta device (no memory used).
+
+    Up to EXACT_LAYERS layers the model is built as is (exact); deeper configs are counted from a 1- and a
+    2-layer build (embedding + per-layer cost × layers; per-layer key dims take their largest value).
+    """
+    import analysis  # noqa: F401  (registers the project's pruned model types)
+    layers = config.get("num_hidden_layers")
+    if layers <= EXACT_LAYERS:
+        return _meta_count(config)
+    one, two = (_meta_count(_with_layers(config, n)) for n in (1, 2))
+    return one + (two - one) * (layers - 1)
+
+
+def _with_layers(config: dict, n: int) -> dict:
+    out = {**config, "num_hidden_layers": n}
+    if isinstance(config.get("head_k_dims"), list) and config["head_k_dims"]:
+        out["head_k_dims"] = [max(config["head_k_dims"])] * n
+    return out
+
+
+def _meta_count(config: dict) -> int:
+    from transformers import AutoConfig, AutoModelForCausalLM
+    cfg = AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())  # tied weights counted once
+
+
+def check_model_fits(params: int, dtype: torch.dtype, device, where: str) -> None:
+    element = torch.empty((), dtype=dtype).element_size()
+    require(params * element, f"The model in {where} ({params:,} parameters in {str(dtype).replace('torch.', '')})",
+            "pick a smaller model (check num_hidden_layers, hidden_size and vocab_size in its config.json)", device)
+
+
+# ---- activations ---------------------------------------------------------------------------------
+
+def _shape(model) -> dict:
+    cfg = model.config
+    hidden = int(cfg.hidden_size)
+    inter = getattr(cfg, "intermediate_size", None) or int(hidden * getattr(cfg, "hidden_ratio", 4) or 4)
+    attns = [block.attn for block in model.model.layers]
+    heads = max(getattr(a, "num_v_heads", a.num_heads) for a in attns)
+    return dict(hidden=hidden, inter=int(inter), vocab=int(cfg.vocab_size), layers=len(attns), heads=heads,
+                dk=max(a.head_k_dim for a in attns), dv=max(a.head_v_dim for a in attns),
+                element=next(model.parameters()).element_size())
+
+
+def recurrence_bytes(batch: int, tokens: int, heads: int, dk: int, dv: int) -> int:
+    """One layer's chunked recurrence: q, k, v, o and their chunked copies, intra-chunk weights, and the
+    states after every token of one chunk (what state collection reads)."""
+    return 4 * batch * heads * (3 * tokens * (2 * dk + 2 * dv) + tokens * CHUNK + 2 * CHUNK * dk * dv)
+
+
+def forward_bytes(model, batch: int, tokens: int, logits_copies: int = 2) -> int:
+    """A no-grad forward over [batch, tokens]: logits (model dtype + fp32 copies), one layer's activations
+    and recurrence at a time."""
+    s = _shape(model)
+    bt = batch * tokens
+    logits = bt * s["vocab"] * (s["element"] + 4 * (logits_copies - 1))
+    activations = bt * (8 * s["hidden"] + 3 * s["inter"]) * 4
+    return logits + activations + recurrence_bytes(batch, tokens, s["heads"], s["dk"], s["dv"])
+
+
+def training_bytes(model, batch: int, tokens: int) -> int:
+    """A forward + backward over [batch, tokens]: every layer's activations are kept for the gradient."""
+    s = _shape(model)
+    bt = batch * tokens
+    per_layer = bt * (16 * s["hidden"] + 4 * s["inter"]) * 4 + recurrence_bytes(batch, tokens, s["heads"],
+                                                                               s["dk"], s["dv"])
+    return 3 * bt * s["vocab"] * 4 + s["layers"] * per_layer
+
+
+def check_forward(model, batch: int, tokens: int, what: str, advice: str = "use fewer tokens or sequences",
+                  logits_copies: int = 2) -> None:
+    require(forward_bytes(model, batch, tokens, logits_copies),
+            f"{what} ({batch} × {tokens} tokens, logits alone {size_text(batch * tokens * model.config.vocab_size * 4)})",
+            advice, next(model.parameters()).device)
+
+
+def check_training(model, batch: int, tokens: int, what: str, advice: str) -> None:
+    require(training_bytes(model, batch, tokens), f"{what} ({batch} × {tokens} tokens with gradients)", advice,
+            next(model.parameters()).device)
+
+
+def check_kernel(batch: int, tokens: int, heads: int, dk: int, dv: int, device) -> None:
+    require(recurrence_bytes(batch, tokens, heads, dk, dv),
+            f"Timing the recurrence at batch {batch} × {tokens} tokens × {heads} heads (dk {dk}, dv {dv})",
+            "use fewer tokens or a smaller batch", device)
+
+
+def check_noise_samples(samples: int, snrs: int, dk: int, dv: int) -> None:
+    """The Monte Carlo holds, per key, float64 noise for every sample and SNR (see noise.monte_carlo_...)."""
+    need = 8 * (dk * dv + samples * dk + 3 * snrs * samples * (dk + dv))
+    require(need, f"The Monte Carlo with {samples:,} samples × {snrs} SNRs per key (dk {dk}, dv {dv})",
+            "use fewer --samples", "cpu")
