@@ -39,6 +39,7 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
         raise AnalysisError(f"Need 1 ≤ stride ≤ context, got context {context} and stride {stride}.")
     if max_tokens is not None and (int(max_tokens) != max_tokens or max_tokens < 1):
         raise AnalysisError(f"The number of tokens to score must be a whole number ≥ 1, got {max_tokens}.")
+    limits.check_forward(model, batch, context, "Scoring perplexity", "use a shorter --context", logits_copies=3)
     source = text if text is not None else data.load_text(split)
     ids = data.encode(source, tokenizer)
     if max_tokens is not None:
@@ -46,8 +47,7 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
     if len(ids) < context + 1:
         raise AnalysisError(f"The text has {count(len(ids), 'token')}, fewer than one context of {context} plus "
                             "one; use a longer text or a shorter --context.")
-    limits.check_forward(model, min(batch, len(ids) // stride + 1), context, "Scoring perplexity",
-                         "use a shorter --context", logits_copies=3)
+
     device = next(model.parameters()).device
     windows = list(_scored_windows(len(ids), context, stride))
     total_nats, scored = 0.0, []

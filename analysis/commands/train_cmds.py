@@ -61,8 +61,6 @@ def _check_train_args(args) -> None:
     if args.task == "recall" and args.recall_pairs > args.recall_keys:
         raise AnalysisError(f"--recall-pairs ({args.recall_pairs}) cannot exceed --recall-keys ({args.recall_keys}): "
                             "each stored pair needs its own key.")
-    if args.warmup > args.steps:
-        raise AnalysisError(f"--warmup ({args.warmup}) is longer than --steps ({args.steps}); use fewer warm-up steps.")
     vocab = 1 + 2 * args.recall_keys if args.task == "recall" else 8192
     key = args.heads * args.head_dim
     per_layer = 4 * args.hidden_size * key + 3 * args.hidden_size * 4 * args.hidden_size
