@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from analysis.errors import AnalysisError
+from analysis.errors import AnalysisError, count
 
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample_models"
 DATA_DIR = SAMPLE_DIR / "data"
@@ -94,7 +94,7 @@ def token_windows(ids, context: int, stride: int | None = None, max_windows: int
     if context < 1 or stride < 1:
         raise AnalysisError(f"Context ({context}) and stride ({stride}) must be positive token counts.")
     if ids.numel() < context:
-        raise AnalysisError(f"The text has only {ids.numel()} tokens, fewer than the context of {context}; "
+        raise AnalysisError(f"The text has only {count(ids.numel(), 'token')}, fewer than the context of {context}; "
                             "use a shorter context or a longer text.")
     windows = ids.unfold(0, context, stride)
     if max_windows is not None:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import torch
 
-from analysis import inputs, models
+from analysis import inputs, limits, models
 from analysis.errors import AnalysisError
 from analysis.recall import RecallTask, recall_batch
 from analysis.recall_eval import task_of
@@ -31,6 +31,9 @@ def recall_label(task: RecallTask, seed: int) -> str:
 
 def token_batch(model, tokenizer, spec: InputSpec, task: RecallTask | None) -> tuple[torch.Tensor, str]:
     """(input_ids [sequences, tokens], dataset label) for the spec; recall models always get recall sequences."""
+    limits.check_forward(model, int(spec.sequences), int(spec.tokens if task is None else task.seq_len),
+                         f"Running the model on {int(spec.sequences)} sequences",
+                         "lower Tokens per sequence or Number of sequences in the sidebar")
     if task is not None:
         ids, _ = recall_batch(task, int(spec.sequences), torch.Generator().manual_seed(int(spec.seed)))
         return ids, recall_label(task, spec.seed)

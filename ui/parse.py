@@ -16,5 +16,6 @@ def number_list(text: str, what: str, lo: float, hi: float, integer: bool = Fals
         raise AnalysisError(f"Give at least one value for the {what}.")
     bad = [v for v in values if not lo <= v < hi]
     if bad:
-        raise AnalysisError(f"The {what} must lie in [{lo}, {hi}), got {bad[0]}.")
+        span = f"between {lo} and {hi - 1}" if integer else f"at least {lo:g} and below {hi:g}"
+        raise AnalysisError(f"The {what} must be {span}, got {bad[0]:g}.")
     return list(dict.fromkeys(values))
