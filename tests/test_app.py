@@ -182,9 +182,9 @@ def test_legacy_pages_mode_still_renders_inside_the_frame(monkeypatch, lm_dir):
     assert at.sidebar.radio(key="w:model_kind").value == "Local directory"  # the sidebar came with it
 
 
-def test_no_model_at_all_explains_how_to_pick_one(monkeypatch):
+def test_no_model_at_all_explains_how_to_pick_one(monkeypatch, tmp_path):
     import analysis.models
-    monkeypatch.setattr(analysis.models, "list_samples", lambda: [])
+    monkeypatch.setattr(analysis.models, "SAMPLES_DIR", tmp_path)  # no bundled samples
     monkeypatch.delenv("STATE_RANK_DEFAULT_MODEL", raising=False)
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert_clean(at)
