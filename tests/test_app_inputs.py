@@ -21,8 +21,7 @@ def test_long_path_emoji_hub_id_and_empty_field_each_get_one_sentence(monkeypatc
     at.sidebar.radio(key="w:model_kind").set_value("Hub id").run()
     at.text_input(key="w:hub_id").set_value("\U0001F917/model").run()
     assert not at.exception and len(at.error) == 1
-    assert "not a valid hub id" in at.error[0].value.replace("neither an existing directory nor a valid hub id",
-                                                            "not a valid hub id")
+    assert "valid hub id" in at.error[0].value
     assert "offline" not in at.error[0].value and one_sentence(at.error[0].value)
     at.sidebar.radio(key="w:model_kind").set_value("Local directory").run()
     at.text_input(key="w:model_dir").set_value("").run()
@@ -37,11 +36,11 @@ def test_long_path_emoji_hub_id_and_empty_field_each_get_one_sentence(monkeypatc
 def test_tokens_times_sequences_are_bounded_by_memory(monkeypatch, lm_dir):
     from analysis import limits
     monkeypatch.setattr(limits, "available_memory", lambda device="cpu": 16 * 10**9)
-    at = start(monkeypatch, lm_dir)
-    at.switch_page("pages/states.py").run()
-    at.selectbox(key="w:split").set_value("train").run()
-    at.number_input(key="w:tokens").set_value(8192).run()
+    at = start(monkeypatch, lm_dir)  # the Model page computes no states: set the sizes there, then visit States
+    at.selectbox(key="w:split").set_value("train")
+    at.number_input(key="w:tokens").set_value(8192)
     at.number_input(key="w:sequences").set_value(64).run()
+    at.switch_page("pages/states.py").run()
     assert not at.exception and len(at.error) == 1
     message = at.error[0].value
     assert "logits alone 17.2 GB" in message and "8.0 GB one request may use" in message and one_sentence(message)
