@@ -1,0 +1,46 @@
+"""A 5,000-character Local directory path in a real browser: one sentence in the page, no traceback (issue 13.4)."""
+import os
+
+import pytest
+
+from browser_utils import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, streamlit_server
+from ui_fixtures import save_tiny_lm
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian chromium not found (/usr/bin/chromium): install it with `make chromium`")
+    model = save_tiny_lm(tmp_path_factory.mktemp("browser-inputs-lm"))
+    env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(model), "OMP_NUM_THREADS": "1"}
+    with streamlit_server(env, tmp_path_factory.mktemp("streamlit-inputs-log") / "server.log") as url:
+        yield {"url": url, "model": str(model)}
+
+
+def test_a_5000_character_model_path_is_one_sentence(server):
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.goto(server["url"], timeout=TIMEOUT_MS)
+            idle(page)
+            field = page.get_by_label("Model directory")
+            assert field.input_value() == server["model"]
+            field.fill("/tmp/" + "x" * 5000)
+            field.press("Enter")
+            idle(page)
+            assert page.locator("[data-testid='stException']").count() == 0
+            errors = page.locator("[data-testid='stAlertContentError']")
+            assert errors.count() == 1
+            message = errors.first.inner_text().strip()
+            assert "File name too long" in message and len(message) < 300 and "Traceback" not in message
+            field.fill(server["model"])  # the app keeps working
+            field.press("Enter")
+            idle(page)
+            page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=TIMEOUT_MS)
+            assert page.locator("[data-testid='stAlertContentError']").count() == 0
+        finally:
+            browser.close()
