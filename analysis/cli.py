@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file the checks above did not foresee (a disk full, a path gone meanwhile)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}; check the paths given and their permissions.", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from analysis.cpu_ops.delta_rule import chunked_delta_rule
+from analysis import limits
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS
 
@@ -58,6 +59,8 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
     for dk in key_dims:
         if not 1 <= dk <= 256:
             raise AnalysisError(f"Key dim {dk} is outside fla's supported 1..256.")
+    limits.check_kernel(batch, tokens, heads, max(key_dims, default=1), value_dim, device)
+    for dk in key_dims:
         q, k, v, beta, g = _inputs(batch, tokens, heads, dk, value_dim, device, dtype, gated, gen)
         if device.type == "cuda":
             if gated:

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from analysis import data
+from analysis import data, limits
 from analysis.errors import AnalysisError
 from analysis.models import attention_layers
 
@@ -16,6 +16,7 @@ def recover(model, tokenizer, steps: int = 100, lr: float = 1e-3, batch: int = 8
     """A fine-tuned COPY of `model` (AdamW, cosine to 10%, clip 1.0) on train-split windows."""
     if steps < 1:
         raise AnalysisError(f"Recovery needs at least one step, got {steps}.")
+    limits.check_training(model, batch, seq_len, "Recovery fine-tuning", "use a smaller batch or shorter sequences")
     work = copy.deepcopy(model).float().train()
     work.requires_grad_(False)
     params = []

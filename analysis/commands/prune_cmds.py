@@ -141,7 +141,6 @@ def run_latency(args) -> None:
     model, _, meta = load(args)
     info = describe(model)
     dims = args.key_dims
-    limits.check_kernel(args.batch, args.tokens, info.value_heads, max(dims), info.head_v_dim, info.device)
     limits.check_forward(model, args.batch, min(args.tokens, 256), "The whole-model forward")
     points = list(kernel_latency(dims, args.batch, args.tokens, info.value_heads, info.head_v_dim,
                                  device=info.device, gated="gated" in info.model_type, threads=args.threads))
