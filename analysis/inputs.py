@@ -91,9 +91,9 @@ def _read_text(path: Path, n_bytes: int) -> tuple[str, bool]:
     return text, complete
 
 
-def _short(path: Path, keep: int = 80) -> str:
-    text = str(path)
-    return text if len(text) <= keep else f"{text[:keep]}… ({len(text):,} characters)"
+def _short(path: Path, keep: int = 160) -> str:
+    text, half = str(path), keep // 2
+    return text if len(text) <= keep else f"{text[:half]}…{text[-half:]} ({len(text):,} characters)"
 
 
 def first_token_ids(tokenizer, source: TextSource, need: int) -> torch.Tensor:

@@ -127,9 +127,10 @@ def resolve_source(source: str) -> Path:
     return path
 
 
-def _short(text: str, keep: int = 60) -> str:
-    """A user's input cut to a readable length for a message (a 5,000-character path stays one line)."""
-    return text if len(text) <= keep else f"{text[:keep]}… ({len(text):,} characters)"
+def _short(text: str, keep: int = 160) -> str:
+    """A user's input cut to a readable length for a message (a 5,000-character path stays short): both ends."""
+    half = keep // 2
+    return text if len(text) <= keep else f"{text[:half]}…{text[-half:]} ({len(text):,} characters)"
 
 
 def _is_sample_name(source: str) -> bool:

@@ -36,7 +36,7 @@ def test_a_5000_character_model_path_is_one_sentence(server):
             errors = page.locator("[data-testid='stAlertContentError']")
             assert errors.count() == 1
             message = errors.first.inner_text().strip()
-            assert "File name too long" in message and len(message) < 300 and "Traceback" not in message
+            assert "File name too long" in message and len(message) < 400 and "Traceback" not in message
             field.fill(server["model"])  # the app keeps working
             field.press("Enter")
             idle(page)
