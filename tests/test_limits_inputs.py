@@ -140,3 +140,10 @@ def test_unknown_model_error_lists_only_readable_samples(samples_dir, capsys):
 def test_counts_in_messages_read_as_english():
     from analysis.errors import count
     assert (count(1, "token"), count(2, "token"), count(8192, "token")) == ("1 token", "2 tokens", "8,192 tokens")
+
+
+def test_calibration_with_fewer_tokens_than_the_key_dim_is_refused():
+    from analysis.calibration import calibrate
+    model = build_tiny("delta_net")  # head key dim 32
+    with pytest.raises(AnalysisError, match=r"1×16 = 16 tokens gives fewer activation rows than the key dim 32"):
+        calibrate(model, data.load_tokenizer(), n_sequences=1, seq_len=16)
