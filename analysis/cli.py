@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "json", None):  # a bad --json path is refused before the work, not after it
+            from analysis.safe_io import check_file_destination
+            check_file_destination(args.json)
         args.run(args)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
