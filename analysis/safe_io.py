@@ -238,14 +238,26 @@ def write_model_dir(out, fill, overwrite: bool = False, kind: str = "model",
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".partial"))
     try:
         with os_errors("write the model to", path):
-            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: a saved model is as readable as any folder
             fill(tmp)
+            _normal_permissions(tmp)
             _write_marker(tmp, kind)
             _swap_in(tmp, path, overwrite, exists_hint)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # only ever our own temporary folder
         raise
     return path
+
+
+def _normal_permissions(folder: Path) -> None:
+    """mkdtemp makes 0700 and safetensors writes 0600: a saved model gets the modes of any new file/folder."""
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for base, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(base, name), 0o777 & ~mask)
+        for name in files:
+            if not os.path.islink(os.path.join(base, name)):
+                os.chmod(os.path.join(base, name), 0o666 & ~mask)
 
 
 def _swap_in(tmp: Path, path: Path, overwrite: bool, exists_hint: str) -> None:

@@ -1,7 +1,7 @@
 """Optimizer, step and RNG state of a training checkpoint as safetensors + JSON: loading it runs no code.
 
-(The former trainer_state.pt was a pickle read with torch.load(weights_only=False): a crafted file ran
-arbitrary code on `train --resume`. Such a legacy file is read with weights_only=True, or refused.)
+(The former trainer_state.pt was a pickle that was fully unpickled on `train --resume`, so a crafted
+file ran arbitrary code. Such a legacy file is now read with weights_only=True, or refused.)
 """
 from __future__ import annotations
 
