@@ -286,9 +286,22 @@ def check_file_destination(destination, label: str = "--json") -> None:
     with os_errors("check", path):
         if path.is_dir():
             raise AnalysisError(f"{label} {show(path)} is a directory; give a file path (or - for stdout).")
-        if path.exists() and not stat.S_ISREG(os.stat(path).st_mode):
-            return  # a FIFO or device: written to as it is
+        if path.exists() and (not stat.S_ISREG(os.stat(path).st_mode) or _kernel_path(path)):
+            return  # a FIFO or device (or /dev/stdout): written to as it is
         _probe(path.parent, path)
+
+
+def _kernel_path(path: Path) -> bool:
+    """Does `path` (or a link on the way to it) lead through /dev or /proc, as /dev/stdout does? Such a file
+    is written into, never replaced (/dev/stdout redirected to a file is a regular file)."""
+    hop = str(path)
+    for _ in range(40):
+        if hop.startswith(("/dev/", "/proc/")):
+            return True
+        if not os.path.islink(hop):
+            return False
+        hop = os.path.join(os.path.dirname(hop), os.readlink(hop))
+    return False
 
 
 def write_text(destination, text: str, label: str = "--json") -> Path:
@@ -300,8 +313,8 @@ def write_text(destination, text: str, label: str = "--json") -> Path:
             info = os.stat(path)  # follows symlinks
         except FileNotFoundError:
             info = None
-        if info is not None and not stat.S_ISREG(info.st_mode):  # FIFO, character device, socket
-            with open(path, "w") as fh:
+        if info is not None and (not stat.S_ISREG(info.st_mode) or _kernel_path(path)):
+            with open(path, "a") as fh:  # a FIFO, a device, or /dev/stdout redirected to a file: write into it
                 fh.write(text)
             return path
         target = Path(os.path.realpath(path)) if path.is_symlink() else path  # keep the link, write its target

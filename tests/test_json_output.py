@@ -64,6 +64,16 @@ def test_a_fifo_is_written_to_not_replaced(tmp_path):
         os.close(reader)
 
 
+def test_dev_stdout_redirected_to_a_file_is_written_into(tmp_path, capfd):
+    link = tmp_path / "stdout"
+    link.symlink_to("/dev/stdout")                         # (a link of our own: old code replaced the link)
+    print("before", flush=True)
+    write_json(PAYLOAD, str(link))                         # fd 1 is a regular (captured) file here
+    out = capfd.readouterr().out
+    assert out.startswith("before\n") and json.loads(out[len("before\n"):]) == PAYLOAD
+    assert link.is_symlink()
+
+
 def test_a_character_device_is_written_to_not_replaced(tmp_path):
     node = tmp_path / "null"
     try:
