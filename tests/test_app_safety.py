@@ -10,7 +10,7 @@ import pytest
 
 from analysis import safe_io
 from test_app import lm_dir, navigation_only, one_sentence  # noqa: F401  (fixtures by import)
-from test_app_shrink import clean, click, open_page, sweep_cache  # noqa: F401
+from test_app_shrink import click, open_page, sweep_cache  # noqa: F401  (sweep_cache: autouse fixture)
 from ui_fixtures import one_torch_thread  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,6 @@ before the work, and turns NaN into null with a warning."""
 import json
 import os
 import stat
-from pathlib import Path
 
 import pytest
 import torch
