@@ -2,8 +2,8 @@
 
 AdamW with linear warm-up then cosine decay, fixed seed, periodic validation, resumable checkpoints
 (model + optimizer + RNG + history, written atomically as safetensors + JSON, never a pickle), progress
-lines, and a time budget that ends training cleanly. Two tasks: next-token language modelling on the bundled Shakespeare train split,
-and multi-query associative recall (analysis.recall).
+lines, and a time budget that ends training cleanly. Two tasks: next-token language modelling on the
+bundled Shakespeare train split, and multi-query associative recall (analysis.recall).
 """
 from __future__ import annotations
 
