@@ -188,3 +188,12 @@ def test_outputs_folder_is_ignored_by_git():
         pytest.skip("not a git checkout")
     run = subprocess.run(["git", "check-ignore", "-q", "outputs/some-model/config.json"], cwd=ROOT)
     assert run.returncode == 0
+
+
+def test_files_the_tool_adds_later_keep_a_model_replaceable(tmp_path):
+    """A model card written into a saved model (python -m analysis card) is recorded in the marker."""
+    out = save_model(build_tiny("delta_net"), tmp_path / "m")
+    safe_io.write_text(out / "README.md", "# card\n")
+    assert "holds files this tool did not write (README.md)" in safe_io.replace_refusal(out)
+    safe_io.record_written(out, ["README.md"])
+    assert safe_io.can_replace(out)
