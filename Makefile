@@ -3,6 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 PORT ?= 8501
+# The dashboard has no authentication: it listens on this machine only unless told otherwise
+# (`make run ADDRESS=0.0.0.0` exposes it to the network, deliberately).
+ADDRESS ?= 127.0.0.1
 
 .PHONY: run test test-fast chromium benchmarks clean
 
@@ -22,7 +25,8 @@ chromium:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 run: $(STAMP)
-	$(PY) -m streamlit run app.py --server.headless true --server.port $(PORT) --server.fileWatcherType none
+	$(PY) -m streamlit run app.py --server.headless true --server.address $(ADDRESS) --server.port $(PORT) \
+	    --server.fileWatcherType none
 
 test: $(STAMP) chromium
 	$(PY) -m pytest

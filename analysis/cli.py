@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2, already printed as one line)
         return exc.code if isinstance(exc.code, int) else 2
     try:
+        if getattr(args, "json", None):  # a bad --json path is refused before the work, not after it
+            from analysis.safe_io import check_file_destination
+            check_file_destination(args.json)
         args.run(args)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -44,6 +44,6 @@ def model_zip(model, name: str, tokenizer=None, metadata: dict | None = None, so
     """save_pretrained into a throw-away directory named `name`, zipped (the model itself is not changed)."""
     from analysis.prune import save_model
     with tempfile.TemporaryDirectory() as tmp:
-        out = save_model(model, Path(tmp) / name, tokenizer=tokenizer, metadata=metadata)
-        carry_recall_task(source, out)
+        out = save_model(model, Path(tmp) / name, tokenizer=tokenizer, metadata=metadata,
+                         extra=lambda folder: carry_recall_task(source, folder))
         return zip_directory(out)

@@ -12,6 +12,7 @@ from analysis import data
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity, unigram_baseline
 from analysis.models import describe, load_model, load_tokenizer
+from analysis.safe_io import record_written, write_text
 from analysis.states import collect_states
 
 CARD_CONTEXT = 256
@@ -122,6 +123,7 @@ def render(card: dict) -> str:
 def write_card(source: str) -> dict:
     card = build_card(source)
     path = Path(load_model(source, device="cpu").analysis_source)
-    (path / "card.json").write_text(json.dumps(card, indent=2))
-    (path / "README.md").write_text(render(card))
+    write_text(path / "card.json", json.dumps(card, indent=2), label="the model card")
+    write_text(path / "README.md", render(card), label="the model card")
+    record_written(path, ["card.json", "README.md"])  # still a directory this project wrote, replaceable
     return card

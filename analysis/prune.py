@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +16,7 @@ import torch
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS, attention_layers
 from analysis.pruned_models import MAX_KERNEL_KEY_DIM, PRUNED_CONFIG_FOR
+from analysis.safe_io import write_model_dir
 from analysis.strategies import Selection, get_strategy
 
 ROUNDINGS = (None, 16, 32, 64)
@@ -120,26 +118,21 @@ def _reduce(tensor: torch.Tensor, heads: int, sel: Selection, conv: bool) -> tor
     return out.reshape(-1, *tensor.shape[1:]).contiguous()
 
 
-def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = None, overwrite: bool = False) -> Path:
-    """save_pretrained (safetensors) into a temporary sibling, then rename: never a half-written model."""
-    out = Path(out).expanduser()
-    if out.exists() and not overwrite:
-        raise AnalysisError(f"{out} already exists; choose a new directory or allow overwriting.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = None, overwrite: bool = False,
+               extra=None, exists_hint: str = "choose a new directory or allow overwriting") -> Path:
+    """save_pretrained (safetensors) into a temporary sibling, then rename: never a half-written model.
+
+    `overwrite` replaces only a model directory this project wrote (see analysis.safe_io); `extra(tmp)`
+    may add files before the directory is sealed."""
+    def fill(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if metadata is not None:
             (tmp / "pruning.json").write_text(json.dumps(metadata, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+        if extra is not None:
+            extra(tmp)
+    return write_model_dir(out, fill, overwrite=overwrite, kind="pruned model", exists_hint=exists_hint)
 
 
 def pruning_metadata(result: PruneResult, source: str, ratios) -> dict:

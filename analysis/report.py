@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
-from pathlib import Path
+import sys
 
 import torch
 
 from analysis.rank import METRIC_INFO
+from analysis.safe_io import write_text
 from analysis.states import StateTrace
 
 SCALAR_METRICS = list(METRIC_INFO)
@@ -66,15 +65,29 @@ def every_token_report(layers: list[dict], tol: float) -> dict:
             **position_stats(values)}
 
 
+def finite_json(value, where: str = "$", bad: list | None = None):
+    """A copy of `value` with every non-finite float (NaN, ±inf) replaced by None; `bad` collects where."""
+    bad = [] if bad is None else bad
+    if isinstance(value, float) and not math.isfinite(value):
+        bad.append(where)
+        return None
+    if isinstance(value, dict):
+        return {k: finite_json(v, f"{where}.{k}", bad) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v, f"{where}[{i}]", bad) for i, v in enumerate(value)]
+    return value
+
+
 def write_json(payload: dict, destination: str) -> None:
-    """`-` prints to stdout; a path is written atomically (temp file in the same folder, then rename)."""
-    text = json.dumps(payload, indent=2, allow_nan=False)
+    """`-` prints to stdout; a path is written atomically through analysis.safe_io (symlinks written through,
+    FIFOs and devices written to, normal permissions). NaN/inf become null, with a warning on stderr."""
+    bad: list = []
+    text = json.dumps(finite_json(payload, bad=bad), indent=2, allow_nan=False)
+    if bad:
+        shown = ", ".join(w.removeprefix("$.") for w in bad[:4]) + (", …" if len(bad) > 4 else "")
+        print(f"warning: {len(bad)} value(s) are not finite (NaN or inf) and are written as null: {shown}",
+              file=sys.stderr)
     if destination == "-":
         print(text)
         return
-    path = Path(destination).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text + "\n")
-    os.replace(tmp, path)
+    write_text(destination, text + "\n")

@@ -1,16 +1,14 @@
 """Reproducible training of small DeltaNet / Gated DeltaNet models (CPU torch path or fla on GPU).
 
 AdamW with linear warm-up then cosine decay, fixed seed, periodic validation, resumable checkpoints
-(model + optimizer + RNG + history, written atomically), progress lines, and a time budget that ends
-training cleanly. Two tasks: next-token language modelling on the bundled Shakespeare train split,
-and multi-query associative recall (analysis.recall).
+(model + optimizer + RNG + history, written atomically as safetensors + JSON, never a pickle), progress
+lines, and a time budget that ends training cleanly. Two tasks: next-token language modelling on the
+bundled Shakespeare train split, and multi-query associative recall (analysis.recall).
 """
 from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +16,8 @@ from pathlib import Path
 import torch
 
 from analysis.errors import AnalysisError
+from analysis.safe_io import check_new_dir, os_errors, write_model_dir
+from analysis.trainer_state import load_trainer_state, save_trainer_state
 
 
 @dataclass
@@ -118,17 +118,12 @@ class _RecallData:
 
 
 def _save_checkpoint(out: Path, model, optimizer, step, gen, cfg):
-    tmp = out / "checkpoint.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "step": step, "generator": gen.get_state(),
-                "torch_rng": torch.get_rng_state()}, tmp / "trainer_state.pt")
-    (tmp / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    final = out / "checkpoint"
-    if final.exists():
-        os.replace(final, out / "checkpoint.old")
-    os.replace(tmp, final)
-    shutil.rmtree(out / "checkpoint.old", ignore_errors=True)
+    """out/checkpoint, replaced atomically (and only if this project wrote it); the state holds no pickle."""
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        save_trainer_state(tmp, optimizer.state_dict(), step, gen.get_state(), torch.get_rng_state())
+        (tmp / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    write_model_dir(out / "checkpoint", fill, overwrite=True, kind="training checkpoint")
 
 
 def train(cfg: TrainConfig, resume: bool = False, log=print) -> tuple:
@@ -136,7 +131,9 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> tuple:
     from transformers import AutoModelForCausalLM
     from analysis.models import resolve_device
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_new_dir(out / "checkpoint", overwrite=True)  # before any work: a foreign checkpoint/ is never replaced
+    with os_errors("create the work directory", out):
+        out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(cfg.device)
     dataset = _LMData(cfg) if cfg.task == "lm" else _RecallData(cfg)
     vocab = len(dataset.tokenizer) if cfg.task == "lm" else dataset.task.vocab_size
@@ -144,8 +141,8 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> tuple:
     start_step = 0
     ckpt = out / "checkpoint"
     if resume and ckpt.exists():
+        state = load_trainer_state(ckpt)
         model = AutoModelForCausalLM.from_pretrained(ckpt)
-        state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
         cfg.history = json.loads((ckpt / "train_config.json").read_text())["history"]
         start_step = state["step"]
         gen.set_state(state["generator"])

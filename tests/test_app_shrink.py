@@ -99,7 +99,8 @@ def test_bad_per_layer_ratio_shows_an_error_then_a_valid_prune_works(monkeypatch
     click(at, "prune_run")
     assert at.table[1].value.loc["parameters"].tolist()[0] != at.table[1].value.loc["parameters"].tolist()[1]
     out = tmp_path / "saved"
-    at.text_input(key="w:prune_out").set_value(str(out))
+    monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))  # the dashboard saves by name under one root
+    at.text_input(key="w:prune_out").set_value("saved")
     click(at, "prune_save")
     assert (out / "pruning.json").exists() and at.success
     at.button(key="prune_save").click().run()  # again: refused without the overwrite box
@@ -115,7 +116,8 @@ def test_prune_of_a_recall_model_reports_recall_accuracy_and_saves_as_one(monkey
     click(at, "prune_run")
     rows = at.table[1].value.index.tolist()
     assert "recall accuracy, 4 pairs (8 sequences)" in rows and not any(r.startswith("perplexity") for r in rows)
-    at.text_input(key="w:prune_out").set_value(str(tmp_path / "pruned-recall"))
+    monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))
+    at.text_input(key="w:prune_out").set_value("pruned-recall")
     click(at, "prune_save")
     assert (tmp_path / "pruned-recall" / "training.json").exists()  # reloads as a recall model
 

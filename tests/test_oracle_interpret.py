@@ -32,7 +32,7 @@ def test_models_match_fla_kernels(tmp_path, kind, overrides):
     run = subprocess.run([sys.executable, str(ORACLE), str(tmp_path), str(tmp_path / "ids.pt"),
                           str(tmp_path / "oracle.pt")], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    oracle = torch.load(tmp_path / "oracle.pt")
+    oracle = torch.load(tmp_path / "oracle.pt", weights_only=True)
     with torch.no_grad():
         full = model(ids, use_cache=True)
         cache = model(ids[:, :22], use_cache=True).past_key_values

@@ -47,29 +47,31 @@ def run_importance(args) -> None:
     emit(args, report, "\n".join(lines))
 
 
+OUT_HINT = "choose a new --out directory or pass --overwrite"
+
+
 def _setup_prune(p):
     p.add_argument("--strategy", required=True)
     p.add_argument("--ratio", type=RATIO, help="one ratio for all layers")
     p.add_argument("--ratios", type=RATIOS, help="comma-separated ratio per layer")
     p.add_argument("--round-to", type=int, choices=[16, 32, 64], help="round kept key dims to a multiple")
     p.add_argument("--out", required=True, help="new directory for the pruned model")
-    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out if it is a model directory this tool wrote (nothing else is ever replaced)")
     p.add_argument("--recover-steps", type=whole(0), default=0, help="fine-tune q/k for this many steps afterwards")
     p.add_argument("--eval-tokens", type=whole(1), default=8192, help="test tokens for the before/after perplexity")
     _calib_args(p)
 
 
 def run_prune(args) -> None:
-    from pathlib import Path
-
     from analysis.calibration import calibrate
     from analysis.evaluate import perplexity
     from analysis.prune import plan_key_dims, prune, pruning_metadata, save_model, tiles
     from analysis.recovery import recover
+    from analysis.safe_io import check_new_dir
     from analysis.strategies import get_strategy
     ratio, ratios = _ratios(args)
-    if Path(args.out).exists() and not args.overwrite:
-        raise AnalysisError(f"{args.out} already exists; choose a new --out directory or pass --overwrite.")
+    check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write
     strategy = get_strategy(args.strategy)
     model, tokenizer, meta = load(args)
     require_text_model(model, tokenizer, "prune")
@@ -89,7 +91,7 @@ def run_prune(args) -> None:
         payload["perplexity_recovered"] = perplexity(pruned, tokenizer, "test", max_tokens=args.eval_tokens)
         payload["recovery"] = {"steps": args.recover_steps, "final_loss": losses[-1]}
     metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
-    save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite)
+    save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT)
     payload["out"] = args.out
     lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)})",
              f"test perplexity {before['perplexity']:.2f} -> {after['perplexity']:.2f} "

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from analysis.commands.checks import real, whole
@@ -10,7 +9,8 @@ from analysis.commands.common import emit
 
 
 def _setup_train(p):
-    p.add_argument("--out", required=True, help="directory for the final model (must not exist unless --resume)")
+    p.add_argument("--out", required=True, help="directory for the final model (must not exist; with --resume it may be "
+                   "one this tool wrote, which is then replaced)")
     p.add_argument("--work", help="checkpoint directory (default: runs/<out name>)")
     p.add_argument("--arch", default="delta_net", choices=["delta_net", "gated_deltanet"])
     p.add_argument("--task", default="lm", choices=["lm", "recall"])
@@ -28,12 +28,11 @@ def _setup_train(p):
 
 def run_train(args) -> None:
     from analysis import data
-    from analysis.errors import AnalysisError
+    from analysis.safe_io import check_new_dir, write_model_dir
     from analysis.train import TrainConfig, train
     _check_train_args(args)
-    out = Path(args.out)
-    if out.exists() and not args.resume:
-        raise AnalysisError(f"{out} already exists; choose a new --out directory (or pass --resume).")
+    hint = "choose a new --out directory (or pass --resume)"
+    out = check_new_dir(args.out, overwrite=args.resume, exists_hint=hint)  # before training, not after
     work = Path(args.work or Path("runs") / out.name)
     cfg = TrainConfig(out=str(work), arch=args.arch, task=args.task, hidden_size=args.hidden_size,
                       layers=args.layers, heads=args.heads, head_dim=args.head_dim, seq_len=args.seq_len,
@@ -42,16 +41,15 @@ def run_train(args) -> None:
                       max_minutes=args.max_minutes, seed=args.seed, device=args.device,
                       recall_pairs=args.recall_pairs, recall_keys=args.recall_keys)
     model, cfg = train(cfg, resume=args.resume, log=lambda line: print(line, flush=True))
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    if args.task == "lm":
-        data.load_tokenizer().save_pretrained(tmp)
-    (tmp / "training.json").write_text(json.dumps({**cfg.__dict__, "betas": list(cfg.betas)}, indent=2))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    emit(args, {"history": cfg.history}, f"saved {out}")
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        if args.task == "lm":
+            data.load_tokenizer().save_pretrained(tmp)
+        (tmp / "training.json").write_text(json.dumps({**cfg.__dict__, "betas": list(cfg.betas)}, indent=2))
+    # --resume may replace an earlier final model, but only one this project wrote (analysis.safe_io)
+    write_model_dir(out, fill, overwrite=args.resume, kind="trained model", exists_hint=hint)
+    emit(args, {"history": cfg.history}, f"saved {args.out}")
 
 
 def _check_train_args(args) -> None:

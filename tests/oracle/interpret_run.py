@@ -22,7 +22,7 @@ import fla  # noqa: E402,F401
 def run_ops(out_path):
     from fla.ops.delta_rule import fused_recurrent_delta_rule
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
-    inputs = torch.load(out_path + ".in")
+    inputs = torch.load(out_path + ".in", weights_only=True)
     dn = fused_recurrent_delta_rule(**inputs["dn"])
     gdn = fused_recurrent_gated_delta_rule(**inputs["gdn"])
     torch.save({"dn": dn, "gdn": gdn}, out_path)
@@ -31,7 +31,7 @@ def run_ops(out_path):
 def run_model(model_dir, ids_path, out_path):
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    ids = torch.load(ids_path)
+    ids = torch.load(ids_path, weights_only=True)
     prefix = ids.shape[1] - 2
     with torch.no_grad():
         full = model(ids, use_cache=True)
