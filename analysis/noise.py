@@ -247,7 +247,8 @@ def analytic_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
     return {
         "rms_error": _ratio(sigma * fro[..., None], sig[..., None]).to(dt),
         "rms_error_renorm": _ratio(t1.sqrt(), unit_sig).to(dt),
-        "rms_error_renorm2": _ratio((t1 + t2).clamp(min=0).sqrt(), unit_sig).to(dt),
+        # a truncated mean square below 0 (far outside the validity range) has no RMS: NaN, not 0
+        "rms_error_renorm2": _ratio(torch.where(t1 + t2 >= 0, t1 + t2, float("nan")).sqrt(), unit_sig).to(dt),
         "renorm_error_est": err1.to(dt),
         "renorm2_error_est": err2.to(dt),
         "renorm_valid": err1 <= tol,

@@ -261,3 +261,57 @@ def test_monte_carlo_rms_and_its_standard_error():
 def test_numerical_rank_is_reported():
     S = torch.diag(torch.tensor([1.0, 1e-2, 1e-5], dtype=torch.float64))
     assert analytic_noise(S)["numerical_rank"].item() == 2
+
+
+# --- summaries over sequences (CLI and dashboard) ---------------------------------------------------------
+
+def test_directions_beyond_the_numerical_rank_are_left_out_with_the_reason():
+    from analysis.noise_report import directions_within_rank, state_table
+    S = torch.stack([low_rank(8, 3, seed=60), low_rank(8, 1, seed=61, tail=1e-9)])
+    table = state_table(S)
+    assert [r["numerical rank"] for r in table] == [3, 1]
+    assert table[1]["Σs²/s_2²"] is None and table[1]["Σs²/s_3²"] is None  # never a 1e10 "result"
+    assert table[0]["Σs²/s_3²"] == pytest.approx(analytic_noise(S[0])["direction_gain"][2].item())
+    kept, why = directions_within_rank(torch.tensor([3.0, 1.0]), [0, 1, 2])
+    assert kept == [0] and "sequence 1" in why and "rank 1" in why
+    assert directions_within_rank(torch.tensor([3.0, 4.0]), [0, 1, 2]) == ([0, 1, 2], "")
+
+
+def test_summaries_take_the_median_over_sequences_and_validity_for_all():
+    from analysis.noise_report import monte_carlo, predictions, summarize_probe
+    S = torch.stack([low_rank(16, 1, seed=70, tail=1e-7), low_rank(16, 4, seed=71), low_rank(16, 4, seed=72)])
+    keys = noise.singular_direction_keys(S, [0])
+    snr = [0.0, 10.0, 20.0, 40.0]
+    pred = predictions(S, keys, snr)
+    mc = monte_carlo(S, keys, snr, 2000, True, seed=0)
+    out = summarize_probe("direction 1", snr, pred, mc_renorm=mc)
+    torch.testing.assert_close(torch.tensor(out["mc_rms"]["median"], dtype=torch.float64), mc["rms"].median(0).values)
+    start = max(pred["second_valid_from"].tolist())
+    assert out["second_order_valid_from_snr_db"] == pytest.approx(start)
+    assert out["second_order_valid"] == [s >= start for s in snr] == [False, True, True, True]
+    assert out["first_order_valid"][:3] == [False, False, False]  # the rank-1 sequence breaks the first order
+    err = out["second_order_error_vs_mc"]
+    assert all(abs(e) < 0.1 for e, ok in zip(err, out["second_order_valid"]) if ok)
+    # deterministic per probe: the same seed gives the same numbers whatever ran before
+    assert torch.equal(monte_carlo(S, keys, snr, 50, True, seed=3)["rms"], monte_carlo(S, keys, snr, 50, True, 3)["rms"])
+
+
+def test_noise_cli_carries_median_spread_and_validity(tiny_dirs, capsys):
+    from analysis.cli import main
+    model = str(tiny_dirs["delta_net"])
+    args = ["noise", model, "--tokens", "24", "--batch", "3", "--samples", "16", "--device", "cpu"]
+    assert main([*args, "--snr=-10,40", "--json", "-"]) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert "median" in report["aggregate"] and "valid" in report["validity"]
+    head = report["layers"][0]["heads"][0]
+    assert len(head["numerical_rank"]) == 3
+    assert set(head["kappa"]) == {"median", "q25", "q75"}
+    for probe in [*head["mc_singular"], head["mc_real_keys"]]:
+        assert probe["second_order_valid"] == [False, True] and probe["first_order_valid"][0] is False
+        assert len(probe["mc_rms"]["median"]) == 2 and len(probe["second_order_error_vs_mc"]) == 2
+        assert probe["mc_rms"]["q25"][1] <= probe["mc_rms"]["median"][1] <= probe["mc_rms"]["q75"][1]
+    assert all(d["direction"] <= min(head["numerical_rank"]) for d in head["mc_singular"])
+    assert main([*args, "--snr", "40,-10"]) == 0
+    human = capsys.readouterr().out
+    assert "median [q25–q75]" in human and "(outside validity)" in human and "validity:" in human
