@@ -14,6 +14,14 @@ from ui.errors import guard
 from ui.explain import explainer
 from ui.labels import Provenance, caption
 
+
+
+def shown(df: pd.DataFrame, blank: str) -> pd.DataFrame:
+    """Numbers as 4-significant-digit text and missing values as `blank` (a label, never "None" or NaN)."""
+    return df.apply(lambda col: col.map(lambda v: blank if v is None or v != v else
+                                        f"{v:.4g}" if isinstance(v, float) else str(v)))
+
+
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Query noise")
@@ -27,7 +35,7 @@ explainer(
     "error $S^\\top\\varepsilon$ depends on those singular values: a state with a few dominant directions (large "
     "condition number $\\kappa$) reads weak directions back with a large relative error. The **table** gives the "
     "closed-form figures of this head's final state, one row per sequence, with quartiles over sequences; "
-    "directions beyond a sequence's numerical rank $r$ are left blank (there $s_j$ is rounding noise). The "
+    "directions beyond a sequence's numerical rank $r$ are marked “beyond rank” (there $s_j$ is rounding noise). The "
     "**plot** shows the relative RMS retrieval error against the SNR for keys along the top singular directions "
     "and for the last real keys of each sequence: lines are predictions, markers the Monte Carlo (after **Run "
     "Monte Carlo**), each the median over sequences of a per-sequence RMS, bars the interquartile range. fla's "
@@ -95,7 +103,7 @@ table = pd.DataFrame(bounds["table"]).set_index("sequence")
 table.index = [f"sequence {i}" for i in table.index]
 quartiles = table.quantile([0.25, 0.5, 0.75])  # skips the blanks beyond a sequence's rank
 quartiles.index = ["25th percentile", "median", "75th percentile"]
-st.dataframe(pd.concat([table, quartiles]).style.format("{:.4g}", na_rep="beyond rank"))
+st.dataframe(shown(pd.concat([table, quartiles]), "beyond rank"))
 st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical rank at τ = 1e-3; ‖S‖_F² is the "
                          "noise energy per unit σ², s1 the worst-case gain, κ = s1/s_r; quartiles over the sequences "
                          "(a direction's over those whose rank reaches it)"))
@@ -104,7 +112,7 @@ st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical ran
 with guard():
     pred = cache.noise_predictions(ctx.key, ctx.spec, stride, layer, head, snr, probes)
 settings = (ctx.key, ctx.spec, stride, layer, head, snr, probes, int(samples))
-done = st.session_state.setdefault("noise_mc_done", set())  # settings whose Monte Carlo finished (cached)
+done = st.session_state.setdefault("noise_mc_done", {})  # settings whose Monte Carlo finished → its seconds
 clicked = clicked_for("noise_mc", settings)
 steps = [(p, renorm) for p in probes for renorm in (False, True)]
 left, right = st.columns([1, 3])
@@ -122,10 +130,11 @@ if clicked or settings in done:
             label = f"{names[p]}, {'re-normalised' if renorm else 'raw'} query"
             bar.progress(i / len(steps), text=f"Monte Carlo step {i + 1} of {len(steps)}: {label}…")
             mc[p, renorm] = cache.noise_mc_step(ctx.key, ctx.spec, stride, layer, head, snr, p, int(samples), renorm)
-    bar.progress(1.0, text=f"Monte Carlo: {len(steps)} of {len(steps)} steps done in {time.perf_counter() - t0:.1f} s "
+    seconds = done.get(settings, time.perf_counter() - t0)
+    bar.progress(1.0, text=f"Monte Carlo: {len(steps)} of {len(steps)} steps done in {seconds:.1f} s "
                            "(cached for these settings)")
     if settings not in done:
-        done.add(settings)
+        done[settings] = seconds
         st.rerun()  # redraw the button as "Run again (cached)"; every step comes back from the cache
 
 summaries = [cache.noise_summary(names[p], snr, pred[p], mc.get((p, False)), mc.get((p, True))) for p in probes]
@@ -147,7 +156,7 @@ def _validity(ok: bool, start) -> str:
 rows = []
 for s in summaries:
     for i, x in enumerate(snr):
-        row = {"probe": s["name"], "SNR (dB)": x, "raw query: exact": s["predicted_raw"]["median"][i]}
+        row = {"probe": s["name"], "SNR (dB)": f"{x:g}", "raw query: exact": s["predicted_raw"]["median"][i]}
         if "mc_raw_rms" in s:
             row["raw: Monte Carlo"] = s["mc_raw_rms"]["median"][i]
         for order in ("second", "first"):
@@ -160,12 +169,9 @@ for s in summaries:
             row["re-norm.: Monte Carlo"] = s["mc_rms"]["median"][i]
             row["MC IQR"] = f"{s['mc_rms']['q25'][i]:.3g}–{s['mc_rms']['q75'][i]:.3g}"
         rows.append(row)
-numeric = [c for c in rows[0] if c in ("raw query: exact", "raw: Monte Carlo", "re-norm. second order",
-                                        "re-norm. first order", "re-norm.: Monte Carlo")]
 st.markdown("**Predictions and their validity** (median over sequences; “vs MC”: median over sequences of "
             "prediction / Monte Carlo − 1, both RMS)")
-st.dataframe(pd.DataFrame(rows).style.format({c: "{:.4g}" for c in numeric}, na_rep="outside validity"),
-             hide_index=True)
+st.dataframe(shown(pd.DataFrame(rows), "outside validity"), hide_index=True)
 
 # ---- recall accuracy under noise: on request, one SNR per step ---------------------------------------------
 if ctx.task is not None:

@@ -149,7 +149,7 @@ def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: s
                 fig.add_trace(go.Scatter(x=x, y=_list(probe[key]["median"]), mode="markers", legendgroup=name,
                                          name=f"{name}, {label}: Monte Carlo", error_y=_iqr_bars(probe[key]),
                                          marker=dict(color=color, symbol=symbol, size=8)))
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(type="log", exponentformat="power")  # 10⁻⁴, not SI prefixes (100µ) on a ratio
     return _layout(fig, title, "SNR = ‖k‖² / (dk σ²) (dB)",
                    "relative retrieval error ‖Sᵀ(q−k)‖/‖Sᵀk‖ (RMS; median over sequences)",
                    legend=dict(orientation="v", x=1.02, y=1))
