@@ -2,11 +2,10 @@
 and the recall curve on request (buttons, with progress)."""
 import time
 
-import pandas as pd
 import streamlit as st
 
 from analysis.noise import VALIDITY_TOL
-from ui import cache, figures, frame, state
+from ui import cache, figures, frame, noise_tables, state
 from ui.clicks import click, clicked_for
 from ui.batches import recall_label
 from ui.context import current, traced
@@ -14,12 +13,6 @@ from ui.errors import guard
 from ui.explain import explainer
 from ui.labels import Provenance, caption
 
-
-
-def shown(df: pd.DataFrame, blank: str) -> pd.DataFrame:
-    """Numbers as 4-significant-digit text and missing values as `blank` (a label, never "None" or NaN)."""
-    return df.apply(lambda col: col.map(lambda v: blank if v is None or v != v else
-                                        f"{v:.4g}" if isinstance(v, float) else str(v)))
 
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
@@ -99,11 +92,7 @@ names = {p: cache.probe_name(p, bounds["n_keys"]) for p in probes}
 
 # ---- closed-form figures: instant --------------------------------------------------------------------------
 st.subheader(f"Layer {layer}, head {head}: closed-form figures of the final state")
-table = pd.DataFrame(bounds["table"]).set_index("sequence")
-table.index = [f"sequence {i}" for i in table.index]
-quartiles = table.quantile([0.25, 0.5, 0.75])  # skips the blanks beyond a sequence's rank
-quartiles.index = ["25th percentile", "median", "75th percentile"]
-st.dataframe(shown(pd.concat([table, quartiles]), "beyond rank"))
+st.dataframe(noise_tables.closed_form_table(bounds["table"]))
 st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical rank at τ = 1e-3; ‖S‖_F² is the "
                          "noise energy per unit σ², s1 the worst-case gain, κ = s1/s_r; quartiles over the sequences "
                          "(a direction's over those whose rank reaches it)"))
@@ -145,33 +134,9 @@ st.caption(caption(prov, f"per sequence: RMS over the keys and {samples} noise s
                          f"drawn only where valid (first neglected term ≤ {VALIDITY_TOL:.0%})"))
 
 
-def _pct(x) -> str:
-    return "" if x is None else f"{x:+.1%}"
-
-
-def _validity(ok: bool, start) -> str:
-    return "yes" if ok else ("no: valid nowhere in range" if start is None else f"no: valid ≥ {start:.1f} dB")
-
-
-rows = []
-for s in summaries:
-    for i, x in enumerate(snr):
-        row = {"probe": s["name"], "SNR (dB)": f"{x:g}", "raw query: exact": s["predicted_raw"]["median"][i]}
-        if "mc_raw_rms" in s:
-            row["raw: Monte Carlo"] = s["mc_raw_rms"]["median"][i]
-        for order in ("second", "first"):
-            ok = s[f"{order}_order_valid"][i]
-            row[f"re-norm. {order} order"] = s[f"{order}_order"]["median"][i] if ok else None
-            row[f"{order} order valid"] = _validity(ok, s[f"{order}_order_valid_from_snr_db"])
-            if "mc_rms" in s:
-                row[f"{order} order vs MC"] = _pct(s[f"{order}_order_error_vs_mc"][i])
-        if "mc_rms" in s:
-            row["re-norm.: Monte Carlo"] = s["mc_rms"]["median"][i]
-            row["MC IQR"] = f"{s['mc_rms']['q25'][i]:.3g}–{s['mc_rms']['q75'][i]:.3g}"
-        rows.append(row)
 st.markdown("**Predictions and their validity** (median over sequences; “vs MC”: median over sequences of "
             "prediction / Monte Carlo − 1, both RMS)")
-st.dataframe(shown(pd.DataFrame(rows), "outside validity"), hide_index=True)
+st.dataframe(noise_tables.prediction_table(summaries, snr), hide_index=True)
 
 # ---- recall accuracy under noise: on request, one SNR per step ---------------------------------------------
 if ctx.task is not None:
