@@ -22,7 +22,7 @@ NOISE_MODEL = "q = k + ε, ε ~ N(0, σ² I), SNR = ‖k‖²/(dk σ²)"
 def spread(x: torch.Tensor) -> dict:
     """Median and quartiles over the first dim (sequences) of [B, ...], ignoring NaN; lists for JSON."""
     x = x.double()
-    q = torch.nanquantile(x, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64), dim=0)
+    q = torch.nanquantile(x, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64, device=x.device), dim=0)
     return {"median": numbers(q[1]), "q25": numbers(q[0]), "q75": numbers(q[2])}
 
 
