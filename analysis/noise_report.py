@@ -40,11 +40,11 @@ def directions_within_rank(numerical_rank: torch.Tensor, candidates) -> tuple[li
     which = [b for b, r in enumerate(ranks) if r == low]
     seq = f"sequence {which[0]}" if len(which) == 1 else f"sequences {', '.join(map(str, which))}"
     return kept, (f"directions j ≥ {low + 1} are beyond the numerical rank of {seq} (rank {low} at τ = {TAU:g}): "
-                  f"there s_j is rounding noise, so Σs²/s_j² and its retrieval error would mean nothing")
+                  f"there sⱼ is rounding noise, so Σs²/sⱼ² and its retrieval error would mean nothing")
 
 
 def state_table(S: torch.Tensor, n_directions: int = 3) -> list[dict]:
-    """One row per sequence of S [B, dk, dv]: numerical rank, ‖S‖_F², s1, κ and Σs²/s_j² for j ≤ n_directions;
+    """One row per sequence of S [B, dk, dv]: numerical rank, ‖S‖_F², s1, κ and Σs²/sⱼ² for j ≤ n_directions;
     None for a direction beyond that sequence's numerical rank (never shown as a number)."""
     a = noise.analytic_noise(S, tau=TAU)
     m = a["singular_values"].shape[-1]
@@ -52,11 +52,15 @@ def state_table(S: torch.Tensor, n_directions: int = 3) -> list[dict]:
     for b in range(S.shape[0]):
         rank = int(a["numerical_rank"][b])
         row = {"sequence": b, "numerical rank": rank, "‖S‖_F²": number(a["noise_energy"][b]),
-               "s1": number(a["worst_case_gain"][b]), "κ": number(a["kappa"][b])}
+               "s₁": number(a["worst_case_gain"][b]), "κ": number(a["kappa"][b])}
         for j in range(min(n_directions, m)):
-            row[f"Σs²/s_{j + 1}²"] = number(a["direction_gain"][b, j]) if j < rank else None
+            row[f"Σs²/s{_sub(j + 1)}²"] = number(a["direction_gain"][b, j]) if j < rank else None
         rows.append(row)
     return rows
+
+
+def _sub(n: int) -> str:
+    return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
 
 
 def _rms_over_keys(x: torch.Tensor) -> torch.Tensor:

@@ -94,7 +94,7 @@ names = {p: cache.probe_name(p, bounds["n_keys"]) for p in probes}
 st.subheader(f"Layer {layer}, head {head}: closed-form figures of the final state")
 st.dataframe(noise_tables.closed_form_table(bounds["table"]))
 st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical rank at τ = 1e-3; ‖S‖_F² is the "
-                         "noise energy per unit σ², s1 the worst-case gain, κ = s1/s_r; quartiles over the sequences "
+                         "noise energy per unit σ², s₁ the worst-case gain, κ = s₁/sᵣ; quartiles over the sequences "
                          "(a direction's over those whose rank reaches it)"))
 
 # ---- Monte Carlo: on request, step by step ------------------------------------------------------------------

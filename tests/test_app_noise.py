@@ -105,7 +105,7 @@ def test_only_directions_within_the_numerical_rank_are_offered(monkeypatch, rank
     assert any("beyond the numerical rank" in c.value and "rank 1" in c.value for c in at.caption)
     closed = at.dataframe[0].value
     assert (closed["numerical rank"].iloc[:3] == "1").all()
-    assert (closed["Σs²/s_2²"].iloc[:3] == "beyond rank").all()  # never a 1e10 "result"
+    assert (closed["Σs²/s₂²"].iloc[:3] == "beyond rank").all()  # never a 1e10 "result"
     names = {t["legendgroup"] for t in charts(at)[0]["data"]}
     assert "direction 2" not in names and "direction 1" in names
     at.selectbox(key="w:sel_layer").set_value(1).run()  # an ordinary layer offers more

@@ -270,8 +270,8 @@ def test_directions_beyond_the_numerical_rank_are_left_out_with_the_reason():
     S = torch.stack([low_rank(8, 3, seed=60), low_rank(8, 1, seed=61, tail=1e-9)])
     table = state_table(S)
     assert [r["numerical rank"] for r in table] == [3, 1]
-    assert table[1]["Σs²/s_2²"] is None and table[1]["Σs²/s_3²"] is None  # never a 1e10 "result"
-    assert table[0]["Σs²/s_3²"] == pytest.approx(analytic_noise(S[0])["direction_gain"][2].item())
+    assert table[1]["Σs²/s₂²"] is None and table[1]["Σs²/s₃²"] is None  # never a 1e10 "result"
+    assert table[0]["Σs²/s₃²"] == pytest.approx(analytic_noise(S[0])["direction_gain"][2].item())
     kept, why = directions_within_rank(torch.tensor([3.0, 1.0]), [0, 1, 2])
     assert kept == [0] and "sequence 1" in why and "rank 1" in why
     assert directions_within_rank(torch.tensor([3.0, 4.0]), [0, 1, 2]) == ([0, 1, 2], "")
