@@ -20,7 +20,7 @@ The first-order term alone (σ² p) misses the ¼(d²−1)σ⁴ g term, which do
 numerically rank-1 state). Each truncation is labelled valid where the first neglected term (its p and g
 parts taken in absolute value, so that they cannot cancel) changes the predicted RMS error by at most
 `VALIDITY_TOL`; with t = dσ² = 10^(−SNR/10) the second order is then valid for t ≲ 0.13 (SNR ≳ 9 dB) when
-g dominates and t ≲ 0.4 (SNR ≳ 4 dB) when p dominates; the first order needs t ≲ 0.2 p/(p + dg/4).
+g dominates and t ≲ 0.35 (SNR ≳ 4.6 dB) when p dominates; the first order needs t ≲ 0.19 p/(p + dg/4).
 
 The scale factor cancels in every relative error, so it is left out. SNR is per key:
 SNR = ‖k‖² / (dk σ²), given in dB, so σ² = ‖k‖² / (dk · 10^(snr/10)). Relative errors for a key with
