@@ -129,11 +129,10 @@ if clicked or settings in done:
 summaries = [cache.noise_summary(names[p], snr, pred[p], mc.get((p, False)), mc.get((p, True))) for p in probes]
 fig = figures.retrieval_error_vs_snr(snr, summaries, f"Relative retrieval error vs query SNR: layer {layer}, head {head}")
 st.plotly_chart(fig, key="noise_vs_snr")
-st.caption(caption(prov, f"per sequence: RMS over the keys and {samples} noise samples, seed 0; median over "
-                         f"{bounds['sequences']} sequences, bars the interquartile range; re-normalised predictions "
-                         f"drawn only where valid (first neglected term ≤ {VALIDITY_TOL:.0%})"))
-
-
+mc_note = (f"Monte Carlo (markers): per sequence the RMS over the keys and {samples} noise samples, seed 0"
+           if mc else "Monte Carlo not run yet")
+st.caption(caption(prov, f"{mc_note}; medians over {bounds['sequences']} sequences, bars the interquartile range; "
+                         f"re-normalised predictions drawn only where valid (first neglected term ≤ {VALIDITY_TOL:.0%})"))
 st.markdown("**Predictions and their validity** (median over sequences; “vs MC”: median over sequences of "
             "prediction / Monte Carlo − 1, both RMS)")
 st.dataframe(noise_tables.prediction_table(summaries, snr), hide_index=True)
