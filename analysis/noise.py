@@ -1,13 +1,26 @@
 """Query-noise amplification of a recurrent state S in R^{dk x dv} (fla's K-first convention).
 
-Readout o = scale · Sᵀq with a noisy query q = k + ε, ε ~ N(0, σ² I_dk). The paper's theorem text is
-not available; what follows are standard linear-algebra results (SVD S = U diag(s) Vᵀ), not quotes:
+Readout o = scale · Sᵀq with a noisy query q = k + ε, ε ~ N(0, σ² I_dk). What follows are standard
+linear-algebra results (SVD S = U diag(s) Vᵀ), derived here, not quoted from the paper:
 
 - noise energy          E‖Sᵀε‖² = σ² ‖S‖_F²
 - worst-case gain       sup ‖Sᵀε‖/‖ε‖ = s1
 - relative-error bound  ‖Sᵀε‖/‖Sᵀk‖ ≤ κ ‖ε‖/‖k‖, κ = s1/s_r at the numerical rank r, k in span U[:, :r]
 - singular direction j  E‖Sᵀε‖²/‖Sᵀk‖² = σ² Σ s_i² / s_j²  for k = U[:, j]
-- in-kernel l2 norm     q̂ = (k+ε)/‖k+ε‖, ‖k‖ = 1, first order: E‖Sᵀ(q̂−k)‖² ≈ σ² (‖S‖_F² − ‖Sᵀk‖²)
+- in-kernel l2 norm     q̂ = (k+ε)/‖k+ε‖, ‖k‖ = 1, d = dk, g = ‖Sᵀk‖², p = ‖S‖_F² − g:
+                        E‖Sᵀ(q̂−k)‖² = σ² p − σ⁴ [(d−2) p − ¼(d²−1) g]
+                                      + σ⁶ [(d−2)(d−4) p − ⅛(d²−1)(3d−11) g] + O(σ⁸)
+
+The last line (see `renormalized_series`): write ε = a k + ε⊥ (a ~ N(0, σ²), ‖ε⊥‖² = r ~ σ² χ²_{d−1}) and
+q̂ = cos θ k + sin θ e with e = ε⊥/‖ε⊥‖ uniform on the sphere of k⊥ and independent of (a, r). Then exactly
+E‖Sᵀ(q̂−k)‖² = g E[(1−cos θ)²] + p E[sin² θ]/(d−1) (the cross term has E e = 0), and expanding
+cos θ = (1+a)/sqrt((1+a)² + r) in σ with the moments of a and r gives
+E[sin² θ]/(d−1) = σ² − (d−2)σ⁴ + (d−2)(d−4)σ⁶ − …, E[(1−cos θ)²] = ¼(d²−1)σ⁴ − ⅛(d²−1)(3d−11)σ⁶ + ….
+The first-order term alone (σ² p) misses the ¼(d²−1)σ⁴ g term, which dominates when p ≈ 0 (a key along a
+numerically rank-1 state). Each truncation is labelled valid where the first neglected term (its p and g
+parts taken in absolute value, so that they cannot cancel) changes the predicted RMS error by at most
+`VALIDITY_TOL`; with t = dσ² = 10^(−SNR/10) the second order is then valid for t ≲ 0.13 (SNR ≳ 9 dB) when
+g dominates and t ≲ 0.35 (SNR ≳ 4.6 dB) when p dominates; the first order needs t ≲ 0.19 p/(p + dg/4).
 
 The scale factor cancels in every relative error, so it is left out. SNR is per key:
 SNR = ‖k‖² / (dk σ²), given in dB, so σ² = ‖k‖² / (dk · 10^(snr/10)). Relative errors for a key with
@@ -24,11 +37,13 @@ from .errors import AnalysisError
 from .rank import check_state, out_dtype, spectral_metrics
 
 __all__ = [
-    "analytic_noise", "analytic_retrieval_error", "monte_carlo_retrieval_error",
-    "normalized_first_order", "singular_direction_keys",
+    "VALIDITY_TOL", "analytic_noise", "analytic_retrieval_error", "monte_carlo_retrieval_error",
+    "normalized_first_order", "renormalized_series", "singular_direction_keys",
 ]
 
 _CHUNK_BYTES = 200 * 2**20  # cap on the Monte-Carlo working set
+VALIDITY_TOL = 0.10  # a truncated prediction is "valid" where its first neglected term moves the RMS ≤ 10 %
+_SNR_SEARCH_DB = (-60.0, 200.0)  # bracket of the validity search; t = 10^(−SNR/10) from 1e6 down to 1e-20
 
 
 def _check_sigma(sigma: float) -> float:
@@ -85,7 +100,91 @@ def analytic_noise(S: torch.Tensor, sigma: float = 1.0, tau: float = 1e-3) -> di
         "kappa": met["condition_number"].to(dt),
         "direction_gain": _ratio((fro * fro)[..., None].expand_as(s), s * s).to(dt),
         "singular_values": s.to(dt),
+        "numerical_rank": met["numerical_rank"].to(dt),
     }
+
+
+def _unit_key_energies(S: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p, g) = (‖(I − k̂k̂ᵀ)S‖_F², ‖Sᵀk̂‖²) in float64 for unit k̂ = k/‖k‖; S [..., dk, dv], k [..., dk] broadcast.
+
+    p is taken from the projected state, not as ‖S‖_F² − g: for a key along a numerically rank-1 state the
+    difference would lose every digit of p, and p is what the first-order term is made of.
+    """
+    X = S.to(torch.float64)
+    kk = k.to(device=X.device, dtype=torch.float64)
+    kk = kk / kk.norm(dim=-1, keepdim=True)
+    a = (kk.unsqueeze(-2) @ X).squeeze(-2)                   # Sᵀk̂ [..., dv]
+    perp = X - kk.unsqueeze(-1) * a.unsqueeze(-2)            # (I − k̂k̂ᵀ) S
+    return perp.square().sum(dim=(-2, -1)), a.square().sum(dim=-1)
+
+
+def _series_terms(p: torch.Tensor, g: torch.Tensor, d: int, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The σ², σ⁴ and σ⁶ terms of E‖Sᵀ(q̂−k)‖² for a unit key (module docstring), u = σ².
+
+    Returns (t1, t2, t3, size2, size3): the terms, and the sizes of t2 and t3 as sums of the absolute values
+    of their p and g parts. The error estimates use the sizes, because the two parts can cancel for one
+    key (then t2 ≈ 0 although the series has long stopped converging: t = dσ² ≫ 1).
+    """
+    t1 = u * p
+    t2p, t2g = -(d - 2) * u * u * p, 0.25 * (d * d - 1) * u * u * g
+    t3p, t3g = (d - 2) * (d - 4) * u ** 3 * p, -0.125 * (d * d - 1) * (3 * d - 11) * u ** 3 * g
+    return t1, t2p + t2g, t3p + t3g, t2p.abs() + t2g.abs(), t3p.abs() + t3g.abs()
+
+
+def _rms_shift(pred: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+    """Relative RMS error of a truncation whose first neglected term has absolute size `size`.
+
+    1 − sqrt(1 − size/pred): the larger of the two shifts ±size would make to the predicted RMS. inf where
+    the truncation is not positive or the neglected term is as large as it (the series has broken down).
+    """
+    inf = torch.full((), float("inf"), dtype=pred.dtype, device=pred.device)
+    x = size / torch.where(pred > 0, pred, torch.ones_like(pred))
+    return torch.where((pred > 0) & (x < 1), 1 - (1 - x.clamp(max=1)).sqrt(), inf)
+
+
+def renormalized_series(S: torch.Tensor, k: torch.Tensor, sigma: float | torch.Tensor) -> dict[str, torch.Tensor]:
+    """E‖Sᵀ(q̂−k)‖² for the l2-normalised query q̂ = (k+ε)/‖k+ε‖ to first and second order in σ².
+
+    k [..., dk] is made unit first (as in the kernel); sigma is a float or a tensor broadcasting with the
+    result. Returns `first_order`, `second_order` (mean squares) and `first_order_error`,
+    `second_order_error`: the relative change of the predicted RMS that the first neglected term would make
+    (the size of the truncation error; compare with `VALIDITY_TOL`).
+    """
+    S = check_state(S)
+    k = _check_keys(S, k, name="k", min_ndim=1)
+    sig = torch.as_tensor(sigma, dtype=torch.float64)
+    if not bool(torch.isfinite(sig).all() & (sig >= 0).all()):
+        raise AnalysisError(f"sigma must be finite numbers >= 0, got {sigma!r}.")
+    p, g = _unit_key_energies(S, k)
+    t1, t2, _, size2, size3 = _series_terms(p, g, S.shape[-2], sig.to(p.device) ** 2)
+    dt = out_dtype(S)
+    return {"first_order": t1.to(dt), "second_order": (t1 + t2).to(dt),
+            "first_order_error": _rms_shift(t1, size2).to(dt), "second_order_error": _rms_shift(t1 + t2, size3).to(dt)}
+
+
+def _valid_from_snr_db(p: torch.Tensor, g: torch.Tensor, d: int, order: int,
+                       tol: float = VALIDITY_TOL) -> torch.Tensor:
+    """Lowest SNR (dB) at which the order-1 or order-2 truncation for unit keys is within `tol` (bisection).
+
+    The estimated error grows monotonically as σ grows (the neglected term is of higher order in σ² and the
+    kept terms do not grow faster), so the valid SNRs form one interval [result, ∞); inf where never valid.
+    """
+    d_f = float(d)
+
+    def valid(snr_db: torch.Tensor) -> torch.Tensor:
+        u = 10.0 ** (-snr_db / 10.0) / d_f
+        t1, t2, _, size2, size3 = _series_terms(p, g, d, u)
+        err = _rms_shift(t1, size2) if order == 1 else _rms_shift(t1 + t2, size3)
+        return err <= tol
+
+    lo = torch.full_like(p, _SNR_SEARCH_DB[0])
+    hi = torch.full_like(p, _SNR_SEARCH_DB[1])
+    never = ~valid(hi)
+    for _ in range(48):  # bracket 260 dB / 2^48: far below any displayed digit
+        mid = (lo + hi) / 2
+        ok = valid(mid)
+        hi, lo = torch.where(ok, mid, hi), torch.where(ok, lo, mid)
+    return torch.where(never, torch.full_like(hi, float("inf")), hi)
 
 
 def normalized_first_order(S: torch.Tensor, k: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -96,12 +195,8 @@ def normalized_first_order(S: torch.Tensor, k: torch.Tensor, sigma: float) -> to
     S = check_state(S)
     k = _check_keys(S, k, name="k", min_ndim=1)
     sigma = _check_sigma(sigma)
-    X = S.to(torch.float64)
-    kk = k.to(device=X.device, dtype=torch.float64)
-    kk = kk / kk.norm(dim=-1, keepdim=True)
-    fro2 = X.square().sum(dim=(-2, -1))
-    sig2 = (kk.unsqueeze(-2) @ X).squeeze(-2).square().sum(dim=-1)
-    return (sigma**2 * (fro2 - sig2).clamp(min=0)).to(out_dtype(S))  # clamp: rounding can dip below 0
+    p, _ = _unit_key_energies(S, k)
+    return (sigma**2 * p).to(out_dtype(S))
 
 
 def singular_direction_keys(S: torch.Tensor, j_list: int | Sequence[int]) -> torch.Tensor:
@@ -119,12 +214,16 @@ def singular_direction_keys(S: torch.Tensor, j_list: int | Sequence[int]) -> tor
 
 
 def analytic_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
-                             snr_db: float | Sequence[float] | torch.Tensor) -> dict[str, torch.Tensor]:
-    """Analytic relative retrieval error per key and SNR, to plot next to the Monte-Carlo estimate.
+                             snr_db: float | Sequence[float] | torch.Tensor,
+                             tol: float = VALIDITY_TOL) -> dict[str, torch.Tensor]:
+    """Analytic relative RMS retrieval error per key and SNR, to compare with the Monte-Carlo RMS.
 
-    Returns [..., n_keys, n_snr] tensors `rms_error` = σ‖S‖_F/‖Sᵀk‖ (raw keys, no renormalisation;
-    exact) and `rms_error_renorm` = σ̂ sqrt(‖S‖_F² − ‖Sᵀk̂‖²)/‖Sᵀk̂‖ (unit k̂, l2-normalised query; first
-    order), the noise levels `sigma` / `sigma_renorm` that each used, and `snr_db` [n_snr].
+    Returns [..., n_keys, n_snr] tensors `rms_error` = σ‖S‖_F/‖Sᵀk‖ (raw keys, no renormalisation; exact);
+    for the unit key k̂ and the l2-normalised query, `rms_error_renorm` (first order) and
+    `rms_error_renorm2` (second order) = sqrt(E‖Sᵀ(q̂−k̂)‖²)/‖Sᵀk̂‖, their estimated truncation errors
+    `renorm_error_est` / `renorm2_error_est` (relative, on the RMS) and `renorm_valid` / `renorm2_valid`
+    (estimate ≤ tol); [..., n_keys] `renorm_valid_from_snr_db` / `renorm2_valid_from_snr_db`, the lowest SNR
+    at which each truncation is valid (inf: nowhere); the noise levels `sigma` / `sigma_renorm`; `snr_db`.
     """
     S = check_state(S)
     keys = _check_keys(S, keys)
@@ -140,11 +239,22 @@ def analytic_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
     sig = (kk.unsqueeze(-2) @ X).squeeze(-2).norm(dim=-1)  # ‖Sᵀk‖, [..., n]
     gain = 10.0 ** (-snr.to(X.device) / 20.0) / dk**0.5  # σ/‖k‖ per SNR
     sigma = knorm[..., None] * gain
-    first = normalized_first_order(X, kk, 1.0)  # float64 in, float64 out; per unit σ², [..., n]
+    p, g = _unit_key_energies(X, kk)                                      # [..., n]
+    t1, t2, _, size2, size3 = _series_terms(p[..., None], g[..., None], dk, gain * gain)  # [..., n, n_snr]
+    err1, err2 = _rms_shift(t1, size2), _rms_shift(t1 + t2, size3)
+    unit_sig = (sig / knorm)[..., None]
     dt = out_dtype(S)
     return {
         "rms_error": _ratio(sigma * fro[..., None], sig[..., None]).to(dt),
-        "rms_error_renorm": _ratio(gain * first.sqrt()[..., None], (sig / knorm)[..., None]).to(dt),
+        "rms_error_renorm": _ratio(t1.sqrt(), unit_sig).to(dt),
+        # a truncated mean square below 0 (far outside the validity range) has no RMS: NaN, not 0
+        "rms_error_renorm2": _ratio(torch.where(t1 + t2 >= 0, t1 + t2, float("nan")).sqrt(), unit_sig).to(dt),
+        "renorm_error_est": err1.to(dt),
+        "renorm2_error_est": err2.to(dt),
+        "renorm_valid": err1 <= tol,
+        "renorm2_valid": err2 <= tol,
+        "renorm_valid_from_snr_db": _valid_from_snr_db(p, g, dk, 1, tol).to(dt),
+        "renorm2_valid_from_snr_db": _valid_from_snr_db(p, g, dk, 2, tol).to(dt),
         "sigma": sigma.to(dt),
         "sigma_renorm": gain.expand_as(sigma).to(dt),
         "snr_db": snr.to(dt),
@@ -160,8 +270,9 @@ def monte_carlo_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
     keys [..., n_keys, dk] (leading dims broadcast with S's). Without `renormalize`, q = k + ε on the
     raw key; with it, k is first made unit and q̂ = (k+ε)/‖k+ε‖ (the in-kernel l2 norm). One draw of
     standard noise per (key, sample) is reused across SNRs (common random numbers: smooth curves).
-    Returns [..., n_keys, n_snr] tensors `mean`, `std` (over samples), `mean_sq` (to compare with
-    `analytic_retrieval_error(...)["rms_error"]**2`), `sigma`, and `snr_db` [n_snr].
+    Returns [..., n_keys, n_snr] tensors `mean`, `std` (over samples), `mean_sq`, `rms` = sqrt(mean_sq) (to
+    compare with the analytic RMS errors: like with like, not the mean), `rms_se` (its standard error, from
+    the spread of the squared errors), `sigma`, and `snr_db` [n_snr].
     """
     S = check_state(S)
     keys = _check_keys(S, keys)
@@ -187,7 +298,7 @@ def monte_carlo_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
     per_pair = 8 * (dk * dv + n_samples * dk + 3 * n_snr * n_samples * (dk + dv))  # float64 working set
     chunk = max(1, _CHUNK_BYTES // per_pair)
     gen_dev = generator.device if generator is not None else dev
-    mean, std, mean_sq = (torch.empty(P, n_snr, dtype=torch.float64, device=dev) for _ in range(3))
+    mean, std, mean_sq, sq_std = (torch.empty(P, n_snr, dtype=torch.float64, device=dev) for _ in range(4))
     for a in range(0, P, chunk):
         b = min(P, a + chunk)
         Xc, kc, sc = X[state_of[a:b]], K[a:b], sigma[a:b]
@@ -203,6 +314,7 @@ def monte_carlo_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
         mean[a:b] = rel.mean(dim=-1)
         std[a:b] = rel.std(dim=-1, correction=1 if n_samples > 1 else 0)
         mean_sq[a:b] = rel.square().mean(dim=-1)
+        sq_std[a:b] = rel.square().std(dim=-1, correction=1 if n_samples > 1 else 0)
 
     dt = out_dtype(S)
     shape = (*batch, n, n_snr)
@@ -210,6 +322,9 @@ def monte_carlo_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
         "mean": mean.reshape(shape).to(dt),
         "std": std.reshape(shape).to(dt),
         "mean_sq": mean_sq.reshape(shape).to(dt),
+        "rms": mean_sq.sqrt().reshape(shape).to(dt),
+        # delta method: se(√m) = se(m) / (2√m)
+        "rms_se": _ratio(sq_std / n_samples**0.5, 2 * mean_sq.sqrt()).reshape(shape).to(dt),
         "sigma": sigma.reshape(shape).to(dt),
         "snr_db": snr.to(dt),
     }

@@ -1,4 +1,11 @@
-"""JSON-ready query-noise summary of a trace's final states: analytic figures and Monte Carlo vs SNR."""
+"""Query-noise summaries shared by the CLI and the dashboard: per-sequence figures, aggregated over sequences
+with the median and the interquartile range, predictions labelled with their validity range.
+
+A probe is a set of keys per sequence (one singular direction, or the last real keys). Its relative RMS
+retrieval error is taken per sequence (RMS over the keys and the noise samples), then summarised over
+sequences: a mean would let one ill-conditioned sequence (Σs²/s_j² ~ 1e10) stand for all of them.
+Singular directions beyond a sequence's numerical rank are never probed: there s_j is rounding noise.
+"""
 from __future__ import annotations
 
 import torch
@@ -7,39 +14,142 @@ from analysis import noise
 from analysis.report import number, numbers
 from analysis.states import StateTrace
 
-DIRECTIONS = (0, 1, 2)  # top singular directions probed by the Monte Carlo
+DIRECTIONS = (0, 1, 2)  # top singular directions probed by the CLI's Monte Carlo (0-based), within the rank
+TAU = 1e-3  # relative threshold of the numerical rank, as in analysis.rank
+NOISE_MODEL = "q = k + ε, ε ~ N(0, σ² I), SNR = ‖k‖²/(dk σ²)"
+
+
+def spread(x: torch.Tensor) -> dict:
+    """Median and quartiles over the first dim (sequences) of [B, ...], ignoring NaN; lists for JSON."""
+    x = x.double()
+    q = torch.nanquantile(x, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64, device=x.device), dim=0)
+    return {"median": numbers(q[1]), "q25": numbers(q[0]), "q75": numbers(q[2])}
+
+
+def directions_within_rank(numerical_rank: torch.Tensor, candidates) -> tuple[list[int], str]:
+    """(0-based directions j < the smallest numerical rank over sequences, why the others are left out).
+
+    The reason is '' when nothing was left out.
+    """
+    ranks = [int(r) for r in numerical_rank.reshape(-1).tolist()]
+    low = min(ranks) if ranks else 0
+    kept = [j for j in candidates if j < low]
+    dropped = [j for j in candidates if j >= low]
+    if not dropped:
+        return kept, ""
+    which = [b for b, r in enumerate(ranks) if r == low]
+    seq = f"sequence {which[0]}" if len(which) == 1 else f"sequences {', '.join(map(str, which))}"
+    return kept, (f"directions j ≥ {low + 1} are beyond the numerical rank of {seq} (rank {low} at τ = {TAU:g}): "
+                  f"there sⱼ is rounding noise, so Σs²/sⱼ² and its retrieval error would mean nothing")
+
+
+def state_table(S: torch.Tensor, n_directions: int = 3) -> list[dict]:
+    """One row per sequence of S [B, dk, dv]: numerical rank, ‖S‖_F², s1, κ and Σs²/sⱼ² for j ≤ n_directions;
+    None for a direction beyond that sequence's numerical rank (never shown as a number)."""
+    a = noise.analytic_noise(S, tau=TAU)
+    m = a["singular_values"].shape[-1]
+    rows = []
+    for b in range(S.shape[0]):
+        rank = int(a["numerical_rank"][b])
+        row = {"sequence": b, "numerical rank": rank, "‖S‖_F²": number(a["noise_energy"][b]),
+               "s₁": number(a["worst_case_gain"][b]), "κ": number(a["kappa"][b])}
+        for j in range(min(n_directions, m)):
+            row[f"Σs²/s{_sub(j + 1)}²"] = number(a["direction_gain"][b, j]) if j < rank else None
+        rows.append(row)
+    return rows
+
+
+def _sub(n: int) -> str:
+    return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+
+
+def _rms_over_keys(x: torch.Tensor) -> torch.Tensor:
+    """[B, n, n_snr] relative errors → [B, n_snr] RMS over the keys of each sequence."""
+    return x.double().square().mean(1).sqrt()
+
+
+def predictions(S: torch.Tensor, keys: torch.Tensor, snr_db) -> dict:
+    """Per-sequence analytic RMS errors [B, n_snr] of a probe (keys [B, n, dk]) and where each holds.
+
+    raw: exact; first/second: re-normalised query, first/second order; *_valid_from: [B], the lowest SNR
+    at which the truncation is valid for every key of that sequence (inf: nowhere).
+    """
+    a = noise.analytic_retrieval_error(S, keys, list(snr_db))
+    return {"raw": _rms_over_keys(a["rms_error"]), "first": _rms_over_keys(a["rms_error_renorm"]),
+            "second": _rms_over_keys(a["rms_error_renorm2"]),
+            "first_valid_from": a["renorm_valid_from_snr_db"].double().amax(-1),
+            "second_valid_from": a["renorm2_valid_from_snr_db"].double().amax(-1)}
+
+
+def monte_carlo(S: torch.Tensor, keys: torch.Tensor, snr_db, n_samples: int, renormalize: bool, seed: int) -> dict:
+    """Per-sequence Monte-Carlo RMS and mean relative error [B, n_snr] of a probe; a fresh generator per call,
+    so a probe's numbers do not depend on which probes ran before it."""
+    mc = noise.monte_carlo_retrieval_error(S, keys, list(snr_db), n_samples, renormalize=renormalize,
+                                           generator=torch.Generator().manual_seed(seed))
+    return {"rms": mc["mean_sq"].double().mean(1).sqrt(), "mean": mc["mean"].double().mean(1)}
+
+
+def summarize_probe(name: str, snr_db, pred: dict, mc_raw: dict | None = None, mc_renorm: dict | None = None,
+                    tol: float = noise.VALIDITY_TOL) -> dict:
+    """JSON-ready summary of one probe: median [IQR] over sequences of every curve, the validity range of
+    each re-normalised truncation (valid at an SNR only if valid for every sequence), and, with Monte Carlo,
+    each prediction's relative error against it (median over sequences of prediction/MC − 1)."""
+    snr = [float(s) for s in snr_db]
+    out = {"name": name, "predicted_raw": spread(pred["raw"]), "first_order": spread(pred["first"]),
+           "second_order": spread(pred["second"]), "validity_tol": tol}
+    for order in ("first", "second"):
+        start = number(pred[f"{order}_valid_from"].max())
+        out[f"{order}_order_valid_from_snr_db"] = start
+        out[f"{order}_order_valid"] = [start is not None and s >= start for s in snr]
+    if mc_raw is not None:
+        out["mc_raw_rms"] = spread(mc_raw["rms"])
+        out["raw_error_vs_mc"] = spread(pred["raw"] / mc_raw["rms"] - 1)["median"]
+    if mc_renorm is not None:
+        out["mc_rms"] = spread(mc_renorm["rms"])
+        out["mc_mean"] = spread(mc_renorm["mean"])
+        for order in ("first", "second"):
+            out[f"{order}_order_error_vs_mc"] = spread(pred[order] / mc_renorm["rms"] - 1)["median"]
+    return out
 
 
 def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, seed: int = 0) -> dict:
-    """Per layer and head, means over the batch of the final state's noise figures and retrieval errors."""
-    gen = torch.Generator().manual_seed(seed)
+    """Per layer and head, the final state's noise figures and retrieval errors, median [IQR] over the batch."""
     layers = []
     for index, layer in enumerate(trace.layers):
         S = layer.states[:, :, -1] if layer.states is not None else layer.final_state      # [B, H, dk, dv]
-        analytic = noise.analytic_noise(S)
-        dirs = [j for j in DIRECTIONS if j < min(S.shape[-2:])]
-        dir_keys = noise.singular_direction_keys(S, dirs)                                  # [B, H, j, dk]
-        mc_dir = noise.monte_carlo_retrieval_error(S, dir_keys, snr_db, n_samples, renormalize=True, generator=gen)
-        pred_dir = noise.analytic_retrieval_error(S, dir_keys, snr_db)
+        analytic = noise.analytic_noise(S, tau=TAU)
         heads = []
         for h in range(S.shape[1]):
-            entry = {"head": h, "noise_energy": number(analytic["noise_energy"][:, h].mean()),
-                     "worst_case_gain": number(analytic["worst_case_gain"][:, h].mean()),
-                     "kappa": number(analytic["kappa"][:, h].mean()),
-                     "direction_gain": numbers(analytic["direction_gain"][:, h, :len(dirs)].mean(0)),
-                     "mc_singular": [{"direction": j, "mean": numbers(mc_dir["mean"][:, h, i].mean(0)),
-                                      "std": numbers(mc_dir["std"][:, h, i].mean(0)),
-                                      "first_order": numbers(pred_dir["rms_error_renorm"][:, h, i].mean(0))}
-                                     for i, j in enumerate(dirs)]}
+            Sh = S[:, h]
+            dirs, skipped = directions_within_rank(analytic["numerical_rank"][:, h], DIRECTIONS)
+            entry = {"head": h, "numerical_rank": numbers(analytic["numerical_rank"][:, h]),
+                     "noise_energy": spread(analytic["noise_energy"][:, h]),
+                     "worst_case_gain": spread(analytic["worst_case_gain"][:, h]),
+                     "kappa": spread(analytic["kappa"][:, h]),
+                     "direction_gain": [{"direction": j + 1, **spread(analytic["direction_gain"][:, h, j])}
+                                        for j in dirs],
+                     "directions_skipped": skipped or None, "mc_singular": []}
+            for j in dirs:
+                keys = noise.singular_direction_keys(Sh, [j])                                # [B, 1, dk]
+                entry["mc_singular"].append({"direction": j + 1, **_probe(f"direction {j + 1}", Sh, keys, snr_db,
+                                                                         n_samples, seed)})
             if layer.keys is not None:
-                keys = layer.keys[:, h]                                                    # [B, n, dk]
-                mc_keys = noise.monte_carlo_retrieval_error(S[:, h], keys, snr_db, n_samples, renormalize=True,
-                                                            generator=gen)
-                pred = noise.analytic_retrieval_error(S[:, h], keys, snr_db)
-                entry["mc_real_keys"] = {"mean": numbers(mc_keys["mean"].mean((0, 1))),
-                                         "first_order": numbers(pred["rms_error_renorm"].mean((0, 1)))}
+                entry["mc_real_keys"] = _probe(f"real keys (last {layer.keys.shape[2]})", Sh, layer.keys[:, h],
+                                               snr_db, n_samples, seed)
             heads.append(entry)
         layers.append({"layer": index, "heads": heads})
-    return {"snr_db": list(snr_db), "samples": n_samples,
-            "noise_model": "q = k + ε, ε ~ N(0, σ² I), SNR = ‖k‖²/(dk σ²); query re-normalised as in the kernel",
+    return {"snr_db": list(snr_db), "samples": n_samples, "seed": seed, "tau": TAU,
+            "noise_model": NOISE_MODEL + "; query re-normalised as in the kernel",
+            "aggregate": "median, q25 and q75 over the sequences of the batch (per sequence: RMS over keys and "
+                         "noise samples)",
+            "validity": f"a re-normalised prediction is valid where its first neglected term moves the predicted "
+                        f"RMS by at most {noise.VALIDITY_TOL:.0%} (valid_from_snr_db: lowest valid SNR)",
             "layers": layers}
+
+
+def _probe(name: str, S: torch.Tensor, keys: torch.Tensor, snr_db, n_samples: int, seed: int) -> dict:
+    pred = predictions(S, keys, snr_db)
+    mc = monte_carlo(S, keys, snr_db, n_samples, True, seed)
+    out = summarize_probe(name, snr_db, pred, mc_renorm=mc)
+    out["mean"] = out["mc_mean"]["median"]  # the median over sequences of the mean relative error
+    return out

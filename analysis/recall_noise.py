@@ -13,6 +13,7 @@ convolutions (the same arithmetic). Models without short convolutions are not su
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Sequence
 
 import torch
@@ -82,6 +83,29 @@ def _accuracy(model, task: RecallTask, snr_db: float | None, n_sequences: int, s
     return correct / total, total
 
 
+def _check_request(model, task: RecallTask, n_sequences: int, batch: int) -> None:
+    if n_sequences < 1 or batch < 1:
+        raise AnalysisError(f"n_sequences and batch must be at least 1, got {n_sequences} and {batch}.")
+    if model.config.vocab_size < task.vocab_size:
+        raise AnalysisError(f"The recall task needs {task.vocab_size} token ids but the model's vocabulary has "
+                            f"{model.config.vocab_size}; use a model trained on this recall task.")
+
+
+def recall_accuracy_at(model, task: RecallTask, snr_db: float | None, n_sequences: int = 256, seed: int = 1234,
+                       batch: int = 64, noise_seed: int = 0) -> dict:
+    """Recall accuracy at one SNR (dB; None: clean queries), one step of `recall_accuracy_under_noise`.
+
+    The same sequences (seed) and standard-normal draws (noise_seed) at every SNR, so points computed one
+    at a time (to show progress) equal those of the whole curve. Returns {"accuracy": float, "queries": int}.
+    """
+    if snr_db is not None and not math.isfinite(float(snr_db)):
+        raise AnalysisError(f"The SNR must be a finite number of dB, got {snr_db!r}.")
+    _check_request(model, task, n_sequences, batch)
+    accuracy, total = _accuracy(model, task, None if snr_db is None else float(snr_db), n_sequences, seed, batch,
+                                noise_seed)
+    return {"accuracy": accuracy, "queries": total}
+
+
 def recall_accuracy_under_noise(model, task: RecallTask, snr_db_list: Sequence[float], n_sequences: int = 256,
                                 seed: int = 1234, batch: int = 64, noise_seed: int = 0) -> dict:
     """Recall accuracy per SNR (dB) with noisy queries at the query positions, plus the clean accuracy.
@@ -92,11 +116,7 @@ def recall_accuracy_under_noise(model, task: RecallTask, snr_db_list: Sequence[f
     snrs = [float(s) for s in snr_db_list]
     if not snrs or not all(torch.isfinite(torch.tensor(snrs))):
         raise AnalysisError(f"snr_db_list must hold one or more finite SNRs in dB, got {snr_db_list!r}.")
-    if n_sequences < 1 or batch < 1:
-        raise AnalysisError(f"n_sequences and batch must be at least 1, got {n_sequences} and {batch}.")
-    if model.config.vocab_size < task.vocab_size:
-        raise AnalysisError(f"The recall task needs {task.vocab_size} token ids but the model's vocabulary has "
-                            f"{model.config.vocab_size}; use a model trained on this recall task.")
-    clean, total = _accuracy(model, task, None, n_sequences, seed, batch, noise_seed)
-    accuracy = [_accuracy(model, task, s, n_sequences, seed, batch, noise_seed)[0] for s in snrs]
-    return {"snr_db": snrs, "accuracy": accuracy, "clean_accuracy": clean, "queries": total}
+    _check_request(model, task, n_sequences, batch)
+    clean = recall_accuracy_at(model, task, None, n_sequences, seed, batch, noise_seed)
+    accuracy = [recall_accuracy_at(model, task, s, n_sequences, seed, batch, noise_seed)["accuracy"] for s in snrs]
+    return {"snr_db": snrs, "accuracy": accuracy, "clean_accuracy": clean["accuracy"], "queries": clean["queries"]}

@@ -51,16 +51,26 @@ def test_singular_spectrum_is_log_scaled_and_one_line_per_position():
     assert "singular value" in fig.layout.yaxis.title.text
 
 
-def test_retrieval_error_plot_pairs_monte_carlo_with_analytic():
-    probe = {"name": "direction 1", "mc_raw": [1.0, 0.1], "mc_renorm": [0.9, math.inf],
-             "pred_raw": [1.0, 0.1], "pred_renorm": [0.8, 0.09]}
-    fig = figures.retrieval_error_vs_snr([0, 20], [probe, {**probe, "name": "real keys"}], "t")
-    assert len(fig.data) == 8
-    modes = [(t.mode, t.name) for t in fig.data[:4]]
-    assert modes[0] == ("markers", "direction 1, raw query: Monte Carlo")
-    assert modes[1] == ("lines", "direction 1, raw query: analytic")
-    assert fig.data[2].y[1] is None  # inf cannot be drawn: a gap
+def test_retrieval_error_plot_draws_predictions_only_where_valid_and_monte_carlo_with_iqr():
+    curve = lambda *m: {"median": list(m), "q25": [v * 0.9 for v in m], "q75": [v * 1.1 for v in m]}
+    probe = {"name": "direction 1", "predicted_raw": curve(1.0, 0.1), "first_order": curve(3.0, 0.09),
+             "second_order": curve(0.7, 0.1), "first_order_valid": [False, False],
+             "first_order_valid_from_snr_db": None, "second_order_valid": [False, True],
+             "second_order_valid_from_snr_db": 8.6}
+    fig = figures.retrieval_error_vs_snr([0, 20], [probe], "t")
+    assert [t.mode for t in fig.data] == ["lines"] * 3  # no Monte Carlo yet: predictions only
+    assert fig.data[1].name == "direction 1, re-normalised: 2nd order (valid ≥ 8.6 dB)"
+    assert list(fig.data[1].y) == [None, 0.1] and list(fig.data[2].y) == [None, None]
+    assert "valid nowhere" in fig.data[2].name
+    ran = {**probe, "mc_raw_rms": curve(1.0, math.inf), "mc_rms": curve(0.9, 0.1)}
+    fig = figures.retrieval_error_vs_snr([0, 20], [ran, {**ran, "name": "real keys"}], "t")
+    assert len(fig.data) == 10
+    mc = fig.data[3]
+    assert mc.mode == "markers" and mc.name == "direction 1, raw query: Monte Carlo"
+    assert mc.y[1] is None  # inf cannot be drawn: a gap
+    assert mc.error_y.array[0] == pytest.approx(0.1) and mc.error_y.arrayminus[0] == pytest.approx(0.1)
     assert fig.layout.yaxis.type == "log" and "dB" in fig.layout.xaxis.title.text
+    assert "median over sequences" in fig.layout.yaxis.title.text
 
 
 def test_recall_accuracy_plot_has_reference_lines():

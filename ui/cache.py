@@ -17,10 +17,10 @@ import numpy as np
 import streamlit as st
 import torch
 
-from analysis import models, noise
+from analysis import models, noise, noise_report
 from analysis.rank import METRIC_INFO
 from analysis.recall import RecallTask
-from analysis.recall_noise import recall_accuracy_under_noise
+from analysis.recall_noise import recall_accuracy_at
 from analysis.states import collect_states
 from ui import batches
 from ui.keys import InputSpec, ModelKey
@@ -108,44 +108,62 @@ def every_token_data(key: ModelKey, spec: InputSpec, random_init: bool = False) 
     return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers])}
 
 
-def _rms(squares: torch.Tensor) -> list:
-    """RMS over sequences and keys of [B, n, n_snr] squared errors, as a list over SNRs."""
-    return squares.double().mean((0, 1)).sqrt().tolist()
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def noise_data(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, snr_db: tuple,
-               directions: tuple, n_samples: int) -> dict:
-    """Analytic noise figures per sequence and Monte Carlo vs analytic RMS retrieval error per probe."""
+def _head_inputs(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int):
     trace = trace_data(key, spec, stride)
     S = torch.from_numpy(trace["final_states"][layer][:, head])            # [B, dk, dv]
     keys = torch.from_numpy(trace["keys"][layer][:, head])                 # [B, n, dk]
-    analytic = noise.analytic_noise(S)
-    m = analytic["singular_values"].shape[-1]
-    top = list(range(min(3, m)))
-    table = [{"sequence": b, "‖S‖_F²": float(analytic["noise_energy"][b]), "s1": float(analytic["worst_case_gain"][b]),
-              "κ": float(analytic["kappa"][b]),
-              **{f"Σs²/s_{j + 1}²": float(analytic["direction_gain"][b, j]) for j in top}} for b in range(S.shape[0])]
-    snr = list(snr_db)
-    gen = torch.Generator().manual_seed(0)
-    probes = []
-    dirs = [j for j in directions if j < m]
-    probe_keys = [(f"direction {j + 1}", noise.singular_direction_keys(S, [j])) for j in dirs]
-    probe_keys.append((f"real keys (last {keys.shape[1]})", keys))
-    for name, k in probe_keys:
-        mc_raw = noise.monte_carlo_retrieval_error(S, k, snr, n_samples, renormalize=False, generator=gen)
-        mc_ren = noise.monte_carlo_retrieval_error(S, k, snr, n_samples, renormalize=True, generator=gen)
-        pred = noise.analytic_retrieval_error(S, k, snr)
-        probes.append({"name": name, "mc_raw": _rms(mc_raw["mean_sq"]), "mc_renorm": _rms(mc_ren["mean_sq"]),
-                       "pred_raw": _rms(pred["rms_error"].square()),
-                       "pred_renorm": _rms(pred["rms_error_renorm"].square())})
-    return {"table": table, "probes": probes, "snr_db": snr,
-            "singular_values": analytic["singular_values"].mean(0).tolist(), "dk": int(S.shape[-2])}
+    return S, keys
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def recall_noise_data(key: ModelKey, task: RecallTask, snr_db: tuple, n_sequences: int) -> dict:
-    """Recall accuracy with noisy queries per SNR (and clean), on the shared model under the lock."""
+def _probe_keys(S: torch.Tensor, keys: torch.Tensor, probe: int | None) -> torch.Tensor:
+    """A probe's keys [B, n, dk]: singular direction `probe` (0-based) or, for None, the last real keys."""
+    return keys if probe is None else noise.singular_direction_keys(S, [probe])
+
+
+def probe_name(probe: int | None, n_keys: int) -> str:
+    return f"real keys (last {n_keys})" if probe is None else f"direction {probe + 1}"
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def noise_bounds(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int) -> dict:
+    """The closed-form figures per sequence (instant) and the singular directions within every sequence's
+    numerical rank (1-based), with the sentence that says why the others are not offered."""
+    S, keys = _head_inputs(key, spec, stride, layer, head)
+    ranks = noise.analytic_noise(S, tau=noise_report.TAU)["numerical_rank"]
+    offered, skipped = noise_report.directions_within_rank(ranks, range(min(8, *S.shape[-2:])))
+    return {"table": noise_report.state_table(S), "offered": [j + 1 for j in offered], "skipped": skipped,
+            "n_keys": int(keys.shape[1]), "sequences": int(S.shape[0])}
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def noise_predictions(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, snr_db: tuple,
+                      probes: tuple) -> dict:
+    """Per-sequence analytic predictions (lists) per probe (0-based direction, None: the real keys)."""
+    S, keys = _head_inputs(key, spec, stride, layer, head)
+    out = {}
+    for probe in probes:
+        per_seq = noise_report.predictions(S, _probe_keys(S, keys, probe), list(snr_db))
+        out[probe] = {k: v.tolist() for k, v in per_seq.items()}
+    return out
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def noise_mc_step(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, snr_db: tuple,
+                  probe: int | None, n_samples: int, renormalize: bool) -> dict:
+    """One Monte-Carlo step (one probe, raw or re-normalised query): per-sequence RMS and mean, seed 0."""
+    S, keys = _head_inputs(key, spec, stride, layer, head)
+    mc = noise_report.monte_carlo(S, _probe_keys(S, keys, probe), list(snr_db), n_samples, renormalize, seed=0)
+    return {k: v.tolist() for k, v in mc.items()}
+
+
+def noise_summary(name: str, snr_db, pred: dict, mc_raw: dict | None = None, mc_renorm: dict | None = None) -> dict:
+    """Median [IQR] summary of one probe (analysis.noise_report.summarize_probe) from the cached lists."""
+    as_tensors = lambda d: None if d is None else {k: torch.tensor(v, dtype=torch.float64) for k, v in d.items()}
+    return noise_report.summarize_probe(name, list(snr_db), as_tensors(pred), as_tensors(mc_raw), as_tensors(mc_renorm))
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def recall_noise_point(key: ModelKey, task: RecallTask, snr_db: float | None, n_sequences: int) -> dict:
+    """Recall accuracy at one SNR (None: clean), on the shared model under the lock; one progress step."""
     with compute_lock():
-        return recall_accuracy_under_noise(shared_model(key), task, list(snr_db), n_sequences=n_sequences)
-
+        return recall_accuracy_at(shared_model(key), task, snr_db, n_sequences=n_sequences)

@@ -108,25 +108,50 @@ def singular_spectrum(curves: dict[str, Sequence[float]], title: str,
     return _layout(fig, title, "singular value index i (1 = largest)", "singular value s_i (state units, log)")
 
 
-def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: str) -> go.Figure:
-    """Monte Carlo (markers) next to the analytic prediction (lines), raw and re-normalised queries, one plot.
+def _valid_only(values, valid) -> list:
+    """A prediction drawn only where it is valid: a gap elsewhere (never shown outside its range)."""
+    return [v if ok else None for v, ok in zip(_list(values), valid)]
 
-    probes: [{"name", "mc_raw", "mc_renorm", "pred_raw", "pred_renorm"}], each a list over snr_db.
+
+def _valid_label(start) -> str:
+    return "valid nowhere in range" if start is None else f"valid ≥ {start:.1f} dB"
+
+
+def _iqr_bars(summary: dict) -> dict:
+    """error_y of a median with its interquartile range (asymmetric bars)."""
+    med, lo, hi = (np.asarray(_list(summary[k]), dtype=float) for k in ("median", "q25", "q75"))
+    return dict(type="data", symmetric=False, array=_list(hi - med), arrayminus=_list(med - lo), thickness=1)
+
+
+def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: str) -> go.Figure:
+    """Analytic predictions (lines) and, once run, Monte Carlo (markers, IQR bars) per probe, one plot.
+
+    probes: summaries from analysis.noise_report.summarize_probe (median/q25/q75 over sequences). The raw-query
+    prediction is exact; the re-normalised first and second orders are drawn only inside their validity
+    range (the legend says where), so no figure appears where its approximation does not hold.
     """
     fig = go.Figure()
     x = [float(s) for s in snr_db]
     for n, probe in enumerate(probes):
-        color = PALETTE[n % len(PALETTE)]
-        for kind, dash, symbol in (("raw", "solid", "circle"), ("renorm", "dot", "diamond-open")):
-            label = "raw query" if kind == "raw" else "re-normalised query"
-            fig.add_trace(go.Scatter(x=x, y=_list(probe[f"mc_{kind}"]), mode="markers", legendgroup=probe["name"],
-                                     name=f"{probe['name']}, {label}: Monte Carlo",
-                                     marker=dict(color=color, symbol=symbol, size=8)))
-            fig.add_trace(go.Scatter(x=x, y=_list(probe[f"pred_{kind}"]), mode="lines", legendgroup=probe["name"],
-                                     name=f"{probe['name']}, {label}: analytic",
-                                     line=dict(color=color, dash=dash)))
-    fig.update_yaxes(type="log")
-    return _layout(fig, title, "SNR = ‖k‖² / (dk σ²) (dB)", "relative retrieval error ‖Sᵀ(q−k)‖ / ‖Sᵀk‖ (RMS)",
+        color, name = PALETTE[n % len(PALETTE)], probe["name"]
+        lines = (("predicted_raw", "raw query: exact", "solid", None),
+                 ("second_order", "re-normalised: 2nd order", "dot", "second_order"),
+                 ("first_order", "re-normalised: 1st order", "dashdot", "first_order"))
+        for key, label, dash, order in lines:
+            y = _list(probe[key]["median"])
+            if order is not None:
+                y = _valid_only(y, probe[f"{order}_valid"])
+                label = f"{label} ({_valid_label(probe[f'{order}_valid_from_snr_db'])})"
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", legendgroup=name, name=f"{name}, {label}",
+                                     line=dict(color=color, dash=dash, width=1 if order == "first_order" else 2)))
+        for key, label, symbol in (("mc_raw_rms", "raw query", "circle"), ("mc_rms", "re-normalised", "diamond-open")):
+            if key in probe:
+                fig.add_trace(go.Scatter(x=x, y=_list(probe[key]["median"]), mode="markers", legendgroup=name,
+                                         name=f"{name}, {label}: Monte Carlo", error_y=_iqr_bars(probe[key]),
+                                         marker=dict(color=color, symbol=symbol, size=8)))
+    fig.update_yaxes(type="log", exponentformat="power")  # 10⁻⁴, not SI prefixes (100µ) on a ratio
+    return _layout(fig, title, "SNR = ‖k‖² / (dk σ²) (dB)",
+                   "relative retrieval error ‖Sᵀ(q−k)‖/‖Sᵀk‖ (RMS; median over sequences)",
                    legend=dict(orientation="v", x=1.02, y=1))
 
 

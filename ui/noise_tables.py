@@ -1,0 +1,54 @@
+"""The Query noise page's two tables as display frames (pure pandas): numbers as text, gaps as labels.
+
+A missing value is never shown as "None" or NaN: beyond a sequence's numerical rank it reads "beyond rank",
+a prediction outside its validity range reads "outside validity".
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+
+def shown(df: pd.DataFrame, blank: str) -> pd.DataFrame:
+    """Numbers as 4-significant-digit text and missing values as `blank`."""
+    return df.apply(lambda col: col.map(lambda v: blank if v is None or v != v else
+                                        f"{v:.4g}" if isinstance(v, float) else str(v)))
+
+
+def closed_form_table(rows: list[dict]) -> pd.DataFrame:
+    """One row per sequence (analysis.noise_report.state_table) plus quartile rows over the sequences; a
+    direction's quartiles are over the sequences whose numerical rank reaches it."""
+    table = pd.DataFrame(rows).set_index("sequence")
+    table.index = [f"sequence {i}" for i in table.index]
+    quartiles = table.quantile([0.25, 0.5, 0.75])  # skips the blanks beyond a sequence's rank
+    quartiles.index = ["25th percentile", "median", "75th percentile"]
+    return shown(pd.concat([table, quartiles]), "beyond rank")
+
+
+def _pct(x) -> str | None:
+    return None if x is None else f"{x:+.1%}"
+
+
+def _validity(ok: bool, start) -> str:
+    return "yes" if ok else ("no: valid nowhere in range" if start is None else f"no: valid ≥ {start:.1f} dB")
+
+
+def prediction_table(summaries: list[dict], snr_db) -> pd.DataFrame:
+    """One row per probe and SNR: the predictions (medians over sequences), where each re-normalised order is
+    valid, and, once the Monte Carlo ran, its RMS with the IQR and each prediction's error against it."""
+    rows = []
+    for s in summaries:
+        for i, x in enumerate(snr_db):
+            row = {"probe": s["name"], "SNR (dB)": f"{x:g}", "raw query: exact": s["predicted_raw"]["median"][i]}
+            if "mc_raw_rms" in s:
+                row["raw: Monte Carlo"] = s["mc_raw_rms"]["median"][i]
+            for order in ("second", "first"):
+                ok = s[f"{order}_order_valid"][i]
+                row[f"re-norm. {order} order"] = s[f"{order}_order"]["median"][i] if ok else None
+                row[f"{order} order valid"] = _validity(ok, s[f"{order}_order_valid_from_snr_db"])
+                if "mc_rms" in s:
+                    row[f"{order} order vs MC"] = _pct(s[f"{order}_order_error_vs_mc"][i])
+            if "mc_rms" in s:
+                row["re-norm.: Monte Carlo"] = s["mc_rms"]["median"][i]
+                row["MC IQR"] = f"{s['mc_rms']['q25'][i]:.3g}–{s['mc_rms']['q75'][i]:.3g}"
+            rows.append(row)
+    return shown(pd.DataFrame(rows), "outside validity")
