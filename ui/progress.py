@@ -1,0 +1,76 @@
+"""Named-step progress for long first computations: a status box with a bar, and per-layer reports.
+
+Pages call `first_time(is_cached, label)`: a computation already stored shows nothing; one that runs gets
+a status box whose bar says which step is running ("layer 2 of 4: …"), collapsed and marked done after.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import streamlit as st
+
+from analysis.models import attention_layers
+
+Report = Callable[[float, str], None]
+
+
+class Steps:
+    """A status box with a progress bar; call it with (fraction 0..1, step text)."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.box = st.status(label, expanded=True)
+        with self.box:
+            self.bar = st.progress(0.0, text="starting…")
+
+    def __call__(self, fraction: float, text: str) -> None:
+        self.bar.progress(min(1.0, max(0.0, float(fraction))), text=text)
+
+    def done(self, label: str) -> None:
+        self.bar.progress(1.0, text="done")
+        self.box.update(label=label, state="complete", expanded=False)
+
+
+@contextlib.contextmanager
+def first_time(cached: bool, label: str, done_label: str | None = None):
+    """Yield a Report: a live status box when the work is not stored yet, a no-op when it is."""
+    if cached:
+        yield lambda _f, _t: None
+        return
+    steps = Steps(label)
+    try:
+        yield steps
+    except BaseException:
+        steps.box.update(state="error", expanded=False)
+        raise
+    steps.done(done_label or label.rstrip("…") + ": done")
+
+
+def span(report: Report, start: float, end: float) -> Report:
+    """A Report for one part of a larger job: fractions 0..1 land in [start, end] of the outer bar."""
+    return lambda f, text: report(start + (end - start) * f, text)
+
+
+@contextlib.contextmanager
+def per_layer(model, report: Report, what: str, passes: int = 1):
+    """Report 'layer i of L: what' as each linear-attention layer starts (over `passes` forward passes).
+
+    The hooks only report; they are added and removed under the caller's compute lock, like the core's own.
+    """
+    attns = attention_layers(model)
+    total = max(1, len(attns) * passes)
+    seen = [0]
+
+    def hook(_module, _args, index):
+        done = seen[0]
+        seen[0] += 1
+        prefix = f"pass {done // len(attns) + 1} of {passes}, " if passes > 1 else ""
+        report(done / total, f"{prefix}layer {index + 1} of {len(attns)}: {what}")
+
+    hooks = [a.register_forward_pre_hook(lambda m, a_, i=i: hook(m, a_, i)) for i, a in enumerate(attns)]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
