@@ -92,7 +92,6 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
     ids, label = _input_ids(key, spec)
     with compute_lock(), progress_ui.per_layer(model, progress, "recurrence, then an SVD of every kept state"):
         trace = collect_states(model, ids, stride=stride, keep_keys=min(REAL_KEYS, ids.shape[1]), tau=scales.TAU)
-    progress(1.0, "done")
     return {
         "positions": list(trace.positions),
         "metrics": {k: trace.metric(k).float().numpy() for k in METRIC_INFO},
@@ -113,7 +112,6 @@ def every_token_data(key: ModelKey, spec: InputSpec, random_init: bool = False, 
     model = random_init_model(key) if random_init else shared_model(key)
     with compute_lock(), progress_ui.per_layer(model, progress, "tracking s₁ of the state after every token"):
         layers = collect_utilization_trace(model, ids)
-    progress(1.0, "done")
     return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers])}
 
 

@@ -6,6 +6,7 @@ a status box whose bar says which step is running ("layer 2 of 4: …"), collaps
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 
 import streamlit as st
@@ -16,19 +17,37 @@ Report = Callable[[float, str], None]
 
 
 class Steps:
-    """A status box with a progress bar; call it with (fraction 0..1, step text)."""
+    """A status box with a progress bar and, under it, the steps done so far with their times.
+
+    Call it with (fraction 0..1, step text); the step list stays in the (collapsed) box once done.
+    """
 
     def __init__(self, label: str):
         self.label = label
         self.box = st.status(label, expanded=True)
         with self.box:
             self.bar = st.progress(0.0, text="starting…")
+            self.log = st.empty()
+        self.steps: list[tuple[str, float]] = []  # (text, start time)
 
     def __call__(self, fraction: float, text: str) -> None:
         self.bar.progress(min(1.0, max(0.0, float(fraction))), text=text)
+        if not self.steps or self.steps[-1][0] != text:
+            self.steps.append((text, time.perf_counter()))
+            self._draw()
+
+    def _draw(self, finished: bool = False) -> None:
+        now = time.perf_counter()
+        lines = []
+        for i, (text, start) in enumerate(self.steps):
+            end = self.steps[i + 1][1] if i + 1 < len(self.steps) else now
+            running = i + 1 == len(self.steps) and not finished
+            lines.append(f"- {text} … " if running else f"- {text} ({end - start:.1f} s)")
+        self.log.markdown("\n".join(lines))
 
     def done(self, label: str) -> None:
         self.bar.progress(1.0, text="done")
+        self._draw(finished=True)
         self.box.update(label=label, state="complete", expanded=False)
 
 

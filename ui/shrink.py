@@ -81,21 +81,32 @@ def gradients(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.R
         return calib.gradients()
 
 
+def shared_calibration(key: ModelKey, sequences: int, seed: int = 0):
+    """For analysis.sweep(calibration=...): the very Calibration Channel importance and Prune use for these
+    settings (train split, 256 tokens per sequence, as the sweep's own default), computed at most once."""
+    return lambda: calibration(key, CalibSettings(int(sequences), 256, int(seed)))
+
+
 def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Calibration:
-    """Calibration (and gradients when asked), with a status box whose bar names the pass and layer running."""
-    ready = calibration.is_cached(key, settings) and (not need_gradients or gradients.is_cached(key, settings))
-    label = f"{settings.sequences} sequences × {settings.tokens} tokens"
-    with st.status(f"Calibrating on {label} of the train split…", expanded=not ready,
-                   state="complete" if ready else "running") as box:
-        bar = st.progress(1.0 if ready else 0.0, text="done" if ready else "forward pass")
-        report = lambda f, text: bar.progress(min(1.0, f), text=f"forward pass, {text}")  # noqa: E731
-        calib = calibration(key, settings, progress=progress_ui.span(report, 0.0, 0.5 if need_gradients else 1.0))
+    """Calibration (and gradients when asked). The first time, a status box names the pass and layer running
+    and lists the steps with their times; afterwards it just says the calibration is ready."""
+    if calibration.is_cached(key, settings) and (not need_gradients or gradients.is_cached(key, settings)):
+        calib = calibration(key, settings)
+        st.status(f"Calibration ready: {calib.label}", state="complete", expanded=False)
+        return calib
+    steps = progress_ui.Steps(f"Calibrating on {settings.sequences} sequences × {settings.tokens} tokens "
+                              "of the train split…")
+    try:
+        forward = progress_ui.span(lambda f, text: steps(f, f"forward pass, {text}"), 0.0,
+                                   0.5 if need_gradients else 1.0)
+        calib = calibration(key, settings, progress=forward)
         if need_gradients:
-            bar.progress(0.5, text="backward pass: gradients of q_proj / k_proj for the Taylor scores "
-                                   "(one pass over all layers)")
+            steps(0.5, "backward pass: gradients of q_proj / k_proj for the Taylor scores (all layers at once)")
             gradients(key, settings)
-        bar.progress(1.0, text="done")
-        box.update(label=f"Calibration ready: {calib.label}", state="complete", expanded=False)
+    except BaseException:
+        steps.box.update(state="error", expanded=False)
+        raise
+    steps.done(f"Calibration ready: {calib.label}")
     return calib
 
 
