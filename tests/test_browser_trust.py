@@ -15,12 +15,15 @@ from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
 
-# Every progress-bar text and status label the page ever shows, recorded as the DOM changes (steps are brief).
+# Every progress-bar text, status label and listed step the page shows, recorded as the DOM changes
+# (a step can be too brief to see on the bar; the status box's step list keeps it).
 RECORD_PROGRESS = """
 window.__seen = new Set();
 new MutationObserver(() => {
   document.querySelectorAll("[data-testid='stProgress'], [data-testid='stExpander'] summary")
     .forEach(e => window.__seen.add(e.innerText.trim()));
+  document.querySelectorAll("[data-testid='stExpanderDetails'] li")  // a status box's list of finished steps
+    .forEach(e => window.__seen.add(e.textContent.trim()));
 }).observe(document, {subtree: true, childList: true, characterData: true});
 """
 LOCAL = ("http://127.0.0.1", "http://localhost", "ws://127.0.0.1", "data:", "blob:", "about:")
@@ -48,10 +51,12 @@ def page(tmp_path_factory):
         browser.close()
 
 
-def seen(page) -> list[str]:
-    """Progress texts and status labels shown since the last call."""
-    texts = page.evaluate("() => { const s = [...window.__seen]; window.__seen.clear(); return s; }")
-    return texts
+def seen(page, until: str | None = None) -> list[str]:
+    """Progress texts, status labels and listed steps shown since the last call (after `until` was shown)."""
+    if until:
+        page.wait_for_function("t => [...window.__seen].some(s => s.includes(t))", arg=until, timeout=TIMEOUT_MS)
+        idle(page)
+    return page.evaluate("() => { const s = [...window.__seen]; window.__seen.clear(); return s; }")
 
 
 def chips(ms) -> list[str]:
@@ -72,19 +77,17 @@ def test_first_visits_show_named_steps_and_calibration_is_computed_once(page):
     stride = page.get_by_label("Stride (tokens)", exact=True)
     stride.fill("16")
     stride.press("Enter")
-    idle(page)
-    texts = seen(page)
+    texts = seen(page, until="collected")
     assert any(re.search(r"layer 1 of 2: recurrence", t) for t in texts), texts
     assert any("Recurrent states of" in t and "collected" in t for t in texts), texts
 
-    page.get_by_label("Rank utilization after every token").check(force=True)
-    idle(page)
+    page.get_by_label("Rank utilization after every token", exact=True).check(force=True)
+    texts = seen(page, until="tracked after every token")
     no_exception(page)
-    texts = seen(page)
     assert any(re.search(r"layer 2 of 2: tracking s₁", t) for t in texts), texts
 
     open_page(page, "Channel importance")
-    texts = seen(page)
+    texts = seen(page, until="Channels scored")
     assert any(re.search(r"forward pass, (pass \d of \d, )?layer 2 of 2: activations", t) for t in texts), texts
     assert any("Calibration ready: 16×256 tokens" in t for t in texts), texts
     assert any("scoring the channels: DRRQR" in t for t in texts), texts
@@ -113,7 +116,7 @@ def test_multiselect_empties_and_has_only_and_all_shortcuts_with_whole_labels(pa
         assert box["x"] <= t["x"] and t["x"] + t["width"] <= box["x"] + box["width"] + 1, tag.get_attribute("title")
         assert t["y"] + t["height"] <= box["y"] + box["height"] + 1, tag.get_attribute("title")
 
-    page.locator("[data-testid='stMain']").get_by_role("button", name="Wanda", exact=True).click()  # "only" pill
+    page.get_by_role("radiogroup", name="Only this one").get_by_role("radio", name="Wanda", exact=True).click()
     idle(page)
     assert chips(ms) == ["Wanda"]
     ms.get_by_role("button", name="Remove Wanda").click()
@@ -138,7 +141,7 @@ def _overlap(a, b) -> bool:
 
 def test_heatmaps_show_values_keep_titles_whole_and_offer_a_fixed_scale(page):
     open_page(page, "States & rank")
-    page.get_by_label("Compare with random init").check(force=True)
+    page.get_by_label("Compare with random init", exact=True).check(force=True)
     idle(page)
     no_exception(page)
     charts = page.locator("[data-testid='stPlotlyChart']")
@@ -166,7 +169,7 @@ def test_heatmaps_show_values_keep_titles_whole_and_offer_a_fixed_scale(page):
             if bar.count() and bar.is_visible():
                 assert not _overlap(bar.bounding_box(), title), (bar.bounding_box(), title)
 
-    page.get_by_text("fixed 0–1").click()
+    page.get_by_text("fixed 0–1", exact=True).click()
     idle(page)
     gd = page.locator("[data-testid='stPlotlyChart'] .js-plotly-plot").first
     assert gd.evaluate("gd => [gd.data[0].zmin, gd.data[0].zmax]") == [0, 1]
@@ -177,7 +180,7 @@ def test_heatmaps_show_values_keep_titles_whole_and_offer_a_fixed_scale(page):
     assert ticks and not any(re.fullmatch(r"[\d.]+\s*[afpnµumkMGT]", t) for t in ticks), ticks
 
     # κ sits at 1/τ for a state whose rank τ cuts: the plot says which τ
-    page.get_by_label("Metric").click()
+    page.locator("[data-testid='stSelectbox']").filter(has_text="Metric").first.click()
     page.get_by_role("option", name="Condition number (numerical rank)").click()
     idle(page)
     title = page.locator("[data-testid='stPlotlyChart'] .gtitle").first.text_content()

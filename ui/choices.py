@@ -44,7 +44,7 @@ def multi_choice(label: str, options: Sequence, name: str, default: list, *,
         only, everything = st.columns([6, 1], vertical_alignment="bottom")
         shortcut = dict(format_func=format_func, key=ONLY_PREFIX + name, on_change=_only, args=(name,))
         if len(options) <= PILLS_MAX:
-            only.pills("Only this one (click)", options, **shortcut)
+            only.pills("Only this one", options, **shortcut)
         else:
             only.selectbox("Only this one", options, index=None, placeholder="Only…", **shortcut)
         everything.button("All", key=f"all:{name}", on_click=_all, args=(name, options),
