@@ -3,6 +3,12 @@ import numpy as np
 import pytest
 
 from ui import memo, scales
+from ui_fixtures import save_tiny_lm
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    return save_tiny_lm(tmp_path_factory.mktemp("trust-lm"))
 
 
 def test_full_colour_range_per_metric():
@@ -41,24 +47,24 @@ def test_memo_store_computes_once_per_key_and_forgets_the_oldest():
     assert "k" not in memo.store("test-store-2", 2)   # a failure stores nothing
 
 
-def test_the_sweep_takes_the_calibration_it_is_given(tiny_model_dir):
+def test_the_sweep_takes_the_calibration_it_is_given(lm):
     """Sweep, Prune and Channel importance share one calibration: the sweep asks for it once, computes none."""
     import analysis.sweep as sweeps
     from analysis import models
     from analysis.calibration import calibrate
-    model = models.load_model(str(tiny_model_dir), "cpu", "float32")
-    tok = models.load_tokenizer(str(tiny_model_dir))
+    model = models.load_model(str(lm), "cpu", "float32")
+    tok = models.load_tokenizer(str(lm))
     calib = calibrate(model, tok, 2, 64, 0)
     asked = []
-    points = list(sweeps.sweep(model, tok, ["random", "wanda", "l1"], [0.5], context=64, eval_tokens=128,
+    points = list(sweeps.sweep(model, tok, ["random", "wanda", "pca"], [0.5], context=64, eval_tokens=128,
                                latency=False, use_cache=False, calibration=lambda: asked.append(1) or calib))
-    assert len(points) == 4 and asked == [1]
+    assert len(points) == 4 and asked == [1]   # two strategies need it: asked once, never computed
 
 
-def test_shared_calibration_is_the_one_the_other_pages_use(tiny_model_dir):
+def test_shared_calibration_is_the_one_the_other_pages_use(lm):
     from ui import shrink
     from ui.keys import ModelKey
-    key = ModelKey(str(tiny_model_dir), "cpu", "float32")
+    key = ModelKey(str(lm), "cpu", "float32")
     steps = []
     first = shrink.calibration(key, shrink.CalibSettings(2, 256, 0), progress=lambda f, t: steps.append(t))
     assert shrink.shared_calibration(key, 2)() is first                 # no second computation
