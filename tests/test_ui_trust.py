@@ -69,3 +69,20 @@ def test_shared_calibration_is_the_one_the_other_pages_use(lm):
     first = shrink.calibration(key, shrink.CalibSettings(2, 256, 0), progress=lambda f, t: steps.append(t))
     assert shrink.shared_calibration(key, 2)() is first                 # no second computation
     assert "layer 1 of 2: activations entering the recurrence" in steps and steps[0].startswith("drawing")
+
+
+def test_a_rerun_requested_mid_computation_is_obeyed_only_after_the_work(monkeypatch):
+    """A widget click during a long first computation must not throw the work away (it is stored first)."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+
+    from ui import progress
+    steps = progress.Steps("Collecting…")
+
+    def rerun_requested(*_args, **_kwargs):
+        raise RerunException(None)
+
+    monkeypatch.setattr(steps.bar, "progress", rerun_requested)
+    steps(0.5, "layer 1 of 2")          # the request arrives here: recorded, not raised
+    steps(0.9, "layer 2 of 2")
+    with pytest.raises(RerunException):
+        steps.done("Collected")

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 from analysis.models import attention_layers
 
@@ -29,12 +30,25 @@ class Steps:
             self.bar = st.progress(0.0, text="starting…")
             self.log = st.empty()
         self.steps: list[tuple[str, float]] = []  # (text, start time)
+        self.pending: ScriptControlException | None = None
 
     def __call__(self, fraction: float, text: str) -> None:
-        self.bar.progress(min(1.0, max(0.0, float(fraction))), text=text)
-        if not self.steps or self.steps[-1][0] != text:
-            self.steps.append((text, time.perf_counter()))
-            self._draw()
+        if self.pending is not None:
+            return
+        try:
+            self.bar.progress(min(1.0, max(0.0, float(fraction))), text=text)
+            if not self.steps or self.steps[-1][0] != text:
+                self.steps.append((text, time.perf_counter()))
+                self._draw()
+        except ScriptControlException as request:
+            # A widget changed mid-computation: Streamlit asks for a rerun at this st call. Finish the work
+            # (so it is stored, not thrown away) and obey afterwards, in finish().
+            self.pending = request
+
+    def finish(self) -> None:
+        """Raise the rerun/stop that arrived during the work, if any (call once the result is stored)."""
+        if self.pending is not None:
+            raise self.pending
 
     def _draw(self, finished: bool = False) -> None:
         now = time.perf_counter()
@@ -46,6 +60,7 @@ class Steps:
         self.log.markdown("\n".join(lines))
 
     def done(self, label: str) -> None:
+        self.finish()
         self.bar.progress(1.0, text="done")
         self._draw(finished=True)
         self.box.update(label=label, state="complete", expanded=False)
@@ -60,7 +75,7 @@ def first_time(cached: bool, label: str, done_label: str | None = None):
     steps = Steps(label)
     try:
         yield steps
-    except BaseException:
+    except Exception:
         steps.box.update(state="error", expanded=False)
         raise
     steps.done(done_label or label.rstrip("…") + ": done")

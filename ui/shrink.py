@@ -103,7 +103,7 @@ def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Cal
         if need_gradients:
             steps(0.5, "backward pass: gradients of q_proj / k_proj for the Taylor scores (all layers at once)")
             gradients(key, settings)
-    except BaseException:
+    except Exception:
         steps.box.update(state="error", expanded=False)
         raise
     steps.done(f"Calibration ready: {calib.label}")
