@@ -1,12 +1,17 @@
 """State-rank dashboard: page config, the shared sidebar (model + inputs), and navigation over pages/."""
+from pathlib import Path
+
 import streamlit as st
 
-st.set_page_config(page_title="State-rank dashboard", page_icon=":material/analytics:", layout="wide")
+# A local image, served by this server: a material icon or emoji favicon is fetched from a CDN (fails offline).
+FAVICON = Path(__file__).resolve().parent / "ui" / "assets" / "favicon.png"
+st.set_page_config(page_title="State-rank dashboard", page_icon=str(FAVICON), layout="wide")
 
 import analysis  # noqa: E402,F401  (CPU torch path for fla's ops; slow first import, once per process)
-from ui import frame, sidebar  # noqa: E402
+from ui import frame, sidebar, style  # noqa: E402
 
 with frame.active():
+    style.apply()
     sidebar.render()
     page = st.navigation({
         "Inspect": [

@@ -47,12 +47,19 @@ def kept_energy(calib: Calibration, masks: dict) -> dict:
 
 
 def importance_report(model, tokenizer, names: list[str], ratio: float, calib_sequences: int = 16,
-                      calib_tokens: int = 256, seed: int = 0, calib: Calibration | None = None) -> dict:
+                      calib_tokens: int = 256, seed: int = 0, calib: Calibration | None = None,
+                      progress=None) -> dict:
+    """progress(fraction, step) is told before each strategy is scored and before the kept sets are chosen."""
+    report = progress or (lambda _fraction, _step: None)
     for name in names:
         get_strategy(name)
     calib = calib or calibrate(model, tokenizer, calib_sequences, calib_tokens, seed)
     dims = plan_key_dims(model, ratio=ratio)
-    scores = {name: [s.tolist() for s in get_strategy(name).scores(model, calib, seed)] for name in names}
+    scores = {}
+    for i, name in enumerate(names):
+        report(i / (len(names) + 1), f"scoring the channels: {get_strategy(name).label}")
+        scores[name] = [s.tolist() for s in get_strategy(name).scores(model, calib, seed)]
+    report(len(names) / (len(names) + 1), "choosing the kept sets of every strategy")
     masks = kept_masks(model, calib, names, dims, seed)
     aligned = list(masks)
     agreement = [[float(torch.stack([jaccard(ma, mb).mean() for ma, mb in zip(masks[a], masks[b])]).mean())

@@ -50,8 +50,13 @@ def _write_atomic(path: Path, payload: dict) -> None:
 
 def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: str = "test", context: int = 256,
           eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, seed: int = 0,
-          latency: bool = True, use_cache: bool = True):
-    """Yield the unpruned baseline first, then one result per (strategy, ratio)."""
+          latency: bool = True, use_cache: bool = True, calibration=None):
+    """Yield the unpruned baseline first, then one result per (strategy, ratio).
+
+    calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × 256 train
+    tokens (seed `seed`), for a caller that already holds one (the dashboard shares a single one between its
+    pages); by default it is computed here, once, when the first strategy needs it.
+    """
     for name in strategies:
         get_strategy(name)  # validate up front, before any work
     settings = {"model": fingerprint(model), "split": split, "context": context, "eval_tokens": eval_tokens,
@@ -69,7 +74,8 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
             def compute():
                 nonlocal calib
                 if calib is None and get_strategy(name).needs_calibration:
-                    calib = calibrate(model, tokenizer, n_sequences=calib_sequences, seed=seed)
+                    calib = calibration() if calibration is not None else \
+                        calibrate(model, tokenizer, n_sequences=calib_sequences, seed=seed)
                 dims = plan_key_dims(model, ratio=ratio)
                 pruned = prune(model, name, dims, calib, seed=seed).model
                 result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, latency, baseline)

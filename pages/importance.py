@@ -7,17 +7,19 @@ from analysis import data
 from analysis.strategies import STRATEGIES
 from ui import frame, shrink, shrink_figures, state
 from ui.batches import recall_label
+from ui.choices import multi_choice
 from ui.context import current
 from ui.errors import guard
 from ui.explain import explainer
 from ui.labels import Provenance, caption
+from ui.progress import first_time
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Channel importance")
 explainer(
-    "Pruning keeps dk' = dk (1 − ρ) of each head's query/key channels. Each strategy scores the channels "
-    "and keeps the best: random, L1 of the weights, Wanda (|W| times the input activation norm), gradient "
+    r"Pruning keeps $d_k' = \lfloor d_k (1 - \rho) \rfloor$ of each head's query/key channels. "
+    "Each strategy scores the channels and keeps the best: random, L1 of the weights, Wanda (|W| times the input activation norm), gradient "
     "(Taylor, needs a backward pass), and DRRQR — strong rank-revealing QR on the post-conv activations entering "
     "the recurrence. **PCA is a rotation, not axis-aligned**: it keeps the top principal directions of the keys, "
     "so its bars are the explained variance per direction and it has no channel mask. The **bars** show one "
@@ -35,10 +37,9 @@ explainer(
 ctx = current()
 settings = shrink.calibration_controls(ctx)
 names = list(STRATEGIES)
-c1, c2, c3, c4 = st.columns([3, 2, 1, 1])
-chosen = c1.multiselect("Strategies", names, format_func=shrink.strategy_label,
-                        key=state.remembered("importance_strategies", names, names))
-state.remember("importance_strategies")
+chosen = multi_choice("Strategies", names, "importance_strategies", names, format_func=shrink.strategy_label,
+                      empty_hint="No strategy picked: choose at least one above (or click one to keep only it).")
+c2, c3, c4 = st.columns([3, 1, 1])
 ratio = c2.slider("Pruning ratio ρ", 0.05, 0.95, key=state.remembered("importance_ratio", 0.5), step=0.05)
 state.remember("importance_ratio")
 n_layers = ctx.info.layers
@@ -49,13 +50,14 @@ heads = list(range(ctx.info.heads))
 head = c4.selectbox("Head", heads, key=state.remembered("sel_head", 0, heads))
 state.remember("sel_head")
 if not chosen:
-    st.info("Pick at least one strategy to score the channels.")
     st.stop()
 
 with guard():
     calib = shrink.prepare(ctx.key, settings, any(STRATEGIES[n].needs_gradients for n in chosen))
-    with st.spinner("Scoring channels and choosing the kept sets…"):
-        report = shrink.importance(ctx.key, settings, tuple(chosen), float(ratio))
+    args = (ctx.key, settings, tuple(chosen), float(ratio))
+    with first_time(shrink.importance.is_cached(*args), "Scoring channels and choosing the kept sets…",
+                    "Channels scored and kept sets chosen") as steps:
+        report = shrink.importance(*args, progress=steps)
 
 dataset = recall_label(ctx.task, settings.seed) if ctx.task else f"{data.dataset_label('train')} (calibration)"
 prov = Provenance(ctx.name, dataset, settings.tokens, settings.sequences, ctx.key.device, ctx.key.dtype)

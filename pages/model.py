@@ -11,10 +11,10 @@ frame.ensure()  # a deep link may arrive before app.py ran: render inside its fr
 
 st.title("Model")
 explainer(
-    "Each DeltaNet / Gated DeltaNet layer keeps, per head, a recurrent state matrix S of shape dk × dv "
+    r"Each DeltaNet / Gated DeltaNet layer keeps, per head, a recurrent state matrix $S \in \mathbb{R}^{d_k \times d_v}$ "
     "(fla's K-first convention) that is updated by the delta rule at every token and read by the query. "
-    f"fla's chunk kernel holds S in tiles of {TILE_ROWS} key rows, so the key dimension dk sets both the state "
-    "size and the kernel's work: pruning dk only speeds things up when it removes whole tiles.",
+    f"fla's chunk kernel holds $S$ in tiles of {TILE_ROWS} key rows, so the key dimension $d_k$ sets both the "
+    r"state size and the kernel's work: pruning $d_k$ only speeds things up when it removes whole tiles.",
     [r"S_t = S_{t-1}\,(I - \beta_t k_t k_t^\top) + \beta_t k_t v_t^\top \quad\text{(DeltaNet)},\qquad "
      r"S_t = \alpha_t S_{t-1}\,(I - \beta_t k_t k_t^\top) + \beta_t k_t v_t^\top \quad\text{(Gated)}",
      r"o_t = \mathrm{scale}\cdot S_t^\top q_t,\qquad \text{fp32 state bytes} = 4\sum_\ell H^v_\ell\, d_{k,\ell}\, d_v",

@@ -3,22 +3,28 @@ import numpy as np
 import streamlit as st
 
 from analysis.rank import METRIC_INFO
-from ui import figures, frame, state
+from ui import figures, frame, scales, state
+from ui.choices import multi_choice
 from ui.context import current, traced, traced_every_token
 from ui.explain import explainer
 from ui.labels import caption, metric_title
 from ui.reduce import mean_std
 
+TAU = scales.TAU  # the numerical-rank threshold of the collected metrics (ui.cache uses the core's default)
+
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("States & rank")
 explainer(
-    "The model reads the chosen text; after every token each head's state S ∈ R^{dk×dv} is a matrix whose "
-    "singular values s₁ ≥ … ≥ s_m (m = min(dk, dv)) say how many independent key→value directions it holds. "
+    r"The model reads the chosen text; after every token each head's state $S \in \mathbb{R}^{d_k \times d_v}$ "
+    r"is a matrix whose singular values $s_1 \ge \dots \ge s_m$, $m = \min(d_k, d_v)$, say how many independent "
+    "key→value directions it holds. "
     "The **heatmap** shows the chosen metric of the state after the last token, averaged over the sequences; "
     "click a cell (or pick it below) to see that head's metric **over token position** (mean ± one standard "
     "deviation across sequences) and its **singular spectrum** at chosen positions. "
-    "*Compare with random init* overlays the same architecture with random weights (seed 0): what training changed.",
+    "*Compare with random init* overlays the same architecture with random weights (seed 0): what training changed. "
+    "The numerical rank and the condition number use the threshold "
+    rf"$\tau = {TAU:g}$, so $\kappa_\tau \le 1/\tau = {1 / TAU:g}$.",
     [rf"\text{{{info.label}}}:\quad {info.formula}" for info in METRIC_INFO.values()],
     "Zero state: every rank is 0. Non-finite states give NaN (shown as gaps).")
 
@@ -27,7 +33,7 @@ if ctx.task is not None:
     st.info("This recall model has no tokenizer: the states below come from synthetic recall sequences "
             "(set their number and seed in the sidebar), not from text.")
 
-c1, c2, c3 = st.columns([2, 1, 1])
+c1, c2, c3, c4 = st.columns([2, 1, 1.3, 1.5])
 metrics = list(METRIC_INFO)
 metric = c1.selectbox("Metric", metrics, format_func=lambda k: METRIC_INFO[k].label,
                       key=state.remembered("metric", "rank_utilization", metrics))
@@ -35,7 +41,7 @@ state.remember("metric")
 stride = c2.number_input("Stride (tokens)", 1, 1024, key=state.remembered("stride", 8), step=1,
                          help="Collect the state every `stride` tokens (plus after the last token).")
 state.remember("stride")
-compare = c3.toggle("Compare with random init", key=state.remembered("compare_random", False))
+compare = c4.toggle("Compare with random init", key=state.remembered("compare_random", False))
 state.remember("compare_random")
 
 data = traced(ctx, stride)
@@ -59,11 +65,17 @@ else:
 layer = min(int(state.get("sel_layer", 0)), n_layers - 1)
 head = min(int(state.get("sel_head", 0)), n_heads - 1)
 
-title = f"{METRIC_INFO[metric].label} of the final state, by layer and head"
+title = f"{METRIC_INFO[metric].label} of the final state, by layer and head{scales.tau_note(metric, TAU)}"
 z_title = metric_title(metric)
 final_rand = mean_std(rand["metrics"][metric][..., -1], axis=1)[0] if rand else None
-both = np.concatenate([final.ravel(), final_rand.ravel()]) if rand else final.ravel()
-zrange = (float(np.nanmin(both)), float(np.nanmax(both))) if rand and np.isfinite(both).any() else None
+max_rank = max(s.shape[-1] for s in data["singular_values"])  # m = min(dk, dv), largest over layers
+scale = c3.radio("Colour scale", scales.CHOICES, key=state.remembered("colour_scale", scales.DATA, scales.CHOICES),
+                 format_func=lambda c: scales.choice_label(c, metric, max_rank, TAU, compare),
+                 help="Data range: the colours span the values shown (one range for both maps when comparing). "
+                      "Full range: the metric's possible range (0–1 for rank utilization, 0–m for ranks, "
+                      "up to 1/τ for κ), so small differences look small.")
+state.remember("colour_scale")
+zrange = scales.colour_range(scale, metric, [final] + ([final_rand] if rand else []), max_rank, TAU)
 cols = st.columns(2) if rand else [st.container()]
 with cols[0]:
     suffix = " (trained)" if rand else ""
@@ -84,9 +96,9 @@ head = c2.selectbox("Head", list(range(n_heads)), key=state.remembered("sel_head
 state.remember("sel_head")
 positions = data["positions"]
 default_pos = sorted({positions[min(1, len(positions) - 1)], positions[len(positions) // 2], positions[-1]})
-chosen = c3.multiselect("Spectrum at token positions", positions,
-                        key=state.remembered("spectrum_positions", default_pos, positions))
-state.remember("spectrum_positions")
+with c3:
+    chosen = multi_choice("Spectrum at token positions", positions, "spectrum_positions", default_pos,
+                          empty_hint="No position picked: choose at least one to draw its singular spectrum.")
 
 every_token = False
 if metric == "rank_utilization":
@@ -110,7 +122,8 @@ with left:
         how = f"every {stride} tokens"
     mean, std = mean_std(trace_values[layer, :, head, :], axis=0)
     st.plotly_chart(figures.metric_over_positions(trace_positions, mean, std, z_title,
-                                                  f"{METRIC_INFO[metric].label}: layer {layer}, head {head}", overlay),
+                                                  f"{METRIC_INFO[metric].label}{scales.tau_note(metric, TAU)}: "
+                                                  f"layer {layer}, head {head}", overlay),
                     key="rank_over_positions")
     st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"))
 with right:

@@ -111,6 +111,7 @@ else:
                 tok = cache.tokenizer(ctx.key.path)
                 gen = sweeps.sweep(ctx.model, tok, chosen, ratios, split="test", context=context,
                                    eval_tokens=eval_tokens, recover_steps=recover_steps, calib_sequences=calib_n,
+                                   calibration=shrink.shared_calibration(ctx.key, calib_n),
                                    latency=per_point)
                 for point in jobs.steps("sweep", shrink.locked(gen)):
                     merged(points, point, lambda a, b: (a["strategy"], a["ratio"]) == (b["strategy"], b["ratio"]))

@@ -103,3 +103,34 @@ def test_default_model_choice(names, env, expected):
 def test_default_model_choice_takes_a_directory(tmp_path):
     from ui.sidebar import default_choice
     assert default_choice(["a"], str(tmp_path)) == ("Local directory", str(tmp_path))
+
+
+def test_heatmap_shows_the_value_in_every_hover_and_prints_it_in_small_maps():
+    values = np.array([[0.016, 0.019], [0.5, np.nan]])
+    heat, cells = figures.layer_head_heatmap(values, "u", "t").data
+    assert "%{z" in heat.hovertemplate                       # anywhere in a cell
+    assert "%{text}" in cells.hovertemplate and list(cells.text) == ["0.016", "0.019", "0.5", "n/a"]  # its centre
+    assert heat.texttemplate == "%{z:.3g}"
+    big = figures.layer_head_heatmap(np.zeros((8, 9)), "u", "t").data[0]   # 72 cells: too many to print
+    assert big.texttemplate is None
+
+
+def test_titles_wrap_at_natural_breaks_and_stay_clear_of_the_toolbar():
+    long = "Rank utilization of the final state, by layer and head (random init, seed 0)"
+    lines = figures.wrap_title(long).split("<br>")
+    assert len(lines) == 2 and all(len(line) <= figures.TITLE_CHARS for line in lines)
+    assert " ".join(lines) == long
+    assert figures.wrap_title("Effective rank (Roy-Vetterli): layer 1, head 0") == \
+        "Effective rank (Roy-Vetterli):<br>layer 1, head 0"
+    assert figures.wrap_title("Singular spectrum: layer 0, head 0") == "Singular spectrum: layer 0, head 0"
+    fig = figures.layer_head_heatmap(np.zeros((2, 2)), "u", long)
+    assert fig.layout.title.automargin and fig.layout.title.xanchor == "left"
+    assert fig.layout.modebar.orientation == "v"
+
+
+def test_log_axes_use_exponents_not_si_prefixes():
+    spectrum = figures.singular_spectrum({"after token 7": [1.0, 1e-15]}, "t")
+    noise = figures.retrieval_error_vs_snr([0], [{"name": "d", "mc_raw": [1], "mc_renorm": [1], "pred_raw": [1],
+                                                  "pred_renorm": [1]}], "t")
+    for fig in (spectrum, noise):
+        assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.exponentformat == "e"

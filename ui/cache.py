@@ -6,8 +6,9 @@ the copy in its own session. Forward hooks are a mutation too: every forward pas
 (state collection registers hooks, recall noise injects through hooks) runs under `compute_lock`, so
 two sessions never interleave their hooks on the same modules (and GPU timings stay meaningful).
 
-cache_data results are plain numpy arrays / lists / dicts keyed by (ModelKey, InputSpec, settings),
-so revisiting a page only unpickles them.
+Computed results are plain numpy arrays / lists / dicts keyed by (ModelKey, InputSpec, settings):
+st.cache_data for the quick ones, ui.memo for the long state collections (so their first run can show
+named-step progress); revisiting a page only looks them up.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from analysis.rank import METRIC_INFO
 from analysis.recall import RecallTask
 from analysis.recall_noise import recall_accuracy_at
 from analysis.states import collect_states
-from ui import batches
+from ui import batches, memo, scales
+from ui import progress as progress_ui
 from ui.keys import InputSpec, ModelKey
 
 REAL_KEYS = 8  # real keys per head kept from the end of each sequence for the noise Monte Carlo
@@ -76,17 +78,20 @@ def _input_ids(key: ModelKey, spec: InputSpec) -> tuple[torch.Tensor, str]:
     return batches.token_batch(shared_model(key), tok, spec, task)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = False) -> dict:
+@memo.memoized("trace_data", max_entries=16)
+def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = False, *,
+               progress: progress_ui.Report) -> dict:
     """Metrics every `stride` tokens (+ the last), final states and the last real keys, as numpy arrays.
 
     metrics[name]: [L, B, H, P]; singular_values, final_states, keys: one array per layer (key dims may
-    differ per layer) of shapes [B, H, P, m], [B, H, dk, dv], [B, H, n, dk].
+    differ per layer) of shapes [B, H, P, m], [B, H, dk, dv], [B, H, n, dk]. Computed once per process
+    (ui.memo: shared, read-only), reporting its steps to `progress` the first time.
     """
-    ids, label = _input_ids(key, spec)
+    progress(0.0, "loading the random-init copy (seed 0)" if random_init else "tokenizing the inputs")
     model = random_init_model(key) if random_init else shared_model(key)
-    with compute_lock():
-        trace = collect_states(model, ids, stride=stride, keep_keys=min(REAL_KEYS, ids.shape[1]))
+    ids, label = _input_ids(key, spec)
+    with compute_lock(), progress_ui.per_layer(model, progress, "recurrence, then an SVD of every kept state"):
+        trace = collect_states(model, ids, stride=stride, keep_keys=min(REAL_KEYS, ids.shape[1]), tau=scales.TAU)
     return {
         "positions": list(trace.positions),
         "metrics": {k: trace.metric(k).float().numpy() for k in METRIC_INFO},
@@ -97,13 +102,15 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
     }
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def every_token_data(key: ModelKey, spec: InputSpec, random_init: bool = False) -> dict:
+@memo.memoized("every_token_data", max_entries=16)
+def every_token_data(key: ModelKey, spec: InputSpec, random_init: bool = False, *,
+                     progress: progress_ui.Report) -> dict:
     """Rank utilization after every token, [L, B, H, T], with s1 tracked instead of an SVD per state."""
+    progress(0.0, "loading the tracker (numba compiles it on first use in this process)")
     from analysis.rank_trace import collect_utilization_trace  # loads numba: only when first asked for
     ids, _ = _input_ids(key, spec)
     model = random_init_model(key) if random_init else shared_model(key)
-    with compute_lock():
+    with compute_lock(), progress_ui.per_layer(model, progress, "tracking s₁ of the state after every token"):
         layers = collect_utilization_trace(model, ids)
     return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers])}
 

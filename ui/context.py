@@ -12,6 +12,7 @@ from ui.batches import display_name
 from ui.errors import guard
 from ui.keys import InputSpec, ModelKey
 from ui.labels import Provenance
+from ui.progress import first_time
 
 NO_MODEL = ("No model is selected and no bundled sample is installed yet: in the sidebar choose "
             "**Local directory** and enter a folder written by `save_pretrained` (or a hub id when online). "
@@ -57,14 +58,20 @@ def current() -> Context:
 
 
 def traced(ctx: Context, stride: int, random_init: bool = False) -> dict:
-    """States of the chosen inputs (cached); bad inputs become one st.error sentence."""
-    what = "a random-init copy" if random_init else ctx.name
-    with guard(), st.spinner(f"Collecting recurrent states of {what} every {stride} tokens…"):
-        return cache.trace_data(ctx.key, ctx.spec, int(stride), random_init)
+    """States of the chosen inputs (computed once, with named-step progress); bad inputs become one st.error."""
+    args = (ctx.key, ctx.spec, int(stride), random_init)
+    what = "a random-init copy (seed 0)" if random_init else ctx.name
+    with guard(), first_time(cache.trace_data.is_cached(*args),
+                             f"Collecting the recurrent states of {what} every {stride} tokens…",
+                             f"Recurrent states of {what} collected") as report:
+        return cache.trace_data(*args, progress=report)
 
 
 def traced_every_token(ctx: Context, random_init: bool = False) -> dict:
-    """Rank utilization after every token (cached); the first call may compile the tracker once."""
-    what = "a random-init copy" if random_init else ctx.name
-    with guard(), st.spinner(f"Tracking the rank utilization of {what} after every token…"):
-        return cache.every_token_data(ctx.key, ctx.spec, random_init)
+    """Rank utilization after every token (computed once; the first call may compile the tracker)."""
+    args = (ctx.key, ctx.spec, random_init)
+    what = "a random-init copy (seed 0)" if random_init else ctx.name
+    with guard(), first_time(cache.every_token_data.is_cached(*args),
+                             f"Tracking the rank utilization of {what} after every token…",
+                             f"Rank utilization of {what} tracked after every token") as report:
+        return cache.every_token_data(*args, progress=report)

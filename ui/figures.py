@@ -21,10 +21,45 @@ def _list(x) -> list:
     return [None if v is None or not math.isfinite(v) else float(v) for v in np.asarray(x, dtype=float).ravel()]
 
 
+TITLE_CHARS = 44  # longest title line: fits a half-width (compare mode) chart beside the vertical toolbar
+MAX_TEXT_CELLS = 64  # heatmaps print their values in the cells up to this many cells
+LOG_AXIS = dict(type="log", exponentformat="e")  # 1e-15, not SI prefixes (10f, 1p, 100µ) on singular values
+
+
+def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
+    """Break a long title into lines of at most `width` characters (plotly never wraps, it cuts).
+
+    Breaks go after ': ' and before ' (' first, so 'layer 1, head 0' and '(random init, seed 0)' stay whole
+    when they fit; a piece still too long is broken between words.
+    """
+    if len(title) <= width:
+        return title
+    lines: list[str] = []
+    for piece in title.replace(": ", ":\n").replace(" (", "\n(").split("\n"):
+        if lines and len(lines[-1]) + 1 + len(piece) <= width:
+            lines[-1] += " " + piece
+            continue
+        line = ""
+        for word in piece.split(" "):
+            if line and len(line) + 1 + len(word) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return "<br>".join(lines)
+
+
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, **kwargs) -> go.Figure:
+    """Axis titles, a legend below, and a left-aligned title that wraps and pushes the margin down as needed.
+
+    The toolbar stands vertically at the right edge, so it never covers the title.
+    """
     kwargs.setdefault("legend", dict(orientation="h", yanchor="top", y=-0.2, x=0))
-    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, margin=dict(l=60, r=20, t=50, b=50),
-                      **kwargs)
+    fig.update_layout(title=dict(text=wrap_title(title), x=0, xref="paper", xanchor="left", yref="paper", y=1,
+                                 yanchor="bottom", pad=dict(b=12), automargin=True),
+                      xaxis_title=x_title, yaxis_title=y_title, margin=dict(l=60, r=40, t=50, b=50),
+                      modebar=dict(orientation="v"), **kwargs)
     return fig
 
 
@@ -45,32 +80,39 @@ def key_dim_bars(head_k_dims: Sequence[int], tile_rows: int = 64) -> go.Figure:
                    "key dim dk per head (channels)")
 
 
+def _fmt(v: float) -> str:
+    return f"{v:.4g}" if math.isfinite(v) else "n/a"
+
+
 def layer_head_heatmap(values, z_title: str, title: str, selected: tuple[int, int] | None = None,
                        zrange: tuple[float, float] | None = None) -> go.Figure:
     """values [L, H] as a heatmap (layer 0 on top) plus invisible per-cell points that make cells clickable.
 
-    zrange fixes the colour scale, so two heatmaps (trained, random init) can be compared by colour.
+    zrange fixes the colour scale (a metric's full range, or one range shared by two heatmaps compared by
+    colour). Hovering anywhere in a cell shows its value; up to MAX_TEXT_CELLS cells also print it.
     """
     z = np.asarray(values, dtype=float)
     n_layers, n_heads = z.shape
     zmin, zmax = zrange if zrange is not None else (None, None)
+    text = n_layers * n_heads <= MAX_TEXT_CELLS
     fig = go.Figure(go.Heatmap(z=[_list(row) for row in z], x=list(range(n_heads)), y=list(range(n_layers)),
-                               zmin=zmin, zmax=zmax,
+                               zmin=zmin, zmax=zmax, texttemplate="%{z:.3g}" if text else None,
                                colorscale="Viridis", colorbar=dict(title=dict(text=z_title, side="right")),
-                               hovertemplate="layer %{y}, head %{x}: %{z:.4g}<extra></extra>"))
-    # Heatmap traces emit no selection events; transparent markers at the cell centres do.
+                               hovertemplate="layer %{y}, head %{x}: %{z:.4g} (click to inspect)<extra></extra>"))
+    # Heatmap traces emit no selection events; transparent markers at the cell centres do (and show the value too).
     ll, hh = np.meshgrid(range(n_layers), range(n_heads), indexing="ij")
     fig.add_trace(go.Scatter(x=hh.ravel().tolist(), y=ll.ravel().tolist(), mode="markers", name="cells",
                              customdata=np.stack([ll.ravel(), hh.ravel()], 1).tolist(), showlegend=False,
+                             text=[_fmt(v) for v in z.ravel()],
                              marker=dict(size=24, symbol="square", color="rgba(0,0,0,0)"),
-                             hovertemplate="layer %{y}, head %{x} (click to inspect)<extra></extra>"))
+                             hovertemplate="layer %{y}, head %{x}: %{text} (click to inspect)<extra></extra>"))
     if selected is not None:
         layer, head = selected
         fig.add_shape(type="rect", x0=head - 0.5, x1=head + 0.5, y0=layer - 0.5, y1=layer + 0.5,
                       line=dict(color="white", width=3))
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(dtick=1, autorange="reversed")
-    return _layout(fig, title, "head", "layer", clickmode="event+select", height=min(640, 160 + 60 * n_layers))
+    return _layout(fig, title, "head", "layer", clickmode="event+select", height=min(640, 180 + 60 * n_layers))
 
 
 def _band(fig: go.Figure, x, mean, spread, name: str, color: str, dash: str = "solid") -> None:
@@ -104,7 +146,7 @@ def singular_spectrum(curves: dict[str, Sequence[float]], title: str,
         s = _list(s)
         fig.add_trace(go.Scatter(x=list(range(1, len(s) + 1)), y=s, mode="lines", name=f"{name} (random init)",
                                  line=dict(color=PALETTE[n % len(PALETTE)], dash="dot")))
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(**LOG_AXIS)
     return _layout(fig, title, "singular value index i (1 = largest)", "singular value s_i (state units, log)")
 
 
@@ -149,7 +191,7 @@ def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: s
                 fig.add_trace(go.Scatter(x=x, y=_list(probe[key]["median"]), mode="markers", legendgroup=name,
                                          name=f"{name}, {label}: Monte Carlo", error_y=_iqr_bars(probe[key]),
                                          marker=dict(color=color, symbol=symbol, size=8)))
-    fig.update_yaxes(type="log", exponentformat="power")  # 10⁻⁴, not SI prefixes (100µ) on a ratio
+    fig.update_yaxes(**LOG_AXIS)
     return _layout(fig, title, "SNR = ‖k‖² / (dk σ²) (dB)",
                    "relative retrieval error ‖Sᵀ(q−k)‖/‖Sᵀk‖ (RMS; median over sequences)",
                    legend=dict(orientation="v", x=1.02, y=1))

@@ -1,7 +1,7 @@
 """Streamlit-side caches and controls shared by the Shrink pages (importance, prune, sweep).
 
 Calibration is computed once per (model, settings) and shared by every session, like the model itself
-(cache_resource; read-only afterwards: the core's strategies only read it). Work on the shared model
+(ui.memo, so its first run can show per-layer progress; read-only afterwards: the strategies only read it). Work on the shared model
 runs under ui.cache.compute_lock; pruning always builds a new model, so the shared one never changes.
 """
 from __future__ import annotations
@@ -17,10 +17,12 @@ from analysis.importance import importance_report
 from analysis.measure import measure
 from analysis.recall import recall_batch
 from analysis.strategies import STRATEGIES
-from ui import cache, state
+from ui import cache, memo, state
+from ui import progress as progress_ui
 from ui.context import Context, traced
 from ui.keys import ModelKey
 
+CALIB_BATCH = 8  # analysis.calibration runs its sequences 8 at a time: one forward pass each
 RECALL_PAIRS = (4, 8, 16, 32)  # pair counts for recall accuracy (those above the task's key count are skipped)
 
 
@@ -51,11 +53,18 @@ def calibration_controls(ctx: Context) -> CalibSettings:
     return CalibSettings(int(n), int(t), int(seed))
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
-def calibration(key: ModelKey, settings: CalibSettings) -> Calibration:
-    """Train-split statistics (recall models: synthetic sequences, a seed apart from the evaluation's)."""
+@memo.memoized("calibration", max_entries=4)
+def calibration(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.Report) -> Calibration:
+    """Train-split statistics (recall models: synthetic sequences, a seed apart from the evaluation's).
+
+    Computed once per (model, settings) for the whole process and shared read-only by Channel importance,
+    Prune and Sweep; the first run reports each layer of each forward pass to `progress`.
+    """
     model, task = cache.shared_model(key), cache.recall_task(key)
-    with cache.compute_lock():
+    passes = -(-settings.sequences // CALIB_BATCH)
+    progress(0.0, "drawing the calibration sequences")
+    with cache.compute_lock(), progress_ui.per_layer(model, progress, "activations entering the recurrence",
+                                                     passes=passes):
         if task is None:
             return calibrate(model, cache.tokenizer(key.path), settings.sequences, settings.tokens, settings.seed)
         ids, _ = recall_batch(task, settings.sequences, torch.Generator().manual_seed(settings.seed))
@@ -64,33 +73,51 @@ def calibration(key: ModelKey, settings: CalibSettings) -> Calibration:
         return calib
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
-def gradients(key: ModelKey, settings: CalibSettings) -> list:
+@memo.memoized("calibration_gradients", max_entries=4)
+def gradients(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.Report) -> list:
     """The backward pass behind the gradient (Taylor) scores, once per calibration."""
+    calib = calibration(key, settings)
     with cache.compute_lock():
-        return calibration(key, settings).gradients()
+        return calib.gradients()
+
+
+def shared_calibration(key: ModelKey, sequences: int, seed: int = 0):
+    """For analysis.sweep(calibration=...): the very Calibration Channel importance and Prune use for these
+    settings (train split, 256 tokens per sequence, as the sweep's own default), computed at most once."""
+    return lambda: calibration(key, CalibSettings(int(sequences), 256, int(seed)))
 
 
 def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Calibration:
-    """Calibration (and gradients when asked), with a status box that says which pass is running."""
-    label = f"{settings.sequences} sequences × {settings.tokens} tokens"
-    with st.status(f"Calibrating on {label} of the train split…", expanded=False) as box:
-        bar = st.progress(0.0, text="forward pass: activations entering the recurrence")
+    """Calibration (and gradients when asked). The first time, a status box names the pass and layer running
+    and lists the steps with their times; afterwards it just says the calibration is ready."""
+    if calibration.is_cached(key, settings) and (not need_gradients or gradients.is_cached(key, settings)):
         calib = calibration(key, settings)
+        st.status(f"Calibration ready: {calib.label}", state="complete", expanded=False)
+        return calib
+    steps = progress_ui.Steps(f"Calibrating on {settings.sequences} sequences × {settings.tokens} tokens "
+                              "of the train split…")
+    try:
+        forward = progress_ui.span(lambda f, text: steps(f, f"forward pass, {text}"), 0.0,
+                                   0.5 if need_gradients else 1.0)
+        calib = calibration(key, settings, progress=forward)
         if need_gradients:
-            bar.progress(0.5, text="backward pass: gradients of q_proj / k_proj for the Taylor scores")
+            steps(0.5, "backward pass: gradients of q_proj / k_proj for the Taylor scores (all layers at once)")
             gradients(key, settings)
-        bar.progress(1.0, text="done")
-        box.update(label=f"Calibration ready: {calib.label}", state="complete")
+    except Exception:
+        steps.box.update(state="error", expanded=False)
+        raise
+    steps.done(f"Calibration ready: {calib.label}")
     return calib
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def importance(key: ModelKey, settings: CalibSettings, names: tuple, ratio: float) -> dict:
+@memo.memoized("importance", max_entries=16)
+def importance(key: ModelKey, settings: CalibSettings, names: tuple, ratio: float, *,
+               progress: progress_ui.Report) -> dict:
     """The core's importance report (scores, kept masks, Jaccard agreement, kept energy) as plain lists."""
     calib = calibration(key, settings)
     with cache.compute_lock():
-        return importance_report(cache.shared_model(key), None, list(names), ratio, seed=settings.seed, calib=calib)
+        return importance_report(cache.shared_model(key), None, list(names), ratio, seed=settings.seed, calib=calib,
+                                 progress=progress)
 
 
 def recall_pairs(ctx: Context) -> tuple[int, ...] | None:

@@ -17,8 +17,9 @@ def remembered(name: str, default, options: Sequence | None = None) -> str:
     value = st.session_state.get(wkey, st.session_state.get(name, default))
     if options is not None:
         options = list(options)
-        if isinstance(default, list):  # multiselect: keep the valid entries
-            value = [v for v in value if v in options] or [v for v in default if v in options]
+        if isinstance(default, list):  # multiselect: keep the valid entries; one the user emptied stays empty
+            kept = [v for v in value if v in options]
+            value = kept if kept or not value else [v for v in default if v in options]
         elif value not in options:
             value = default if default in options else (options[0] if options else None)
     st.session_state[wkey] = value

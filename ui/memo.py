@@ -1,0 +1,82 @@
+"""Results computed once per server process and shared by every session, with room for live progress.
+
+st.cache_data / st.cache_resource record every st call made inside the cached function and replay it on
+a hit (and fail on a hit when that call drew into a placeholder made outside), so a progress bar cannot
+be drawn from inside them. Here the work runs outside any st cache, reporting to the caller's progress
+callback, and only the finished result is stored: an LRU of `max_entries` per store.
+Stored results are shared: callers must not mutate them.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+import streamlit as st
+
+
+class Store:
+    def __init__(self, max_entries: int):
+        self.max_entries = max_entries
+        self._data: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def get(self, key: Hashable, compute: Callable[[], object]):
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+        # computed without holding a lock: callers take ui.cache.compute_lock inside, and a key lock taken
+        # around it could deadlock against a job that already holds compute_lock (two sessions racing for
+        # one key may both compute it; the second result simply replaces the first)
+        value = compute()  # an exception stores nothing: the next call tries again
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+@st.cache_resource(show_spinner=False)
+def store(name: str, max_entries: int) -> Store:
+    """The process-wide store `name` (created on first use)."""
+    return Store(max_entries)
+
+
+def memoized(name: str, max_entries: int = 16):
+    """Decorator: `fn(*args, progress=None)` computed once per args; `fn.is_cached(*args)` asks without computing.
+
+    `progress` is never part of the key: it only receives (fraction, step text) while the work runs.
+    """
+    def decorate(fn):
+        signature = inspect.signature(fn)
+
+        def key_of(args, kwargs) -> tuple:
+            bound = signature.bind(*args, **kwargs, progress=None)
+            bound.apply_defaults()  # f(a, b) and f(a, b, False) are one entry
+            return tuple(v for k, v in bound.arguments.items() if k != "progress")
+
+        @functools.wraps(fn)
+        def wrapper(*args, progress: Callable[[float, str], None] | None = None, **kwargs):
+            key = key_of(args, kwargs)
+            return store(name, max_entries).get(key, lambda: fn(*key, progress=progress or _silent))
+
+        wrapper.is_cached = lambda *args, **kwargs: key_of(args, kwargs) in store(name, max_entries)
+        wrapper.clear = lambda: store(name, max_entries).clear()
+        return wrapper
+    return decorate
+
+
+def _silent(_fraction: float, _text: str) -> None:
+    pass
