@@ -152,7 +152,7 @@ def test_stopped_sweep_resumes_from_the_cache(monkeypatch, lm_dir):
         for n, point in enumerate(real(*args, **kwargs)):
             calls.append(point["cached"])
             if n == 1 and len(calls) == 2:  # the Stop click of a real browser, once, between points
-                jobs.stop("sweep")
+                jobs.this_job().stop()
             yield point
     monkeypatch.setattr(analysis.sweep, "sweep", stop_after_first_pruned_point)
     at = sweep_page(monkeypatch, lm_dir)
@@ -194,4 +194,7 @@ def test_latency_sweep_draws_points_with_tile_boundaries(monkeypatch, lm_dir):
     assert spec["data"][0]["x"] == [16, 80] and "on CPU (float32, B1 T64" in spec["layout"]["title"]["text"]
     assert [s["x0"] for s in spec["layout"]["shapes"]] == [64]
     assert spec["layout"]["xaxis"]["title"]["text"] == "key dim dk per head (channels)"
-    assert any("torch.utils.benchmark" in c.value for c in at.caption)
+    assert any("wall clock, median of 15 after 2 warm-up, 1 CPU thread" in c.value for c in at.caption)
+    assert "error_y" in spec["data"][0]  # IQR bars
+    table = at.table[0].value
+    assert table["dk"].tolist() == [16, 80] and {"median (ms)", "IQR (ms)", "repeats"} <= set(table.columns)
