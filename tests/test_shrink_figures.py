@@ -6,7 +6,7 @@ import pytest
 from analysis.errors import AnalysisError
 from ui import shrink_figures as sf
 from ui.parse import number_list
-from ui.shrink_report import before_after_table, latency_table, points_csv, points_json, sweep_table
+from ui.shrink_report import before_after_table, latency_table, points_csv, points_json, recovery_verdict, sweep_table
 
 
 def test_score_bars_split_kept_and_pruned_channels():
@@ -131,3 +131,12 @@ def test_number_list_parses_and_rejects_in_one_sentence():
     for text, message in [("a, b", "comma-separated numbers"), ("", "at least one"), ("1.5", r"\[0, 1\)")]:
         with pytest.raises(AnalysisError, match=message):
             number_list(text, "ratios", 0, 1)
+
+
+def test_recovery_verdict_says_worse_when_perplexity_rises():
+    worse = recovery_verdict(measured([16], 100.79), measured([16], 101.85))
+    assert worse["verdict"] == "worse" and "100.79 → 101.85 (+1.1% vs the pruned model)" in worse["text"]
+    assert recovery_verdict(measured([16], 12.0), measured([16], 11.0))["verdict"] == "better"
+    other = measured([16], 11.0)
+    other["perplexity"]["context"] = 128
+    assert recovery_verdict(measured([16], 12.0), other)["verdict"] == "not comparable"

@@ -126,17 +126,19 @@ def stop_job(name: str) -> None:
         job.stop()
 
 
-def controls(name: str, key: str, run_label: str, disabled: bool = False, container=st) -> bool:
+def controls(name: str, key: str, run_label: str, disabled: bool = False, container=st,
+             run_key: str | None = None) -> bool:
     """Run and Stop side by side; True when Run was clicked in this run. Run is off while a job of this
     kind runs (for any inputs); Stop ends the running one."""
     job = get(name)
     running = job is not None and job.running
     left, right, _ = container.columns([1, 1, 4])
-    left.button(run_label, key=f"{name}:run", disabled=disabled or running, type="primary",
-                on_click=st.session_state.__setitem__, args=(_request(name), key))
+    left.button(run_label, key=run_key or f"{name}:run", disabled=disabled or running, type="primary",
+                on_click=st.session_state.__setitem__, args=(_request(name), True))
     right.button("Stop", key=f"{name}:stop", on_click=stop_job, args=(name,), disabled=not running)
-    # a callback's request is read once (a button's own value may outlive an st.rerun); it must name these inputs
-    return st.session_state.pop(_request(name), None) == key and not running
+    # the callback's request is read once (a button's own value may outlive an st.rerun); the job then takes the
+    # inputs of this run (the click's own run, with any value typed just before the click)
+    return bool(st.session_state.pop(_request(name), False)) and not running
 
 
 def _request(name: str) -> str:

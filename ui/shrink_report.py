@@ -80,9 +80,19 @@ def before_after_table(columns: dict[str, dict]) -> pd.DataFrame:
     return frame
 
 
-def recovery_verdict(pruned: float, recovered: float) -> str:
-    """'better' / 'worse' / 'unchanged' for a lower-is-better number (perplexity)."""
-    return "better" if recovered < pruned else "worse" if recovered > pruned else "unchanged"
+def recovery_verdict(pruned: dict, recovered: dict) -> dict:
+    """Did recovery lower the pruned model's perplexity? {"verdict": better|worse|unchanged|not comparable, "text"}."""
+    a, b = pruned["perplexity"], recovered["perplexity"]
+    if perplexity_label(a) != perplexity_label(b):
+        return {"verdict": "not comparable",
+                "text": f"measured with other evaluation settings than the pruned model ({perplexity_label(b)} vs "
+                        f"{perplexity_label(a)}), so the two perplexities cannot be compared; run recovery again"}
+    before, after = a["perplexity"], b["perplexity"]
+    verdict = "better" if after < before else "worse" if after > before else "unchanged"
+    change = f"perplexity {before:.2f} → {after:.2f} ({after / before - 1:+.1%} vs the pruned model)"
+    text = {"better": f"better, {change}", "worse": f"**worse**: {change}",
+            "unchanged": f"unchanged, {change}"}[verdict]
+    return {"verdict": verdict, "text": text}
 
 
 def sweep_table(points: Sequence[dict], labels: dict[str, str]) -> pd.DataFrame:
