@@ -135,7 +135,7 @@ prune_job = jobs.get("prune")
 if prune_job is not None and prune_job.state == "done" and not prune_job.taken:
     st.session_state[SESSION], prune_job.taken = prune_job.result, True
 if jobs.unsettled(prune_job):
-    with st.status(f"Pruning {prune_job.label}…", expanded=True) as box:
+    with st.status(f"Pruning {prune_job.label}…", expanded=True):
         if prune_job.key != prune_key:
             st.caption("Started for other settings than the ones above; it goes on, and its result appears here.")
         st.caption("You can open other pages meanwhile: the prune goes on, and this page shows it when you return.")

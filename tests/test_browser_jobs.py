@@ -151,7 +151,11 @@ def test_prune_survives_leaving_the_page_and_a_worse_recovery_says_so(page):
     assert "Δ after pruning" in table and "% after pruning" in table
     assert "kernel time: repeats" in table and "kernel time: IQR" in table
 
-    fill(main(page).get_by_label("Steps", exact=True), 2)
+    # 2 steps on batches of 2 × 32 tokens: with this seed, recovery raises the pruned model's perplexity a little
+    for label, value in (("Steps", 2), ("Batch (sequences)", 2)):
+        fill(main(page).get_by_label(label, exact=True), value)
+        idle(page)
+    fill(main(page).get_by_label("Tokens per sequence", exact=True).last, 32)
     idle(page)
     main(page).get_by_role("button", name="Run recovery").click()
     page.wait_for_selector("text=/recovery steps \\(final training loss/", timeout=TIMEOUT_MS)
@@ -160,7 +164,7 @@ def test_prune_survives_leaving_the_page_and_a_worse_recovery_says_so(page):
     verdict = main(page).locator("[data-testid='stAlertContentWarning'], [data-testid='stAlertContentSuccess']")
     text = verdict.first.inner_text()
     ppl = re.search(r"perplexity ([\d.]+) → ([\d.]+)", text)
-    assert ppl and float(ppl.group(2)) > float(ppl.group(1)), text  # this seed's recovery is worse …
+    assert ppl and float(ppl.group(2)) > float(ppl.group(1)), f"expected this seed's recovery to be worse: {text}"
     assert "worse" in text and main(page).locator("[data-testid='stAlertContentWarning']").count() >= 1
-    assert main(page).locator("[data-testid='stAlertContentSuccess']").count() == 0  # … and is not a success
+    assert main(page).locator("[data-testid='stAlertContentSuccess']").count() == 0  # not a green success
     assert "% after recovery" in main(page).locator("[data-testid='stTable']").last.inner_text()
