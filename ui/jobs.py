@@ -132,13 +132,15 @@ def controls(name: str, key: str, run_label: str, disabled: bool = False, contai
     kind runs (for any inputs); Stop ends the running one."""
     job = get(name)
     running = job is not None and job.running
-    left, right, _ = container.columns([1, 1, 4])
-    left.button(run_label, key=run_key or f"{name}:run", disabled=disabled or running, type="primary",
-                on_click=st.session_state.__setitem__, args=(_request(name), True))
-    right.button("Stop", key=f"{name}:stop", on_click=stop_job, args=(name,), disabled=not running)
     # the callback's request is read once (a button's own value may outlive an st.rerun); the job then takes the
     # inputs of this run (the click's own run, with any value typed just before the click)
-    return bool(st.session_state.pop(_request(name), False)) and not running
+    start = bool(st.session_state.pop(_request(name), False)) and not running
+    left, right, _ = container.columns([1, 1, 4])
+    left.button(run_label, key=run_key or f"{name}:run", disabled=disabled or running or start, type="primary",
+                on_click=st.session_state.__setitem__, args=(_request(name), True))
+    # live while a job runs, including the one this run is about to launch (the page then follows it)
+    right.button("Stop", key=f"{name}:stop", on_click=stop_job, args=(name,), disabled=not (running or start))
+    return start
 
 
 def _request(name: str) -> str:
