@@ -9,6 +9,7 @@ that the total number of kept channels stays as close to the target as the tiles
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from analysis.errors import AnalysisError
 from analysis.prune import ROUNDINGS
@@ -79,3 +80,41 @@ def _round_to_tiles(keep, dims, step, goal) -> list[float]:
             break
         chosen[best[1]] = best[2]
     return [1 - v / d for v, d in zip(chosen, dims)]
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The suggested ratios and, beside them, what the profile asked for before tile rounding."""
+    ratios: list[float]
+    unrounded: list[float]
+    round_to: int | None
+
+    @property
+    def rounding_changed(self) -> bool:
+        return any(abs(a - b) > 1e-9 for a, b in zip(self.ratios, self.unrounded))
+
+    @property
+    def uniform(self) -> bool:
+        return len(set(round(r, 9) for r in self.ratios)) == 1
+
+    def note(self) -> str | None:
+        """One sentence when rounding changed the suggestion (None when it did not)."""
+        if not self.round_to or not self.rounding_changed:
+            return None
+        unrounded = " / ".join(f"{r:.3f}" for r in self.unrounded)
+        rounded = " / ".join(f"{r:.3f}" for r in self.ratios)
+        if self.uniform and len(set(round(r, 3) for r in self.unrounded)) > 1:
+            what = f"made the suggestion uniform ({self.ratios[0]:.3g} for every layer)"
+        else:
+            what = f"changed the suggestion to {rounded}"
+        return (f"Rounding kept dims to multiples of {self.round_to} {what}; the rank profile alone suggests "
+                f"{unrounded} (by layer). Turn rounding off to keep that per-layer shape.")
+
+
+def suggest(rank_utilization_per_layer, target_ratio: float, round_to: int | None = None, key_dims=None,
+            **limits) -> Suggestion:
+    """suggest_ratios with and without the tile rounding, so a page can show both."""
+    rounded = suggest_ratios(rank_utilization_per_layer, target_ratio, round_to=round_to, key_dims=key_dims, **limits)
+    unrounded = (suggest_ratios(rank_utilization_per_layer, target_ratio, key_dims=key_dims, **limits)
+                 if round_to else rounded)
+    return Suggestion(rounded, unrounded, round_to)

@@ -21,6 +21,7 @@ from analysis.prune import plan_key_dims, prune, tiles
 from analysis.recovery import recover
 from analysis.strategies import get_strategy
 
+TIMING = "repeats-iqr-1thread"  # in the cache key: points timed the older way (one median, all threads) are redone
 CACHE_DIR = Path(os.environ.get("STATE_RANK_CACHE", REPO_ROOT / ".cache" / "sweeps"))
 
 
@@ -61,7 +62,7 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
         get_strategy(name)  # validate up front, before any work
     settings = {"model": fingerprint(model), "split": split, "context": context, "eval_tokens": eval_tokens,
                 "recover_steps": recover_steps, "calib_sequences": calib_sequences, "seed": seed,
-                "device": str(next(model.parameters()).device), "latency": latency}
+                "device": str(next(model.parameters()).device), "latency": TIMING if latency else False}
     base_key = {**settings, "point": "unpruned"}
     baseline = _cached(base_key, use_cache, lambda: _evaluate(model, tokenizer, "unpruned", 0.0, split, context,
                                                               eval_tokens, latency, None))
@@ -112,6 +113,7 @@ def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, la
                                     value_dim=info.head_v_dim, device=info.device,
                                     gated="gated" in info.model_type, min_run_time=0.2))
         result["kernel_ms"] = point["ms"]
+        result["kernel"] = {k: point[k] for k in ("median_ms", "spread", "repeats", "threads", "noisy", "timer")}
         result["kernel_timer"] = f"{point['op']}, B{point['batch']} T{point['tokens']} H{point['heads']} " \
                                  f"dv{point['value_dim']}, {point['dtype']} on {point['device_name']}"
     return result

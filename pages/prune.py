@@ -1,4 +1,6 @@
 """Prune: uniform or per-layer ratios (suggested from the rank profile, tile-aware); run, compare, save."""
+import json
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -11,12 +13,12 @@ from analysis.models import TILE_ROWS
 from analysis.prune import ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
 from analysis.recovery import recover
 from analysis.strategies import STRATEGIES
-from ui import cache, frame, shrink, shrink_figures, state
+from ui import cache, frame, jobs, shrink, shrink_figures, state
 from ui.context import current
 from ui.errors import guard
 from ui.explain import explainer
 from ui.ratios import per_layer_ratios
-from ui.shrink_report import before_after_table, kernel_label
+from ui.shrink_report import before_after_table, kernel_label, recovery_verdict
 
 SESSION = "pruned"  # this session's pruned model and its measurements (never shared, never cached)
 
@@ -28,8 +30,10 @@ explainer(
     "of q_proj and k_proj and the channels of q_conv1d and k_conv1d, so the state shrinks from dk × dv to "
     "dk' × dv. Ratios can be uniform or per layer, set beside each layer's **rank utilization** (from the "
     "States & rank trace of the sidebar inputs); *Suggest from rank* prunes low-utilization layers more while "
-    "keeping the mean ratio at the target. Rounding dk' to a multiple of 16/32/64 keeps fla's 64-row kernel "
-    "tiles full. Pruning builds a **new** model held in this session only; the shared model is never changed. "
+    "keeping the mean ratio at the target. fla's chunk kernel walks dk' in tiles of 64 rows, so the kernel time "
+    "follows the tile count ⌈dk'/64⌉: only a dk' that is a multiple of 64 fills every tile, and only crossing a "
+    "multiple of 64 saves one. Rounding to 16 or 32 merely avoids odd widths inside a tile (the kernel pads its "
+    "blocks to a power of two, at least 16); the last tile stays partly empty. Pruning builds a **new** model held in this session only; the shared model is never changed. "
     "The table compares the model before and after on the test split (or, for a recall model, recall accuracy).",
     [r"d_k' = d_k\,(1-\rho_\ell),\qquad \text{tiles} = \lceil d_k'/64 \rceil,\qquad "
      r"\text{state bytes} = 4\textstyle\sum_\ell H_\ell\,d_{k,\ell}'\,d_v",
@@ -98,38 +102,67 @@ with st.expander("Evaluation settings (test split; kernel timing)"):
 pairs = shrink.recall_pairs(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)
 
-if st.button("Prune", type="primary", key="prune_run"):
-    with guard():
-        needs = STRATEGIES[strategy]
-        calib = shrink.prepare(ctx.key, settings, needs.needs_gradients) if needs.needs_calibration else None
-        with st.status(f"Pruning with {needs.label} to dk' = {planned}…", expanded=True) as box:
-            st.write("Choosing channels and building a new model (the shared model is not changed)…")
-            with cache.compute_lock():
-                result = prune(ctx.model, strategy, planned, calib, seed=settings.seed)
-            result.model.analysis_source = ctx.key.path  # recall models find their task beside the source
-            st.write("Measuring the unpruned model (cached per setting)…")
-            before = shrink.baseline(ctx.key, context, max_tokens, pairs, recall_sequences, timed)
-            bar = st.progress(0.0, text="Measuring the pruned model…")
-            after = measure(result.model, tok, "test", context, max_tokens, recall_pairs=pairs,
-                            recall_sequences=recall_sequences, latency=timed,
-                            progress=lambda f: bar.progress(f, text=f"perplexity of the pruned model: {f:.0%}"))
-            bar.progress(1.0, text="done")
-            box.update(label=f"Pruned with {needs.label}: dk {dims} → {planned}", state="complete")
-        st.session_state[SESSION] = {"key": ctx.key, "result": result, "ratios": ratios or ratio,
-                                     "before": before, "after": after, "recovered": None, "calib": calib and calib.label}
+prune_key = json.dumps({"model": list(ctx.key), "strategy": strategy, "dims": planned, "calibration": list(settings),
+                        "context": context, "tokens": max_tokens, "pairs": pairs, "recall": recall_sequences,
+                        "timed": timed})  # the job belongs to these inputs
+if jobs.controls("prune", prune_key, "Prune", run_key="prune_run"):
+    model, key, needs = ctx.model, ctx.key, STRATEGIES[strategy]
+
+    def prune_work(job):
+        calib = None
+        if needs.needs_calibration:
+            job.report(0.02, f"calibrating on {settings.sequences} sequences × {settings.tokens} tokens…")
+            calib = shrink.calibration(key, settings)
+            if needs.needs_gradients:
+                job.report(0.15, "backward pass: gradients of q_proj / k_proj for the Taylor scores…")
+                shrink.gradients(key, settings)
+        job.report(0.25, "choosing channels and building a new model (the shared model is not changed)…")
+        with cache.compute_lock():
+            result = prune(model, strategy, planned, calib, seed=settings.seed)
+        result.model.analysis_source = key.path  # recall models find their task beside the source
+        job.report(0.4, "measuring the unpruned model (cached per setting)…")
+        before = shrink.baseline(key, context, max_tokens, pairs, recall_sequences, timed)
+        job.report(0.55, "measuring the pruned model…")
+        after = measure(result.model, tok, "test", context, max_tokens, recall_pairs=pairs,
+                        recall_sequences=recall_sequences, latency=timed,
+                        progress=lambda f: job.report(0.55 + 0.45 * f, f"perplexity of the pruned model: {f:.0%}"))
+        return {"key": key, "id": uuid.uuid4().hex, "result": result, "ratios": ratios or ratio, "before": before,
+                "after": after, "recovered": None, "calib": calib and calib.label}
+
+    jobs.launch("prune", prune_key, f"{ctx.name} with {needs.label} to dk' = {planned}", prune_work)
+
+prune_job = jobs.get("prune")
+if prune_job is not None and prune_job.state == "done" and not prune_job.taken:
+    st.session_state[SESSION], prune_job.taken = prune_job.result, True
+if jobs.unsettled(prune_job):
+    with st.status(f"Pruning {prune_job.label}…", expanded=True):
+        if prune_job.key != prune_key:
+            st.caption("Started for other settings than the ones above; it goes on, and its result appears here.")
+        st.caption("You can open other pages meanwhile: the prune goes on, and this page shows it when you return.")
+        bar = st.progress(0.0)
+        jobs.follow(prune_job, lambda j: bar.progress(j.fraction, text=j.text))
+    st.rerun()  # take the result (or show the error) and redraw the buttons
+if prune_job is not None and prune_job.state == "failed":
+    st.error(prune_job.error)
+elif prune_job is not None and prune_job.state == "stopped":
+    st.info(f"The prune of {prune_job.label} was stopped before it finished; press **Prune** to run it again.")
 
 run = st.session_state.get(SESSION)
 if not run or run["key"] != ctx.key:
     st.info("Set the ratios and press **Prune**: the before/after comparison, recovery and saving appear here.")
     st.stop()
 
+rec_job = jobs.get("recovery")
+if rec_job is not None and rec_job.state == "done" and not rec_job.taken and rec_job.result["for"] == run["id"]:
+    run["recovered"], rec_job.taken = rec_job.result, True
 result = run["result"]
 st.subheader(f"Before and after: {shrink.strategy_label(result.strategy)}, dk {result.original_dims} → {result.dims}")
 columns = {"before": run["before"], "after pruning": run["after"]}
 if run["recovered"]:
     columns["after recovery"] = run["recovered"]["measure"]
 st.table(before_after_table(columns))
-notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype}"]
+notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype}",
+         "Δ and %: change from the unpruned model (lower perplexity and kernel time are better)"]
 if "kernel" in run["after"]:
     notes.append(f"kernel timing: {kernel_label(run['before']['kernel'])} (before) and dk{result.dims[0]} (after)")
 if run["calib"]:
@@ -151,21 +184,38 @@ else:
     state.remember("recover_seq")
     st.caption("Only the pruned q/k projections and convolutions learn (AdamW, cosine schedule), on train-split "
                "windows; the perplexity is then measured again with the settings above.")
-    if st.button("Run recovery", key="recover_run"):
-        with guard():
-            bar = st.progress(0.0, text="recovery…")
-            model, losses = recover(result.model, tok, steps=steps, lr=lr, batch=batch, seq_len=seq_len,
+    recover_key = json.dumps({"prune": run["id"], "steps": steps, "lr": lr, "batch": batch, "seq": seq_len,
+                              "context": context, "tokens": max_tokens})
+    if jobs.controls("recovery", recover_key, "Run recovery", run_key="recover_run"):
+        pruned_model, run_id, source = result.model, run["id"], ctx.key.path
+
+        def recover_work(job):
+            model, losses = recover(pruned_model, tok, steps=steps, lr=lr, batch=batch, seq_len=seq_len,
                                     seed=settings.seed,
-                                    progress=lambda s, n, loss: bar.progress(s / n, text=f"step {s}/{n}, loss {loss:.3f}"))
-            model.analysis_source = ctx.key.path
-            bar.progress(1.0, text="measuring the recovered model…")
-            measured = measure(model, tok, "test", context, max_tokens, latency=False)
-            run["recovered"] = {"model": model, "measure": measured, "steps": steps, "final_loss": losses[-1]}
-            st.rerun()  # redraw the table with the new column
+                                    progress=lambda s, n, loss: job.report(0.8 * s / n, f"step {s}/{n}, loss {loss:.3f}"))
+            model.analysis_source = source
+            job.report(0.8, "measuring the recovered model…")
+            measured = measure(model, tok, "test", context, max_tokens, latency=False,
+                               progress=lambda f: job.report(0.8 + 0.2 * f, f"perplexity after recovery: {f:.0%}"))
+            return {"for": run_id, "model": model, "measure": measured, "steps": steps, "final_loss": losses[-1]}
+
+        rec_job = jobs.launch("recovery", recover_key, f"{steps} steps at learning rate {lr:g}", recover_work)
+    if jobs.unsettled(rec_job):
+        with st.status(f"Recovery: {rec_job.label}…", expanded=True):
+            rec_bar = st.progress(0.0)
+            jobs.follow(rec_job, lambda j: rec_bar.progress(j.fraction, text=j.text))
+        st.rerun()  # redraw the table with the new column
+    if rec_job is not None and rec_job.state == "failed":
+        st.error(rec_job.error)
     if run["recovered"]:
         rec = run["recovered"]
-        st.success(f"Recovered with {rec['steps']} steps (final training loss {rec['final_loss']:.3f}); saving and "
-                   "download use the recovered model.")
+        verdict = recovery_verdict(run["after"], rec["measure"])
+        said = (f"{rec['steps']} recovery steps (final training loss {rec['final_loss']:.3f}): {verdict['text']}. "
+                "Saving and download use the recovered model.")
+        {"better": st.success, "worse": st.warning}.get(verdict["verdict"], st.info)(said)
+        if verdict["verdict"] != "better":
+            st.button("Discard the recovery (keep the pruned model)", key="recover_discard",
+                      on_click=lambda: run.update(recovered=None))
 
 st.subheader("Save or download")
 final = run["recovered"]["model"] if run["recovered"] else result.model

@@ -71,15 +71,16 @@ def test_uniform_prune_compares_recovers_and_offers_the_zip(monkeypatch, lm_dir)
     assert at.table[0].value["dk'"].tolist() == [16, 16]
     click(at, "prune_run")
     table = at.table[1].value
-    assert list(table.columns) == ["before", "after pruning"]
-    assert table.loc["key dim per head, by layer"].tolist() == ["32, 32", "16, 16"]
+    assert list(table.columns) == ["before", "after pruning", "Δ after pruning", "% after pruning"]
+    assert table.loc["key dim per head, by layer"].tolist()[:2] == ["32, 32", "16, 16"]
     assert any(r.startswith("perplexity (Shakespeare") and "context 64" in r for r in table.index)
     assert at.get("download_button")[0].proto.label == "Download the pruned model (.zip)"
     for key, value in {"w:recover_steps": 2, "w:recover_batch": 2, "w:recover_seq": 32}.items():
         at.number_input(key=key).set_value(value)
     assert at.table[0].value["dk"].tolist() == [32, 32]  # the shared model is untouched
     click(at, "recover_run")
-    assert list(at.table[1].value.columns) == ["before", "after pruning", "after recovery"]
+    assert list(at.table[1].value.columns)[4:] == ["after recovery", "Δ after recovery", "% after recovery"]
+    assert at.success or at.warning  # the verdict: better (success) or worse (warning), never silent
 
 
 def test_bad_per_layer_ratio_shows_an_error_then_a_valid_prune_works(monkeypatch, lm_dir, tmp_path):
@@ -155,7 +156,7 @@ def test_stopped_sweep_resumes_from_the_cache(monkeypatch, lm_dir):
         for n, point in enumerate(real(*args, **kwargs)):
             calls.append(point["cached"])
             if n == 1 and len(calls) == 2:  # the Stop click of a real browser, once, between points
-                jobs.stop("sweep")
+                jobs.this_job().stop()
             yield point
     monkeypatch.setattr(analysis.sweep, "sweep", stop_after_first_pruned_point)
     at = sweep_page(monkeypatch, lm_dir)
@@ -198,4 +199,7 @@ def test_latency_sweep_draws_points_with_tile_boundaries(monkeypatch, lm_dir):
     assert spec["data"][0]["x"] == [16, 80] and "on CPU (float32, B1 T64" in title
     assert [s["x0"] for s in spec["layout"]["shapes"]] == [64]
     assert spec["layout"]["xaxis"]["title"]["text"] == "key dim dk per head (channels)"
-    assert any("torch.utils.benchmark" in c.value for c in at.caption)
+    assert any("wall clock, median of 15 after 2 warm-up, 1 CPU thread" in c.value for c in at.caption)
+    assert "error_y" in spec["data"][0]  # IQR bars
+    table = at.table[0].value
+    assert table["dk"].tolist() == [16, 80] and {"median (ms)", "IQR (ms)", "repeats"} <= set(table.columns)

@@ -6,7 +6,7 @@ import pytest
 from analysis.errors import AnalysisError
 from ui import shrink_figures as sf
 from ui.parse import number_list
-from ui.shrink_report import before_after_table, points_csv, points_json
+from ui.shrink_report import before_after_table, latency_table, points_csv, points_json, recovery_verdict, sweep_table
 
 
 def test_score_bars_split_kept_and_pruned_channels():
@@ -57,13 +57,37 @@ def test_sweep_figure_one_line_per_strategy_and_the_baseline():
     assert fig.layout.xaxis.title.text == "pruning ratio ρ (fraction of key channels removed)"
 
 
-def test_latency_figure_marks_tile_boundaries():
-    pts = [{"key_dim": d, "ms": d / 10, "tiles": -(-d // 64)} for d in (130, 16, 64)]
+def timed(dk, ms, iqr=0.1, noisy=False):
+    return {"key_dim": dk, "ms": ms, "median_ms": ms, "tiles": -(-dk // 64), "repeats": 15, "threads": 1,
+            "noisy": noisy, "spread": {"q1_ms": ms - iqr / 2, "q3_ms": ms + iqr, "iqr_ms": 1.5 * iqr,
+                                       "min_ms": ms - iqr, "max_ms": ms + 2 * iqr, "iqr_over_median": 1.5 * iqr / ms}}
+
+
+def test_latency_figure_marks_tile_boundaries_error_bars_and_noisy_points():
+    pts = [timed(130, 13.0), timed(16, 1.6, iqr=1.0, noisy=True), timed(64, 6.4)]
     fig = sf.latency_figure(pts, "t")
     assert list(fig.data[0].x) == [16, 64, 130] and [s.x0 for s in fig.layout.shapes] == [64, 128]
-    assert fig.layout.yaxis.title.text == "kernel time (ms, median)"
+    assert list(fig.data[0].error_y.array) == pytest.approx([1.0, 0.1, 0.1])       # q3 − median
+    assert list(fig.data[0].error_y.arrayminus) == pytest.approx([0.5, 0.05, 0.05])  # median − q1
+    assert fig.data[1].name == "noisy: IQR > 20 % of median" and list(fig.data[1].x) == [16]
+    assert fig.layout.yaxis.title.text == "kernel time (ms, median; bars: IQR)"
     empty = sf.latency_figure([], "t", key_dims=[16, 200])  # axis and boundaries before the first point
     assert [s.x0 for s in empty.layout.shapes] == [64, 128, 192] and list(empty.data[0].x) == []
+    table = latency_table(pts)
+    assert table["dk"].tolist() == [16, 64, 130] and table["repeats"].tolist() == [15] * 3
+    assert table["noisy (IQR > 20 % of median)"].tolist() == ["yes", "no", "no"]
+    assert table["IQR (ms)"].tolist() == pytest.approx([1.5, 0.15, 0.15])
+
+
+def test_overlapping_strategies_get_distinct_dashes_and_markers():
+    points = [point("unpruned", 0.0, 10.0), point("l1", 0.5, 14.0, delta_vs_unpruned=0.4),
+              point("wanda", 0.5, 14.0, delta_vs_unpruned=0.4)]
+    l1, wanda = sf.sweep_figure(points, {}, "t", "y").data
+    assert (l1.line.dash, l1.marker.symbol) != (wanda.line.dash, wanda.marker.symbol)
+    assert l1.line.dash != wanda.line.dash and l1.marker.size > wanda.marker.size  # the upper one smaller
+    table = sweep_table(points, {"l1": "L1"})
+    assert table["strategy"].tolist() == ["unpruned", "L1", "wanda"]
+    assert table["Δ% vs unpruned"].tolist() == [0.0, 0.4, 0.4]
 
 
 def measured(dims, ppl):
@@ -72,11 +96,26 @@ def measured(dims, ppl):
                            "context": 64, "stride": 64, "tokens": 512}}
 
 
-def test_before_after_table_names_its_settings():
-    table = before_after_table({"before": measured([32], 10.0), "after": measured([16], 12.5)})
+def test_before_after_table_names_its_settings_and_carries_delta_and_percent():
+    table = before_after_table({"before": measured([32], 10.0), "after": measured([16], 12.5),
+                                "recovered": measured([16], 9.0)})
     row = "perplexity (Shakespeare test split, context 64, stride 64, 512 tokens)"
-    assert table.loc[row].tolist() == ["10.000", "12.500"]
-    assert table.loc["key dim per head, by layer"].tolist() == ["32", "16"]
+    assert list(table.columns) == ["before", "after", "Δ after", "% after", "recovered", "Δ recovered",
+                                   "% recovered"]
+    assert table.loc[row].tolist() == ["10.000", "12.500", "+2.500", "+25.0%", "9.000", "−1.000", "−10.0%"]
+    assert table.loc["key dim per head, by layer"].tolist() == ["32", "16", "—", "—", "16", "—", "—"]
+    assert table.loc["parameters"].tolist()[2:4] == ["±0", "±0.0%"]
+
+
+def test_kernel_rows_show_median_iqr_and_repeats():
+    before, after = measured([32], 10.0), measured([16], 10.0)
+    before["kernel"], after["kernel"] = timed(32, 2.0), timed(16, 1.0, noisy=True)
+    table = before_after_table({"before": before, "after": after})
+    assert table.loc["kernel time at the layer-0 key dim (ms, median)"].tolist() == ["2.000", "1.000", "−1.000",
+                                                                                       "−50.0%"]
+    assert table.loc["kernel time: repeats"].tolist()[:2] == ["15, 1 CPU thread",
+                                                              "15, 1 CPU thread — noisy (IQR > 20 % of median)"]
+    assert table.loc["kernel time: IQR (ms) · min–max (ms)"].tolist()[0] == "0.150 · 1.900–2.200"
 
 
 def test_points_export_as_csv_and_json():
@@ -92,3 +131,12 @@ def test_number_list_parses_and_rejects_in_one_sentence():
     for text, message in [("a, b", "comma-separated numbers"), ("", "at least one"), ("1.5", r"\[0, 1\)")]:
         with pytest.raises(AnalysisError, match=message):
             number_list(text, "ratios", 0, 1)
+
+
+def test_recovery_verdict_says_worse_when_perplexity_rises():
+    worse = recovery_verdict(measured([16], 100.79), measured([16], 101.85))
+    assert worse["verdict"] == "worse" and "100.79 → 101.85 (+1.1% vs the pruned model)" in worse["text"]
+    assert recovery_verdict(measured([16], 12.0), measured([16], 11.0))["verdict"] == "better"
+    other = measured([16], 11.0)
+    other["perplexity"]["context"] = 128
+    assert recovery_verdict(measured([16], 12.0), other)["verdict"] == "not comparable"

@@ -6,20 +6,24 @@ import math
 import streamlit as st
 
 from analysis.errors import AnalysisError
-from analysis.suggest import suggest_ratios
+from analysis.suggest import suggest
 from ui import shrink, state
 from ui.context import Context
 
 ERROR_KEY = "suggest_error"
+NOTE_KEY = "suggest_note"  # (note, unrounded ratios) when tile rounding changed the last suggestion
 
 
 def _suggest(profile: list[float], round_to: int | None, dims: list[int]) -> None:
     """Button callback: fill the ratio inputs (callbacks run before the page draws its widgets)."""
     try:
         target = float(st.session_state["w:suggest_target"])
-        for layer, rho in enumerate(suggest_ratios(profile, target, round_to=round_to, key_dims=dims)):
+        suggestion = suggest(profile, target, round_to=round_to, key_dims=dims)
+        for layer, rho in enumerate(suggestion.ratios):
             state.choose(f"layer_ratio_{layer}", round(rho, 4))
         st.session_state.pop(ERROR_KEY, None)
+        note = suggestion.note()
+        st.session_state[NOTE_KEY] = (note, suggestion.unrounded, suggestion.ratios) if note else None
     except AnalysisError as exc:
         st.session_state[ERROR_KEY] = str(exc)
 
@@ -36,6 +40,13 @@ def per_layer_ratios(ctx: Context, round_to: int | None) -> list[float]:
                    "(weighted by dk) to the target; tile-aware when rounding is on.")
     if state.get(ERROR_KEY):
         st.error(state.get(ERROR_KEY))
+    shown = state.get(NOTE_KEY)
+    if shown and len(shown[2]) == len(dims) and all(  # only while the inputs still hold that suggestion
+            state.get(f"layer_ratio_{i}") == round(r, 4) for i, r in enumerate(shown[2])):
+        note, unrounded, rounded = shown
+        st.warning(note)
+        st.table({"layer": list(range(len(dims))), "suggested ρ (rounded, in the inputs)": [f"{r:.3f}" for r in rounded],
+                  "unrounded ρ (rank profile alone)": [f"{r:.3f}" for r in unrounded]})
     ratios = []
     for layer, (dk, u) in enumerate(zip(dims, profile)):
         a, b, c = st.columns([1, 3, 2], vertical_alignment="center")

@@ -105,23 +105,36 @@ def key_dim_plan(original: Sequence[int], planned: Sequence[int], tile_rows: int
                    "key dim per head (channels)")
 
 
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
+
+
 def sweep_figure(points: Sequence[dict], labels: dict[str, str], title: str, y_title: str) -> go.Figure:
-    """Perplexity vs ratio, one line per strategy (recovered: dotted), the unpruned baseline as a line."""
+    """Perplexity vs ratio, one line per strategy, the unpruned baseline as a line.
+
+    Each strategy has its own colour, dash style and marker symbol (markers shrink along the list), so
+    strategies with equal values (L1 under Wanda) stay visible on top of each other; recovered points are
+    open markers on a thin line of the same colour.
+    """
     fig = go.Figure()
     names = [n for n in dict.fromkeys(p["strategy"] for p in points) if n != "unpruned"]
     for n, name in enumerate(names):
         rows = sorted((p for p in points if p["strategy"] == name), key=lambda p: p["ratio"])
         color, label = PALETTE[n % len(PALETTE)], labels.get(name, name)
+        dash, symbol = DASHES[n % len(DASHES)], SYMBOLS[n % len(SYMBOLS)]
         fig.add_trace(go.Scatter(x=[p["ratio"] for p in rows], y=_list([p["perplexity"] for p in rows]),
-                                 mode="lines+markers", name=label, line=dict(color=color),
-                                 customdata=[[str(p["head_k_dims"])] for p in rows],
-                                 hovertemplate=f"{label}<br>ρ = %{{x}}: %{{y:.3f}} (dk %{{customdata[0]}})<extra></extra>"))
+                                 mode="lines+markers", name=label, line=dict(color=color, dash=dash, width=2.5),
+                                 marker=dict(symbol=symbol, size=max(6, 14 - 2 * n), color=color,
+                                             line=dict(width=1, color="white")),
+                                 customdata=[[str(p["head_k_dims"]), _pct(p.get("delta_vs_unpruned"))] for p in rows],
+                                 hovertemplate=f"{label}<br>ρ = %{{x}}: %{{y:.3f}} (%{{customdata[1]}} vs unpruned; "
+                                               f"dk %{{customdata[0]}})<extra></extra>"))
         recovered = [p for p in rows if "recovered_perplexity" in p]
         if recovered:
             fig.add_trace(go.Scatter(x=[p["ratio"] for p in recovered],
                                      y=_list([p["recovered_perplexity"] for p in recovered]), mode="lines+markers",
-                                     name=f"{label}, after recovery", line=dict(color=color, dash="dot"),
-                                     marker=dict(symbol="diamond-open")))
+                                     name=f"{label}, after recovery", line=dict(color=color, dash=dash, width=1),
+                                     marker=dict(symbol=f"{symbol}-open", size=10, color=color)))
     for p in points:
         if p["strategy"] == "unpruned":
             fig.add_hline(y=float(p["perplexity"]), line_dash="dash", line_color=RANDOM_COLOR,
@@ -130,20 +143,41 @@ def sweep_figure(points: Sequence[dict], labels: dict[str, str], title: str, y_t
     return _layout(fig, title, "pruning ratio ρ (fraction of key channels removed)", y_title)
 
 
+def _pct(x) -> str:
+    return f"{x:+.1%}" if isinstance(x, (int, float)) else "n/a"
+
+
+NOISY_COLOR = "#d62728"
+
+
 def latency_figure(points: Sequence[dict], title: str, tile_rows: int = 64,
                    key_dims: Sequence[int] = ()) -> go.Figure:
-    """Kernel time vs key dim (point by point), dotted lines at the tile boundaries (multiples of tile_rows).
+    """Kernel time vs key dim (point by point): the median with IQR error bars (hover: min–max and repeats),
+    noisy points (IQR > 20 % of the median) ringed in red, dotted lines at the tile boundaries.
 
     key_dims: the dims still to be timed, so the axis and its boundaries are in place before the first point.
     """
     rows = sorted(points, key=lambda p: p["key_dim"])
-    fig = go.Figure(go.Scatter(x=[p["key_dim"] for p in rows], y=_list([p["ms"] for p in rows]), mode="lines+markers",
-                               name="kernel time", customdata=[[p["tiles"]] for p in rows],
-                               hovertemplate="dk %{x} (%{customdata[0]} tiles): %{y:.3f} ms<extra></extra>"))
+    med = [p["median_ms"] for p in rows]
+    fig = go.Figure(go.Scatter(
+        x=[p["key_dim"] for p in rows], y=_list(med), mode="lines+markers", name="median (bars: IQR)",
+        error_y=dict(type="data", symmetric=False, array=[p["spread"]["q3_ms"] - m for p, m in zip(rows, med)],
+                     arrayminus=[m - p["spread"]["q1_ms"] for p, m in zip(rows, med)], thickness=1.5, width=6),
+        customdata=[[p["tiles"], p["spread"]["q1_ms"], p["spread"]["q3_ms"], p["spread"]["min_ms"],
+                     p["spread"]["max_ms"], p["repeats"], "  NOISY" if p["noisy"] else ""] for p in rows],
+        hovertemplate="dk %{x} (%{customdata[0]} tiles): %{y:.3f} ms median<br>IQR %{customdata[1]:.3f}–"
+                      "%{customdata[2]:.3f}, min–max %{customdata[3]:.3f}–%{customdata[4]:.3f} ms, "
+                      "%{customdata[5]} repeats%{customdata[6]}<extra></extra>"))
+    noisy = [p for p in rows if p["noisy"]]
+    if noisy:
+        fig.add_trace(go.Scatter(x=[p["key_dim"] for p in noisy], y=_list([p["median_ms"] for p in noisy]),
+                                 mode="markers", name="noisy: IQR > 20 % of median",
+                                 marker=dict(symbol="circle-open", size=16, color=NOISY_COLOR, line=dict(width=2)),
+                                 hoverinfo="skip"))
     top = max([p["key_dim"] for p in rows] + [int(d) for d in key_dims] + [tile_rows])
     for boundary in range(tile_rows, top + 1, tile_rows):
         fig.add_vline(x=boundary, line_dash="dot", line_color=RANDOM_COLOR,
                       annotation_text=f"tile boundary {boundary}", annotation_position="top")
     fig.update_xaxes(range=[0, top * 1.05])
     fig.update_yaxes(rangemode="tozero")
-    return _layout(fig, title, "key dim dk per head (channels)", "kernel time (ms, median)")
+    return _layout(fig, title, "key dim dk per head (channels)", "kernel time (ms, median; bars: IQR)")

@@ -1,7 +1,8 @@
-"""Pure tables and exports of the Shrink pages: the before/after comparison, sweep results as CSV/JSON."""
+"""Pure tables and exports of the Shrink pages: the before/after comparison, sweep and latency tables, CSV/JSON."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 
 import pandas as pd
@@ -20,40 +21,121 @@ def kernel_label(point: dict) -> str:
             f"dv{point['value_dim']}, {point['dtype']} on {point['device_name']} ({point['timer']})")
 
 
-def _rows(m: dict) -> dict[str, str]:
-    rows = {"key dim per head, by layer": ", ".join(str(d) for d in m["head_k_dims"]),
-            "64-row tiles per head, by layer": ", ".join(str(t) for t in m["tiles"])}
+def _rows(m: dict) -> dict[str, tuple]:
+    """label → (value, format); numbers keep their type so the table can take differences."""
+    rows = {"key dim per head, by layer": (", ".join(str(d) for d in m["head_k_dims"]), None),
+            "64-row tiles per head, by layer": (", ".join(str(t) for t in m["tiles"]), None)}
     if "perplexity" in m:
         ppl = m["perplexity"]
-        rows[perplexity_label(ppl)] = f"{ppl['perplexity']:.3f}"
-        rows["bits per byte"] = f"{ppl['bits_per_byte']:.4f}"
+        rows[perplexity_label(ppl)] = (ppl["perplexity"], "{:.3f}")
+        rows["bits per byte"] = (ppl["bits_per_byte"], "{:.4f}")
     if "recall" in m:
         n = m["recall"]["sequences_per_point"]
         for r in m["recall"]["by_pairs"]:
-            rows[f"recall accuracy, {r['pairs']} pairs ({n} sequences)"] = f"{r['accuracy']:.3f}"
-    rows["parameters"] = f"{m['parameters']:,}"
-    rows["fp32 state bytes per sequence"] = f"{m['state_bytes_per_sequence']:,}"
+            rows[f"recall accuracy, {r['pairs']} pairs ({n} sequences)"] = (r["accuracy"], "{:.3f}")
+    rows["parameters"] = (m["parameters"], "{:,}")
+    rows["fp32 state bytes per sequence"] = (m["state_bytes_per_sequence"], "{:,}")
     if "kernel" in m:
-        rows["kernel time at the layer-0 key dim (ms, median)"] = f"{m['kernel']['ms']:.3f}"
+        k = m["kernel"]
+        rows["kernel time at the layer-0 key dim (ms, median)"] = (k["median_ms"], "{:.3f}")
+        rows["kernel time: IQR (ms) · min–max (ms)"] = (
+            f"{k['spread']['iqr_ms']:.3f} · {k['spread']['min_ms']:.3f}–{k['spread']['max_ms']:.3f}", None)
+        threads = f", {k['threads']} CPU thread{'s' if k['threads'] != 1 else ''}" if k.get("threads") else ""
+        rows["kernel time: repeats"] = (f"{k['repeats']}{threads}" + (" — noisy (IQR > 20 % of median)"
+                                                                      if k["noisy"] else ""), None)
     return rows
 
 
+def _show(value, fmt) -> str:
+    return fmt.format(value) if fmt else str(value)
+
+
+def _delta(new, old, fmt) -> tuple[str, str]:
+    if fmt is None or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (new, old)):
+        return MISSING, MISSING
+    diff = new - old
+    sign = "+" if diff > 0 else "−" if diff < 0 else "±"
+    pct = f"{sign}{abs(diff) / abs(old):.1%}" if old else MISSING
+    return sign + fmt.format(abs(diff)), pct
+
+
 def before_after_table(columns: dict[str, dict]) -> pd.DataFrame:
-    """One column per measurement (e.g. before / after / after recovery), one row per quantity."""
+    """One column per measurement (before, after pruning, after recovery), one row per quantity; after each
+    later column, its change from the first column: "Δ <name>" (absolute) and "% <name>" (relative)."""
     per_column = {name: _rows(m) for name, m in columns.items()}
     order = list(dict.fromkeys(row for rows in per_column.values() for row in rows))
-    table = pd.DataFrame({name: [rows.get(r, MISSING) for r in order] for name, rows in per_column.items()},
-                         index=order)
-    table.index.name = "quantity"
-    return table
+    names = list(per_column)
+    first = per_column[names[0]]
+    table = {}
+    for n, name in enumerate(names):
+        rows = per_column[name]
+        table[name] = [_show(*rows[r]) if r in rows else MISSING for r in order]
+        if n:
+            changes = [_delta(rows[r][0], first[r][0], rows[r][1]) if r in rows and r in first else (MISSING, MISSING)
+                       for r in order]
+            table[f"Δ {name}"] = [d for d, _ in changes]
+            table[f"% {name}"] = [p for _, p in changes]
+    frame = pd.DataFrame(table, index=order)
+    frame.index.name = "quantity"
+    return frame
+
+
+def recovery_verdict(pruned: dict, recovered: dict) -> dict:
+    """Did recovery lower the pruned model's perplexity? {"verdict": better|worse|unchanged|not comparable, "text"}."""
+    a, b = pruned["perplexity"], recovered["perplexity"]
+    if perplexity_label(a) != perplexity_label(b):
+        return {"verdict": "not comparable",
+                "text": f"measured with other evaluation settings than the pruned model ({perplexity_label(b)} vs "
+                        f"{perplexity_label(a)}), so the two perplexities cannot be compared; run recovery again"}
+    before, after = a["perplexity"], b["perplexity"]
+    verdict = "better" if after < before else "worse" if after > before else "unchanged"
+    change = f"perplexity {before:.2f} → {after:.2f} ({after / before - 1:+.1%} vs the pruned model)"
+    text = {"better": f"better, {change}", "worse": f"**worse**: {change}",
+            "unchanged": f"unchanged, {change}"}[verdict]
+    return {"verdict": verdict, "text": text}
+
+
+def sweep_table(points: Sequence[dict], labels: dict[str, str]) -> pd.DataFrame:
+    """The sweep's values under its chart: one row per point, Δ% against the unpruned perplexity."""
+    rows = []
+    for p in sorted(points, key=lambda p: (p["strategy"] != "unpruned", p["strategy"], p["ratio"])):
+        row = {"strategy": labels.get(p["strategy"], p["strategy"]), "ratio ρ": p["ratio"],
+               "dk per layer": ", ".join(str(d) for d in p["head_k_dims"]), "perplexity": p["perplexity"],
+               "Δ% vs unpruned": p.get("delta_vs_unpruned", 0.0 if p["strategy"] == "unpruned" else None)}
+        if any("recovered_perplexity" in q for q in points):
+            row["after recovery"] = p.get("recovered_perplexity")
+            row["Δ% after recovery"] = p.get("recovered_delta_vs_unpruned")
+        if any("kernel" in q for q in points):
+            k = p.get("kernel") or {}
+            row["kernel ms (median)"] = k.get("median_ms")
+            row["kernel IQR (ms)"] = (k.get("spread") or {}).get("iqr_ms")
+            row["repeats"] = k.get("repeats")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def latency_table(points: Sequence[dict]) -> pd.DataFrame:
+    """The latency sweep's values under its chart: median, IQR, min–max, repeats, threads, noisy flag."""
+    return pd.DataFrame([{"dk": p["key_dim"], "tiles": p["tiles"], "median (ms)": p["median_ms"],
+                          "IQR (ms)": p["spread"]["iqr_ms"], "min (ms)": p["spread"]["min_ms"],
+                          "max (ms)": p["spread"]["max_ms"], "repeats": p["repeats"],
+                          "CPU threads": p["threads"] if p.get("threads") else "n/a (GPU)",
+                          "noisy (IQR > 20 % of median)": "yes" if p["noisy"] else "no"}
+                         for p in sorted(points, key=lambda p: p["key_dim"])])
 
 
 def _flat(point: dict) -> dict:
-    return {k: (", ".join(str(x) for x in v) if isinstance(v, (list, tuple)) else v) for k, v in point.items()}
+    out = {}
+    for k, v in point.items():
+        if isinstance(v, dict):  # e.g. a timing's spread: spread.iqr_ms, ...
+            out.update({f"{k}.{kk}": vv for kk, vv in _flat(v).items()})
+        else:
+            out[k] = ", ".join(str(x) for x in v) if isinstance(v, (list, tuple)) else v
+    return out
 
 
 def points_csv(points: Sequence[dict]) -> str:
-    """Sweep or latency points as CSV (per-layer lists joined with ', ')."""
+    """Sweep or latency points as CSV (per-layer lists joined with ', ', nested fields as a.b)."""
     return pd.DataFrame([_flat(p) for p in points]).to_csv(index=False)
 
 

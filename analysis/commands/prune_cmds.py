@@ -133,25 +133,33 @@ def _setup_latency(p):
                    help="comma-separated key dims for the kernel sweep (1..256)")
     p.add_argument("--batch", type=whole(1), default=4)
     p.add_argument("--tokens", type=whole(1), default=1024)
-    p.add_argument("--threads", type=whole(1, 1024), default=None)
+    p.add_argument("--threads", type=whole(1, 1024), default=None,
+                   help="CPU intra-op threads while timing (default 1: stable times on a shared machine)")
+    p.add_argument("--repeats", type=whole(1, 10000), default=None,
+                   help="timed repeats per point (default 15 on CPU, 50 on CUDA)")
 
 
 def run_latency(args) -> None:
-    from analysis.latency import kernel_latency, model_latency
+    from analysis.latency import kernel_latency, model_latency, summary
     from analysis.models import describe
     from analysis import limits
     model, _, meta = load(args)
     info = describe(model)
     dims = args.key_dims
     limits.check_forward(model, args.batch, min(args.tokens, 256), "The whole-model forward")
+    timing = dict(threads=args.threads, repeats=args.repeats)
     points = list(kernel_latency(dims, args.batch, args.tokens, info.value_heads, info.head_v_dim,
-                                 device=info.device, gated="gated" in info.model_type, threads=args.threads))
-    whole = model_latency(model, batch=args.batch, tokens=min(args.tokens, 256), threads=args.threads)
+                                 device=info.device, gated="gated" in info.model_type, **timing))
+    whole = model_latency(model, batch=args.batch, tokens=min(args.tokens, 256), **timing)
     payload = {**meta, "kernel": points, "model_forward": whole}
     lines = [f"{points[0]['op']} kernel, B{args.batch} T{args.tokens} H{info.value_heads} dv{info.head_v_dim}, "
              f"{points[0]['dtype']} on {points[0]['device_name']} ({points[0]['timer']})"]
-    lines += [f"  dk {p['key_dim']:4d} ({p['tiles']} tile{'s' if p['tiles'] > 1 else ''}): {p['ms']:.2f} ms" for p in points]
-    lines.append(f"model forward B{whole['batch']} T{whole['tokens']}: {whole['ms']:.1f} ms")
+    lines += [f"  dk {p['key_dim']:4d} ({p['tiles']} tile{'s' if p['tiles'] > 1 else ''}): {summary(p)}" for p in points]
+    lines.append(f"model forward B{whole['batch']} T{whole['tokens']}: {summary(whole)}")
+    noisy = sum(p["noisy"] for p in points) + whole["noisy"]
+    if noisy:
+        lines.append(f"{noisy} measurement(s) are noisy (IQR above 20 % of the median): the machine is busy; "
+                     "time again or raise --repeats.")
     emit(args, payload, "\n".join(lines))
 
 
