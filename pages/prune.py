@@ -8,7 +8,7 @@ from analysis.errors import AnalysisError
 from analysis.export import carry_recall_task, model_zip
 from analysis.measure import measure
 from analysis.models import REPO_ROOT, TILE_ROWS
-from analysis.prune import ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
+from analysis.prune import RESCALES, ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
 from analysis.recovery import recover
 from analysis.strategies import STRATEGIES
 from ui import cache, frame, shrink, shrink_figures, state
@@ -55,6 +55,7 @@ rounding = c3.selectbox("Round dk' to kernel tiles", roundings,
                         key=state.remembered("prune_round", 0, roundings)) or None
 state.remember("prune_round")
 st.caption(STRATEGIES[strategy].description)
+rescale = shrink.rescale_control()
 
 
 ratio, ratios = None, None
@@ -105,7 +106,7 @@ if st.button("Prune", type="primary", key="prune_run"):
         with st.status(f"Pruning with {needs.label} to dk' = {planned}…", expanded=True) as box:
             st.write("Choosing channels and building a new model (the shared model is not changed)…")
             with cache.compute_lock():
-                result = prune(ctx.model, strategy, planned, calib, seed=settings.seed)
+                result = prune(ctx.model, strategy, planned, calib, seed=settings.seed, rescale=rescale)
             result.model.analysis_source = ctx.key.path  # recall models find their task beside the source
             st.write("Measuring the unpruned model (cached per setting)…")
             before = shrink.baseline(ctx.key, context, max_tokens, pairs, recall_sequences, timed)
@@ -129,11 +130,10 @@ columns = {"before": run["before"], "after pruning": run["after"]}
 if run["recovered"]:
     columns["after recovery"] = run["recovered"]["measure"]
 st.table(before_after_table(columns))
-notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype}"]
+notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {RESCALES[result.info['rescale']]}"]
 if "kernel" in run["after"]:
     notes.append(f"kernel timing: {kernel_label(run['before']['kernel'])} (before) and dk{result.dims[0]} (after)")
-if run["calib"]:
-    notes.append(f"calibration: {run['calib']}")
+notes.append(f"calibration: {run['calib'] or 'none (data-free strategy)'}")
 st.caption(" · ".join(notes))
 
 st.subheader("Recovery fine-tune (optional)")
