@@ -26,7 +26,9 @@ st.title("Prune")
 explainer(
     "Structured pruning of query/key channels: per layer ℓ and head, the same kept index set slices the rows "
     "of q_proj and k_proj and the channels of q_conv1d and k_conv1d, so the state shrinks from dk × dv to "
-    "dk' × dv. Ratios can be uniform or per layer, set beside each layer's **rank utilization** (from the "
+    "dk' × dv. The pruned model keeps the original readout scale dk^-½, so it equals the original model with the "
+    "dropped channels zeroed (fla's default dk'^-½, the reference code's choice, is offered below). "
+    "Ratios can be uniform or per layer, set beside each layer's **rank utilization** (from the "
     "States & rank trace of the sidebar inputs); *Suggest from rank* prunes low-utilization layers more while "
     "keeping the mean ratio at the target. Rounding dk' to a multiple of 16/32/64 keeps fla's 64-row kernel "
     "tiles full. Pruning builds a **new** model held in this session only; the shared model is never changed. "
