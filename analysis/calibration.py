@@ -39,7 +39,8 @@ class Calibration:
     _grads: list | None = field(default=None, repr=False)
 
     def gradients(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Σ over calibration sequences of ∇L w.r.t. (q_proj.weight, k_proj.weight), per layer."""
+        """∇ w.r.t. (q_proj.weight, k_proj.weight), per layer, of Σ over calibration sequences of each
+        sequence's mean next-token loss (every sequence weighs the same)."""
         if self._grads is None:
             self._grads = _qk_gradients(self._model, self.input_ids)
         return self._grads
@@ -129,7 +130,9 @@ def _qk_gradients(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, to
     device = next(work.parameters()).device
     for seq in input_ids.split(4):
         seq = seq.to(device)
-        work(seq, labels=seq, use_cache=False).loss.backward()
+        # The loss is a mean over the batch's equal-length sequences: × batch size gives Σ of per-sequence
+        # losses, so every sequence weighs the same whatever the split (a short last batch included).
+        (work(seq, labels=seq, use_cache=False).loss * seq.shape[0]).backward()
     grads = [p.grad.detach().cpu() for p in params]
     del work
     return [(grads[2 * i], grads[2 * i + 1]) for i in range(len(grads) // 2)]

@@ -10,14 +10,17 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
+import torch
 
 from analysis.calibration import calibrate
+from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
 from analysis.latency import kernel_latency
 from analysis.models import REPO_ROOT, describe
-from analysis.prune import plan_key_dims, prune, tiles
+from analysis.prune import RESCALES, check_rescale, plan_key_dims, prune, tiles
 from analysis.recovery import recover
 from analysis.strategies import get_strategy
 
@@ -26,14 +29,16 @@ CACHE_DIR = Path(os.environ.get("STATE_RANK_CACHE", REPO_ROOT / ".cache" / "swee
 
 
 def fingerprint(model) -> str:
-    """Hash of the weights themselves (not the path): a retrained or pruned model gets a new key."""
-    h = hashlib.sha256()
+    """Hash of the weights themselves (not the path): every byte of every tensor, its name, dtype and shape,
+    plus the config (which holds settings such as the readout scale), so any change gets a new key."""
+    h = hashlib.blake2b(digest_size=16)
+    config = {k: v for k, v in model.config.to_dict().items() if not k.startswith("_") and k != "transformers_version"}
+    h.update(json.dumps(config, sort_keys=True, default=str).encode())
     for name, tensor in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().float().cpu().numpy().tobytes()[:4096])
-        h.update(str(tuple(tensor.shape)).encode())
-        h.update(f"{float(tensor.float().sum()):.6e}".encode())
-    return h.hexdigest()[:16]
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()
 
 
 def _cache_path(key: dict) -> Path:
@@ -42,27 +47,58 @@ def _cache_path(key: dict) -> Path:
 
 
 def _write_atomic(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(payload, fh)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    except OSError as exc:
+        raise AnalysisError(f"Cannot write the sweep cache in {path.parent} ({exc.strerror or exc}); set "
+                            "STATE_RANK_CACHE to a writable directory.") from None
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(payload, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _check_cache_dir() -> None:
+    """Fail in one sentence before any work when the cache directory cannot be written."""
+    probe = CACHE_DIR / ".probe"
+    _write_atomic(probe, {})
+    probe.unlink(missing_ok=True)
+
+
+def _read_cached(path: Path) -> dict | None:
+    """A cached result, or None (with a warning) when the file is truncated or corrupt: it is recomputed."""
+    try:
+        result = json.loads(path.read_text())
+        if isinstance(result, dict) and "perplexity" in result and "strategy" in result:
+            return result
+        problem = "it does not hold a sweep result"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    warnings.warn(f"Sweep cache file {path} is unreadable ({problem}); recomputing that point.", stacklevel=3)
+    return None
 
 
 def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: str = "test", context: int = 256,
-          eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, seed: int = 0,
-          latency: bool = True, use_cache: bool = True, calibration=None):
+          eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, calib_tokens: int = 256,
+          seed: int = 0, latency: bool = True, use_cache: bool = True, rescale: str = "original", calibration=None):
     """Yield the unpruned baseline first, then one result per (strategy, ratio).
 
-    calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × 256 train
-    tokens (seed `seed`), for a caller that already holds one (the dashboard shares a single one between its
-    pages); by default it is computed here, once, when the first strategy needs it.
+    calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × `calib_tokens`
+    train tokens (seed `seed`), for a caller that already holds one (the dashboard shares a single one between
+    its pages); by default it is computed here, once, when the first strategy needs it.
     """
     for name in strategies:
         get_strategy(name)  # validate up front, before any work
+    check_rescale(rescale)
+    _check_cache_dir()
     settings = {"model": fingerprint(model), "split": split, "context": context, "eval_tokens": eval_tokens,
-                "recover_steps": recover_steps, "calib_sequences": calib_sequences, "seed": seed,
-                "device": str(next(model.parameters()).device), "latency": TIMING if latency else False}
+                "recover_steps": recover_steps, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
+                "seed": seed, "device": str(next(model.parameters()).device),
+                "latency": TIMING if latency else False}
     base_key = {**settings, "point": "unpruned"}
     baseline = _cached(base_key, use_cache, lambda: _evaluate(model, tokenizer, "unpruned", 0.0, split, context,
                                                               eval_tokens, latency, None))
@@ -70,16 +106,19 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
     calib = None
     for name in strategies:
         for ratio in ratios:
-            key = {**settings, "strategy": name, "ratio": ratio}
+            key = {**settings, "strategy": name, "ratio": ratio, "rescale": rescale}
 
             def compute():
                 nonlocal calib
-                if calib is None and get_strategy(name).needs_calibration:
+                strategy = get_strategy(name)
+                if calib is None and strategy.needs_calibration:
                     calib = calibration() if calibration is not None else \
-                        calibrate(model, tokenizer, n_sequences=calib_sequences, seed=seed)
+                        calibrate(model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed)
                 dims = plan_key_dims(model, ratio=ratio)
-                pruned = prune(model, name, dims, calib, seed=seed).model
+                pruned = prune(model, name, dims, calib, seed=seed, rescale=rescale).model
                 result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, latency, baseline)
+                result["rescale"], result["readout"] = rescale, RESCALES[rescale]
+                result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
                 if recover_steps:
                     recovered, _ = recover(pruned, tokenizer, steps=recover_steps, seed=seed)
                     after = perplexity(recovered, tokenizer, split, context, max_tokens=eval_tokens)
@@ -92,7 +131,9 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
 def _cached(key: dict, use_cache: bool, compute) -> dict:
     path = _cache_path(key)
     if use_cache and path.exists():
-        return {**json.loads(path.read_text()), "cached": True}
+        cached = _read_cached(path)
+        if cached is not None:
+            return {**cached, "cached": True}
     result = compute()
     _write_atomic(path, result)
     return {**result, "cached": False}

@@ -10,7 +10,7 @@ from analysis import safe_io
 from analysis.export import carry_recall_task, model_zip
 from analysis.measure import measure
 from analysis.models import TILE_ROWS
-from analysis.prune import ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
+from analysis.prune import RESCALES, ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
 from analysis.recovery import recover
 from analysis.strategies import STRATEGIES
 from ui import cache, frame, jobs, shrink, shrink_figures, state
@@ -28,7 +28,9 @@ st.title("Prune")
 explainer(
     "Structured pruning of query/key channels: per layer ℓ and head, the same kept index set slices the rows "
     "of q_proj and k_proj and the channels of q_conv1d and k_conv1d, so the state shrinks from dk × dv to "
-    "dk' × dv. Ratios can be uniform or per layer, set beside each layer's **rank utilization** (from the "
+    "dk' × dv. The pruned model keeps the original readout scale dk^-½, so it equals the original model with the "
+    "dropped channels zeroed (fla's default dk'^-½, the reference code's choice, is offered below). "
+    "Ratios can be uniform or per layer, set beside each layer's **rank utilization** (from the "
     "States & rank trace of the sidebar inputs); *Suggest from rank* prunes low-utilization layers more while "
     "keeping the mean ratio at the target. fla's chunk kernel walks dk' in tiles of 64 rows, so the kernel time "
     "follows the tile count ⌈dk'/64⌉: only a dk' that is a multiple of 64 fills every tile, and only crossing a "
@@ -59,6 +61,7 @@ rounding = c3.selectbox("Round dk' to kernel tiles", roundings,
                         key=state.remembered("prune_round", 0, roundings)) or None
 state.remember("prune_round")
 st.caption(STRATEGIES[strategy].description)
+rescale = shrink.rescale_control()
 
 
 ratio, ratios = None, None
@@ -104,7 +107,7 @@ tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)
 
 prune_key = json.dumps({"model": list(ctx.key), "strategy": strategy, "dims": planned, "calibration": list(settings),
                         "context": context, "tokens": max_tokens, "pairs": pairs, "recall": recall_sequences,
-                        "timed": timed})  # the job belongs to these inputs
+                        "timed": timed, "rescale": rescale})  # the job belongs to these inputs
 if jobs.controls("prune", prune_key, "Prune", run_key="prune_run"):
     model, key, needs = ctx.model, ctx.key, STRATEGIES[strategy]
 
@@ -118,7 +121,7 @@ if jobs.controls("prune", prune_key, "Prune", run_key="prune_run"):
                 shrink.gradients(key, settings)
         job.report(0.25, "choosing channels and building a new model (the shared model is not changed)…")
         with cache.compute_lock():
-            result = prune(model, strategy, planned, calib, seed=settings.seed)
+            result = prune(model, strategy, planned, calib, seed=settings.seed, rescale=rescale)
         result.model.analysis_source = key.path  # recall models find their task beside the source
         job.report(0.4, "measuring the unpruned model (cached per setting)…")
         before = shrink.baseline(key, context, max_tokens, pairs, recall_sequences, timed)
@@ -161,12 +164,11 @@ columns = {"before": run["before"], "after pruning": run["after"]}
 if run["recovered"]:
     columns["after recovery"] = run["recovered"]["measure"]
 st.table(before_after_table(columns))
-notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype}",
+notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {RESCALES[result.info['rescale']]}",
          "Δ and %: change from the unpruned model (lower perplexity and kernel time are better)"]
 if "kernel" in run["after"]:
     notes.append(f"kernel timing: {kernel_label(run['before']['kernel'])} (before) and dk{result.dims[0]} (after)")
-if run["calib"]:
-    notes.append(f"calibration: {run['calib']}")
+notes.append(f"calibration: {run['calib'] or 'none (data-free strategy)'}")
 st.caption(" · ".join(notes))
 
 st.subheader("Recovery fine-tune (optional)")

@@ -203,3 +203,20 @@ def test_latency_sweep_draws_points_with_tile_boundaries(monkeypatch, lm_dir):
     assert "error_y" in spec["data"][0]  # IQR bars
     table = at.table[0].value
     assert table["dk"].tolist() == [16, 80] and {"median (ms)", "IQR (ms)", "repeats"} <= set(table.columns)
+
+
+def test_prune_readout_scale_is_a_labelled_choice_and_is_saved(monkeypatch, lm_dir, tmp_path):
+    import json
+    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
+    assert at.radio(key="w:prune_rescale").value == "original"          # pure channel removal by default
+    assert any("16 × 256 tokens by default" in c.value for c in at.caption)
+    at.selectbox(key="w:prune_strategy").set_value("l1")
+    at.radio(key="w:prune_rescale").set_value("default").run()
+    click(at, "prune_run")
+    assert any("the reference code's behaviour" in c.value and "calibration: none (data-free strategy)" in c.value
+               for c in at.caption)
+    monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))  # the dashboard saves by name under one root
+    at.text_input(key="w:prune_out").set_value("saved")
+    click(at, "prune_save")
+    assert json.loads((tmp_path / "saved" / "pruning.json").read_text())["rescale"] == "default"
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["readout_key_dims"] is None

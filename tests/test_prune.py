@@ -72,3 +72,22 @@ def test_prune_needs_calibration_and_fitting_dims():
         prune(model, "random", [16], None)
     with pytest.raises(AnalysisError, match="Unknown strategy"):
         prune(model, "nope", [16, 16], None)
+
+
+def test_cli_prune_says_readout_scale_and_calibration_used(tiny_dirs, tmp_path):
+    from analysis.cli import main
+    common = ["--ratio", "0.5", "--eval-tokens", "256", "--calib-sequences", "3", "--calib-tokens", "32"]
+    assert main(["prune", str(tiny_dirs["delta_net"]), "--strategy", "wanda", "--rescale", "default", *common,
+                 "--out", str(tmp_path / "a"), "--json", str(tmp_path / "a.json")]) == 0
+    payload = json.loads((tmp_path / "a.json").read_text())
+    assert payload["rescale"] == "default" and "reference code" in payload["readout"]
+    assert payload["calibration"] == "3×32 tokens of the Shakespeare train split"
+    saved = json.loads((tmp_path / "a" / "pruning.json").read_text())
+    assert saved["rescale"] == "default" and saved["readout_key_dims"] is None
+    assert main(["prune", str(tiny_dirs["delta_net"]), "--strategy", "l1", *common,
+                 "--out", str(tmp_path / "b"), "--json", str(tmp_path / "b.json")]) == 0
+    payload = json.loads((tmp_path / "b.json").read_text())
+    assert payload["rescale"] == "original" and payload["calibration"] == "none (data-free)"
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["readout_key_dims"] == [32, 32]
+    with pytest.raises(AnalysisError, match="one of original, default"):
+        prune(build_tiny("delta_net"), "l1", [16, 16], rescale="dk-prime")

@@ -1,4 +1,6 @@
 """Every registered strategy through one interface, plus what makes each one what it claims to be."""
+import copy
+
 import pytest
 import torch
 
@@ -6,6 +8,7 @@ from analysis import data
 from analysis.calibration import calibrate
 from analysis.errors import AnalysisError
 from analysis.importance import jaccard, kept_masks
+from analysis.models import attention_layers
 from analysis.prune import plan_key_dims
 from analysis.strategies import STRATEGIES, get_strategy
 from conftest import build_tiny
@@ -59,6 +62,18 @@ def test_gradients_use_a_private_copy(model_and_calib):
     assert len(grads) == 2 and grads[0][0].shape == model.model.layers[0].attn.q_proj.weight.shape
     assert all(p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_gradients_weight_every_sequence_equally():
+    """5 sequences (not a multiple of the backward batch of 4) against one sequence at a time."""
+    model = build_tiny("gated_deltanet")
+    calib = calibrate(model, data.load_tokenizer(), n_sequences=5, seq_len=32)
+    reference = copy.deepcopy(model).float()
+    for seq in calib.input_ids:
+        reference(seq[None], labels=seq[None], use_cache=False).loss.backward()
+    for (gq, gk), attn in zip(calib.gradients(), attention_layers(reference)):
+        for got, want in ((gq, attn.q_proj.weight.grad), (gk, attn.k_proj.weight.grad)):
+            assert torch.allclose(got, want, rtol=1e-4, atol=1e-7 * want.abs().max().item())
 
 
 def test_drrqr_reports_rrqr_guarantee(model_and_calib):

@@ -15,6 +15,7 @@ import torch
 from analysis.calibration import Calibration, calibrate
 from analysis.importance import importance_report
 from analysis.measure import measure
+from analysis.prune import RESCALES
 from analysis.recall import recall_batch
 from analysis.strategies import STRATEGIES
 from ui import cache, memo, state
@@ -24,6 +25,11 @@ from ui.keys import ModelKey
 
 CALIB_BATCH = 8  # analysis.calibration runs its sequences 8 at a time: one forward pass each
 RECALL_PAIRS = (4, 8, 16, 32)  # pair counts for recall accuracy (those above the task's key count are skipped)
+CALIBRATION_USE = (
+    "Random and L1 use no data. Wanda (feature RMS of the attention input), gradient (one backward pass for "
+    "|W ⊙ ∇W L|, every sequence weighted equally), PCA (key covariance) and DRRQR (post-convolution q/k "
+    "activations, at most 5,000 rows per head) use these windows: 16 × 256 tokens by default; raise them here "
+    "for the strategy you run.")
 
 
 class CalibSettings(NamedTuple):
@@ -50,7 +56,21 @@ def calibration_controls(ctx: Context) -> CalibSettings:
             c2.caption(f"Recall sequences are {t} tokens long (fixed by the task).")
         seed = c3.number_input("Seed", 0, 10**6, key=state.remembered("calib_seed", 0), step=1)
         state.remember("calib_seed")
+        st.caption(CALIBRATION_USE if ctx.task is None else
+                   "Random and L1 use no data; the other strategies use these synthetic recall sequences.")
     return CalibSettings(int(n), int(t), int(seed))
+
+
+def rescale_control() -> str:
+    """Readout scale of the pruned layers: the original (pure channel removal) unless asked otherwise."""
+    names = list(RESCALES)
+    choice = st.radio("Readout scale", names, horizontal=True, format_func=RESCALES.get,
+                      key=state.remembered("prune_rescale", "original", names),
+                      help="The original dk^-½ makes the pruned model the original one with the dropped channels "
+                           "zeroed. fla's default dk'^-½ is what the reference code does; it changes the output "
+                           "beyond the lost channels.")
+    state.remember("prune_rescale")
+    return choice
 
 
 @memo.memoized("calibration", max_entries=4)

@@ -20,9 +20,17 @@ def _ratios(args):
 
 
 def _calib_args(p):
-    p.add_argument("--calib-sequences", type=whole(1), default=16, help="train-split windows for calibration")
+    p.add_argument("--calib-sequences", type=whole(1), default=16,
+                   help="Shakespeare train-split windows for calibration (wanda, grad, pca, drrqr; random and l1 "
+                        "use no data)")
     p.add_argument("--calib-tokens", type=whole(1), default=256, help="tokens per calibration window")
     p.add_argument("--seed", type=whole(0), default=0)
+
+
+def _rescale_arg(p):
+    from analysis.prune import RESCALES
+    p.add_argument("--rescale", choices=list(RESCALES), default="original",
+                   help="readout scale of the pruned layers: " + "; ".join(f"{k}: {v}" for k, v in RESCALES.items()))
 
 
 def _setup_importance(p):
@@ -60,13 +68,14 @@ def _setup_prune(p):
                    help="replace --out if it is a model directory this tool wrote (nothing else is ever replaced)")
     p.add_argument("--recover-steps", type=whole(0), default=0, help="fine-tune q/k for this many steps afterwards")
     p.add_argument("--eval-tokens", type=whole(1), default=8192, help="test tokens for the before/after perplexity")
+    _rescale_arg(p)
     _calib_args(p)
 
 
 def run_prune(args) -> None:
     from analysis.calibration import calibrate
     from analysis.evaluate import perplexity
-    from analysis.prune import plan_key_dims, prune, pruning_metadata, save_model, tiles
+    from analysis.prune import RESCALES, plan_key_dims, prune, pruning_metadata, save_model, tiles
     from analysis.recovery import recover
     from analysis.safe_io import check_new_dir
     from analysis.strategies import get_strategy
@@ -78,11 +87,13 @@ def run_prune(args) -> None:
     dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
     calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
         if strategy.needs_calibration else None
-    result = prune(model, args.strategy, dims, calib, seed=args.seed)
+    result = prune(model, args.strategy, dims, calib, seed=args.seed, rescale=args.rescale)
     before = perplexity(model, tokenizer, "test", max_tokens=args.eval_tokens)
     after = perplexity(result.model, tokenizer, "test", max_tokens=args.eval_tokens)
     pruned = result.model
     payload = {**meta, "strategy": args.strategy, "head_k_dims": dims, "tiles_per_head": tiles(dims),
+               "rescale": args.rescale, "readout": RESCALES[args.rescale],
+               "calibration": calib.label if calib is not None else "none (data-free)",
                "perplexity_before": before, "perplexity_after": after}
     if args.recover_steps:
         pruned, losses = recover(pruned, tokenizer, steps=args.recover_steps, seed=args.seed,
@@ -93,7 +104,8 @@ def run_prune(args) -> None:
     metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
     save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT)
     payload["out"] = args.out
-    lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)})",
+    lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)}), "
+             f"{RESCALES[args.rescale]}; calibration: {payload['calibration']}",
              f"test perplexity {before['perplexity']:.2f} -> {after['perplexity']:.2f} "
              f"({after['tokens']} tokens, context {after['context']}, {after['dataset']})"]
     if args.recover_steps:
@@ -172,6 +184,7 @@ def _setup_sweep(p):
     p.add_argument("--recover-steps", type=whole(0), default=0)
     p.add_argument("--no-latency", action="store_true")
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
+    _rescale_arg(p)
     _calib_args(p)
 
 
@@ -183,8 +196,8 @@ def run_sweep(args) -> None:
     results = []
     for point in sweep(model, tokenizer, args.strategies.split(","), ratios, split=args.split, context=args.context,
                        eval_tokens=args.eval_tokens, recover_steps=args.recover_steps,
-                       calib_sequences=args.calib_sequences, seed=args.seed, latency=not args.no_latency,
-                       use_cache=not args.no_cache):
+                       calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed,
+                       latency=not args.no_latency, use_cache=not args.no_cache, rescale=args.rescale):
         results.append(point)
         if args.json != "-":
             extra = "" if point["strategy"] == "unpruned" else f" ({point['delta_vs_unpruned']:+.1%})"
