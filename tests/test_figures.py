@@ -130,7 +130,10 @@ def test_titles_wrap_at_natural_breaks_and_stay_clear_of_the_toolbar():
 
 def test_log_axes_use_exponents_not_si_prefixes():
     spectrum = figures.singular_spectrum({"after token 7": [1.0, 1e-15]}, "t")
-    noise = figures.retrieval_error_vs_snr([0], [{"name": "d", "mc_raw": [1], "mc_renorm": [1], "pred_raw": [1],
-                                                  "pred_renorm": [1]}], "t")
+    curve = {"median": [1.0], "q25": [0.9], "q75": [1.1]}
+    probe = {"name": "d", "predicted_raw": curve, "first_order": curve, "second_order": curve,
+             "first_order_valid": [True], "first_order_valid_from_snr_db": 0.0, "second_order_valid": [True],
+             "second_order_valid_from_snr_db": 0.0, "mc_raw_rms": curve, "mc_rms": curve}
+    noise = figures.retrieval_error_vs_snr([0], [probe], "t")
     for fig in (spectrum, noise):
         assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.exponentformat == "e"
