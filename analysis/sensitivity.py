@@ -31,6 +31,8 @@ from analysis.sweep import _cached, fingerprint
 METRICS = ("ppl", "recall")
 RESULTS_DIR = REPO_ROOT / "sample_models" / "results"
 MAP_RECALL_SEED = 4321  # recall sequences the map is measured on (recall_report's test seed is 1234)
+DEFAULT_RATIOS = (0.25, 0.5, 0.75, 0.875)   # the shipped maps' ratios (dk 64 → 48, 32, 16, 8)
+DEFAULT_EVAL_TOKENS = 4096
 MAX_EVAL_TOKENS = 1_000_000
 MAX_RECALL_SEQUENCES = 16_384
 PROFILE_SEQUENCES = 4  # rank utilization of the final state: the first calibration sequences suffice
@@ -43,7 +45,7 @@ class MapSettings:
     metric: str = "ppl"               # "ppl" (Δ log perplexity) or "recall" (drop in recall accuracy)
     split: str = "validation"
     context: int = 256
-    eval_tokens: int = 8192
+    eval_tokens: int = DEFAULT_EVAL_TOKENS
     calib_sequences: int = 16
     calib_tokens: int = 256
     seed: int = 0
@@ -52,6 +54,20 @@ class MapSettings:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "ratios": list(self.ratios)}
+
+
+def recall_task(model) -> RecallTask | None:
+    """The recall task a model was trained on, or None for a language model."""
+    path = Path(getattr(model, "analysis_source", "") or "") / "training.json"
+    if not path.is_file():
+        return None
+    try:
+        if json.loads(path.read_text()).get("task") != "recall":
+            return None
+    except (OSError, json.JSONDecodeError):
+        return None
+    from analysis.recall_eval import task_of
+    return task_of(model)
 
 
 def check_settings(model, s: MapSettings, task: RecallTask | None) -> None:
@@ -92,7 +108,7 @@ def layer_profile(model, input_ids: torch.Tensor) -> list[dict]:
         u = u[torch.isfinite(u)]
         rows.append({"layer": layer, "head_k_dim": attn.head_k_dim, "heads": heads, "value_dim": attn.head_v_dim,
                      "state_bytes": heads * attn.head_k_dim * attn.head_v_dim * 4,
-                     "rank_utilization": float(u.mean()) if u.numel() else float("nan")})
+                     "rank_utilization": float(u.mean()) if u.numel() else None})
     return rows
 
 

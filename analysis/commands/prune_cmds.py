@@ -52,6 +52,8 @@ def _setup_prune(p):
     p.add_argument("--recover-steps", type=int, default=0, help="fine-tune q/k for this many steps afterwards")
     p.add_argument("--eval-tokens", type=int, default=8192, help="test tokens for the before/after perplexity")
     _calib_args(p)
+    from analysis.commands.sensitivity_cmds import add_allocate_args
+    add_allocate_args(p)
 
 
 def run_prune(args) -> None:
@@ -67,6 +69,11 @@ def run_prune(args) -> None:
         raise AnalysisError(f"{args.out} already exists; choose a new --out directory or pass --overwrite.")
     strategy = get_strategy(args.strategy)
     model, tokenizer, meta = load(args)
+    allocation = None
+    if args.allocate:  # per-layer ratios from the sensitivity map (see analysis/allocate.py)
+        from analysis.commands.sensitivity_cmds import allocation_for, allocation_report
+        allocation = allocation_for(args, model, tokenizer)
+        ratio, ratios = None, allocation[0].ratios
     dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
     calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
         if strategy.needs_calibration else None
@@ -76,6 +83,8 @@ def run_prune(args) -> None:
     pruned = result.model
     payload = {**meta, "strategy": args.strategy, "head_k_dims": dims, "tiles_per_head": tiles(dims),
                "perplexity_before": before, "perplexity_after": after}
+    if allocation:
+        payload["allocation"] = allocation_report(args, model, tokenizer, *allocation)
     if args.recover_steps:
         pruned, losses = recover(pruned, tokenizer, steps=args.recover_steps, seed=args.seed,
                                  progress=lambda s, n, loss: print(f"recovery step {s}/{n} loss {loss:.3f}")
