@@ -2,7 +2,10 @@
 
 The same index set slices rows of q_proj and k_proj and channels of q_conv1d and k_conv1d, so q·k
 products over the kept channels are unchanged before the in-kernel l2 norm (which then renormalises
-over the survivors, and the default scale becomes dk'^-1/2). The input model is never modified.
+over the survivors). By default the pruned model keeps each layer's original readout scale dk^-1/2, so it
+equals the original model with the dropped channels zeroed (pure channel removal, see
+analysis.pruned_models); rescale="default" keeps fla's dk'^-1/2 instead, as the reference code does.
+The input model is never modified.
 """
 from __future__ import annotations
 
@@ -18,10 +21,12 @@ import torch
 
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS, attention_layers
-from analysis.pruned_models import MAX_KERNEL_KEY_DIM, PRUNED_CONFIG_FOR
+from analysis.pruned_models import MAX_KERNEL_KEY_DIM, PRUNED_CONFIG_FOR, readout_key_dims
 from analysis.strategies import Selection, get_strategy
 
 ROUNDINGS = (None, 16, 32, 64)
+RESCALES = {"original": "original readout scale dk^-1/2 (pure channel removal)",
+            "default": "fla's default readout scale dk'^-1/2 (the reference code's behaviour)"}
 
 
 def key_dims(model) -> list[int]:
@@ -70,8 +75,16 @@ class PruneResult:
     info: dict = field(default_factory=dict)
 
 
-def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0) -> PruneResult:
+def check_rescale(rescale: str) -> str:
+    if rescale not in RESCALES:
+        raise AnalysisError(f"Readout scale must be one of {', '.join(RESCALES)}, got {rescale!r}.")
+    return rescale
+
+
+def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0,
+          rescale: str = "original") -> PruneResult:
     """A new model keeping `dims[l]` channels per head in layer l, chosen by `strategy`."""
+    check_rescale(rescale)
     strat = get_strategy(strategy)
     original = key_dims(model)
     if len(dims) != len(original) or any(not 1 <= d <= o for d, o in zip(dims, original)):
@@ -79,19 +92,27 @@ def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0
     if strat.needs_calibration and calibration is None:
         raise AnalysisError(f"The {strat.label} strategy needs calibration data; run calibrate() first.")
     selections = strat.select(model, calibration, dims, seed=seed)
-    return PruneResult(model=build_pruned(model, selections), strategy=strategy, dims=list(dims),
+    pruned = build_pruned(model, selections, rescale)
+    return PruneResult(model=pruned, strategy=strategy, dims=list(dims),
                        original_dims=original, selections=selections,
-                       info={"label": strat.label, "axis_aligned": strat.axis_aligned,
+                       info={"label": strat.label, "axis_aligned": strat.axis_aligned, "rescale": rescale,
+                             "readout_key_dims": pruned.config.readout_key_dims,
                              "details": [s.details for s in selections if s.details]})
 
 
-def build_pruned(model, selections: list[Selection]):
-    """Instantiate the pruned architecture and load the sliced (or PCA-projected) weights, strictly."""
+def build_pruned(model, selections: list[Selection], rescale: str = "original"):
+    """Instantiate the pruned architecture and load the sliced (or PCA-projected) weights, strictly.
+
+    rescale="original" keeps the input model's effective readout scale per layer (its own, or the one it
+    kept from an earlier prune); "default" lets fla read out at dk'^-1/2.
+    """
     from transformers import AutoModelForCausalLM
+    check_rescale(rescale)
     dims = [s.kept for s in selections]
     config_cls = PRUNED_CONFIG_FOR[model.config.model_type]
     base = {k: v for k, v in model.config.to_dict().items() if k not in ("model_type", "architectures")}
-    config = config_cls(**{**base, "head_k_dims": dims})
+    readout = readout_key_dims(model) if rescale == "original" else None
+    config = config_cls(**{**base, "head_k_dims": dims, "readout_key_dims": readout})
     if max(dims) > MAX_KERNEL_KEY_DIM:
         raise AnalysisError(f"Key dim {max(dims)} exceeds fla's kernel limit of {MAX_KERNEL_KEY_DIM}.")
     param = next(model.parameters())
@@ -145,6 +166,7 @@ def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = N
 def pruning_metadata(result: PruneResult, source: str, ratios) -> dict:
     return {"source": source, "strategy": result.strategy, "label": result.info["label"],
             "axis_aligned": result.info["axis_aligned"], "ratios": ratios, "original_head_k_dims": result.original_dims,
-            "head_k_dims": result.dims, "tiles_per_head": tiles(result.dims),
+            "head_k_dims": result.dims, "rescale": result.info["rescale"], "readout": RESCALES[result.info["rescale"]],
+            "readout_key_dims": result.info["readout_key_dims"], "tiles_per_head": tiles(result.dims),
             "kept_indices": [s.indices.tolist() if s.indices is not None else None for s in result.selections],
             "details": result.info["details"]}

@@ -4,6 +4,15 @@
 list in the config: the model is built as fla builds it, then each layer's q/k projections and q/k
 short convolutions are re-created at that layer's key dim. The layers stay fla's own classes, so
 fla's Triton kernels run them on GPU and `from_pretrained` round-trips them after `import analysis`.
+
+Pruning is pure channel removal: the pruned model equals the original with the dropped q/k channels
+zeroed, at the ORIGINAL readout scale dk^-1/2. fla's layers read out at dk'^-1/2 (no config field sets
+the scale), i.e. c = sqrt(dk/dk') times the original o, and o reaches only the per-head output norm.
+`readout_key_dims` (the key dim whose ^-1/2 each layer's readout should keep) sets that norm's eps to
+eps·dk/dk', which is exact: RMSNorm(c·o, c²·eps) = RMSNorm(o, eps), gated or not, on CPU (analysis.cpu_ops)
+and GPU (fla's kernels read `o_norm.eps` at every call). A plain fla config cannot say this: its one
+`norm_eps` also sets the block norms. `readout_key_dims` absent (models saved before it existed, or
+`--rescale default`) keeps fla's dk'^-1/2, the reference code's behaviour.
 """
 from __future__ import annotations
 
@@ -34,32 +43,43 @@ def set_key_dim(attn: nn.Module, head_k_dim: int) -> None:
         attn.head_dim = head_k_dim
 
 
+def keep_readout_scale(attn: nn.Module, readout_key_dim: int) -> None:
+    """Make the layer's normalised output that of readout scale readout_key_dim^-1/2 (see the module doc)."""
+    attn.o_norm.eps = attn.o_norm.eps * readout_key_dim / attn.head_k_dim
+
+
 def _apply_key_dims(model) -> None:
     dims = model.config.head_k_dims
     if dims is None:
         return
     layers = model.model.layers
-    if len(dims) != len(layers):
-        raise ValueError(f"head_k_dims has {len(dims)} entries for {len(layers)} layers")
-    for block, dk in zip(layers, dims):
+    readout = getattr(model.config, "readout_key_dims", None)
+    for name, values in (("head_k_dims", dims), ("readout_key_dims", readout)):
+        if values is not None and len(values) != len(layers):
+            raise ValueError(f"{name} has {len(values)} entries for {len(layers)} layers")
+    for i, (block, dk) in enumerate(zip(layers, dims)):
         if dk != block.attn.head_k_dim:
             set_key_dim(block.attn, int(dk))
+        if readout is not None:
+            keep_readout_scale(block.attn, int(readout[i]))
 
 
 class PrunedDeltaNetConfig(DeltaNetConfig):
     model_type = "pruned_delta_net"
 
-    def __init__(self, head_k_dims: list[int] | None = None, **kwargs):
+    def __init__(self, head_k_dims: list[int] | None = None, readout_key_dims: list[int] | None = None, **kwargs):
         super().__init__(**kwargs)
         self.head_k_dims = head_k_dims
+        self.readout_key_dims = readout_key_dims
 
 
 class PrunedGatedDeltaNetConfig(GatedDeltaNetConfig):
     model_type = "pruned_gated_deltanet"
 
-    def __init__(self, head_k_dims: list[int] | None = None, **kwargs):
+    def __init__(self, head_k_dims: list[int] | None = None, readout_key_dims: list[int] | None = None, **kwargs):
         super().__init__(**kwargs)
         self.head_k_dims = head_k_dims
+        self.readout_key_dims = readout_key_dims
 
 
 class PrunedDeltaNetForCausalLM(DeltaNetForCausalLM):
@@ -76,6 +96,13 @@ class PrunedGatedDeltaNetForCausalLM(GatedDeltaNetForCausalLM):
     def __init__(self, config):
         super().__init__(config)
         _apply_key_dims(self)
+
+
+def readout_key_dims(model) -> list[int]:
+    """Per layer, the key dim whose ^-1/2 the model's readout effectively uses (its own dk unless pruned)."""
+    layers = model.model.layers
+    kept = getattr(model.config, "readout_key_dims", None)
+    return [int(d) for d in kept] if kept is not None else [int(b.attn.head_k_dim) for b in layers]
 
 
 PRUNED_CONFIG_FOR = {"delta_net": PrunedDeltaNetConfig, "gated_deltanet": PrunedGatedDeltaNetConfig,
