@@ -47,10 +47,18 @@ class MapSettings:
     context: int = 256
     eval_tokens: int = DEFAULT_EVAL_TOKENS
     calib_sequences: int = 16
-    calib_tokens: int = 256
+    calib_tokens: int | None = 256
     seed: int = 0
     recall_pairs: int | None = None   # recall metric: stored pairs per sequence (default: the trained count)
     recall_sequences: int = 256
+
+    def __post_init__(self):
+        """Settings the metric ignores take one fixed value, so equal maps have equal settings (and cache keys)."""
+        ignored = ({"split": "validation", "context": 256, "eval_tokens": DEFAULT_EVAL_TOKENS, "calib_tokens": None}
+                   if self.metric == "recall" else {"recall_pairs": None, "recall_sequences": 256})
+        for name, value in ignored.items():  # recall: sequence length fixed by the task
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "ratios", tuple(float(r) for r in self.ratios))
 
     def as_dict(self) -> dict:
         return {**asdict(self), "ratios": list(self.ratios)}
@@ -115,8 +123,9 @@ def layer_profile(model, input_ids: torch.Tensor) -> list[dict]:
 def _code_version() -> str:
     """Cached points depend on the pruning code, not only on the weights: a fix to it must not be served stale."""
     h = hashlib.sha256()
-    for name in ("prune.py", "pruned_models.py", "sensitivity.py"):
-        h.update((Path(__file__).parent / name).read_bytes())
+    here = Path(__file__).parent
+    for path in [here / "prune.py", here / "pruned_models.py", *sorted((here / "strategies").glob("*.py"))]:
+        h.update(path.read_bytes())
     return h.hexdigest()[:12]
 
 
@@ -159,8 +168,13 @@ def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None):
     return calib
 
 
-def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True):
-    """Yield the unpruned baseline, then one point per (ratio, layer): that layer pruned alone at that ratio."""
+def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
+                       get_calibration=None):
+    """Yield the unpruned baseline, then one point per (ratio, layer): that layer pruned alone at that ratio.
+
+    get_calibration: a zero-argument callable returning the calibration (called only when a point is
+    computed, not served from the cache); by default `calibration_for` with the map's settings.
+    """
     check_settings(model, s, task)
     measure = _Measure(tokenizer, s, task)
     param = next(model.parameters())
@@ -177,7 +191,7 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
             def compute(layer=layer, ratio=ratio):
                 nonlocal calib
                 if calib is None and get_strategy(s.strategy).needs_calibration:
-                    calib = calibration_for(model, tokenizer, s, task)
+                    calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task)
                 dims = plan_key_dims(model, ratios=[ratio if i == layer else 0.0 for i in range(n_layers)])
                 pruned = prune(model, s.strategy, dims, calib, seed=s.seed).model
                 out = measure(pruned)
