@@ -38,9 +38,10 @@ OUT = Path(__file__).resolve().parent.parent / "sample_models" / "results" / "se
 
 
 def main(names: list[str]) -> None:
-    evidence = json.loads(OUT.read_text()) if OUT.exists() else {"models": {}}
     for name in names:
-        evidence["models"][name] = evaluate_model(name)
+        result = evaluate_model(name)
+        evidence = json.loads(OUT.read_text()) if OUT.exists() else {"models": {}}  # others may have written
+        evidence["models"][name] = result
         evidence["table"], evidence["caption"] = table(evidence["models"])
         write_json(evidence, str(OUT))
         print(json.dumps(evidence["table"], indent=1), flush=True)

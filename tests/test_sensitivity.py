@@ -171,3 +171,22 @@ def test_section_stops_and_resumes(monkeypatch, lm_dir):
     click(at, "sensitivity:run")
     assert all(v is not None for row in _map_chart(at) for v in row)
     assert calls == [False, False, True, True, False, False, False]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_shipped_map_opens_at_once_for_a_bundled_sample(monkeypatch):
+    from analysis.models import SAMPLES_DIR
+    from analysis.sensitivity import shipped_map_path
+    from test_app_shrink import open_page
+    if not shipped_map_path("deltanet-small", "l1").exists():
+        pytest.skip("the shipped deltanet-small map is not built (sample_models/sensitivity_maps.sh)")
+    calls = []
+    monkeypatch.setattr("ui.sensitivity_view.sensitivity_points", lambda *a, **k: calls.append(1) or iter(()))
+    at = open_page(monkeypatch, SAMPLES_DIR / "deltanet-small", "pages/prune.py")
+    at.number_input(key="w:calib_sequences").set_value(16).run()  # the shipped map's calibration settings
+    at.number_input(key="w:calib_tokens").set_value(256).run()
+    at.selectbox(key="w:prune_strategy").set_value("l1").run()
+    z = _map_chart(at)
+    assert len(z) == 4 and all(v is not None for row in z for v in row)
+    assert any("shipped with the sample" in c.value for c in at.caption)
+    assert at.button(key="sensitivity:run").label == "Run again (cached)" and not calls

@@ -117,6 +117,10 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         return
     entry = _entry(ctx, s)
     points = entry["points"]
+    shipped = sorted(p.stem.rsplit("-", 1)[1] for p in RESULTS_DIR.glob(f"sensitivity-{ctx.name}-*.json"))
+    if not points and shipped:
+        st.info(f"Maps shipped with {ctx.name} (default map settings): {', '.join(shipped)}; choose that strategy "
+                "above to see one at once, or run this one.")
     expected = 1 + ctx.info.layers * len(ratios)
     label = "Run map" if not points else "Resume map" if len(points) < expected else "Run again (cached)"
     jobs.buttons(JOB, label)
