@@ -123,5 +123,26 @@ def table(models_: dict) -> tuple[list[dict], str]:
     return out, caption
 
 
+
+
+def markdown(path: Path = OUT) -> str:
+    """The README table from the evidence JSON: `python benchmarks/sensitivity_evidence.py --markdown`."""
+    e = json.loads(path.read_text())
+    fmt = lambda v: f"{v:.2f}" if v > 1.5 else f"{v:.4f}"  # noqa: E731  perplexity or recall accuracy
+    lines = ["| model (unpruned) | mean ρ | plan | best strategy | dk′ per layer | state bytes | measured (best) | "
+             "measured with l1 | predicted vs measured loss (validation) |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, m in e["models"].items():
+        for row in m["rows"]:
+            b = row["best"]
+            l1 = next((a for a in row["all"] if a["strategy"] == "l1"), None)
+            pv = (f"{b['predicted_loss']:+.4f} vs {b['measured_loss']:+.4f}" if "predicted_loss" in b else "–")
+            lines.append(f"| {name} ({fmt(m['unpruned'])}) | {row['target']} | {row['plan']} | {b['strategy']} | "
+                         f"{' '.join(map(str, b['dims']))} | {b['state_bytes']:,} | **{fmt(b['value'])}** | "
+                         f"{fmt(l1['value']) if l1 else '–'} | {pv} |")
+    return "\n".join(lines) + "\n\n" + e["caption"]
+
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["deltanet-small", "gated-deltanet-small", "deltanet-recall"])
+    if sys.argv[1:] == ["--markdown"]:
+        print(markdown())
+    else:
+        main(sys.argv[1:] or ["deltanet-small", "gated-deltanet-small", "deltanet-recall"])
