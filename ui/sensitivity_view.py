@@ -145,7 +145,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                                                g.dims if g else empty, loss_label, value_label, title),
                            key=f"sens_chart_{drawn[0]}")
         if entry["profile"]:
-            table.table(_profile_table(entry["profile"]).style.format({"rank util. u": "{:.3f}",
+            table.dataframe(_profile_table(entry["profile"]).style.format({"rank util. u": "{:.3f}",
                                                                        "state bytes": "{:,}"}))
         return smap
 
@@ -209,7 +209,7 @@ def _allocation_check(ctx: Context, calib: shrink.CalibSettings) -> None:
                 st.error(str(exc))
     check = st.session_state.get(CHECK)
     if check and check["key"] == ctx.key and check["dims"] == alloc.dims:
-        st.table(pd.DataFrame({"predicted (additive)": [alloc.baseline_value, check["predicted_value"],
+        st.dataframe(pd.DataFrame({"predicted (additive)": [alloc.baseline_value, check["predicted_value"],
                                                         check["predicted_loss"]],
                                "measured": [alloc.baseline_value, check["measured_value"], check["measured_loss"]]},
                               index=["unpruned", "pruned", "loss"]).style.format("{:.4f}"))
@@ -224,5 +224,5 @@ def _evidence() -> None:
     except (OSError, json.JSONDecodeError):
         return
     with st.expander("Evidence: uniform vs rank-suggested vs sensitivity-allocated (bundled samples)"):
-        st.table(pd.DataFrame(rows["table"]))
+        st.dataframe(pd.DataFrame(rows["table"]), hide_index=True)
         st.caption(rows["caption"])
