@@ -13,7 +13,7 @@ from analysis.models import TILE_ROWS
 from analysis.prune import RESCALES, ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
 from analysis.recovery import recover
 from analysis.strategies import STRATEGIES
-from ui import cache, frame, jobs, shrink, shrink_figures, state
+from ui import cache, frame, jobs, sensitivity_view, shrink, shrink_figures, state
 from ui.context import current
 from ui.errors import guard
 from ui.explain import explainer
@@ -85,6 +85,8 @@ with left:
                f"kernel tiles of {TILE_ROWS} key rows per head · device {ctx.key.device} · dtype {ctx.key.dtype}")
 with right:
     st.plotly_chart(shrink_figures.key_dim_plan(dims, planned, TILE_ROWS), key="prune_plan")
+
+sensitivity_view.section(ctx, strategy, settings, rounding)  # layer-sensitivity map + allocator (ui/sensitivity_view.py)
 
 with st.expander("Evaluation settings (test split; kernel timing)"):
     e1, e2, e3 = st.columns(3)

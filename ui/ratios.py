@@ -32,12 +32,16 @@ def per_layer_ratios(ctx: Context, round_to: int | None) -> list[float]:
     """One row per layer: its rank utilization as a bar next to its ratio input; returns the ratios."""
     dims = ctx.info.head_k_dims
     profile = shrink.rank_profile(ctx)
-    t1, t2 = st.columns([1, 2], vertical_alignment="bottom")
+    t1, t2, t3 = st.columns([1, 1, 1], vertical_alignment="bottom")
     t1.number_input("Target mean ratio", 0.0, 0.9, key=state.remembered("suggest_target", 0.5), step=0.05)
     state.remember("suggest_target")
     t2.button("Suggest from rank", on_click=_suggest, args=(profile, round_to, dims), key="suggest",
               help="Keep a fraction of each layer's channels proportional to its rank utilization, averaging "
                    "(weighted by dk) to the target; tile-aware when rounding is on.")
+    from ui.sensitivity_view import allocate_into_inputs
+    t3.button("Allocate from sensitivity", on_click=allocate_into_inputs, args=(ctx.key, round_to), key="allocate",
+              help="Least predicted loss from the Layer sensitivity map below, at the state bytes of the uniform "
+                   "plan at the target mean ratio (exact knapsack over the measured, tile-rounded dims).")
     if state.get(ERROR_KEY):
         st.error(state.get(ERROR_KEY))
     shown = state.get(NOTE_KEY)

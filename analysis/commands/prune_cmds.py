@@ -14,6 +14,10 @@ RATIOS = number_list(0, 1, hi_open=True)
 def _ratios(args):
     if args.ratio is not None and args.ratios is not None:
         raise AnalysisError("Give either --ratio (one ratio for all layers) or --ratios (one per layer), not both.")
+    if getattr(args, "allocate", None):
+        if args.ratio is not None or args.ratios is not None:
+            raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio / --ratios.")
+        return None, None
     if args.ratio is None and args.ratios is None:
         raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer).")
     return (None, args.ratios) if args.ratios is not None else (args.ratio, None)
@@ -70,6 +74,8 @@ def _setup_prune(p):
     p.add_argument("--eval-tokens", type=whole(1), default=8192, help="test tokens for the before/after perplexity")
     _rescale_arg(p)
     _calib_args(p)
+    from analysis.commands.sensitivity_cmds import add_allocate_args
+    add_allocate_args(p)
 
 
 def run_prune(args) -> None:
@@ -84,6 +90,11 @@ def run_prune(args) -> None:
     strategy = get_strategy(args.strategy)
     model, tokenizer, meta = load(args)
     require_text_model(model, tokenizer, "prune")
+    allocation = None
+    if args.allocate:  # per-layer ratios from the sensitivity map (see analysis/allocate.py)
+        from analysis.commands.sensitivity_cmds import allocation_for, allocation_report
+        allocation = allocation_for(args, model, tokenizer)
+        ratio, ratios = None, allocation[0].ratios
     dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
     calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
         if strategy.needs_calibration else None
@@ -95,6 +106,8 @@ def run_prune(args) -> None:
                "rescale": args.rescale, "readout": RESCALES[args.rescale],
                "calibration": calib.label if calib is not None else "none (data-free)",
                "perplexity_before": before, "perplexity_after": after}
+    if allocation:
+        payload["allocation"] = allocation_report(args, model, tokenizer, *allocation)
     if args.recover_steps:
         pruned, losses = recover(pruned, tokenizer, steps=args.recover_steps, seed=args.seed,
                                  progress=lambda s, n, loss: print(f"recovery step {s}/{n} loss {loss:.3f}")

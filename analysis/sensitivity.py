@@ -1,0 +1,292 @@
+"""Layer-sensitivity map: prune ONE layer at a time at each ratio (all other layers intact) and measure the loss.
+
+For a language model the loss of a point is Δ log perplexity (nats per scored token, additive over
+layers under the allocator's model); for a recall-trained model it is the drop in recall accuracy.
+Points come from a generator through the sweep's on-disk cache (`analysis.sweep._cached`), so a map
+is resumable and a rerun is instant. Each layer also carries its rank utilization (final state of the
+calibration sequences, mean over sequences and heads) and its fp32 state bytes per sequence.
+
+By default the map is measured on the validation split (recall: sequences of a seed apart from the
+test seed), so an allocation chosen from it is judged on test data it never saw.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from analysis.calibration import calibrate
+from analysis.errors import AnalysisError
+from analysis.evaluate import perplexity
+from analysis.models import REPO_ROOT, attention_layers, describe
+from analysis.prune import key_dims, plan_key_dims, prune
+from analysis.recall import RecallTask, recall_accuracy, recall_batch
+from analysis.strategies import get_strategy
+from analysis.sweep import _cached, fingerprint
+
+METRICS = ("ppl", "recall")
+RESULTS_DIR = REPO_ROOT / "sample_models" / "results"
+MAP_RECALL_SEED = 4321  # recall sequences the map is measured on (recall_report's test seed is 1234)
+DEFAULT_RATIOS = (0.25, 0.5, 0.75, 0.875)   # the shipped maps' ratios (dk 64 → 48, 32, 16, 8)
+DEFAULT_EVAL_TOKENS = 4096
+MAX_EVAL_TOKENS = 1_000_000
+MAX_RECALL_SEQUENCES = 16_384
+PROFILE_SEQUENCES = 4  # rank utilization of the final state: the first calibration sequences suffice
+
+
+@dataclass(frozen=True)
+class MapSettings:
+    strategy: str
+    ratios: tuple[float, ...]
+    metric: str = "ppl"               # "ppl" (Δ log perplexity) or "recall" (drop in recall accuracy)
+    split: str = "validation"
+    context: int = 256
+    eval_tokens: int = DEFAULT_EVAL_TOKENS
+    calib_sequences: int = 16
+    calib_tokens: int | None = 256
+    seed: int = 0
+    recall_pairs: int | None = None   # recall metric: stored pairs per sequence (default: the trained count)
+    recall_sequences: int = 256
+
+    def __post_init__(self):
+        """Settings the metric ignores take one fixed value, so equal maps have equal settings (and cache keys)."""
+        ignored = ({"split": "validation", "context": 256, "eval_tokens": DEFAULT_EVAL_TOKENS, "calib_tokens": None}
+                   if self.metric == "recall" else {"recall_pairs": None, "recall_sequences": 256})
+        for name, value in ignored.items():  # recall: sequence length fixed by the task
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "ratios", tuple(float(r) for r in self.ratios))
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "ratios": list(self.ratios)}
+
+
+def recall_task(model) -> RecallTask | None:
+    """The recall task a model was trained on, or None for a language model."""
+    path = Path(getattr(model, "analysis_source", "") or "") / "training.json"
+    if not path.is_file():
+        return None
+    try:
+        if json.loads(path.read_text()).get("task") != "recall":
+            return None
+    except (OSError, json.JSONDecodeError):
+        return None
+    from analysis.recall_eval import task_of
+    return task_of(model)
+
+
+def check_settings(model, s: MapSettings, task: RecallTask | None) -> None:
+    """Every bad setting as one sentence, before any work starts."""
+    get_strategy(s.strategy)
+    if s.metric not in METRICS:
+        raise AnalysisError(f"Unknown metric {s.metric!r}; use ppl (perplexity) or recall (recall accuracy).")
+    if s.metric == "recall" and task is None:
+        raise AnalysisError("The recall metric needs a recall-trained model (such as deltanet-recall); "
+                            "use --metric ppl for a language model.")
+    if s.metric == "ppl" and task is not None:
+        raise AnalysisError("This recall-trained model has no text tokenizer, so perplexity means nothing for it; "
+                            "use --metric recall.")
+    if not s.ratios:
+        raise AnalysisError("Give at least one pruning ratio for the map, e.g. 0.25,0.5,0.75.")
+    if any(not 0 < r < 1 for r in s.ratios):
+        raise AnalysisError(f"Map ratios must lie strictly between 0 and 1, got {list(s.ratios)}.")
+    if not 1 <= s.eval_tokens <= MAX_EVAL_TOKENS:
+        raise AnalysisError(f"Evaluation tokens must be between 1 and {MAX_EVAL_TOKENS:,}, got {s.eval_tokens}.")
+    if not 1 <= s.recall_sequences <= MAX_RECALL_SEQUENCES:
+        raise AnalysisError(f"Recall sequences must be between 1 and {MAX_RECALL_SEQUENCES:,}, "
+                            f"got {s.recall_sequences}.")
+    if task is not None and s.recall_pairs is not None and not 1 <= s.recall_pairs <= task.n_keys:
+        raise AnalysisError(f"Recall pairs must be between 1 and the task's {task.n_keys} keys, got {s.recall_pairs}.")
+    for r in s.ratios:  # every ratio must leave at least one channel in every layer
+        for layer in range(len(key_dims(model))):
+            plan_key_dims(model, ratios=[r if i == layer else 0.0 for i in range(len(key_dims(model)))])
+
+
+def layer_profile(model, input_ids: torch.Tensor) -> list[dict]:
+    """Per layer: key dim, heads, value dim, fp32 state bytes per sequence and rank utilization of the final state."""
+    from analysis.states import collect_states
+    trace = collect_states(model, input_ids, positions=[input_ids.shape[1] - 1])
+    rows = []
+    for layer, (attn, lt) in enumerate(zip(attention_layers(model), trace.layers)):
+        heads = getattr(attn, "num_v_heads", attn.num_heads)
+        u = lt.metrics["rank_utilization"].double()
+        u = u[torch.isfinite(u)]
+        rows.append({"layer": layer, "head_k_dim": attn.head_k_dim, "heads": heads, "value_dim": attn.head_v_dim,
+                     "state_bytes": heads * attn.head_k_dim * attn.head_v_dim * 4,
+                     "rank_utilization": float(u.mean()) if u.numel() else None})
+    return rows
+
+
+def _code_version() -> str:
+    """Cached points depend on the pruning code, not only on the weights: a fix to it must not be served stale."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for path in [here / "prune.py", here / "pruned_models.py", *sorted((here / "strategies").glob("*.py"))]:
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+class _Measure:
+    """The map's quality measurement: perplexity of the split's first tokens, or recall accuracy."""
+
+    def __init__(self, tokenizer, s: MapSettings, task: RecallTask | None):
+        self.tokenizer, self.s = tokenizer, s
+        self.task = None if task is None else RecallTask(task.n_keys, task.n_values, s.recall_pairs or task.n_pairs,
+                                                         s.recall_pairs or task.n_pairs)
+
+    def __call__(self, model) -> dict:
+        if self.task is not None:
+            acc = recall_accuracy(model, self.task, self.s.recall_sequences, seed=MAP_RECALL_SEED)
+            return {"value": acc, "recall_accuracy": acc}
+        ppl = perplexity(model, self.tokenizer, self.s.split, self.s.context, max_tokens=self.s.eval_tokens)
+        return {"value": ppl["perplexity"], "perplexity": ppl["perplexity"], "dataset": ppl["dataset"],
+                "tokens": ppl["tokens"], "stride": ppl["stride"]}
+
+    def loss(self, value: float, base: float) -> float:
+        """Additive loss: Δ log perplexity (nats/token), or the drop in recall accuracy."""
+        return math.log(value / base) if self.task is None else base - value
+
+    def label(self) -> str:
+        if self.task is not None:
+            return (f"recall accuracy, {self.task.n_pairs} pairs, {self.s.recall_sequences} synthetic sequences "
+                    f"(seed {MAP_RECALL_SEED})")
+        from analysis.data import dataset_label
+        return (f"perplexity, {dataset_label(self.s.split)}, first {self.s.eval_tokens:,} tokens, "
+                f"context {self.s.context}")
+
+
+def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None):
+    """Train-split windows (recall models: synthetic sequences of the calibration seed)."""
+    if task is None:
+        return calibrate(model, tokenizer, s.calib_sequences, s.calib_tokens, s.seed)
+    ids, _ = recall_batch(task, s.calib_sequences, torch.Generator().manual_seed(s.seed))
+    calib = calibrate(model, None, input_ids=ids)
+    calib.label = f"{ids.shape[0]}×{ids.shape[1]} tokens of synthetic recall sequences (seed {s.seed})"
+    return calib
+
+
+def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
+                       get_calibration=None):
+    """Yield the unpruned baseline, then one point per (ratio, layer): that layer pruned alone at that ratio.
+
+    get_calibration: a zero-argument callable returning the calibration (called only when a point is
+    computed, not served from the cache); by default `calibration_for` with the map's settings.
+    """
+    check_settings(model, s, task)
+    measure = _Measure(tokenizer, s, task)
+    param = next(model.parameters())
+    base_key = {"kind": "sensitivity", "model": fingerprint(model), "code": _code_version(),
+                "device": str(param.device), "dtype": str(param.dtype),
+                **{k: v for k, v in s.as_dict().items() if k not in ("strategy", "ratios")}}
+    baseline = _cached({**base_key, "point": "unpruned"}, use_cache,
+                       lambda: {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model), **measure(model)})
+    yield baseline
+    n_layers = len(key_dims(model))
+    calib = None
+    for ratio in s.ratios:
+        for layer in range(n_layers):
+            def compute(layer=layer, ratio=ratio):
+                nonlocal calib
+                if calib is None and get_strategy(s.strategy).needs_calibration:
+                    calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task)
+                dims = plan_key_dims(model, ratios=[ratio if i == layer else 0.0 for i in range(n_layers)])
+                pruned = prune(model, s.strategy, dims, calib, seed=s.seed).model
+                out = measure(pruned)
+                return {"layer": layer, "ratio": ratio, "head_k_dim": dims[layer], "head_k_dims": dims, **out,
+                        "loss": measure.loss(out["value"], baseline["value"])}
+            yield _cached({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, use_cache, compute)
+
+
+def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], task: RecallTask | None = None,
+              name: str | None = None) -> dict:
+    """The map as JSON-ready data: settings, strategy, per-layer profile and every finished point."""
+    info = describe(model)
+    measure = _Measure(None, s, task)
+    base = next((p for p in points if p.get("layer") is None), None)
+    cells = [{k: p[k] for k in ("layer", "ratio", "head_k_dim", "value", "loss")} for p in points
+             if p.get("layer") is not None]
+    return {"kind": "sensitivity-map", "model": name or getattr(model, "analysis_name", None),
+            "weights_sha256": weights_digest(model), "model_type": info.model_type, "strategy": s.strategy,
+            "metric": s.metric, "measure": measure.label(),
+            "loss": "delta log perplexity (nats per token)" if s.metric == "ppl" else "drop in recall accuracy",
+            "settings": s.as_dict(), "device": info.device, "dtype": info.dtype,
+            "baseline": None if base is None else base["value"], "layers": profile, "points": cells,
+            "complete": len(cells) == len(s.ratios) * info.layers}
+
+
+def weights_digest(model) -> str | None:
+    """sha256 of the safetensors files the model was loaded from (None for a model built in memory)."""
+    source = getattr(model, "analysis_source", None)
+    files = sorted(Path(source).glob("*.safetensors")) if source and Path(source).is_dir() else []
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
+                on_point=None) -> dict:
+    """Run the whole map (cached points), calling on_point(point) as each finishes."""
+    calib_ids = profile_inputs(model, tokenizer, s, task)
+    profile = layer_profile(model, calib_ids)
+    points = []
+    for point in sensitivity_points(model, tokenizer, s, task, use_cache):
+        points.append(point)
+        if on_point:
+            on_point(point)
+    return build_map(model, s, profile, points, task)
+
+
+def profile_inputs(model, tokenizer, s: MapSettings, task: RecallTask | None) -> torch.Tensor:
+    """The sequences the rank utilization is measured on: the first few calibration sequences."""
+    from analysis import data
+    n = min(s.calib_sequences, PROFILE_SEQUENCES)
+    if task is None:
+        return data.calibration_batches(tokenizer, s.calib_sequences, s.calib_tokens, seed=s.seed)[:n]
+    return recall_batch(task, s.calib_sequences, torch.Generator().manual_seed(s.seed))[0][:n]
+
+
+def shipped_map_path(name: str, strategy: str) -> Path:
+    return RESULTS_DIR / f"sensitivity-{name}-{strategy}.json"
+
+
+def load_shipped(model, name: str, s: MapSettings) -> dict | None:
+    """The bundled map for this model and these exact settings, or None (different weights or settings)."""
+    path = shipped_map_path(name, s.strategy)
+    if not path.exists():
+        return None
+    try:
+        smap = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    info = describe(model)
+    same = (smap.get("settings") == s.as_dict() and smap.get("weights_sha256") == weights_digest(model)
+            and smap.get("device") == info.device and smap.get("dtype") == info.dtype)
+    return smap if same else None
+
+
+@dataclass
+class MapGrid:
+    """The map as a layers × ratios table of losses (None where not measured yet)."""
+    ratios: list[float]
+    losses: list[list[float | None]]
+    values: list[list[float | None]]
+    dims: list[list[int | None]] = field(default_factory=list)
+
+
+def grid(smap: dict) -> MapGrid:
+    ratios = list(smap["settings"]["ratios"])
+    n = len(smap["layers"])
+    losses = [[None] * len(ratios) for _ in range(n)]
+    values = [[None] * len(ratios) for _ in range(n)]
+    dims = [[None] * len(ratios) for _ in range(n)]
+    for p in smap["points"]:
+        if p["ratio"] in ratios:
+            j = ratios.index(p["ratio"])
+            losses[p["layer"]][j], values[p["layer"]][j], dims[p["layer"]][j] = p["loss"], p["value"], p["head_k_dim"]
+    return MapGrid(ratios, losses, values, dims)

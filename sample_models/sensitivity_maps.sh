@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The shipped layer-sensitivity maps (sample_models/results/sensitivity-*.json): each layer pruned alone at
+# each ratio, measured on the validation split (recall: synthetic sequences of seed 4321), default map
+# settings (so the Prune page finds them), three strategies per model. Points are cached; a rerun is instant.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+for strategy in l1 wanda drrqr; do
+  for model in deltanet-recall deltanet-small gated-deltanet-small; do
+    nice "$PY" -m analysis sensitivity "$model" --strategy "$strategy" --ratios 0.25,0.5,0.75,0.875 --device cpu \
+      --json "sample_models/results/sensitivity-$model-$strategy.json"
+  done
+done

@@ -1,0 +1,121 @@
+"""The allocator: exact against brute force, budgets it cannot meet, one-layer models, a deliberately fragile layer."""
+import itertools
+import math
+import random
+
+import pytest
+import torch
+
+from analysis.allocate import allocate, knapsack, options, uniform_budget, verify
+from analysis.errors import AnalysisError
+from analysis.sensitivity import MapSettings, compute_map
+
+
+def _brute_force(costs, losses, budget):
+    best = None
+    for picks in itertools.product(*[range(len(c)) for c in costs]):
+        if sum(c[i] for c, i in zip(costs, picks)) <= budget:
+            loss = sum(l[i] for l, i in zip(losses, picks))
+            best = loss if best is None else min(best, loss)
+    return best
+
+
+def test_knapsack_is_exact_against_brute_force():
+    rng = random.Random(7)
+    for _ in range(300):
+        layers = rng.randint(1, 4)
+        costs = [[rng.choice([1, 2, 3, 4, 6, 8]) * 1024 for _ in range(rng.randint(1, 4))] for _ in range(layers)]
+        losses = [[rng.uniform(-0.1, 1.0) for _ in c] for c in costs]
+        budget = rng.randint(0, sum(max(c) for c in costs)) * 1024 // rng.choice([1, 2, 3])
+        expected = _brute_force(costs, losses, budget)
+        got = knapsack(costs, losses, budget)
+        if expected is None:
+            assert got is None
+            continue
+        picks, loss = got
+        assert sum(c[i] for c, i in zip(costs, picks)) <= budget
+        assert math.isclose(loss, sum(l[i] for l, i in zip(losses, picks)), abs_tol=1e-12)
+        assert math.isclose(loss, expected, abs_tol=1e-12)
+
+
+def _map(losses_by_layer, ratios=(0.25, 0.5, 0.75), dk=64, metric="ppl"):
+    """A hand-written map: layer l at ratios[j] has loss losses_by_layer[l][j]."""
+    layers = [{"layer": l, "head_k_dim": dk, "heads": 2, "value_dim": 16, "state_bytes": 2 * dk * 16 * 4,
+               "rank_utilization": 0.1} for l in range(len(losses_by_layer))]
+    points = [{"layer": l, "ratio": r, "head_k_dim": math.floor(dk * (1 - r) + 1e-9), "value": 10 * math.exp(x),
+               "loss": x} for l, row in enumerate(losses_by_layer) for r, x in zip(ratios, row)]
+    return {"kind": "sensitivity-map", "strategy": "l1", "metric": metric, "baseline": 10.0, "layers": layers,
+            "points": points, "settings": {"ratios": list(ratios)}}
+
+
+def test_allocation_spends_the_uniform_state_and_prefers_the_insensitive_layer():
+    smap = _map([[0.5, 1.0, 2.0], [0.0, 0.01, 0.02]])
+    alloc = allocate(smap, mean_ratio=0.375)
+    assert alloc.budget == uniform_budget(smap, 0.375, None, "state_bytes") == 2 * 2 * 40 * 16 * 4
+    assert alloc.dims == [64, 16] and alloc.ratios == [0.0, 0.75]
+    assert alloc.cost <= alloc.budget
+    assert math.isclose(alloc.predicted_loss, 0.02) and math.isclose(alloc.predicted_value, 10 * math.exp(0.02))
+
+
+def test_tile_rounding_keeps_only_tile_multiples():
+    smap = _map([[0.1, 0.2, 0.3], [0.1, 0.2, 0.3]], ratios=(0.25, 0.375, 0.5))  # dims 48, 40, 32
+    dims = {o.dim for layer in options(smap, round_to=16) for o in layer}
+    assert dims == {64, 48, 32}
+    tiles = allocate(_map([[0.1, 0.2, 0.3], [0.0, 0.0, 0.0]], dk=128, ratios=(0.25, 0.5, 0.75)), tiles=6)
+    assert tiles.unit == "tiles" and tiles.cost <= 6 and tiles.dims[0] == 128 and tiles.predicted_loss == 0
+
+
+def test_a_budget_no_allocation_meets_is_one_sentence_with_the_range():
+    smap = _map([[0.1, 0.2, 0.3], [0.1, 0.2, 0.3]])
+    low, high = 2 * 2 * 16 * 16 * 4, 2 * 2 * 64 * 16 * 4
+    for kwargs in ({"state_bytes": low - 1}, {"state_bytes": high + 1}, {"tiles": 1}):
+        with pytest.raises(AnalysisError) as err:
+            allocate(smap, **kwargs)
+        msg = str(err.value)
+        assert msg.count(". ") == 0 and msg.endswith(".")
+    with pytest.raises(AnalysisError, match=f"{low:,} .*{high:,}"):
+        allocate(smap, state_bytes=low - 1)
+    with pytest.raises(AnalysisError, match="mean ratio between 0 and 0.750"):
+        allocate(smap, mean_ratio=0.9)
+    with pytest.raises(AnalysisError, match="exactly one target"):
+        allocate(smap, mean_ratio=0.5, tiles=3)
+
+
+def test_one_layer_model_has_nothing_to_allocate():
+    with pytest.raises(AnalysisError, match="nothing to allocate"):
+        allocate(_map([[0.1, 0.2, 0.3]]), mean_ratio=0.5)
+
+
+def test_allocator_picks_the_insensitive_layer_of_a_model_with_a_fragile_layer(tmp_path, monkeypatch):
+    """deltanet-recall stores its pairs in layer 0's state (fragile); layer 1 tolerates pruning. A copy with
+    layer 1's readout switched off (o_proj = 0) makes that layer exactly free to prune."""
+    from analysis import models
+    from analysis import sweep as sweep_mod
+    from analysis.sensitivity import recall_task
+    monkeypatch.setattr(sweep_mod, "CACHE_DIR", tmp_path)
+    model = models.load_model("deltanet-recall", device="cpu")
+    task = recall_task(model)
+    s = MapSettings("l1", (0.25, 0.5, 0.875), metric="recall", recall_sequences=32, calib_sequences=8)
+    smap = compute_map(model, None, s, task)
+    loss = {(p["layer"], p["ratio"]): p["loss"] for p in smap["points"]}
+    assert loss[(0, 0.875)] > 0.2 > loss[(1, 0.875)]          # the fragile layer is found
+    alloc = allocate(smap, mean_ratio=0.5)
+    assert alloc.ratios[1] == 0.875 and alloc.ratios[0] < 0.5      # layer 1 takes the pruning
+    uniform = verify(model, None, smap, allocate(_only_ratio(smap, 0.5), mean_ratio=0.5), task)
+    check = verify(model, None, smap, alloc, task)
+    assert check["measured_value"] >= uniform["measured_value"]
+    assert abs(check["error"]) < 0.05                          # additive model close on this map
+
+    free = models.load_model("deltanet-recall", device="cpu")
+    with torch.no_grad():
+        free.model.layers[1].attn.o_proj.weight.zero_()
+    smap = compute_map(free, None, s, task)
+    assert all(p["loss"] == 0 for p in smap["points"] if p["layer"] == 1)
+    alloc = allocate(smap, mean_ratio=0.4375)                  # 36 of 64 channels kept on average
+    assert alloc.ratios == [0.0, 0.875]
+    assert verify(free, None, smap, alloc, task)["measured_loss"] == 0 == alloc.predicted_loss
+
+
+def _only_ratio(smap, ratio):
+    """The same map restricted to one ratio, so the 'allocation' is the uniform plan."""
+    return {**smap, "points": [p for p in smap["points"] if p["ratio"] == ratio]}

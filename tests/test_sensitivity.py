@@ -1,0 +1,192 @@
+"""Layer-sensitivity map: points, cache/resume, JSON, one-layer models, CLI, and the Prune page section (AppTest)."""
+import json
+import math
+
+import pytest
+
+import analysis.sweep
+from analysis import data
+from analysis.cli import main
+from analysis.errors import AnalysisError
+from analysis.evaluate import perplexity
+from analysis.prune import prune
+from analysis.sensitivity import MapSettings, build_map, compute_map, grid, sensitivity_points
+from conftest import build_tiny
+from test_app import lm_dir  # noqa: F401  (fixture)
+from ui_fixtures import one_torch_thread  # noqa: F401  (fixture)
+
+SMALL = MapSettings("l1", (0.5,), eval_tokens=256, calib_sequences=2, calib_tokens=64)
+
+
+@pytest.fixture(autouse=True)
+def sweep_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(analysis.sweep, "CACHE_DIR", tmp_path / "sweeps")
+
+
+def test_each_point_prunes_one_layer_alone_and_matches_an_independent_evaluation():
+    model, tok = build_tiny("delta_net"), data.load_tokenizer()
+    points = list(sensitivity_points(model, tok, SMALL))
+    assert [(p["layer"], p["ratio"]) for p in points] == [(None, 0.0), (0, 0.5), (1, 0.5)]
+    assert points[1]["head_k_dims"] == [16, 32] and points[2]["head_k_dims"] == [32, 16]
+    direct = perplexity(prune(model, "l1", [32, 16]).model, tok, "validation", 256, max_tokens=256)["perplexity"]
+    assert math.isclose(points[2]["value"], direct, rel_tol=1e-9)
+    assert math.isclose(points[2]["loss"], math.log(direct / points[0]["value"]), rel_tol=1e-9)
+
+
+def test_a_stopped_map_resumes_from_the_cache():
+    model, tok = build_tiny("delta_net"), data.load_tokenizer()
+    first = []
+    for point in sensitivity_points(model, tok, SMALL):
+        first.append(point)
+        if len(first) == 2:
+            break  # stopped between points
+    again = list(sensitivity_points(model, tok, SMALL))
+    assert [p["cached"] for p in again] == [True, True, False]
+    assert again[1]["value"] == first[1]["value"]
+
+
+def test_map_json_carries_settings_strategy_and_every_point():
+    model, tok = build_tiny("gated_deltanet"), data.load_tokenizer()
+    smap = compute_map(model, tok, SMALL)
+    text = json.dumps(smap, allow_nan=False)
+    back = json.loads(text)
+    assert back["strategy"] == "l1" and back["metric"] == "ppl" and back["complete"]
+    assert back["settings"] == {**SMALL.as_dict(), "ratios": [0.5]}
+    assert back["settings"]["split"] == "validation" and back["settings"]["eval_tokens"] == 256
+    assert [(p["layer"], p["ratio"], p["head_k_dim"]) for p in back["points"]] == [(0, 0.5, 16), (1, 0.5, 16)]
+    assert all({"value", "loss"} <= set(p) for p in back["points"])
+    assert [row["state_bytes"] for row in back["layers"]] == [2 * 32 * 32 * 4] * 2
+    assert all(0 < row["rank_utilization"] <= 1 for row in back["layers"])
+    assert "validation split, first 256 tokens, context 256" in back["measure"]
+    assert grid(back).losses == [[back["points"][0]["loss"]], [back["points"][1]["loss"]]]
+
+
+def test_one_layer_model_still_gets_a_map():
+    model, tok = build_tiny("delta_net", num_hidden_layers=1), data.load_tokenizer()
+    smap = compute_map(model, tok, SMALL)
+    assert len(smap["layers"]) == 1 and len(smap["points"]) == 1 and smap["complete"]
+
+
+def test_bad_settings_are_one_sentence():
+    model, tok = build_tiny("delta_net"), data.load_tokenizer()
+    for bad, match in ((MapSettings("nope", (0.5,)), "Unknown strategy"), (MapSettings("l1", ()), "at least one"),
+                       (MapSettings("l1", (1.5,)), "strictly between"),
+                       (MapSettings("l1", (0.5,), metric="recall"), "recall-trained model")):
+        with pytest.raises(AnalysisError, match=match):
+            next(sensitivity_points(model, tok, bad))
+
+
+def test_partial_map_builds_with_gaps():
+    model = build_tiny("delta_net")
+    points = [{"layer": None, "ratio": 0.0, "value": 10.0},
+              {"layer": 1, "ratio": 0.5, "head_k_dim": 16, "value": 11.0, "loss": math.log(1.1)}]
+    profile = [{"layer": i, "head_k_dim": 32, "heads": 2, "value_dim": 32, "state_bytes": 8192,
+                "rank_utilization": 0.1} for i in range(2)]
+    smap = build_map(model, SMALL, profile, points)
+    assert not smap["complete"] and grid(smap).values == [[None], [11.0]]
+
+
+def test_cli_sensitivity_and_prune_allocate(tmp_path, capsys):
+    model_dir = tmp_path / "tiny"
+    build_tiny("delta_net").save_pretrained(model_dir)
+    out = tmp_path / "map.json"
+    args = [str(model_dir), "--strategy", "l1", "--ratios", "0.25,0.75", "--eval-tokens", "256",
+            "--calib-sequences", "2", "--calib-tokens", "64", "--device", "cpu"]
+    assert main(["sensitivity", *args, "--json", str(out)]) == 0
+    smap = json.loads(out.read_text())
+    assert smap["kind"] == "sensitivity-map" and len(smap["points"]) == 4 and smap["settings"]["ratios"] == [0.25, 0.75]
+    assert "layer 1 ratio 0.750 dk 8" in capsys.readouterr().out
+    pruned = tmp_path / "pruned"
+    assert main(["prune", str(model_dir), "--strategy", "l1", "--allocate", "sensitivity", "--budget", "0.5",
+                 "--map", str(out), "--eval-tokens", "256", "--calib-sequences", "2", "--out", str(pruned),
+                 "--device", "cpu", "--json", str(tmp_path / "p.json")]) == 0
+    report = json.loads((tmp_path / "p.json").read_text())["allocation"]
+    assert sorted(report["ratios"]) == [0.25, 0.75] and report["cost"] == report["budget"]
+    assert {"predicted_loss", "measured_loss", "error"} <= set(report["verification"])
+    assert main(["prune", str(model_dir), "--strategy", "l1", "--allocate", "sensitivity", "--budget", "0.9",
+                 "--map", str(out), "--out", str(tmp_path / "x"), "--device", "cpu"]) == 2
+    assert "choose a mean ratio between 0 and" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+# ---- the Prune page section (AppTest) --------------------------------------------------------------------
+
+def _page(monkeypatch, lm_dir):
+    from test_app_shrink import open_page
+    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
+    at.selectbox(key="w:prune_strategy").set_value("l1").run()
+    at.text_input(key="w:sens_ratios").set_value("0.25, 0.75").run()
+    at.number_input(key="w:sens_eval_tokens").set_value(256).run()
+    return at
+
+
+def _map_chart(at):
+    from test_app import charts
+    [spec] = [s for s in charts(at) if "each layer alone" in s["layout"]["title"]["text"]]
+    return spec["data"][0]["z"]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
+    from test_app_shrink import clean, click
+    at = _page(monkeypatch, lm_dir)
+    assert _map_chart(at) == [[None, None], [None, None]]
+    click(at, "sensitivity:run")
+    z = _map_chart(at)
+    assert all(v is not None for row in z for v in row)
+    assert at.button(key="sensitivity:run").label == "Run again (cached)"
+    assert [b.proto.label for b in at.get("download_button") if b.proto.label.startswith("Download map")]
+    at.radio(key="w:prune_mode").set_value("Per layer").run()
+    at.number_input(key="w:suggest_target").set_value(0.5).run()
+    click(at, "allocate")
+    chosen = [at.number_input(key=f"w:layer_ratio_{i}").value for i in range(2)]
+    assert sorted(chosen) == [0.25, 0.75]
+    losses = {(i, r): z[i][j] for i in range(2) for j, r in enumerate((0.25, 0.75))}
+    best = min(((0, 0.25), (1, 0.75)), ((0, 0.75), (1, 0.25)), key=lambda pair: sum(losses[p] for p in pair))
+    assert chosen == [r for _, r in sorted(best)]  # the pair with the lower predicted loss
+    click(at, "sens_verify")
+    assert any("additive-model error" in c.value for c in at.caption)
+    clean(at)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_section_stops_and_resumes(monkeypatch, lm_dir):
+    from test_app_shrink import click
+    from ui import jobs, sensitivity_view
+    real = sensitivity_view.sensitivity_points
+    calls = []
+
+    def stop_after_first_point(*args, **kwargs):
+        for point in real(*args, **kwargs):
+            calls.append(point["cached"])
+            if len(calls) == 2:
+                jobs.stop("sensitivity")  # the Stop click of a real browser, between points
+            yield point
+    monkeypatch.setattr(sensitivity_view, "sensitivity_points", stop_after_first_point)
+    at = _page(monkeypatch, lm_dir)
+    click(at, "sensitivity:run")
+    assert at.button(key="sensitivity:run").label == "Resume map"
+    assert any("Stopped after 2 of 5 points" in i.value for i in at.info)
+    assert sum(v is not None for row in _map_chart(at) for v in row) == 1
+    click(at, "sensitivity:run")
+    assert all(v is not None for row in _map_chart(at) for v in row)
+    assert calls == [False, False, True, True, False, False, False]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_shipped_map_opens_at_once_for_a_bundled_sample(monkeypatch):
+    from analysis.models import SAMPLES_DIR
+    from analysis.sensitivity import shipped_map_path
+    from test_app_shrink import open_page
+    if not shipped_map_path("deltanet-small", "l1").exists():
+        pytest.skip("the shipped deltanet-small map is not built (sample_models/sensitivity_maps.sh)")
+    calls = []
+    monkeypatch.setattr("ui.sensitivity_view.sensitivity_points", lambda *a, **k: calls.append(1) or iter(()))
+    at = open_page(monkeypatch, SAMPLES_DIR / "deltanet-small", "pages/prune.py")
+    at.number_input(key="w:calib_sequences").set_value(16).run()  # the shipped map's calibration settings
+    at.number_input(key="w:calib_tokens").set_value(256).run()
+    at.selectbox(key="w:prune_strategy").set_value("l1").run()
+    z = _map_chart(at)
+    assert len(z) == 4 and all(v is not None for row in z for v in row)
+    assert any("shipped with the sample" in c.value for c in at.caption)
+    assert at.button(key="sensitivity:run").label == "Run again (cached)" and not calls

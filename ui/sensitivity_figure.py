@@ -1,0 +1,25 @@
+"""Pure plotly builder for the layer-sensitivity map: layers × ratios heatmap with the value in each cell."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from ui.figures import _layout
+
+
+def sensitivity_heatmap(ratios: Sequence[float], losses: Sequence[Sequence[float | None]],
+                        values: Sequence[Sequence[float | None]], dims: Sequence[Sequence[int | None]],
+                        loss_label: str, value_label: str, title: str) -> go.Figure:
+    """Rows = layers, columns = ratios; colour = the additive loss, text = the measured value (blank = not yet)."""
+    text = [[("" if v is None else f"{v:.4g}") for v in row] for row in values]
+    custom = [[[("–" if d is None else d), ("–" if v is None else f"{v:.4g}")] for d, v in zip(drow, vrow)]
+              for drow, vrow in zip(dims, values)]
+    fig = go.Figure(go.Heatmap(
+        z=[[None if x is None else x for x in row] for row in losses], x=[f"ρ = {r:g}" for r in ratios],
+        y=[f"layer {i}" for i in range(len(losses))], text=text, texttemplate="%{text}", customdata=custom,
+        colorscale="Reds", zmin=0, colorbar=dict(title=dict(text=loss_label, side="right")), xgap=2, ygap=2,
+        hovertemplate=f"%{{y}} alone at %{{x}} (dk' %{{customdata[0]}}): {value_label} %{{customdata[1]}}, "
+                      f"loss %{{z:.4g}}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, title, "pruning ratio of that one layer (all others intact)", "layer")

@@ -1,0 +1,228 @@
+"""Prune page section: the layer-sensitivity map (live, stop/resume), the allocator, and the evidence table.
+
+The map's points live in session state per (model, settings); the bundled samples' maps ship in
+sample_models/results/ and are shown at once when the model and settings match. The "Allocate from
+sensitivity" button beside "Suggest from rank" (ui.ratios) calls `allocate_into_inputs`, which fills
+the per-layer ratio inputs from the current map; "Verify" prunes with that allocation and shows the
+measured value against the additive prediction.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from analysis.allocate import allocate, verify
+from analysis.errors import AnalysisError
+from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map, grid,
+                                  layer_profile, load_shipped, profile_inputs, sensitivity_points)
+from analysis.strategies import STRATEGIES
+from ui import cache, jobs, shrink, state
+from ui.context import Context
+from ui.parse import number_list
+from ui.sensitivity_figure import sensitivity_heatmap
+
+JOB = "sensitivity"
+RESULTS = "sensitivity_results"      # settings key -> {"points": [...], "profile": [...] | None, "source": str}
+CURRENT = "sensitivity_current"      # {"key": ModelKey, "map": dict}: what the Allocate button reads
+ALLOCATION = "sensitivity_allocation"
+CHECK = "sensitivity_check"
+ERROR_KEY = "suggest_error"          # shared with ui.ratios: the error line under the two buttons
+EVIDENCE = RESULTS_DIR / "sensitivity-evidence.json"
+
+
+def allocate_into_inputs(key, round_to: int | None) -> None:
+    """Button callback (beside "Suggest from rank"): per-layer ratios from the current map at the target mean."""
+    current = st.session_state.get(CURRENT)
+    try:
+        if not current or current["key"] != key:
+            raise AnalysisError("No sensitivity map for this model yet; run it in the Layer sensitivity section "
+                                "below, then allocate.")
+        alloc = allocate(current["map"], mean_ratio=float(st.session_state["w:suggest_target"]), round_to=round_to)
+        for layer, rho in enumerate(alloc.ratios):
+            state.choose(f"layer_ratio_{layer}", round(rho, 4))
+        st.session_state[ALLOCATION] = {"key": key, "alloc": alloc, "map": current["map"]}
+        st.session_state.pop(CHECK, None)
+        st.session_state.pop(ERROR_KEY, None)
+    except AnalysisError as exc:
+        st.session_state[ERROR_KEY] = str(exc)
+
+
+def _settings(ctx: Context, strategy: str, calib: shrink.CalibSettings, ratios, eval_tokens: int,
+              recall_sequences: int) -> MapSettings:
+    return MapSettings(strategy=strategy, ratios=tuple(ratios), metric="recall" if ctx.task else "ppl",
+                       eval_tokens=eval_tokens, calib_sequences=calib.sequences, calib_tokens=calib.tokens,
+                       seed=calib.seed, recall_sequences=recall_sequences)
+
+
+def _entry(ctx: Context, s: MapSettings) -> dict:
+    """This session's points for (model, settings), seeded from the shipped map when it matches."""
+    key = json.dumps({"model": ctx.key.path, "device": ctx.key.device, "dtype": ctx.key.dtype, **s.as_dict()},
+                     sort_keys=True)
+    entry = st.session_state.setdefault(RESULTS, {}).setdefault(key, {"points": [], "profile": None, "source": ""})
+    if not entry["points"]:
+        shipped = load_shipped(ctx.model, ctx.name, s)
+        if shipped:
+            entry["points"] = [{"layer": None, "ratio": 0.0, "value": shipped["baseline"]}, *shipped["points"]]
+            entry["profile"], entry["source"] = shipped["layers"], "shipped with the sample"
+    return entry
+
+
+def _merge(points: list, point: dict) -> None:
+    for i, old in enumerate(points):
+        if (old["layer"], old["ratio"]) == (point["layer"], point["ratio"]):
+            points[i] = point
+            return
+    points.append(point)
+
+
+def _profile_table(profile: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame({"dk": [r["head_k_dim"] for r in profile],
+                         "rank util. u": [r["rank_utilization"] for r in profile],
+                         "state bytes": [r["state_bytes"] for r in profile]},
+                        index=pd.Index([r["layer"] for r in profile], name="layer"))
+
+
+def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: int | None) -> None:
+    """Draw the whole section (call once from the Prune page)."""
+    st.subheader("Layer sensitivity")
+    recall = ctx.task is not None
+    st.caption("Each layer pruned **alone** at each ratio with the strategy above (all other layers intact); "
+               + ("colour: drop in recall accuracy on synthetic sequences of a seed apart from the test seed."
+                  if recall else "colour: Δ log perplexity (nats/token) on the **validation** split, so an "
+                  "allocation chosen from the map is judged on test text it never saw.")
+               + " *Allocate from sensitivity* (beside *Suggest from rank*, in per-layer mode) picks the ratios "
+               "with the least predicted loss at the same state bytes as the uniform plan (exact knapsack over "
+               "the measured dims; additive model).")
+    c1, c2 = st.columns([3, 2])
+    ratio_text = c1.text_input("Map ratios ρ (comma-separated)",
+                               key=state.remembered("sens_ratios", ", ".join(f"{r:g}" for r in DEFAULT_RATIOS)))
+    state.remember("sens_ratios")
+    if recall:
+        recall_sequences = int(c2.number_input("Recall sequences per point", 8, 4096,
+                                               key=state.remembered("sens_recall_sequences", 256), step=8))
+        state.remember("sens_recall_sequences")
+        eval_tokens = DEFAULT_EVAL_TOKENS
+    else:
+        eval_tokens = int(c2.number_input("Validation tokens per point", 64, 10**6,
+                                          key=state.remembered("sens_eval_tokens", DEFAULT_EVAL_TOKENS), step=1024))
+        state.remember("sens_eval_tokens")
+        recall_sequences = 256
+    try:  # not guard(): a typo here must not stop the rest of the Prune page
+        ratios = number_list(ratio_text, "map ratios", 0.01, 1.0)
+        s = _settings(ctx, strategy, calib, ratios, eval_tokens, recall_sequences)
+    except AnalysisError as exc:
+        st.error(str(exc))
+        return
+    entry = _entry(ctx, s)
+    points = entry["points"]
+    shipped = sorted(p.stem.rsplit("-", 1)[1] for p in RESULTS_DIR.glob(f"sensitivity-{ctx.name}-*.json"))
+    if not points and shipped:
+        st.info(f"Maps shipped with {ctx.name} (default map settings): {', '.join(shipped)}; choose that strategy "
+                "above to see one at once, or run this one.")
+    expected = 1 + ctx.info.layers * len(ratios)
+    label = "Run map" if not points else "Resume map" if len(points) < expected else "Run again (cached)"
+    jobs.buttons(JOB, label)
+    progress = st.empty()
+    left, right = st.columns([3, 2])
+    chart, table = left.empty(), right.empty()
+    drawn = [0]
+    loss_label = "drop in recall accuracy" if recall else "Δ log perplexity (nats/token)"
+    value_label = "recall accuracy" if recall else "validation perplexity"
+
+    def draw():
+        smap = build_map(ctx.model, s, entry["profile"] or [], points, ctx.task, ctx.name) if entry["profile"] \
+            else None
+        g = grid(smap) if smap else None
+        n = ctx.info.layers
+        empty = [[None] * len(ratios) for _ in range(n)]
+        drawn[0] += 1
+        base = next((p["value"] for p in points if p["layer"] is None), None)
+        title = f"{STRATEGIES[strategy].label}: each layer alone" + (f" (unpruned {value_label} {base:.4g})"
+                                                                     if base is not None else "")
+        chart.plotly_chart(sensitivity_heatmap(ratios, g.losses if g else empty, g.values if g else empty,
+                                               g.dims if g else empty, loss_label, value_label, title),
+                           key=f"sens_chart_{drawn[0]}")
+        if entry["profile"]:
+            table.dataframe(_profile_table(entry["profile"]).style.format({"rank util. u": "{:.3f}",
+                                                                       "state bytes": "{:,}"}))
+        return smap
+
+    smap = draw()
+    if jobs.active(JOB):
+        try:
+            tok = None if recall else cache.tokenizer(ctx.key.path)
+            if entry["profile"] is None:
+                with cache.compute_lock():
+                    entry["profile"] = layer_profile(ctx.model, profile_inputs(ctx.model, tok, s, ctx.task))
+                draw()
+            needs = STRATEGIES[strategy]
+            gen = sensitivity_points(ctx.model, tok, s, ctx.task,
+                                     get_calibration=lambda: shrink.calibration(ctx.key, calib) if needs.needs_calibration
+                                     else None)
+            for point in jobs.steps(JOB, shrink.locked(gen)):
+                _merge(points, point)
+                entry["source"] = "measured in this session (cached on disk)"
+                progress.progress(min(1.0, len(points) / expected),
+                                  text=f"{len(points)} of {expected} points (unpruned first)")
+                draw()
+        except AnalysisError as exc:
+            jobs.stop(JOB)
+            st.error(str(exc))
+            return
+        st.rerun()
+    if points and len(points) < expected:
+        st.info(f"Stopped after {len(points)} of {expected} points; **Resume map** continues from the cache.")
+    if smap:
+        st.session_state[CURRENT] = {"key": ctx.key, "map": smap}
+        measure = smap["measure"]
+        st.caption(f"{ctx.name} · {measure} · strategy {STRATEGIES[strategy].label} · calibration "
+                   f"{calib.sequences} sequences (seed {calib.seed}) · u: rank utilization of the final state of "
+                   f"the first calibration sequences, mean over heads · state bytes: fp32, per sequence · device "
+                   f"{smap['device']} · dtype {smap['dtype']} · {entry['source']}")
+        st.download_button("Download map (JSON)", json.dumps(smap, indent=2), file_name=f"sensitivity-{strategy}.json",
+                           mime="application/json", on_click="ignore", key="sens_json")
+    _allocation_check(ctx, calib)
+    _evidence()
+
+
+def _allocation_check(ctx: Context, calib: shrink.CalibSettings) -> None:
+    """The last allocation: predicted (additive) vs measured after actually pruning."""
+    held = st.session_state.get(ALLOCATION)
+    if not held or held["key"] != ctx.key:
+        return
+    alloc = held["alloc"]
+    st.markdown(f"**Allocation** ({alloc.target}, {alloc.cost:,} of {alloc.budget:,} {alloc.unit.replace('_', ' ')}): "
+                f"ratios {alloc.ratios}, dk' {alloc.dims}")
+    if st.button("Verify: prune with it and measure", key="sens_verify"):
+        with st.spinner("Pruning with the allocation and measuring it as the map was measured…"):
+            try:
+                needs = STRATEGIES[alloc.strategy]
+                c = shrink.prepare(ctx.key, calib, needs.needs_gradients) if needs.needs_calibration else None
+                tok = None if ctx.task else cache.tokenizer(ctx.key.path)
+                with cache.compute_lock():
+                    check = verify(ctx.model, tok, held["map"], alloc, ctx.task, calibration=c)
+                check.pop("model")
+                st.session_state[CHECK] = {"key": ctx.key, "dims": alloc.dims, **check}
+            except AnalysisError as exc:
+                st.error(str(exc))
+    check = st.session_state.get(CHECK)
+    if check and check["key"] == ctx.key and check["dims"] == alloc.dims:
+        st.dataframe(pd.DataFrame({"predicted (additive)": [alloc.baseline_value, check["predicted_value"],
+                                                        check["predicted_loss"]],
+                               "measured": [alloc.baseline_value, check["measured_value"], check["measured_loss"]]},
+                              index=["unpruned", "pruned", "loss"]).style.format("{:.4f}"))
+        st.caption(f"{check['measure']} · additive-model error (measured − predicted loss) {check['error']:+.4f}")
+
+
+def _evidence() -> None:
+    if not EVIDENCE.exists():
+        return
+    try:
+        rows = json.loads(EVIDENCE.read_text())
+    except (OSError, json.JSONDecodeError):
+        return
+    with st.expander("Evidence: uniform vs rank-suggested vs sensitivity-allocated (bundled samples)"):
+        st.dataframe(pd.DataFrame(rows["table"]), hide_index=True)
+        st.caption(rows["caption"])
