@@ -36,6 +36,7 @@ DEFAULT_EVAL_TOKENS = 4096
 MAX_EVAL_TOKENS = 1_000_000
 MAX_RECALL_SEQUENCES = 16_384
 PROFILE_SEQUENCES = 4  # rank utilization of the final state: the first calibration sequences suffice
+POINT_FIELDS = ("layer", "ratio", "value")  # what a cached map point must hold to be served from the cache
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,8 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                 "device": str(param.device), "dtype": str(param.dtype),
                 **{k: v for k, v in s.as_dict().items() if k not in ("strategy", "ratios")}}
     baseline = _cached({**base_key, "point": "unpruned"}, use_cache,
-                       lambda: {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model), **measure(model)})
+                       lambda: {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model), **measure(model)},
+                       required=POINT_FIELDS)
     yield baseline
     n_layers = len(key_dims(model))
     calib = None
@@ -197,7 +199,8 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                 out = measure(pruned)
                 return {"layer": layer, "ratio": ratio, "head_k_dim": dims[layer], "head_k_dims": dims, **out,
                         "loss": measure.loss(out["value"], baseline["value"])}
-            yield _cached({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, use_cache, compute)
+            yield _cached({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, use_cache, compute,
+                          required=POINT_FIELDS + ("loss",))
 
 
 def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], task: RecallTask | None = None,

@@ -69,11 +69,11 @@ def _check_cache_dir() -> None:
     probe.unlink(missing_ok=True)
 
 
-def _read_cached(path: Path) -> dict | None:
+def _read_cached(path: Path, required: tuple[str, ...]) -> dict | None:
     """A cached result, or None (with a warning) when the file is truncated or corrupt: it is recomputed."""
     try:
         result = json.loads(path.read_text())
-        if isinstance(result, dict) and "perplexity" in result and "strategy" in result:
+        if isinstance(result, dict) and all(k in result for k in required):
             return result
         problem = "it does not hold a sweep result"
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -128,10 +128,11 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
             yield _cached(key, use_cache, compute)
 
 
-def _cached(key: dict, use_cache: bool, compute) -> dict:
+def _cached(key: dict, use_cache: bool, compute, required: tuple[str, ...] = ("perplexity", "strategy")) -> dict:
+    """compute() once per key; `required` are the fields a cached result must hold to be trusted."""
     path = _cache_path(key)
     if use_cache and path.exists():
-        cached = _read_cached(path)
+        cached = _read_cached(path, required)
         if cached is not None:
             return {**cached, "cached": True}
     result = compute()
