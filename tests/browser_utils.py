@@ -1,5 +1,6 @@
 """Shared pieces of the real-browser tests: constants, a free port, and a `streamlit run` subprocess."""
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -63,6 +64,34 @@ def streamlit_server(env: dict, log_path: Path):
         log.close()
         if "Traceback" in tail:
             print("streamlit log tail:\n" + tail)
+
+
+@contextlib.contextmanager
+def app_server(tmp_path_factory, name: str, model, **env):
+    """`streamlit run` with `model` as the default model, one intra-op thread (a shared 2-core box) and its own
+    sweep cache (never the project's); skips when Debian chromium is missing. Extra `env` entries override."""
+    import pytest
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian chromium not found (/usr/bin/chromium): install it with `make chromium`")
+    env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(model), "OMP_NUM_THREADS": "1",
+           "STATE_RANK_CACHE": str(tmp_path_factory.mktemp(f"{name}-cache")), **env}
+    with streamlit_server(env, tmp_path_factory.mktemp(f"{name}-log") / "server.log") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def chromium_page(url: str, width: int = 1440, height: int = 1000):
+    """A page of Debian's headless chromium, opened at `url`; the browser closes when the block ends."""
+    from playwright.sync_api import sync_playwright
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.goto(url, timeout=TIMEOUT_MS)
+            yield page
+        finally:
+            browser.close()
 
 
 def idle(page) -> None:

@@ -1,9 +1,8 @@
 """A 5,000-character Local directory path in a real browser: one sentence in the page, no traceback (issue 13.4)."""
-import os
 
 import pytest
 
-from browser_utils import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, streamlit_server
+from browser_utils import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, app_server, idle
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -11,11 +10,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian chromium not found (/usr/bin/chromium): install it with `make chromium`")
     model = save_tiny_lm(tmp_path_factory.mktemp("browser-inputs-lm"))
-    env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(model), "OMP_NUM_THREADS": "1"}
-    with streamlit_server(env, tmp_path_factory.mktemp("streamlit-inputs-log") / "server.log") as url:
+    with app_server(tmp_path_factory, "inputs", model) as url:
         yield {"url": url, "model": str(model)}
 
 

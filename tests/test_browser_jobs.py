@@ -4,12 +4,11 @@ rounding note of Suggest from rank, recovery that says "worse", and the sweep's 
 One `streamlit run` for the module, on two tiny random-init models (A is the default; B is typed into the
 sidebar), each test in its own browser session.
 """
-import os
 import re
 
 import pytest
 
-from browser_utils import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, no_exception, open_page, streamlit_server
+from browser_utils import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, app_server, idle, no_exception, open_page
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -17,13 +16,9 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian chromium not found (/usr/bin/chromium): install it with `make chromium`")
     a = save_tiny_lm(tmp_path_factory.mktemp("jobs-lm-a"))
     b = save_tiny_lm(tmp_path_factory.mktemp("jobs-lm-b"), kind="gated_deltanet")
-    env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(a), "OMP_NUM_THREADS": "1",
-           "STATE_RANK_CACHE": str(tmp_path_factory.mktemp("jobs-sweep-cache"))}
-    with streamlit_server(env, tmp_path_factory.mktemp("jobs-log") / "server.log") as url:
+    with app_server(tmp_path_factory, "jobs", a) as url:
         yield {"url": url, "a": str(a), "b": str(b)}
 
 

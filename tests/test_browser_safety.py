@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_utils import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, no_exception, open_page, streamlit_server
+from browser_utils import TIMEOUT_MS, app_server, chromium_page, idle, no_exception, open_page
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -14,14 +14,10 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """`streamlit run` with the project's config, run for one local user (any Save path allowed)."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian chromium not found (/usr/bin/chromium): install it with `make chromium`")
     model = save_tiny_lm(tmp_path_factory.mktemp("browser-safety-lm"))
     outputs = tmp_path_factory.mktemp("outputs")
-    env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(model), "OMP_NUM_THREADS": "1",
-           "STATE_RANK_CACHE": str(tmp_path_factory.mktemp("sweep-cache")),
-           "STATE_RANK_OUTPUT_ROOT": str(outputs), "STATE_RANK_LOCAL": "1"}
-    with streamlit_server(env, tmp_path_factory.mktemp("streamlit-safety-log") / "server.log") as url:
+    with app_server(tmp_path_factory, "safety", model, STATE_RANK_OUTPUT_ROOT=str(outputs),
+                    STATE_RANK_LOCAL="1") as url:
         yield url, outputs
 
 
@@ -59,33 +55,26 @@ def save_error(page, target: str) -> str:
 
 
 def test_bad_save_paths_are_one_sentence_and_the_page_keeps_working(server):
-    from playwright.sync_api import sync_playwright
     url, outputs = server
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
-            page.goto(url, timeout=TIMEOUT_MS)
-            idle(page)
-            open_page(page, "Prune")
-            page.get_by_role("button", name="Prune", exact=True).click()
-            page.wait_for_selector("h3:has-text('Before and after')", timeout=TIMEOUT_MS)
-            idle(page)
-            no_exception(page)
+    with chromium_page(url) as page:
+        idle(page)
+        open_page(page, "Prune")
+        page.get_by_role("button", name="Prune", exact=True).click()
+        page.wait_for_selector("h3:has-text('Before and after')", timeout=TIMEOUT_MS)
+        idle(page)
+        no_exception(page)
 
-            for target, fragment in {"/proc/nope/x": "nothing can be created in /proc",
-                                     "n" * 5000: "5000 characters long"}.items():
-                message = save_error(page, target)
-                assert fragment in message and message.endswith(".") and "\n" not in message, message
-                assert "Traceback" not in message and "Error:" not in message and len(message) < 300
+        for target, fragment in {"/proc/nope/x": "nothing can be created in /proc",
+                                 "n" * 5000: "5000 characters long"}.items():
+            message = save_error(page, target)
+            assert fragment in message and message.endswith(".") and "\n" not in message, message
+            assert "Traceback" not in message and "Error:" not in message and len(message) < 300
 
-            page.get_by_label("Save to directory").fill(str(outputs / "kept"))   # the page still works
-            page.get_by_label("Save to directory").press("Enter")
-            idle(page)
-            page.get_by_role("button", name="Save", exact=True).click()
-            page.wait_for_selector("text=Saved to", timeout=TIMEOUT_MS)
-            idle(page)
-            no_exception(page)
-            assert (outputs / "kept" / "model.safetensors").is_file()
-        finally:
-            browser.close()
+        page.get_by_label("Save to directory").fill(str(outputs / "kept"))   # the page still works
+        page.get_by_label("Save to directory").press("Enter")
+        idle(page)
+        page.get_by_role("button", name="Save", exact=True).click()
+        page.wait_for_selector("text=Saved to", timeout=TIMEOUT_MS)
+        idle(page)
+        no_exception(page)
+        assert (outputs / "kept" / "model.safetensors").is_file()

@@ -1,11 +1,10 @@
 """The layer-sensitivity map in a real browser: it fills in point by point, stops, and resumes from the cache."""
-import os
 import re
 
 import pytest
 
-from browser_utils import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, full_screenshot, idle, no_exception,
-                           open_page, streamlit_server)
+from browser_utils import (ARTIFACTS, TIMEOUT_MS, app_server, chromium_page, full_screenshot, idle, no_exception,
+                           open_page)
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -14,12 +13,8 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """`streamlit run` on a tiny random-init model with its own cache (never the bundled samples)."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian chromium not found (/usr/bin/chromium): install it with `make chromium`")
     model = save_tiny_lm(tmp_path_factory.mktemp("browser-sensitivity-lm"))
-    env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(model), "OMP_NUM_THREADS": "1",
-           "STATE_RANK_CACHE": str(tmp_path_factory.mktemp("sensitivity-cache"))}
-    with streamlit_server(env, tmp_path_factory.mktemp("streamlit-sensitivity-log") / "server.log") as url:
+    with app_server(tmp_path_factory, "sensitivity", model) as url:
         yield url
 
 
@@ -31,40 +26,32 @@ def _filled_cells(page) -> int:
 
 
 def test_sensitivity_map_fills_live_and_survives_stop_and_resume(server):
-    from playwright.sync_api import sync_playwright
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
-            page.goto(server, timeout=TIMEOUT_MS)
-            idle(page)
-            open_page(page, "Prune")
-            tokens = page.get_by_label("Validation tokens per point")
-            tokens.fill("256")
-            tokens.press("Enter")
-            idle(page)
-            ratios = page.get_by_label("Map ratios ρ (comma-separated)")
-            ratios.fill("0.2, 0.4, 0.6, 0.8")
-            ratios.press("Enter")
-            idle(page)
-            assert _filled_cells(page) == 0
+    with chromium_page(server) as page:
+        idle(page)
+        open_page(page, "Prune")
+        tokens = page.get_by_label("Validation tokens per point")
+        tokens.fill("256")
+        tokens.press("Enter")
+        idle(page)
+        ratios = page.get_by_label("Map ratios ρ (comma-separated)")
+        ratios.fill("0.2, 0.4, 0.6, 0.8")
+        ratios.press("Enter")
+        idle(page)
+        assert _filled_cells(page) == 0
 
-            page.get_by_role("button", name="Run map").click()
-            page.wait_for_selector("text=/[2-7] of 9 points/", timeout=TIMEOUT_MS)   # filling in live
-            page.locator("[data-testid='stMain']").get_by_role("button", name="Stop").first.click()
-            page.wait_for_selector("text=/Stopped after [2-8] of 9 points/", timeout=TIMEOUT_MS)
-            idle(page)
-            no_exception(page)
-            stopped = int(re.search(r"Stopped after (\d) of 9", page.locator("[data-testid='stMain']").inner_text())[1])
-            assert _filled_cells(page) == stopped - 1   # the unpruned baseline is not a cell
-            assert page.get_by_role("button", name="Resume map").count() == 1
+        page.get_by_role("button", name="Run map").click()
+        page.wait_for_selector("text=/[2-7] of 9 points/", timeout=TIMEOUT_MS)   # filling in live
+        page.locator("[data-testid='stMain']").get_by_role("button", name="Stop").first.click()
+        page.wait_for_selector("text=/Stopped after [2-8] of 9 points/", timeout=TIMEOUT_MS)
+        idle(page)
+        no_exception(page)
+        stopped = int(re.search(r"Stopped after (\d) of 9", page.locator("[data-testid='stMain']").inner_text())[1])
+        assert _filled_cells(page) == stopped - 1   # the unpruned baseline is not a cell
+        assert page.get_by_role("button", name="Resume map").count() == 1
 
-            page.get_by_role("button", name="Resume map").click()
-            page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
-            idle(page)
-            no_exception(page)
-            assert _filled_cells(page) == 8
-            full_screenshot(page, ARTIFACTS / "sensitivity.png")
-        finally:
-            browser.close()
+        page.get_by_role("button", name="Resume map").click()
+        page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
+        idle(page)
+        no_exception(page)
+        assert _filled_cells(page) == 8
+        full_screenshot(page, ARTIFACTS / "sensitivity.png")
