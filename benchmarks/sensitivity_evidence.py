@@ -21,14 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import analysis  # noqa: E402,F401
 from analysis import models  # noqa: E402
-from analysis.allocate import allocate, verify  # noqa: E402
+from analysis.allocate import allocate, candidates, choose, measure_plan  # noqa: E402
 from analysis.evaluate import perplexity  # noqa: E402
-from analysis.prune import plan_key_dims, prune  # noqa: E402
+from analysis.prune import prune  # noqa: E402
 from analysis.recall import RecallTask, recall_accuracy  # noqa: E402
 from analysis.report import write_json  # noqa: E402
 from analysis.sensitivity import MapSettings, calibration_for, recall_task, shipped_map_path  # noqa: E402
 from analysis.strategies import get_strategy  # noqa: E402
-from analysis.suggest import suggest_ratios  # noqa: E402
 
 STRATEGIES = ("l1", "wanda", "drrqr")
 TARGETS = (0.5, 0.75)
@@ -53,7 +52,7 @@ def evaluate_model(name: str) -> dict:
     tok = None if task else models.load_tokenizer(model)
     maps = {s: json.loads(shipped_map_path(name, s).read_text()) for s in STRATEGIES
             if shipped_map_path(name, s).exists()}
-    any_map = next(iter(maps.values()))
+    any_map = maps.get("l1") or next(iter(maps.values()))
     calib = {}
 
     def calibration(strategy, smap_settings):
@@ -63,44 +62,58 @@ def evaluate_model(name: str) -> dict:
             calib["c"] = calibration_for(model, tok, MapSettings(**{**smap_settings, "ratios": (0.5,)}), task)
         return calib["c"]
 
+    tested: dict[tuple, float] = {}
+
     def measure(pruned) -> float:
         if task is not None:
             t = RecallTask(task.n_keys, task.n_values, task.n_pairs, task.n_pairs)
             return recall_accuracy(pruned, t, RECALL_SEQUENCES, seed=RECALL_SEED)
         return perplexity(pruned, tok, "test", 256, max_tokens=TEST_TOKENS)["perplexity"]
 
+    def test_value(strategy, dims) -> float:
+        key = (strategy, tuple(dims))
+        if key not in tested:
+            tested[key] = measure(prune(model, strategy, dims, calibration(strategy, any_map["settings"])).model)
+        return tested[key]
+
     base = measure(model)
-    dims = [row["head_k_dim"] for row in any_map["layers"]]
-    u = [row["rank_utilization"] for row in any_map["layers"]]
     rows = []
     for target in TARGETS:
-        plans = {"uniform": {s: [target] * len(dims) for s in STRATEGIES},
-                 "rank-suggested": {s: suggest_ratios(u, target, key_dims=dims) for s in STRATEGIES}}
-        allocs = {s: allocate(m, mean_ratio=target) for s, m in maps.items()}
-        plans["sensitivity-allocated"] = {s: a.ratios for s, a in allocs.items()}
-        for plan, by_strategy in plans.items():
-            results = []
-            for strategy, ratios in by_strategy.items():
-                kept = plan_key_dims(model, ratios=ratios)
-                pruned = prune(model, strategy, kept, calibration(strategy, any_map["settings"])).model
-                value = measure(pruned)
-                entry = {"strategy": strategy, "ratios": [round(r, 4) for r in ratios], "dims": kept,
-                         "state_bytes": sum(row["heads"] * d * row["value_dim"] * 4
-                                            for row, d in zip(any_map["layers"], kept)), "value": value}
-                if plan == "sensitivity-allocated":
-                    check = verify(model, tok, maps[strategy], allocs[strategy], task,
-                                   calibration=calibration(strategy, maps[strategy]["settings"]))
-                    entry.update(predicted_loss=check["predicted_loss"], measured_loss=check["measured_loss"],
-                                 predicted_value=check["predicted_value"], measured_value=check["measured_value"],
-                                 verify_measure=check["measure"])
-                results.append(entry)
-                print(name, target, plan, entry, flush=True)
+        per_plan = {"uniform": [], "rank-suggested": [], "sensitivity-allocated": []}
+        for strategy in STRATEGIES:
+            smap = maps.get(strategy, any_map)  # a strategy without a shipped map allocates from the l1 map
+            alloc = allocate(smap, mean_ratio=target)
+            plans = candidates(smap, alloc, mean_ratio=target)
+            choice = choose(plans, lambda p, s=strategy, m=smap: measure_plan(
+                model, tok, m, p["ratios"], s, m["baseline"], task, calibration(s, m["settings"])))
+            for c in choice["candidates"]:
+                c["test_value"] = test_value(strategy, c["dims"])
+            by_name = {c["name"]: c for c in choice["candidates"]}
+            for plan in ("uniform", "rank-suggested"):
+                c = by_name.get(plan)
+                if c is not None:
+                    per_plan[plan].append(_entry(strategy, c, any_map))
+            won = by_name[choice["winner"]]
+            knap = by_name["sensitivity-allocated"]
+            per_plan["sensitivity-allocated"].append({
+                **_entry(strategy, won, any_map), "map_strategy": smap["strategy"], "chosen": choice["winner"],
+                "reason": choice["reason"], "candidates": choice["candidates"],
+                "predicted_loss": knap["predicted_loss"], "measured_loss": knap["measured_loss"],
+                "knapsack_dims": knap["dims"], "knapsack_test_value": knap["test_value"]})
+            print(name, target, strategy, choice["winner"], choice["reason"], flush=True)
+        for plan, results in per_plan.items():
             best = (max if task else min)(results, key=lambda r: r["value"])
             rows.append({"target": target, "plan": plan, "best": best, "all": results})
     metric = (f"recall accuracy at {task.n_pairs} pairs, {RECALL_SEQUENCES} synthetic sequences (seed {RECALL_SEED})"
               if task else f"test perplexity, first {TEST_TOKENS:,} tokens of the test split, context 256")
     return {"metric": metric, "unpruned": base, "rows": rows, "map_settings": any_map["settings"],
             "maps": sorted(maps), "device": "cpu", "dtype": "float32"}
+
+
+def _entry(strategy: str, c: dict, smap: dict) -> dict:
+    return {"strategy": strategy, "ratios": [round(r, 4) for r in c["ratios"]], "dims": c["dims"],
+            "state_bytes": sum(row["heads"] * d * row["value_dim"] * 4 for row, d in zip(smap["layers"], c["dims"])),
+            "value": c["test_value"], "validation_loss": c["measured_loss"]}
 
 
 def table(models_: dict) -> tuple[list[dict], str]:
