@@ -3,9 +3,10 @@
 For each bundled sample and mean ratio ρ̄ ∈ {0.5, 0.75}: the uniform plan, the rank-suggested plan
 (analysis.suggest from the map's per-layer rank utilization) and the sensitivity allocation (same state
 bytes as uniform, from the shipped map of each strategy), each pruned with every strategy in STRATEGIES
-(the allocation: with the strategies that have a shipped map) and measured on the TEST split (the maps
-are measured on the validation split). The best strategy per plan is reported, plus the allocation's
-predicted vs measured loss on the map's own (validation) measurement.
+and measured on the TEST split. The allocated plan is the one `analysis.allocate.choose` keeps after
+measuring the knapsack plan, uniform and rank-suggested on the VALIDATION split (the map's own
+measurement), with the same strategy (from that strategy's shipped map, else the l1 map). Reported per
+strategy (like with like) and best per plan, with the knapsack plan's predicted vs measured loss.
 
     nice .venv/bin/python benchmarks/sensitivity_evidence.py deltanet-small [gated-deltanet-small deltanet-recall]
 
@@ -116,43 +117,73 @@ def _entry(strategy: str, c: dict, smap: dict) -> dict:
             "value": c["test_value"], "validation_loss": c["measured_loss"]}
 
 
+def _by_strategy(m: dict) -> list[dict]:
+    """Per (ρ̄, strategy): uniform, rank-suggested and allocated (chosen) with the same strategy."""
+    out = []
+    for target in sorted({r["target"] for r in m["rows"]}):
+        plans = {r["plan"]: {a["strategy"]: a for a in r["all"]} for r in m["rows"] if r["target"] == target}
+        for strategy, alloc in plans.get("sensitivity-allocated", {}).items():
+            out.append({"target": target, "strategy": strategy,
+                        "uniform": plans["uniform"].get(strategy), "rank": plans["rank-suggested"].get(strategy),
+                        "alloc": alloc})
+        best = {plan: (max if m["metric"].startswith("recall") else min)(by.values(), key=lambda a: a["value"])
+                for plan, by in plans.items()}
+        out.append({"target": target, "strategy": "best of each", "uniform": best["uniform"],
+                    "rank": best["rank-suggested"], "alloc": best["sensitivity-allocated"]})
+    return out
+
+
 def table(models_: dict) -> tuple[list[dict], str]:
     out = []
     for name, m in models_.items():
-        for row in m["rows"]:
-            b = row["best"]
-            cell = {"model": name, "mean ρ": row["target"], "plan": row["plan"], "best strategy": b["strategy"],
-                    "dk per layer": " ".join(map(str, b["dims"])), "state bytes": b["state_bytes"],
-                    "measured": round(b["value"], 4), "unpruned": round(m["unpruned"], 4)}
-            if "predicted_loss" in b:
-                cell["predicted vs measured loss (validation)"] = (f"{b['predicted_loss']:+.4f} vs "
-                                                                   f"{b['measured_loss']:+.4f}")
+        for r in _by_strategy(m):
+            a = r["alloc"]
+            cell = {"model": name, "mean ρ": r["target"], "strategy": r["strategy"],
+                    "uniform": round(r["uniform"]["value"], 4), "rank-suggested": round(r["rank"]["value"], 4),
+                    "allocated (chosen)": round(a["value"], 4),
+                    "chosen plan": f"{a.get('chosen', 'knapsack (no choice step)')} ({a['strategy']}"
+                                   f"{', ' + a['map_strategy'] + ' map' if 'map_strategy' in a else ''})",
+                    "allocated dk′": " ".join(map(str, a["dims"])), "state bytes": a["state_bytes"],
+                    "unpruned": round(m["unpruned"], 4)}
+            if a.get("predicted_loss") is not None:
+                cell["knapsack plan: predicted vs measured loss (validation)"] = (
+                    f"{a['predicted_loss']:+.4f} vs {a['measured_loss']:+.4f}")
             out.append(cell)
-    caption = ("measured: " + "; ".join(f"{n}: {m['metric']}" for n, m in models_.items())
-               + ". Strategies tried per plan: " + ", ".join(STRATEGIES) + " (allocation: those with a shipped map: "
-               + "; ".join(f"{n}: {', '.join(m['maps'])}" for n, m in models_.items()) + "). Maps: each layer alone "
-               "at ρ ∈ {0.25, 0.5, 0.75, 0.875}, validation split (recall: seed 4321); loss = Δ log perplexity or "
-               "drop in recall accuracy. CPU, float32.")
+    caption = ("Each row: the same strategy for all three plans, at the same state bytes (the uniform plan's). "
+               "Allocated = the plan `choose` kept after measuring the knapsack plan, uniform and rank-suggested on "
+               "the VALIDATION split (the map's own measurement); the table's values are on the TEST split. "
+               "measured: " + "; ".join(f"{n}: {m['metric']}" for n, m in models_.items())
+               + ". Maps shipped: " + "; ".join(f"{n}: {', '.join(m['maps'])}" for n, m in models_.items())
+               + "; a strategy without its own map allocates from the l1 map. Maps: each layer alone at ρ ∈ "
+               "{0.25, 0.5, 0.75, 0.875}, validation split, 4,096 tokens, context 256 (recall: seed 4321); loss = "
+               "Δ log perplexity or drop in recall accuracy; the allocator clamps it at 0 and makes it "
+               "non-decreasing in ρ. CPU, float32.")
     return out, caption
-
-
 
 
 def markdown(path: Path = OUT) -> str:
     """The README table from the evidence JSON: `python benchmarks/sensitivity_evidence.py --markdown`."""
     e = json.loads(path.read_text())
     fmt = lambda v: f"{v:.2f}" if v > 1.5 else f"{v:.4f}"  # noqa: E731  perplexity or recall accuracy
-    lines = ["| model (unpruned) | mean ρ | plan | best strategy | dk′ per layer | state bytes | measured (best) | "
-             "measured with l1 | predicted vs measured loss (validation) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model (unpruned) | mean ρ | strategy | uniform | rank-suggested | allocated (chosen) | chosen plan, "
+             "dk′ per layer | knapsack plan: predicted vs measured loss (validation) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, m in e["models"].items():
-        for row in m["rows"]:
-            b = row["best"]
-            l1 = next((a for a in row["all"] if a["strategy"] == "l1"), None)
-            pv = (f"{b['predicted_loss']:+.4f} vs {b['measured_loss']:+.4f}" if "predicted_loss" in b else "–")
-            lines.append(f"| {name} ({fmt(m['unpruned'])}) | {row['target']} | {row['plan']} | {b['strategy']} | "
-                         f"{' '.join(map(str, b['dims']))} | {b['state_bytes']:,} | **{fmt(b['value'])}** | "
-                         f"{fmt(l1['value']) if l1 else '–'} | {pv} |")
+        for r in _by_strategy(m):
+            a = r["alloc"]
+            pv = f"{a['predicted_loss']:+.4f} vs {a['measured_loss']:+.4f}" if a.get("predicted_loss") is not None \
+                else "–"
+            chosen = a.get("chosen", "knapsack (no choice step)")
+            src = f", {a['map_strategy']} map" if a.get("map_strategy", a["strategy"]) != a["strategy"] else ""
+            strat = f"**{r['strategy']}**" if r["strategy"] == "best of each" else r["strategy"]
+            lines.append(f"| {name} ({fmt(m['unpruned'])}) | {r['target']} | {strat} | {fmt(r['uniform']['value'])}"
+                         f"{'' if r['strategy'] != 'best of each' else ' (' + r['uniform']['strategy'] + ')'} | "
+                         f"{fmt(r['rank']['value'])}"
+                         f"{'' if r['strategy'] != 'best of each' else ' (' + r['rank']['strategy'] + ')'} | "
+                         f"{fmt(a['value'])}{'' if r['strategy'] != 'best of each' else ' (' + a['strategy'] + ')'}"
+                         f" | {chosen}{src}: {' '.join(map(str, a['dims']))} | {pv} |")
     return "\n".join(lines) + "\n\n" + e["caption"]
+
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--markdown"]:

@@ -97,7 +97,8 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                   "allocation chosen from the map is judged on test text it never saw.")
                + " *Allocate from sensitivity* (beside *Suggest from rank*, in per-layer mode) picks the ratios "
                "with the least predicted loss at the same state bytes as the uniform plan (exact knapsack over "
-               "the measured dims; additive model).")
+               "the measured dims; additive model on the monotone, non-negative map); *Verify and choose* measures "
+               "it, uniform and rank-suggested on the validation split and keeps the best.")
     c1, c2 = st.columns([3, 2])
     ratio_text = c1.text_input("Map ratios ρ (comma-separated)",
                                key=state.remembered("sens_ratios", ", ".join(f"{r:g}" for r in DEFAULT_RATIOS)))
