@@ -126,8 +126,7 @@ def _by_strategy(m: dict) -> list[dict]:
             out.append({"target": target, "strategy": strategy,
                         "uniform": plans["uniform"].get(strategy), "rank": plans["rank-suggested"].get(strategy),
                         "alloc": alloc})
-        best = {plan: (max if m["metric"].startswith("recall") else min)(by.values(), key=lambda a: a["value"])
-                for plan, by in plans.items()}
+        best = {r["plan"]: r["best"] for r in m["rows"] if r["target"] == target}  # carries the cross pair
         out.append({"target": target, "strategy": "best of each", "uniform": best["uniform"],
                     "rank": best["rank-suggested"], "alloc": best["sensitivity-allocated"]})
     return out
@@ -157,8 +156,18 @@ def table(models_: dict) -> tuple[list[dict], str]:
                + "; a strategy without its own map allocates from the l1 map. Maps: each layer alone at ρ ∈ "
                "{0.25, 0.5, 0.75, 0.875}, validation split, 4,096 tokens, context 256 (recall: seed 4321); loss = "
                "Δ log perplexity or drop in recall accuracy; the allocator clamps it at 0 and makes it "
-               "non-decreasing in ρ. CPU, float32.")
+               "non-decreasing in ρ. Paired noise: per-window (16 windows of 256 tokens) difference of mean log-loss "
+               "between the two plans on the same test tokens, mean ± standard error (benchmarks/paired_noise.py). "
+               "CPU, float32.")
     return out, caption
+
+
+def _paired(alloc: dict, uniform: dict) -> str:
+    """The paired test difference from benchmarks/paired_noise.py, or 0 when the chosen plan is uniform's."""
+    if (alloc["strategy"], alloc["dims"]) == (uniform["strategy"], uniform["dims"]):
+        return "0 (same plan)"
+    p = alloc.get("paired_vs_uniform", {}).get(uniform["strategy"])
+    return "–" if p is None else f"{p['delta_log_ppl']:+.4f} ± {p['se']:.4f}"
 
 
 def markdown(path: Path = OUT) -> str:
@@ -166,8 +175,9 @@ def markdown(path: Path = OUT) -> str:
     e = json.loads(path.read_text())
     fmt = lambda v: f"{v:.2f}" if v > 1.5 else f"{v:.4f}"  # noqa: E731  perplexity or recall accuracy
     lines = ["| model (unpruned) | mean ρ | strategy | uniform | rank-suggested | allocated (chosen) | chosen plan, "
-             "dk′ per layer | knapsack plan: predicted vs measured loss (validation) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "dk′ per layer | allocated − uniform, test Δ log ppl ± SE (paired) | knapsack plan: predicted vs "
+             "measured loss (validation) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, m in e["models"].items():
         for r in _by_strategy(m):
             a = r["alloc"]
@@ -181,7 +191,7 @@ def markdown(path: Path = OUT) -> str:
                          f"{fmt(r['rank']['value'])}"
                          f"{'' if r['strategy'] != 'best of each' else ' (' + r['rank']['strategy'] + ')'} | "
                          f"{fmt(a['value'])}{'' if r['strategy'] != 'best of each' else ' (' + a['strategy'] + ')'}"
-                         f" | {chosen}{src}: {' '.join(map(str, a['dims']))} | {pv} |")
+                         f" | {chosen}{src}: {' '.join(map(str, a['dims']))} | {_paired(a, r['uniform'])} | {pv} |")
     return "\n".join(lines) + "\n\n" + e["caption"]
 
 
