@@ -6,7 +6,14 @@ take its full dim or any dim the map measured (with tile rounding: only multiple
 Among allocations whose cost (fp32 state bytes, or 64-row kernel tiles, summed over layers and heads)
 fits the budget, an exact dynamic programme over layers finds the least predicted loss. A mean-ratio
 target means the state bytes of the uniform plan at that ratio, so both plans hold the same state.
-`verify` then prunes for real and reports measured against predicted.
+
+The measured losses are first made monotone: clamped at 0 (a one-layer "gain" is measurement noise, and
+the knapsack would otherwise buy it with unused bytes) and non-decreasing in the ratio (running max), so
+pruning a layer less never predicts more loss; among equally good plans the one spending the most of the
+budget wins. `verify` prunes for real and reports measured against predicted; `choose` measures the
+knapsack plan, the uniform plan and the rank-suggested plan (same budget) on the map's own split
+(validation, never test) and keeps the best measured one, because the additive model's margins are
+often below the noise.
 """
 from __future__ import annotations
 
@@ -26,7 +33,8 @@ UNITS = {"state_bytes": "fp32 state bytes per sequence", "tiles": "kernel tiles 
 class Option:
     ratio: float
     dim: int
-    loss: float
+    loss: float             # monotone: max(0, running max of the measured losses at this dim or larger ratios)
+    measured: float = 0.0   # the map's raw value
 
 
 @dataclass
@@ -67,8 +75,17 @@ def options(smap: dict, round_to: int | None = None) -> list[list[Option]]:
             continue
         if any(o.dim == p["head_k_dim"] for o in per_layer[p["layer"]]):
             continue  # two ratios that floor to the same dim: keep the first measured
-        per_layer[p["layer"]].append(Option(p["ratio"], p["head_k_dim"], p["loss"]))
-    return [sorted(opts, key=lambda o: -o.dim) for opts in per_layer]
+        per_layer[p["layer"]].append(Option(p["ratio"], p["head_k_dim"], p["loss"], p["loss"]))
+    return [monotone(sorted(opts, key=lambda o: -o.dim)) for opts in per_layer]
+
+
+def monotone(layer: list[Option]) -> list[Option]:
+    """Options ordered by falling dim, with losses clamped at 0 and never decreasing as the dim falls."""
+    out, floor = [], 0.0
+    for o in layer:
+        floor = max(floor, o.measured)
+        out.append(Option(o.ratio, o.dim, floor, o.measured))
+    return out
 
 
 def knapsack(costs: list[list[int]], losses: list[list[float]], budget: int) -> tuple[list[int], float] | None:
@@ -92,7 +109,9 @@ def knapsack(costs: list[list[int]], losses: list[list[float]], budget: int) -> 
         best = nxt
         if not best:
             return None
-    total = min(best, key=lambda t: (best[t][0], -t))
+    least = min(loss for loss, _ in best.values())
+    # among plans as good as the best (to rounding), the one spending the most of the budget
+    total = max(t for t, (loss, _) in best.items() if loss <= least + 1e-12 * max(1.0, abs(least)))
     return list(best[total][1]), best[total][0]
 
 
@@ -149,20 +168,105 @@ def allocate(smap: dict, *, mean_ratio: float | None = None, state_bytes: int | 
 
 def verify(model, tokenizer, smap: dict, alloc: Allocation, task=None, calibration=None) -> dict:
     """Prune with the allocation for real and measure it exactly as the map was measured."""
-    s = MapSettings(**{**smap["settings"], "ratios": tuple(smap["settings"]["ratios"])})
     dims = plan_key_dims(model, ratios=alloc.ratios)
     if dims != alloc.dims:
         raise AnalysisError(f"The allocation's key dims {alloc.dims} do not fit this model's plan {dims}; "
                             "use the model the map was measured on.")
-    if calibration is None and _needs_calibration(alloc.strategy):
+    got = measure_plan(model, tokenizer, smap, alloc.ratios, alloc.strategy, alloc.baseline_value, task, calibration)
+    return {"measured_value": got["value"], "measured_loss": got["loss"], "predicted_value": alloc.predicted_value,
+            "predicted_loss": alloc.predicted_loss, "error": got["loss"] - alloc.predicted_loss,
+            "measure": got["measure"], "model": got["model"]}
+
+
+def measure_plan(model, tokenizer, smap: dict, ratios: list[float], strategy: str, baseline: float, task=None,
+                 calibration=None) -> dict:
+    """Prune with `ratios` and `strategy`, measured as the map was (its split, tokens, context)."""
+    s = MapSettings(**{**smap["settings"], "ratios": tuple(smap["settings"]["ratios"])})
+    dims = plan_key_dims(model, ratios=ratios)
+    if calibration is None and _needs_calibration(strategy):
         calibration = calibration_for(model, tokenizer, s, task)
-    pruned = prune(model, alloc.strategy, dims, calibration, seed=s.seed).model
+    pruned = prune(model, strategy, dims, calibration, seed=s.seed).model
     measure = _Measure(tokenizer, s, task)
     value = measure(pruned)["value"]
-    loss = measure.loss(value, alloc.baseline_value)
-    return {"measured_value": value, "measured_loss": loss, "predicted_value": alloc.predicted_value,
-            "predicted_loss": alloc.predicted_loss, "error": loss - alloc.predicted_loss, "measure": measure.label(),
+    return {"value": value, "loss": measure.loss(value, baseline), "measure": measure.label(), "dims": dims,
             "model": pruned}
+
+
+def candidates(smap: dict, alloc: Allocation, round_to: int | None = None,
+               mean_ratio: float | None = None) -> list[dict]:
+    """Plans at the allocation's budget to measure against each other: the knapsack's, uniform, rank-suggested.
+
+    Uniform: the mean ratio itself (a mean-ratio target), else the least shared ratio of the map whose cost
+    fits. Rank-suggested: `analysis.suggest` at the same mean ratio from the map's rank utilization, kept
+    only when it fits the budget. Predicted losses come from the monotone map (None off its measured dims).
+    """
+    opts = options(smap, round_to)
+    rows = smap["layers"]
+
+    def plan(name: str, ratios: list[float], dims: list[int]) -> dict:
+        losses = [next((o.loss for o in layer if o.dim == d), None) for layer, d in zip(opts, dims)]
+        pred = None if None in losses else sum(losses)
+        return {"name": name, "ratios": [float(r) for r in ratios], "dims": dims, "predicted_loss": pred,
+                "cost": sum(layer_cost(row, d, alloc.unit) for row, d in zip(rows, dims))}
+
+    def dims_at(ratios):
+        out = []
+        for row, r in zip(rows, ratios):
+            keep = max(1, math.floor(row["head_k_dim"] * (1 - r) + 1e-9))
+            if round_to:
+                keep = min(row["head_k_dim"], max(round_to, round_to * round(keep / round_to)))
+            out.append(keep)
+        return out
+
+    out = [plan("sensitivity-allocated", alloc.ratios, alloc.dims)]
+    if mean_ratio is not None:
+        out.append(plan("uniform", [mean_ratio] * len(rows), dims_at([mean_ratio] * len(rows))))
+        from analysis.suggest import suggest_ratios
+        u = [row.get("rank_utilization") for row in rows]
+        if None not in u:
+            try:
+                r = suggest_ratios(u, mean_ratio, round_to=round_to, key_dims=[row["head_k_dim"] for row in rows])
+                out.append(plan("rank-suggested", r, dims_at(r)))
+            except AnalysisError:
+                pass  # no rank suggestion at this target; the other plans are still compared
+    else:
+        for r in sorted({0.0, *smap["settings"]["ratios"]}):
+            p = plan("uniform", [r] * len(rows), dims_at([r] * len(rows)))
+            if p["cost"] <= alloc.budget:
+                out.append(p)
+                break
+    return [p for p in out if p["cost"] <= alloc.budget]
+
+
+def choose(plans: list[dict], evaluate) -> dict:
+    """Measure every plan with `evaluate(plan) -> {"value", "loss"}` (validation split) and keep the best.
+
+    Plans with the same dims are measured once. Ties go to uniform (the simpler plan), then to list order.
+    Returns the plans with measured values, the winner's name, ratios and dims, and a sentence saying why.
+    """
+    seen: dict[tuple, dict] = {}
+    measured = []
+    for p in plans:
+        key = tuple(p["dims"])
+        if key not in seen:
+            got = evaluate(p)
+            seen[key] = {"measured_value": got["value"], "measured_loss": got["loss"]}
+        measured.append({**p, **seen[key], "same_as": next(q["name"] for q in measured + [p]
+                                                          if tuple(q["dims"]) == key)})
+    order = {"uniform": 0}
+    best = min(measured, key=lambda p: (p["measured_loss"], order.get(p["name"], 1)))
+    uniform = next((p for p in measured if p["name"] == "uniform"), None)
+    if uniform is not None and tuple(best["dims"]) == tuple(uniform["dims"]):
+        best = uniform
+        reason = ("the map found nothing better than uniform: no other plan measured a lower validation loss "
+                  f"than uniform's {uniform['measured_loss']:+.4f}")
+    elif uniform is not None:
+        reason = (f"{best['name']} measured the lowest validation loss, {best['measured_loss']:+.4f} against "
+                  f"uniform's {uniform['measured_loss']:+.4f}")
+    else:
+        reason = f"{best['name']} measured the lowest validation loss ({best['measured_loss']:+.4f})"
+    return {"winner": best["name"], "ratios": best["ratios"], "dims": best["dims"], "reason": reason,
+            "candidates": measured}
 
 
 def _needs_calibration(strategy: str) -> bool:

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from analysis.allocate import allocate, knapsack, options, uniform_budget, verify
+from analysis.allocate import allocate, candidates, choose, knapsack, options, uniform_budget, verify
 from analysis.errors import AnalysisError
 from analysis.sensitivity import MapSettings, compute_map
 
@@ -55,6 +55,62 @@ def test_allocation_spends_the_uniform_state_and_prefers_the_insensitive_layer()
     assert alloc.dims == [64, 16] and alloc.ratios == [0.0, 0.75]
     assert alloc.cost <= alloc.budget
     assert math.isclose(alloc.predicted_loss, 0.02) and math.isclose(alloc.predicted_value, 10 * math.exp(0.02))
+
+
+def test_map_losses_are_clamped_at_zero_and_never_fall_as_the_ratio_grows():
+    smap = _map([[0.02, 0.01, 0.05], [-0.001, -0.003, 0.002]])  # a noisy dip, and one-layer "gains"
+    [a, b] = options(smap)
+    assert [o.dim for o in a] == [64, 48, 32, 16]
+    assert [o.loss for o in a] == [0.0, 0.02, 0.02, 0.05]
+    assert [o.loss for o in b] == [0.0, 0.0, 0.0, 0.002]
+    assert [o.measured for o in b] == [0.0, -0.001, -0.003, 0.002]      # the raw map is kept alongside
+
+
+def test_allocation_spends_the_whole_budget_instead_of_buying_a_negative_loss():
+    """A layer measured slightly 'better than unpruned' (noise) used to be pruned hard, leaving bytes unused."""
+    smap = _map([[0.01, 0.02, 0.05], [0.0, -0.001, -0.003]])
+    alloc = allocate(smap, mean_ratio=0.25)                    # 2 × 48 channels of state
+    assert alloc.cost == alloc.budget
+    assert alloc.dims == [64, 32] and alloc.predicted_loss == 0.0
+
+
+def _plans(smap, target):
+    return {p["name"]: p for p in candidates(smap, allocate(smap, mean_ratio=target), mean_ratio=target)}
+
+
+def test_candidates_are_the_knapsack_uniform_and_rank_plans_at_one_budget():
+    smap = _map([[0.5, 1.0, 2.0], [0.0, 0.01, 0.02]])
+    smap["layers"][0]["rank_utilization"], smap["layers"][1]["rank_utilization"] = 0.9, 0.1
+    plans = _plans(smap, 0.375)
+    assert set(plans) == {"sensitivity-allocated", "uniform", "rank-suggested"}
+    budget = uniform_budget(smap, 0.375, None, "state_bytes")
+    assert all(p["cost"] <= budget for p in plans.values()) and plans["uniform"]["cost"] == budget
+    assert plans["uniform"]["dims"] == [40, 40] and plans["uniform"]["predicted_loss"] is None  # 40 not measured
+    assert plans["sensitivity-allocated"]["dims"] == [64, 16]
+
+
+def test_choose_keeps_the_plan_that_measures_best_and_says_why():
+    smap = _map([[0.5, 1.0, 2.0], [0.0, 0.01, 0.02]])
+    plans = list(_plans(smap, 0.5).values())
+    calls = []
+
+    def fake(measured):
+        def evaluate(plan):
+            calls.append(tuple(plan["dims"]))
+            return {"value": 10 * math.exp(measured[tuple(plan["dims"])]), "loss": measured[tuple(plan["dims"])]}
+        return evaluate
+    knap, uniform = tuple(plans[0]["dims"]), tuple(plans[1]["dims"])
+    assert knap != uniform
+    won = choose(plans, fake({knap: 0.01, uniform: 0.02}))
+    assert won["winner"] == "sensitivity-allocated" and won["dims"] == list(knap)
+    assert "+0.0100 against uniform's +0.0200" in won["reason"]
+    assert [c["measured_loss"] for c in won["candidates"]][:2] == [0.01, 0.02]
+    lost = choose(plans, fake({knap: 0.03, uniform: 0.02}))
+    assert lost["winner"] == "uniform" and lost["ratios"] == [0.5, 0.5]
+    assert lost["reason"].startswith("the map found nothing better than uniform")
+    calls.clear()
+    same = choose([plans[0], {**plans[1], "dims": list(knap)}], fake({knap: 0.01}))
+    assert calls == [knap] and same["winner"] == "uniform"       # measured once; the tie goes to uniform
 
 
 def test_tile_rounding_keeps_only_tile_multiples():

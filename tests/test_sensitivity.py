@@ -103,6 +103,11 @@ def test_cli_sensitivity_and_prune_allocate(tmp_path, capsys):
     report = json.loads((tmp_path / "p.json").read_text())["allocation"]
     assert sorted(report["ratios"]) == [0.25, 0.75] and report["cost"] == report["budget"]
     assert {"predicted_loss", "measured_loss", "error"} <= set(report["verification"])
+    choice = report["choice"]  # knapsack vs uniform vs rank-suggested, measured on validation; the best is pruned
+    assert {c["name"] for c in choice["candidates"]} >= {"sensitivity-allocated", "uniform"}
+    best = min(c["measured_loss"] for c in choice["candidates"])
+    assert next(c for c in choice["candidates"] if c["name"] == choice["winner"])["measured_loss"] == best
+    assert json.loads((tmp_path / "p.json").read_text())["head_k_dims"] == choice["dims"]
     assert main(["prune", str(model_dir), "--strategy", "l1", "--allocate", "sensitivity", "--budget", "0.9",
                  "--map", str(out), "--out", str(tmp_path / "x"), "--device", "cpu"]) == 2
     assert "choose a mean ratio between 0 and" in capsys.readouterr().err
@@ -141,11 +146,17 @@ def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
     click(at, "allocate")
     chosen = [at.number_input(key=f"w:layer_ratio_{i}").value for i in range(2)]
     assert sorted(chosen) == [0.25, 0.75]
-    losses = {(i, r): z[i][j] for i in range(2) for j, r in enumerate((0.25, 0.75))}
-    best = min(((0, 0.25), (1, 0.75)), ((0, 0.75), (1, 0.25)), key=lambda pair: sum(losses[p] for p in pair))
-    assert chosen == [r for _, r in sorted(best)]  # the pair with the lower predicted loss
+    # the allocator's monotone map: losses clamped at 0 and non-decreasing in the ratio
+    losses = {(i, 0.25): max(0.0, z[i][0]) for i in range(2)}
+    losses.update({(i, 0.75): max(losses[i, 0.25], z[i][1]) for i in range(2)})
+    pairs = (((0, 0.25), (1, 0.75)), ((0, 0.75), (1, 0.25)))
+    least = min(sum(losses[p] for p in pair) for pair in pairs)
+    assert chosen in [[r for _, r in sorted(pair)] for pair in pairs if sum(losses[p] for p in pair) == least]
     click(at, "sens_verify")
-    assert any("additive-model error" in c.value for c in at.caption)
+    [caption] = [c.value for c in at.caption if "additive-model error" in c.value]
+    assert "chosen: **" in caption
+    after = [at.number_input(key=f"w:layer_ratio_{i}").value for i in range(2)]
+    assert after in (chosen, [0.5, 0.5])  # the knapsack plan or uniform, whichever measured better
     clean(at)
 
 

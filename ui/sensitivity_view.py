@@ -3,8 +3,9 @@
 The map's points live in session state per (model, settings); the bundled samples' maps ship in
 sample_models/results/ and are shown at once when the model and settings match. The "Allocate from
 sensitivity" button beside "Suggest from rank" (ui.ratios) calls `allocate_into_inputs`, which fills
-the per-layer ratio inputs from the current map; "Verify" prunes with that allocation and shows the
-measured value against the additive prediction.
+the per-layer ratio inputs from the current map; "Verify and choose" prunes with that allocation, the
+uniform plan and the rank-suggested plan (same budget), measures them on the map's validation split,
+shows predicted against measured for each, and fills the inputs with the best measured plan.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from analysis.allocate import allocate, verify
+from analysis.allocate import allocate, candidates, choose, measure_plan
 from analysis.errors import AnalysisError
 from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map, grid,
                                   layer_profile, load_shipped, profile_inputs, sensitivity_points)
@@ -39,10 +40,12 @@ def allocate_into_inputs(key, round_to: int | None) -> None:
         if not current or current["key"] != key:
             raise AnalysisError("No sensitivity map for this model yet; run it in the Layer sensitivity section "
                                 "below, then allocate.")
-        alloc = allocate(current["map"], mean_ratio=float(st.session_state["w:suggest_target"]), round_to=round_to)
+        target = float(st.session_state["w:suggest_target"])
+        alloc = allocate(current["map"], mean_ratio=target, round_to=round_to)
         for layer, rho in enumerate(alloc.ratios):
             state.choose(f"layer_ratio_{layer}", round(rho, 4))
-        st.session_state[ALLOCATION] = {"key": key, "alloc": alloc, "map": current["map"]}
+        st.session_state[ALLOCATION] = {"key": key, "alloc": alloc, "map": current["map"], "mean_ratio": target,
+                                        "round_to": round_to}
         st.session_state.pop(CHECK, None)
         st.session_state.pop(ERROR_KEY, None)
     except AnalysisError as exc:
@@ -94,7 +97,8 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                   "allocation chosen from the map is judged on test text it never saw.")
                + " *Allocate from sensitivity* (beside *Suggest from rank*, in per-layer mode) picks the ratios "
                "with the least predicted loss at the same state bytes as the uniform plan (exact knapsack over "
-               "the measured dims; additive model).")
+               "the measured dims; additive model on the monotone, non-negative map); *Verify and choose* measures "
+               "it, uniform and rank-suggested on the validation split and keeps the best.")
     c1, c2 = st.columns([3, 2])
     ratio_text = c1.text_input("Map ratios ρ (comma-separated)",
                                key=state.remembered("sens_ratios", ", ".join(f"{r:g}" for r in DEFAULT_RATIOS)))
@@ -195,25 +199,54 @@ def _allocation_check(ctx: Context, calib: shrink.CalibSettings) -> None:
     alloc = held["alloc"]
     st.markdown(f"**Allocation** ({alloc.target}, {alloc.cost:,} of {alloc.budget:,} {alloc.unit.replace('_', ' ')}): "
                 f"ratios {alloc.ratios}, dk' {alloc.dims}")
-    if st.button("Verify: prune with it and measure", key="sens_verify"):
-        with st.spinner("Pruning with the allocation and measuring it as the map was measured…"):
-            try:
-                needs = STRATEGIES[alloc.strategy]
-                c = shrink.prepare(ctx.key, calib, needs.needs_gradients) if needs.needs_calibration else None
-                tok = None if ctx.task else cache.tokenizer(ctx.key.path)
-                with cache.compute_lock():
-                    check = verify(ctx.model, tok, held["map"], alloc, ctx.task, calibration=c)
-                check.pop("model")
-                st.session_state[CHECK] = {"key": ctx.key, "dims": alloc.dims, **check}
-            except AnalysisError as exc:
-                st.error(str(exc))
+    st.button("Verify and choose: measure it, uniform and rank-suggested (validation split)", key="sens_verify",
+              on_click=_verify_and_choose, args=(ctx, calib))
     check = st.session_state.get(CHECK)
-    if check and check["key"] == ctx.key and check["dims"] == alloc.dims:
-        st.dataframe(pd.DataFrame({"predicted (additive)": [alloc.baseline_value, check["predicted_value"],
-                                                        check["predicted_loss"]],
-                               "measured": [alloc.baseline_value, check["measured_value"], check["measured_loss"]]},
-                              index=["unpruned", "pruned", "loss"]).style.format("{:.4f}"))
-        st.caption(f"{check['measure']} · additive-model error (measured − predicted loss) {check['error']:+.4f}")
+    if check and check["key"] == ctx.key and check["alloc_dims"] == alloc.dims:
+        st.dataframe(pd.DataFrame({
+            "ratios": [", ".join(f"{r:.3g}" for r in c["ratios"]) for c in check["candidates"]],
+            "dk'": [" ".join(map(str, c["dims"])) for c in check["candidates"]],
+            "state bytes" if alloc.unit == "state_bytes" else "tiles": [c["cost"] for c in check["candidates"]],
+            "predicted loss": [c["predicted_loss"] for c in check["candidates"]],
+            "measured loss": [c["measured_loss"] for c in check["candidates"]],
+            "measured": [c["measured_value"] for c in check["candidates"]]},
+            index=pd.Index([c["name"] for c in check["candidates"]], name="plan")), column_config={
+            "predicted loss": st.column_config.NumberColumn(format="%+.4f"),
+            "measured loss": st.column_config.NumberColumn(format="%+.4f"),
+            "measured": st.column_config.NumberColumn(format="%.4f")})
+        knap = check["candidates"][0]
+        st.caption(f"{check['measure']} · unpruned {alloc.baseline_value:.4f} · additive-model error of the "
+                   f"allocation (measured − predicted loss) {knap['measured_loss'] - alloc.predicted_loss:+.4f} · "
+                   f"chosen: **{check['winner']}** ({check['reason']}); the per-layer inputs now hold it.")
+
+
+def _verify_and_choose(ctx: Context, calib: shrink.CalibSettings) -> None:
+    """Button callback: measure the candidates on the map's split and fill the inputs with the best one."""
+    held = st.session_state.get(ALLOCATION)
+    if not held or held["key"] != ctx.key:
+        return
+    alloc = held["alloc"]
+    try:
+        needs = STRATEGIES[alloc.strategy]
+        c = shrink.prepare(ctx.key, calib, needs.needs_gradients) if needs.needs_calibration else None
+        tok = None if ctx.task else cache.tokenizer(ctx.key.path)
+        plans = candidates(held["map"], alloc, round_to=held["round_to"], mean_ratio=held["mean_ratio"])
+        label = {}
+
+        def evaluate(plan):
+            got = measure_plan(ctx.model, tok, held["map"], plan["ratios"], alloc.strategy, alloc.baseline_value,
+                               ctx.task, c)
+            label["measure"] = got["measure"]
+            return got
+
+        with st.spinner("Pruning with each plan and measuring it as the map was measured…"), cache.compute_lock():
+            choice = choose(plans, evaluate)
+        for layer, rho in enumerate(choice["ratios"]):
+            state.choose(f"layer_ratio_{layer}", round(rho, 4))
+        st.session_state[CHECK] = {"key": ctx.key, "alloc_dims": alloc.dims, "measure": label["measure"], **choice}
+        st.session_state.pop(ERROR_KEY, None)
+    except AnalysisError as exc:
+        st.session_state[ERROR_KEY] = str(exc)
 
 
 def _evidence() -> None:

@@ -94,7 +94,7 @@ def run_prune(args) -> None:
     if args.allocate:  # per-layer ratios from the sensitivity map (see analysis/allocate.py)
         from analysis.commands.sensitivity_cmds import allocation_for, allocation_report
         allocation = allocation_for(args, model, tokenizer)
-        ratio, ratios = None, allocation[0].ratios
+        ratio, ratios = None, allocation[2]["ratios"]  # the plan that measured best (validation split)
     dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
     calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
         if strategy.needs_calibration else None

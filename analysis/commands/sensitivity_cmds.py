@@ -108,8 +108,13 @@ def parse_budget(text: str | None) -> dict:
 
 
 def allocation_for(args, model, tokenizer):
-    """(allocation, map) for `prune --allocate sensitivity`: from --map, the shipped map, or a computed one."""
-    from analysis.allocate import allocate
+    """(allocation, map, choice) for `prune --allocate sensitivity`: from --map, the shipped map, or a computed one.
+
+    The knapsack plan, the uniform plan and the rank-suggested plan at the same budget are measured on the
+    map's own split (validation) and the best measured one is what gets pruned (`choice["ratios"]`).
+    """
+    from analysis.allocate import allocate, candidates, choose, measure_plan
+    from analysis.sensitivity import MapSettings, calibration_for, recall_task
     from analysis.sensitivity import compute_map, load_shipped, weights_digest
     if args.ratio is not None or args.ratios:
         raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio/--ratios and give --budget.")
@@ -129,19 +134,45 @@ def allocation_for(args, model, tokenizer):
     else:
         s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
         smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task)
-    return allocate(smap, round_to=args.round_to, **budget), smap
+    alloc = allocate(smap, round_to=args.round_to, **budget)
+    task = recall_task(model)
+    plans = candidates(smap, alloc, round_to=args.round_to, mean_ratio=budget.get("mean_ratio"))
+    calib = None
+    if _needs_calibration(alloc.strategy):
+        calib = calibration_for(model, tokenizer, MapSettings(**{**smap["settings"], "ratios": (0.5,)}), task)
+    measured = {}
+
+    def evaluate(plan):
+        got = measure_plan(model, tokenizer, smap, plan["ratios"], alloc.strategy, alloc.baseline_value, task, calib)
+        measured["label"] = got.pop("measure")
+        got.pop("model")
+        return got
+
+    choice = choose(plans, evaluate)
+    choice["measure"] = measured.get("label")
+    return alloc, smap, choice
 
 
-def allocation_report(args, model, tokenizer, alloc, smap) -> dict:
-    """Predicted vs measured on the map's own measurement (prunes once more; the strategy is deterministic)."""
-    from analysis.allocate import verify
-    from analysis.sensitivity import recall_task
-    check = verify(model, tokenizer, smap, alloc, recall_task(model))
-    check.pop("model")
-    print(f"allocated from the {alloc.strategy} sensitivity map ({alloc.target}, {alloc.cost:,} of {alloc.budget:,} "
-          f"{alloc.unit}): ratios {alloc.ratios}; {check['measure']}: predicted {check['predicted_value']:.4f}, "
-          f"measured {check['measured_value']:.4f}", flush=True) if args.json != "-" else None
-    return {**alloc.as_dict(), "verification": check, "map_settings": smap["settings"]}
+def _needs_calibration(strategy: str) -> bool:
+    from analysis.strategies import get_strategy
+    return get_strategy(strategy).needs_calibration
+
+
+def allocation_report(args, model, tokenizer, alloc, smap, choice) -> dict:
+    """The knapsack plan and every candidate, predicted vs measured on the map's own split, and the winner."""
+    if args.json != "-":
+        print(f"allocated from the {alloc.strategy} sensitivity map ({alloc.target}, {alloc.cost:,} of "
+              f"{alloc.budget:,} {alloc.unit}); candidates measured on {choice['measure']}:", flush=True)
+        for c in choice["candidates"]:
+            pred = "–" if c["predicted_loss"] is None else f"{c['predicted_loss']:+.4f}"
+            print(f"  {c['name']:<22} ratios {[round(r, 4) for r in c['ratios']]} dk' {c['dims']} cost {c['cost']:,}: "
+                  f"predicted loss {pred}, measured {c['measured_loss']:+.4f}", flush=True)
+        print(f"chosen: {choice['winner']} ({choice['reason']})", flush=True)
+    knap = next(c for c in choice["candidates"] if c["name"] == "sensitivity-allocated")
+    verification = {"predicted_loss": alloc.predicted_loss, "measured_loss": knap["measured_loss"],
+                    "error": knap["measured_loss"] - alloc.predicted_loss, "predicted_value": alloc.predicted_value,
+                    "measured_value": knap["measured_value"], "measure": choice["measure"]}
+    return {**alloc.as_dict(), "verification": verification, "choice": choice, "map_settings": smap["settings"]}
 
 
 COMMANDS = {
