@@ -25,6 +25,16 @@ def _filled_cells(page) -> int:
     return sum(bool(re.fullmatch(r"[0-9.e+]+", t.strip())) for t in texts)
 
 
+def _cells_settle_at(page, expected: int) -> int:
+    """The filled-cell count once plotly has redrawn (it draws after the script is idle): `expected`, or the last."""
+    for _ in range(40):
+        count = _filled_cells(page)
+        if count == expected:
+            break
+        page.wait_for_timeout(250)
+    return count
+
+
 def test_sensitivity_map_fills_live_and_survives_stop_and_resume(server):
     with chromium_page(server) as page:
         idle(page)
@@ -46,12 +56,12 @@ def test_sensitivity_map_fills_live_and_survives_stop_and_resume(server):
         idle(page)
         no_exception(page)
         stopped = int(re.search(r"Stopped after (\d) of 9", page.locator("[data-testid='stMain']").inner_text())[1])
-        assert _filled_cells(page) == stopped - 1   # the unpruned baseline is not a cell
+        assert _cells_settle_at(page, stopped - 1) == stopped - 1   # the unpruned baseline is not a cell
         assert page.get_by_role("button", name="Resume map").count() == 1
 
         page.get_by_role("button", name="Resume map").click()
         page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
         idle(page)
         no_exception(page)
-        assert _filled_cells(page) == 8
+        assert _cells_settle_at(page, 8) == 8
         full_screenshot(page, ARTIFACTS / "sensitivity.png")
