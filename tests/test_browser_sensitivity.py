@@ -40,22 +40,22 @@ def test_sensitivity_map_fills_live_and_survives_stop_and_resume(server):
         idle(page)
         open_page(page, "Prune")
         tokens = page.get_by_label("Validation tokens per point")
-        tokens.fill("256")
+        tokens.fill("2048")
         tokens.press("Enter")
         idle(page)
         ratios = page.get_by_label("Map ratios ρ (comma-separated)")
-        ratios.fill("0.2, 0.4, 0.6, 0.8")
+        ratios.fill("0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8")  # 17 points: time to stop
         ratios.press("Enter")
         idle(page)
         assert _filled_cells(page) == 0
 
         page.get_by_role("button", name="Run map").click()
-        page.wait_for_selector("text=/[2-7] of 9 points/", timeout=TIMEOUT_MS)   # filling in live
+        page.wait_for_selector("text=/\\b([2-9]|1[0-2]) of 17 points/", timeout=TIMEOUT_MS)   # filling in live
         page.locator("[data-testid='stMain']").get_by_role("button", name="Stop").first.click()
-        page.wait_for_selector("text=/Stopped after [2-8] of 9 points/", timeout=TIMEOUT_MS)
+        page.wait_for_selector("text=/Stopped after ([2-9]|1[0-6]) of 17 points/", timeout=TIMEOUT_MS)
         idle(page)
         no_exception(page)
-        stopped = int(re.search(r"Stopped after (\d) of 9", page.locator("[data-testid='stMain']").inner_text())[1])
+        stopped = int(re.search(r"Stopped after (\d+) of 17", page.locator("[data-testid='stMain']").inner_text())[1])
         assert _cells_settle_at(page, stopped - 1) == stopped - 1   # the unpruned baseline is not a cell
         assert page.get_by_role("button", name="Resume map").count() == 1
 
@@ -63,5 +63,5 @@ def test_sensitivity_map_fills_live_and_survives_stop_and_resume(server):
         page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
         idle(page)
         no_exception(page)
-        assert _cells_settle_at(page, 8) == 8
+        assert _cells_settle_at(page, 16) == 16
         full_screenshot(page, ARTIFACTS / "sensitivity.png")
