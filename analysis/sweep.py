@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from analysis import safe_io
 from analysis.calibration import calibrate
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
@@ -47,26 +48,25 @@ def _cache_path(key: dict) -> Path:
 
 
 def _write_atomic(path: Path, payload: dict) -> None:
+    """One cache entry, through the project's one atomic writer (normal permissions)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     except OSError as exc:
         raise AnalysisError(f"Cannot write the sweep cache in {path.parent} ({exc.strerror or exc}); set "
                             "STATE_RANK_CACHE to a writable directory.") from None
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    safe_io.write_text(path, json.dumps(payload), label="the sweep cache")
 
 
 def _check_cache_dir() -> None:
-    """Fail in one sentence before any work when the cache directory cannot be written."""
-    probe = CACHE_DIR / ".probe"
-    _write_atomic(probe, {})
-    probe.unlink(missing_ok=True)
+    """Fail in one sentence before any work when the cache directory cannot be written (a private,
+    uniquely named probe file, removed on close: nothing else in the folder is touched)."""
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=CACHE_DIR, prefix=".probe-"):
+            pass
+    except OSError as exc:
+        raise AnalysisError(f"Cannot write the sweep cache in {CACHE_DIR} ({exc.strerror or exc}); set "
+                            "STATE_RANK_CACHE to a writable directory.") from None
 
 
 def _read_cached(path: Path, required: tuple[str, ...]) -> dict | None:
