@@ -1,0 +1,43 @@
+"""Registry of family adapters (see analysis/archs/base.py for the interface).
+
+Adding a family = one module here defining `ADAPTER` (an `Adapter` instance), its CPU op if it needs one,
+and one line in FAMILIES. Modules are imported only when a model of that family is met, so importing
+the registry stays cheap (no fla, no transformers).
+"""
+from __future__ import annotations
+
+import importlib
+
+from analysis.archs.base import Adapter, Block, ChannelRows  # noqa: F401  (re-exported)
+from analysis.errors import AnalysisError
+
+# family -> (module defining ADAPTER, config model_types it handles)
+FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+}
+
+
+def model_type_of(model_or_config) -> str:
+    config = getattr(model_or_config, "config", model_or_config)
+    return config["model_type"] if isinstance(config, dict) else getattr(config, "model_type", None)
+
+
+def family_of(model_type: str) -> str | None:
+    return next((f for f, (_, types) in FAMILIES.items() if model_type in types), None)
+
+
+def supported_model_types() -> list[str]:
+    return [t for _, types in FAMILIES.values() for t in types]
+
+
+def get_adapter(family: str) -> Adapter:
+    return importlib.import_module(FAMILIES[family][0]).ADAPTER
+
+
+def adapter_for(model_or_config) -> Adapter:
+    """The adapter of a model, a config or a config dict; one sentence when no family handles it."""
+    model_type = model_type_of(model_or_config)
+    family = family_of(model_type)
+    if family is None:
+        raise AnalysisError(f"No adapter handles model type {model_type!r}; supported families: "
+                            f"{', '.join(FAMILIES)} (model types {', '.join(supported_model_types())}).")
+    return get_adapter(family)

@@ -1,0 +1,102 @@
+"""What the core needs to know about one family of linear-attention models: the adapter interface.
+
+Everything family-specific (module and parameter names, head grouping, gates, fused projections, how a
+config says its key dim, which kernel to time, which kernel entry points to route to CPU) lives in one
+adapter per family under `analysis/archs/`. The core (states, calibration, strategies, prune, measure,
+sweep, CLI, pages) asks the adapter and nothing else.
+
+Conventions shared by every family:
+- a *linear layer* is the token-mixing module of one block that keeps a matrix-valued state; the
+  adapter lists every block in order (`blocks`), labelling softmax-attention blocks of hybrids;
+- q/k channels are head-major: row `h·dk + i` of a query/key projection (or of its slice in a fused
+  projection) is channel i of key head h; `ChannelRows` says where those rows are;
+- key heads Hk ≤ value heads Hv, Hv a multiple of Hk: key head h serves value heads h·Hv/Hk … (h+1)·Hv/Hk − 1
+  (grouped value attention); states are per value head, K-first [dk, dv];
+- the recurrence inputs the layer hands to its kernel are observed through `analysis.backend`
+  (RecurrenceInputs), whatever the device; the adapter routes its family's kernel entry points there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+GATES = ("none", "head", "channel")   # log-decay g: absent, one per (token, head), one per (token, head, key channel)
+KINDS = ("linear", "softmax", "other")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block of the model, in order: its token mixer and what kind it is."""
+    index: int            # position in the model's block list
+    kind: str             # one of KINDS
+    module: nn.Module     # the token-mixing module (linear attention, softmax attention, ...)
+
+
+@dataclass(frozen=True)
+class ChannelRows:
+    """Rows (dim 0) of one parameter of a linear layer that hold Hk·dk query/key channels, head-major.
+
+    Pruning keeps the same channels in every ChannelRows of a layer (q, k and, for per-channel gates, the
+    decay channels), so q·k over the kept channels is unchanged and each kept key channel keeps its decay."""
+    param: str            # parameter path inside the layer module, e.g. "q_proj.weight", "in_proj_qkv.weight"
+    role: str             # "q", "k" or "gate" (per-key-channel decay rows that must follow the key channels)
+    start: int = 0        # first row of the Hk·dk block (non-zero inside fused projections like q|k|v)
+    conv: bool = False    # a depthwise short-convolution weight/bias rather than a projection
+
+
+class Adapter:
+    """One family. Subclasses set the class attributes and implement the methods; see analysis/archs/*.py."""
+    family: str = ""                     # registry key, e.g. "delta_net"
+    label: str = ""                      # human label, e.g. "DeltaNet"
+    model_types: tuple[str, ...] = ()    # config.model_type values this adapter handles (its pruned types too)
+    gate: str = "none"                   # one of GATES
+    kernel: str = ""                     # the kernel `latency` times for this family, e.g. "gated_delta_rule"
+    rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel
+
+    # --- structure -------------------------------------------------------------------------------
+    def blocks(self, model) -> list[Block]:
+        """Every block in model order, linear and softmax alike."""
+        raise NotImplementedError
+
+    def linear_layers(self, model) -> list[nn.Module]:
+        return [b.module for b in self.blocks(model) if b.kind == "linear"]
+
+    def key_heads(self, layer: nn.Module) -> int:
+        raise NotImplementedError
+
+    def value_heads(self, layer: nn.Module) -> int:
+        raise NotImplementedError
+
+    def key_dim(self, layer: nn.Module) -> int:
+        """dk per key head (the pruned dim where the model was pruned)."""
+        raise NotImplementedError
+
+    def value_dim(self, layer: nn.Module) -> int:
+        raise NotImplementedError
+
+    def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
+        """Where this layer's q/k (and per-channel gate) rows are; the projections come first, role q then k."""
+        raise NotImplementedError
+
+    def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
+        """KV-cache bytes of one softmax-attention block for one sequence of `tokens` tokens."""
+        raise NotImplementedError
+
+    # --- pruning ---------------------------------------------------------------------------------
+    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
+        """A NEW model of the same architecture with `key_dims[l]` channels per key head in linear layer l,
+        on the model's device and dtype, weights not yet loaded (the core loads the reduced state dict
+        strictly). Uniform dims where the family's own config can say them: the family's own type;
+        otherwise a registered per-layer type. `readout_key_dims` (None = the family's default dk'^-1/2)
+        keeps each layer's readout at that key dim's ^-1/2 (pure channel removal, see pruned_models)."""
+        raise NotImplementedError
+
+    def readout_key_dims(self, model) -> list[int]:
+        """Per linear layer, the key dim whose ^-1/2 the readout effectively uses (its own dk unless pruned)."""
+        raise NotImplementedError
+
+    # --- devices ---------------------------------------------------------------------------------
+    def install_routing(self) -> None:
+        """Patch this family's kernel entry points so CPU tensors take the project's torch ops (and the
+        recurrence observer sees their inputs) while CUDA tensors keep the family's kernels. Idempotent."""
