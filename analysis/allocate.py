@@ -10,10 +10,12 @@ target means the state bytes of the uniform plan at that ratio, so both plans ho
 The measured losses are first made monotone: clamped at 0 (a one-layer "gain" is measurement noise, and
 the knapsack would otherwise buy it with unused bytes) and non-decreasing in the ratio (running max), so
 pruning a layer less never predicts more loss; among equally good plans the one spending the most of the
-budget wins. `verify` prunes for real and reports measured against predicted; `choose` measures the
+budget wins. `verify` prunes for real and reports measured against predicted; `choose_plan` measures the
 knapsack plan, the uniform plan and the rank-suggested plan (same budget) on the map's own split
 (validation, never test) and keeps the best measured one, because the additive model's margins are
-often below the noise.
+often below the noise. It measures on more tokens than the map (CHOICE_TOKENS), and a plan replaces
+uniform only when it measures better by more than SIGNIFICANCE paired standard errors over windows:
+with 4,096 validation tokens a plan that won by noise lost on the test split by 3 standard errors.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ from analysis.models import TILE_ROWS
 from analysis.prune import ROUNDINGS, plan_key_dims, prune
 from analysis.sensitivity import MapSettings, _Measure, calibration_for
 
+CHOICE_TOKENS = 16_384   # validation tokens each candidate plan is measured on (the map itself uses 4,096)
+SIGNIFICANCE = 2.0       # paired standard errors by which a plan must beat uniform to replace it
 UNITS = {"state_bytes": "fp32 state bytes per sequence", "tiles": "kernel tiles (64 key rows, summed over heads)"}
 
 
@@ -238,31 +242,80 @@ def candidates(smap: dict, alloc: Allocation, round_to: int | None = None,
     return [p for p in out if p["cost"] <= alloc.budget]
 
 
+def choice_settings(smap: dict) -> MapSettings:
+    """The map's measurement, on CHOICE_TOKENS tokens of its split when that is more than the map used."""
+    s = smap["settings"]
+    return MapSettings(**{**s, "ratios": tuple(s["ratios"]), "eval_tokens": max(s["eval_tokens"], CHOICE_TOKENS)})
+
+
+def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, task=None,
+                calibration=None) -> dict:
+    """Prune with each plan, measure it (and the unpruned model, once) with `choice_settings`, keep the best.
+
+    Returns `choose`'s result plus `measure` (what was measured) and the unpruned `baseline_value` on it."""
+    s = choice_settings(smap)
+    if calibration is None and _needs_calibration(strategy):
+        calibration = calibration_for(model, tokenizer, s, task)
+    measure = _Measure(tokenizer, s, task)
+    base = measure(model, per_window=True)
+
+    def evaluate(plan):
+        pruned = prune(model, strategy, plan_key_dims(model, ratios=plan["ratios"]), calibration, seed=s.seed).model
+        got = measure(pruned, per_window=True)
+        return {"value": got["value"], "loss": measure.loss(got["value"], base["value"]), "windows": got.get("windows")}
+    return {**choose(plans, evaluate), "measure": measure.label(), "baseline_value": base["value"]}
+
+
+def paired_difference(a: list[float], b: list[float]) -> dict:
+    """Mean and standard error of b − a over paired windows (the same tokens scored by two models)."""
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    mean = sum(d) / len(d)
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else math.inf
+    return {"delta_log_ppl": mean, "se": se, "windows": len(d)}
+
+
 def choose(plans: list[dict], evaluate) -> dict:
-    """Measure every plan with `evaluate(plan) -> {"value", "loss"}` (validation split) and keep the best.
+    """Measure every plan with `evaluate(plan) -> {"value", "loss"[, "windows"]}` (validation split), keep the best.
 
     Plans with the same dims are measured once. Ties go to uniform (the simpler plan), then to list order.
-    Returns the plans with measured values, the winner's name, ratios and dims, and a sentence saying why.
+    When `evaluate` gives per-window losses, a plan beats uniform only by more than SIGNIFICANCE paired
+    standard errors. Returns the plans with measured values, the winner's name, ratios and dims, and a
+    sentence saying why.
     """
     seen: dict[tuple, dict] = {}
+    windows: dict[tuple, list | None] = {}
     measured = []
     for p in plans:
         key = tuple(p["dims"])
         if key not in seen:
             got = evaluate(p)
             seen[key] = {"measured_value": got["value"], "measured_loss": got["loss"]}
+            windows[key] = got.get("windows")
         measured.append({**p, **seen[key], "same_as": next(q["name"] for q in measured + [p]
                                                           if tuple(q["dims"]) == key)})
     order = {"uniform": 0}
     best = min(measured, key=lambda p: (p["measured_loss"], order.get(p["name"], 1)))
     uniform = next((p for p in measured if p["name"] == "uniform"), None)
+    noise = None
+    if uniform is not None and windows.get(tuple(uniform["dims"])):
+        for p in measured:
+            if tuple(p["dims"]) != tuple(uniform["dims"]) and windows.get(tuple(p["dims"])):
+                p["paired_vs_uniform"] = paired_difference(windows[tuple(uniform["dims"])], windows[tuple(p["dims"])])
+        noise = best.get("paired_vs_uniform")
     if uniform is not None and tuple(best["dims"]) == tuple(uniform["dims"]):
         best = uniform
         reason = ("the map found nothing better than uniform: no other plan measured a lower validation loss "
                   f"than uniform's {uniform['measured_loss']:+.4f}")
+    elif noise is not None and noise["delta_log_ppl"] > -SIGNIFICANCE * noise["se"]:
+        reason = (f"no plan beat uniform by more than {SIGNIFICANCE:g} paired standard errors: {best['name']} "
+                  f"measured {noise['delta_log_ppl']:+.4f} ± {noise['se']:.4f} nats/token against uniform "
+                  f"over {noise['windows']} validation windows, within noise, so uniform is kept")
+        best = uniform
     elif uniform is not None:
         reason = (f"{best['name']} measured the lowest validation loss, {best['measured_loss']:+.4f} against "
                   f"uniform's {uniform['measured_loss']:+.4f}")
+        if noise is not None:
+            reason += f" (paired difference {noise['delta_log_ppl']:+.4f} ± {noise['se']:.4f} nats/token)"
     else:
         reason = f"{best['name']} measured the lowest validation loss ({best['measured_loss']:+.4f})"
     return {"winner": best["name"], "ratios": best["ratios"], "dims": best["dims"], "reason": reason,

@@ -32,8 +32,12 @@ def _scored_windows(n_ids: int, context: int, stride: int):
 
 @torch.no_grad()
 def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride: int | None = None,
-               max_tokens: int | None = None, text: str | None = None, batch: int = 8, progress=None) -> dict:
-    """Perplexity of `model` on a bundled split (or given text) with dataset/split/context/stride/tokens."""
+               max_tokens: int | None = None, text: str | None = None, batch: int = 8, progress=None,
+               per_window: bool = False) -> dict:
+    """Perplexity of `model` on a bundled split (or given text) with dataset/split/context/stride/tokens.
+
+    per_window adds `window_losses`: each window's mean nats per scored token, in order (for paired
+    comparisons of two models on the same tokens)."""
     stride = context if stride is None else stride
     if context < 1 or stride < 1 or stride > context:
         raise AnalysisError(f"Need 1 ≤ stride ≤ context, got context {context} and stride {stride}.")
@@ -50,7 +54,7 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
 
     device = next(model.parameters()).device
     windows = list(_scored_windows(len(ids), context, stride))
-    total_nats, scored = 0.0, []
+    total_nats, scored, window_losses = 0.0, [], []
     for i in range(0, len(windows), batch):
         group = windows[i:i + batch]
         width = max(e - s for s, e, _ in group)
@@ -61,7 +65,9 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
         logp = torch.log_softmax(logits, -1)
         for row, (s, e, first) in enumerate(group):
             targets = ids[s + 1 + first:e + 1].to(device)
-            total_nats -= float(logp[row, first:e - s].gather(-1, targets[:, None]).sum())
+            nats = -float(logp[row, first:e - s].gather(-1, targets[:, None]).sum())
+            total_nats += nats
+            window_losses.append(nats / len(targets))
             scored.append(ids[s + 1 + first:e + 1])
         if progress:
             progress(min(1.0, (i + batch) / len(windows)))
@@ -77,6 +83,8 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
         "context": context, "stride": stride, "tokens": len(scored_ids), "bytes": n_bytes,
         "device": str(device), "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
     }
+    if per_window:
+        result["window_losses"] = window_losses
     if trained and context > trained:
         result["note"] = f"context {context} is longer than the {trained} tokens the model was trained on"
     return result

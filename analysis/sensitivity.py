@@ -138,13 +138,18 @@ class _Measure:
         self.task = None if task is None else RecallTask(task.n_keys, task.n_values, s.recall_pairs or task.n_pairs,
                                                          s.recall_pairs or task.n_pairs)
 
-    def __call__(self, model) -> dict:
+    def __call__(self, model, per_window: bool = False) -> dict:
+        """per_window (perplexity only) adds `windows`: each window's mean log-loss, for paired comparisons."""
         if self.task is not None:
             acc = recall_accuracy(model, self.task, self.s.recall_sequences, seed=MAP_RECALL_SEED)
             return {"value": acc, "recall_accuracy": acc}
-        ppl = perplexity(model, self.tokenizer, self.s.split, self.s.context, max_tokens=self.s.eval_tokens)
-        return {"value": ppl["perplexity"], "perplexity": ppl["perplexity"], "dataset": ppl["dataset"],
-                "tokens": ppl["tokens"], "stride": ppl["stride"]}
+        ppl = perplexity(model, self.tokenizer, self.s.split, self.s.context, max_tokens=self.s.eval_tokens,
+                         per_window=per_window)
+        out = {"value": ppl["perplexity"], "perplexity": ppl["perplexity"], "dataset": ppl["dataset"],
+               "tokens": ppl["tokens"], "stride": ppl["stride"]}
+        if per_window:
+            out["windows"] = ppl["window_losses"]
+        return out
 
     def loss(self, value: float, base: float) -> float:
         """Additive loss: Δ log perplexity (nats/token), or the drop in recall accuracy."""

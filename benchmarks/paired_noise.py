@@ -10,16 +10,14 @@ uniform differ from sample_models/results/sensitivity-evidence.json and stores a
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis import data, models  # noqa: E402
-from analysis.evaluate import _scored_windows  # noqa: E402
+from analysis import models  # noqa: E402
+from analysis.allocate import paired_difference  # noqa: E402
+from analysis.evaluate import perplexity  # noqa: E402
 from analysis.prune import prune  # noqa: E402
 from analysis.report import write_json  # noqa: E402
 from analysis.sensitivity import MapSettings, calibration_for  # noqa: E402
@@ -27,22 +25,9 @@ from analysis.strategies import get_strategy  # noqa: E402
 from sensitivity_evidence import OUT, TEST_TOKENS  # noqa: E402
 
 
-@torch.no_grad()
-def window_losses(model, ids: torch.Tensor, context: int = 256) -> list[float]:
-    """Mean log-loss per window, windows exactly as analysis.evaluate.perplexity scores them."""
-    out = []
-    for s, e, first in _scored_windows(len(ids), context, context):
-        logp = torch.log_softmax(model(ids[None, s:e], use_cache=False).logits.float()[0], -1)
-        targets = ids[s + 1 + first:e + 1]
-        out.append(-float(logp[first:e - s].gather(-1, targets[:, None]).mean()))
-    return out
-
-
-def paired(a: list[float], b: list[float]) -> dict:
-    d = [y - x for x, y in zip(a, b)]
-    mean = sum(d) / len(d)
-    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
-    return {"delta_log_ppl": mean, "se": se, "windows": len(d)}
+def window_losses(model, tok) -> list[float]:
+    """Mean log-loss per window of the evidence's test measurement (analysis.evaluate.perplexity's windows)."""
+    return perplexity(model, tok, "test", 256, max_tokens=TEST_TOKENS, per_window=True)["window_losses"]
 
 
 def main(names: list[str]) -> None:
@@ -51,7 +36,6 @@ def main(names: list[str]) -> None:
         m = evidence["models"][name]
         model = models.load_model(name, device="cpu")
         tok = models.load_tokenizer(model)
-        ids = data.encode(data.load_text("test"), tok)[: TEST_TOKENS + 1]
         calib = calibration_for(model, tok, MapSettings(**{**m["map_settings"], "ratios": (0.5,)}), None)
         cache = {}
 
@@ -59,7 +43,7 @@ def main(names: list[str]) -> None:
             key = (strategy, tuple(dims))
             if key not in cache:
                 c = calib if get_strategy(strategy).needs_calibration else None
-                cache[key] = window_losses(prune(model, strategy, dims, c).model, ids)
+                cache[key] = window_losses(prune(model, strategy, dims, c).model, tok)
             return cache[key]
         for target in sorted({r["target"] for r in m["rows"]}):
             rows = {r["plan"]: r for r in m["rows"] if r["target"] == target}
@@ -69,7 +53,7 @@ def main(names: list[str]) -> None:
             for u, a in pairs:
                 if (u["strategy"], u["dims"]) == (a["strategy"], a["dims"]):
                     continue
-                a.setdefault("paired_vs_uniform", {})[f"{u['strategy']}"] = p = paired(
+                a.setdefault("paired_vs_uniform", {})[f"{u['strategy']}"] = p = paired_difference(
                     losses(u["strategy"], u["dims"]), losses(a["strategy"], a["dims"]))
                 print(name, target, u["strategy"], a["strategy"], p, flush=True)
     write_json(evidence, str(OUT))

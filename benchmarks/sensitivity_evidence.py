@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import analysis  # noqa: E402,F401
 from analysis import models  # noqa: E402
-from analysis.allocate import allocate, candidates, choose, measure_plan  # noqa: E402
+from analysis.allocate import allocate, candidates, choose_plan  # noqa: E402
 from analysis.evaluate import perplexity  # noqa: E402
 from analysis.prune import prune  # noqa: E402
 from analysis.recall import RecallTask, recall_accuracy  # noqa: E402
@@ -85,8 +85,7 @@ def evaluate_model(name: str) -> dict:
             smap = maps.get(strategy, any_map)  # a strategy without a shipped map allocates from the l1 map
             alloc = allocate(smap, mean_ratio=target)
             plans = candidates(smap, alloc, mean_ratio=target)
-            choice = choose(plans, lambda p, s=strategy, m=smap: measure_plan(
-                model, tok, m, p["ratios"], s, m["baseline"], task, calibration(s, m["settings"])))
+            choice = choose_plan(model, tok, smap, plans, strategy, task, calibration(strategy, smap["settings"]))
             for c in choice["candidates"]:
                 c["test_value"] = test_value(strategy, c["dims"])
             by_name = {c["name"]: c for c in choice["candidates"]}
@@ -145,12 +144,14 @@ def table(models_: dict) -> tuple[list[dict], str]:
                     "allocated dk′": " ".join(map(str, a["dims"])), "state bytes": a["state_bytes"],
                     "unpruned": round(m["unpruned"], 4)}
             if a.get("predicted_loss") is not None:
-                cell["knapsack plan: predicted vs measured loss (validation)"] = (
+                cell["knapsack plan: predicted (map) vs measured loss (validation)"] = (
                     f"{a['predicted_loss']:+.4f} vs {a['measured_loss']:+.4f}")
             out.append(cell)
     caption = ("Each row: the same strategy for all three plans, at the same state bytes (the uniform plan's). "
-               "Allocated = the plan `choose` kept after measuring the knapsack plan, uniform and rank-suggested on "
-               "the VALIDATION split (the map's own measurement); the table's values are on the TEST split. "
+               "Allocated = the plan `choose_plan` kept after measuring the knapsack plan, uniform and rank-suggested "
+               "on the VALIDATION split (language models: first 16,384 tokens, context 256; uniform is kept unless "
+               "another plan beats it by more than 2 paired standard errors over windows); the table's values are "
+               "on the TEST split. "
                "measured: " + "; ".join(f"{n}: {m['metric']}" for n, m in models_.items())
                + ". Maps shipped: " + "; ".join(f"{n}: {', '.join(m['maps'])}" for n, m in models_.items())
                + "; a strategy without its own map allocates from the l1 map. Maps: each layer alone at ρ ∈ "
@@ -175,7 +176,7 @@ def markdown(path: Path = OUT) -> str:
     e = json.loads(path.read_text())
     fmt = lambda v: f"{v:.2f}" if v > 1.5 else f"{v:.4f}"  # noqa: E731  perplexity or recall accuracy
     lines = ["| model (unpruned) | mean ρ | strategy | uniform | rank-suggested | allocated (chosen) | chosen plan, "
-             "dk′ per layer | allocated − uniform, test Δ log ppl ± SE (paired) | knapsack plan: predicted vs "
+             "dk′ per layer | allocated − uniform, test Δ log ppl ± SE (paired) | knapsack plan: predicted (map) vs "
              "measured loss (validation) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, m in e["models"].items():

@@ -3,10 +3,12 @@ import itertools
 import math
 import random
 
+import numpy
 import pytest
 import torch
 
-from analysis.allocate import allocate, candidates, choose, knapsack, options, uniform_budget, verify
+from analysis.allocate import (allocate, candidates, choose, knapsack, options, paired_difference, uniform_budget,
+                               verify)
 from analysis.errors import AnalysisError
 from analysis.sensitivity import MapSettings, compute_map
 
@@ -175,3 +177,33 @@ def test_allocator_picks_the_insensitive_layer_of_a_model_with_a_fragile_layer(t
 def _only_ratio(smap, ratio):
     """The same map restricted to one ratio, so the 'allocation' is the uniform plan."""
     return {**smap, "points": [p for p in smap["points"] if p["ratio"] == ratio]}
+
+
+def test_choose_keeps_uniform_unless_a_plan_wins_by_more_than_the_paired_noise():
+    smap = _map([[0.5, 1.0, 2.0], [0.0, 0.01, 0.02]])
+    plans = list(_plans(smap, 0.5).values())
+    knap, uniform = tuple(plans[0]["dims"]), tuple(plans[1]["dims"])
+    base = [0.1 * i for i in range(16)]
+
+    def fake(shift, spread):
+        """The knapsack plan's windows differ from uniform's by `shift` ± alternating `spread`."""
+        def evaluate(plan):
+            w = base if tuple(plan["dims"]) != knap else [x + shift + spread * (-1) ** i for i, x in enumerate(base)]
+            return {"value": 0.0, "loss": sum(w) / len(w), "windows": w}
+        return evaluate
+    noisy = choose(plans, fake(-0.01, 0.2))       # better on average, but well inside the window-to-window noise
+    assert noisy["winner"] == "uniform" and "within noise" in noisy["reason"]
+    knap_row = next(c for c in noisy["candidates"] if c["name"] == "sensitivity-allocated")
+    assert knap_row["paired_vs_uniform"]["windows"] == 16
+    assert abs(knap_row["paired_vs_uniform"]["delta_log_ppl"] + 0.01) < 1e-12
+    clear = choose(plans, fake(-0.05, 0.01))      # better by far more than 2 standard errors
+    assert clear["winner"] == "sensitivity-allocated" and "paired difference -0.0500" in clear["reason"]
+    assert uniform != knap
+
+
+def test_paired_difference_matches_a_direct_computation():
+    a, b = [1.0, 2.0, 4.0, 3.0], [1.5, 2.0, 3.0, 3.5]
+    d = numpy.array(b) - numpy.array(a)
+    got = paired_difference(a, b)
+    assert got["delta_log_ppl"] == pytest.approx(d.mean())
+    assert got["se"] == pytest.approx(d.std(ddof=1) / len(d) ** 0.5)

@@ -14,7 +14,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from analysis.allocate import allocate, candidates, choose, measure_plan
+from analysis.allocate import allocate, candidates, choose_plan
 from analysis.errors import AnalysisError
 from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map, grid,
                                   layer_profile, load_shipped, profile_inputs, sensitivity_points)
@@ -215,7 +215,7 @@ def _allocation_check(ctx: Context, calib: shrink.CalibSettings) -> None:
             "measured loss": st.column_config.NumberColumn(format="%+.4f"),
             "measured": st.column_config.NumberColumn(format="%.4f")})
         knap = check["candidates"][0]
-        st.caption(f"{check['measure']} · unpruned {alloc.baseline_value:.4f} · additive-model error of the "
+        st.caption(f"{check['measure']} · unpruned {check['baseline_value']:.4f} · additive-model error of the "
                    f"allocation (measured − predicted loss) {knap['measured_loss'] - alloc.predicted_loss:+.4f} · "
                    f"chosen: **{check['winner']}** ({check['reason']}); the per-layer inputs now hold it.")
 
@@ -231,19 +231,11 @@ def _verify_and_choose(ctx: Context, calib: shrink.CalibSettings) -> None:
         c = shrink.prepare(ctx.key, calib, needs.needs_gradients) if needs.needs_calibration else None
         tok = None if ctx.task else cache.tokenizer(ctx.key.path)
         plans = candidates(held["map"], alloc, round_to=held["round_to"], mean_ratio=held["mean_ratio"])
-        label = {}
-
-        def evaluate(plan):
-            got = measure_plan(ctx.model, tok, held["map"], plan["ratios"], alloc.strategy, alloc.baseline_value,
-                               ctx.task, c)
-            label["measure"] = got["measure"]
-            return got
-
-        with st.spinner("Pruning with each plan and measuring it as the map was measured…"), cache.compute_lock():
-            choice = choose(plans, evaluate)
+        with st.spinner("Pruning with each plan and measuring it on the map's split…"), cache.compute_lock():
+            choice = choose_plan(ctx.model, tok, held["map"], plans, alloc.strategy, ctx.task, c)
         for layer, rho in enumerate(choice["ratios"]):
             state.choose(f"layer_ratio_{layer}", round(rho, 4))
-        st.session_state[CHECK] = {"key": ctx.key, "alloc_dims": alloc.dims, "measure": label["measure"], **choice}
+        st.session_state[CHECK] = {"key": ctx.key, "alloc_dims": alloc.dims, **choice}
         st.session_state.pop(ERROR_KEY, None)
     except AnalysisError as exc:
         st.session_state[ERROR_KEY] = str(exc)

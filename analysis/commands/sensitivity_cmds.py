@@ -111,10 +111,11 @@ def allocation_for(args, model, tokenizer):
     """(allocation, map, choice) for `prune --allocate sensitivity`: from --map, the shipped map, or a computed one.
 
     The knapsack plan, the uniform plan and the rank-suggested plan at the same budget are measured on the
-    map's own split (validation) and the best measured one is what gets pruned (`choice["ratios"]`).
+    map's own split (validation) and the best measured one is what gets pruned (`choice["ratios"]`), see
+    `analysis.allocate.choose_plan`.
     """
-    from analysis.allocate import allocate, candidates, choose, measure_plan
-    from analysis.sensitivity import MapSettings, calibration_for, recall_task
+    from analysis.allocate import allocate, candidates, choose_plan
+    from analysis.sensitivity import recall_task
     from analysis.sensitivity import compute_map, load_shipped, weights_digest
     if args.ratio is not None or args.ratios:
         raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio/--ratios and give --budget.")
@@ -137,25 +138,7 @@ def allocation_for(args, model, tokenizer):
     alloc = allocate(smap, round_to=args.round_to, **budget)
     task = recall_task(model)
     plans = candidates(smap, alloc, round_to=args.round_to, mean_ratio=budget.get("mean_ratio"))
-    calib = None
-    if _needs_calibration(alloc.strategy):
-        calib = calibration_for(model, tokenizer, MapSettings(**{**smap["settings"], "ratios": (0.5,)}), task)
-    measured = {}
-
-    def evaluate(plan):
-        got = measure_plan(model, tokenizer, smap, plan["ratios"], alloc.strategy, alloc.baseline_value, task, calib)
-        measured["label"] = got.pop("measure")
-        got.pop("model")
-        return got
-
-    choice = choose(plans, evaluate)
-    choice["measure"] = measured.get("label")
-    return alloc, smap, choice
-
-
-def _needs_calibration(strategy: str) -> bool:
-    from analysis.strategies import get_strategy
-    return get_strategy(strategy).needs_calibration
+    return alloc, smap, choose_plan(model, tokenizer, smap, plans, alloc.strategy, task)
 
 
 def allocation_report(args, model, tokenizer, alloc, smap, choice) -> dict:
@@ -169,8 +152,10 @@ def allocation_report(args, model, tokenizer, alloc, smap, choice) -> dict:
                   f"predicted loss {pred}, measured {c['measured_loss']:+.4f}", flush=True)
         print(f"chosen: {choice['winner']} ({choice['reason']})", flush=True)
     knap = next(c for c in choice["candidates"] if c["name"] == "sensitivity-allocated")
+    rescale = choice["baseline_value"] / alloc.baseline_value  # the choice measures more tokens than the map
     verification = {"predicted_loss": alloc.predicted_loss, "measured_loss": knap["measured_loss"],
-                    "error": knap["measured_loss"] - alloc.predicted_loss, "predicted_value": alloc.predicted_value,
+                    "error": knap["measured_loss"] - alloc.predicted_loss,
+                    "predicted_value": alloc.predicted_value * rescale if alloc.metric == "ppl" else alloc.predicted_value,
                     "measured_value": knap["measured_value"], "measure": choice["measure"]}
     return {**alloc.as_dict(), "verification": verification, "choice": choice, "map_settings": smap["settings"]}
 
