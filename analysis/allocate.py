@@ -13,7 +13,7 @@ pruning a layer less never predicts more loss; among equally good plans the one 
 budget wins. `verify` prunes for real and reports measured against predicted; `choose_plan` measures the
 knapsack plan, the uniform plan and the rank-suggested plan (same budget) on the map's own split
 (validation, never test) and keeps the best measured one, because the additive model's margins are
-often below the noise. It measures on more tokens than the map (CHOICE_TOKENS), and a plan replaces
+often below the noise. It measures on more tokens than the map (CHOICE_TOKEN_FACTOR), and a plan replaces
 uniform only when it measures better by more than SIGNIFICANCE paired standard errors over windows:
 with 4,096 validation tokens a plan that won by noise lost on the test split by 3 standard errors.
 """
@@ -28,7 +28,7 @@ from analysis.models import TILE_ROWS
 from analysis.prune import ROUNDINGS, plan_key_dims, prune
 from analysis.sensitivity import MapSettings, _Measure, calibration_for
 
-CHOICE_TOKENS = 16_384   # validation tokens each candidate plan is measured on (the map itself uses 4,096)
+CHOICE_TOKEN_FACTOR = 4  # candidate plans are measured on 4× the map's tokens of its split (4,096 → 16,384)
 SIGNIFICANCE = 2.0       # paired standard errors by which a plan must beat uniform to replace it
 UNITS = {"state_bytes": "fp32 state bytes per sequence", "tiles": "kernel tiles (64 key rows, summed over heads)"}
 
@@ -243,9 +243,9 @@ def candidates(smap: dict, alloc: Allocation, round_to: int | None = None,
 
 
 def choice_settings(smap: dict) -> MapSettings:
-    """The map's measurement, on CHOICE_TOKENS tokens of its split when that is more than the map used."""
+    """The map's measurement on CHOICE_TOKEN_FACTOR times as many tokens of its split (perplexity clips at its end)."""
     s = smap["settings"]
-    return MapSettings(**{**s, "ratios": tuple(s["ratios"]), "eval_tokens": max(s["eval_tokens"], CHOICE_TOKENS)})
+    return MapSettings(**{**s, "ratios": tuple(s["ratios"]), "eval_tokens": s["eval_tokens"] * CHOICE_TOKEN_FACTOR})
 
 
 def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, task=None,

@@ -106,7 +106,9 @@ def test_cli_sensitivity_and_prune_allocate(tmp_path, capsys):
     choice = report["choice"]  # knapsack vs uniform vs rank-suggested, measured on validation; the best is pruned
     assert {c["name"] for c in choice["candidates"]} >= {"sensitivity-allocated", "uniform"}
     best = min(c["measured_loss"] for c in choice["candidates"])
-    assert next(c for c in choice["candidates"] if c["name"] == choice["winner"])["measured_loss"] == best
+    won = next(c for c in choice["candidates"] if c["name"] == choice["winner"])
+    assert won["measured_loss"] == best or (won["name"] == "uniform" and "within noise" in choice["reason"])
+    assert "first 1,024 tokens" in choice["measure"]   # 4× the map's 256 validation tokens
     assert json.loads((tmp_path / "p.json").read_text())["head_k_dims"] == choice["dims"]
     assert main(["prune", str(model_dir), "--strategy", "l1", "--allocate", "sensitivity", "--budget", "0.9",
                  "--map", str(out), "--out", str(tmp_path / "x"), "--device", "cpu"]) == 2
