@@ -50,7 +50,8 @@ class TrainConfig:
 
 
 def build_model(cfg: TrainConfig, vocab_size: int):
-    import analysis  # noqa: F401
+    from analysis.runtime import ready
+    ready()  # the CPU path for fla's ops and the project's model types
     from fla.models import DeltaNetConfig, GatedDeltaNetConfig
     from transformers import AutoModelForCausalLM
     common = dict(hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers, num_heads=cfg.heads,
@@ -130,6 +131,8 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> tuple:
     """Train and return (model, cfg) with cfg.history filled; the caller saves the final model."""
     from transformers import AutoModelForCausalLM
     from analysis.models import resolve_device
+    from analysis.runtime import ready
+    ready()  # a resumed checkpoint is loaded below: fla's model types and the CPU path first
     out = Path(cfg.out)
     check_new_dir(out / "checkpoint", overwrite=True)  # before any work: a foreign checkpoint/ is never replaced
     with os_errors("create the work directory", out):

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from analysis import models
 from analysis.commands.checks import number_list, whole
 from analysis.commands.common import add_text_args, emit, load, text_batch
-from analysis.report import every_token_report, rank_report
-from analysis.states import collect_states
 
 
 def _setup_models(p):
@@ -15,7 +12,8 @@ def _setup_models(p):
 
 
 def run_models(args) -> None:
-    samples, skipped = models.scan_samples()
+    from analysis.samples import scan_samples  # not analysis.models: listing never imports torch
+    samples, skipped = scan_samples()
     payload = {"samples": [s.__dict__ for s in samples],
                "skipped": [{"name": name, "reason": reason} for name, reason in skipped]}
     lines = [f"{s.name:24s} {s.model_type:22s} {s.description}" for s in samples] or ["(no bundled samples)"]
@@ -25,6 +23,8 @@ def run_models(args) -> None:
 
 
 def run_rank(args) -> None:
+    from analysis.report import every_token_report, rank_report
+    from analysis.states import collect_states
     model, tokenizer, meta = load(args)
     ids, label = text_batch(args, tokenizer, model)
     trace = collect_states(model, ids, stride=args.stride)
@@ -48,8 +48,9 @@ def run_rank(args) -> None:
 
 
 def run_noise(args) -> None:
+    from analysis import limits, models
     from analysis.noise_report import noise_report
-    from analysis import limits
+    from analysis.states import collect_states
     model, tokenizer, meta = load(args)
     info = models.describe(model)
     limits.check_noise_samples(args.samples, len(args.snr), max(info.head_k_dims), info.head_v_dim)

@@ -32,7 +32,7 @@ def _calib_args(p):
 
 
 def _rescale_arg(p):
-    from analysis.prune import RESCALES
+    from analysis.defaults import RESCALES
     p.add_argument("--rescale", choices=list(RESCALES), default="original",
                    help="readout scale of the pruned layers: " + "; ".join(f"{k}: {v}" for k, v in RESCALES.items()))
 

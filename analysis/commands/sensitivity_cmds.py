@@ -17,7 +17,8 @@ def _number_list(text: str, what: str) -> tuple[float, ...]:
 
 def add_map_args(p, prefix: str = "") -> None:
     """Settings of the map (shared by `sensitivity` and `prune --allocate`, where they take a map- prefix)."""
-    from analysis.sensitivity import DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS
+    from analysis.defaults import SENSITIVITY_EVAL_TOKENS as DEFAULT_EVAL_TOKENS
+    from analysis.defaults import SENSITIVITY_RATIOS as DEFAULT_RATIOS
     p.add_argument(f"--{prefix}metric", default="auto", choices=["auto", "ppl", "recall"],
                    help="ppl: Δ log perplexity; recall: drop in recall accuracy (auto: recall for a recall model)")
     p.add_argument(f"--{prefix}split", default="validation", help="split the map's perplexity is measured on")
