@@ -6,8 +6,12 @@ Triton kernels, and registers the project's pruned model types. Every loader cal
 before building a model or `AutoModelForCausalLM.from_pretrained` on a pruned one. Never imports streamlit.
 """
 import os
+import warnings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# fla warns at import that Triton has no CPU driver; that is expected here: the torch path takes over.
+warnings.filterwarnings("ignore", message=".*Triton is not supported.*")
+warnings.filterwarnings("ignore", message=".*roll back to CPU.*")
 
 
 def ready() -> None:

@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
             _model_args(p)
         elif name == "models":
             p.add_argument("--json", metavar="PATH|-", help="write the list to PATH, or stdout with -")
+        p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
         p.set_defaults(run=run)
     return parser
 

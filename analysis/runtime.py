@@ -9,7 +9,6 @@ imports torch, fla and transformers (seconds), which is why it is called explici
 from __future__ import annotations
 
 import threading
-import warnings
 
 _lock = threading.Lock()  # two dashboard sessions may load their first model at the same moment
 _ready = False
@@ -23,9 +22,6 @@ def ready() -> None:
     with _lock:
         if _ready:
             return
-        # fla warns at import that Triton has no CPU driver; that is expected here: the torch path takes over.
-        warnings.filterwarnings("ignore", message=".*Triton is not supported.*")
-        warnings.filterwarnings("ignore", message=".*roll back to CPU.*")
         from transformers.utils import logging as hf_logging
         hf_logging.set_verbosity_error()  # progress bars and deprecation chatter would drown the CLI output
         hf_logging.disable_progress_bar()

@@ -5,6 +5,7 @@ import sys
 
 from analysis.commands.checks import number_list, whole
 from analysis.commands.common import add_text_args, emit, load, text_batch
+from analysis.commands.progress import counted
 
 
 def _setup_models(p):
@@ -27,12 +28,15 @@ def run_rank(args) -> None:
     from analysis.states import collect_states
     model, tokenizer, meta = load(args)
     ids, label = text_batch(args, tokenizer, model)
-    trace = collect_states(model, ids, stride=args.stride)
+    with counted(args, "rank: states of each layer", "layer") as progress:
+        trace = collect_states(model, ids, stride=args.stride, progress=progress)
     report = rank_report(trace, {**meta, "dataset": label, "stride": args.stride})
     if args.every_token:  # numba loads only here, not on every CLI start
         from analysis.rank_trace import collect_utilization_trace
         from analysis.spectral_tracker import DEFAULT_TOL
-        report["every_token"] = every_token_report(collect_utilization_trace(model, ids), DEFAULT_TOL)
+        with counted(args, "rank: every-token trace of each layer", "layer") as progress:
+            dense = collect_utilization_trace(model, ids, progress=progress)
+        report["every_token"] = every_token_report(dense, DEFAULT_TOL)
     lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {args.batch}×{args.tokens} tokens",
              "layer  head  rank_util  stable_rank  eff_rank  energy_rank"]
     for layer in report["layers"]:
@@ -55,10 +59,12 @@ def run_noise(args) -> None:
     info = models.describe(model)
     limits.check_noise_samples(args.samples, len(args.snr), max(info.head_k_dims), info.head_v_dim)
     ids, label = text_batch(args, tokenizer, model)
-    trace = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True,
-                           keep_keys=args.keys)
+    with counted(args, "noise: final states of each layer", "layer") as progress:
+        trace = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True,
+                               keep_keys=args.keys, progress=progress)
     snrs = args.snr
-    report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed)
+    with counted(args, "noise: Monte Carlo of each layer", "layer") as progress:
+        report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed, progress=progress)
     report = {**meta, "dataset": label, "tokens": args.tokens, "batch": args.batch, **report}
     emit(args, report, "\n".join(_noise_lines(report, meta, label, snrs)))
 

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from analysis.commands.common import emit, load
+from analysis.commands.progress import bar, say
 from analysis.errors import AnalysisError
 
 
@@ -55,20 +56,21 @@ def _setup_sensitivity(p):
 def run_sensitivity(args) -> None:
     from analysis.sensitivity import compute_map
     model, tokenizer, meta = load(args)
+    from analysis.models import describe
     s, task = map_settings(args, model, args.strategy, _number_list(args.ratios, "--ratios"))
-    quiet = args.json == "-"
+    total = 1 + describe(model).layers * len(s.ratios)  # the unpruned model, then each layer at each ratio
 
-    def show(p):
-        if quiet:
-            return
-        tag = " [cached]" if p["cached"] else ""
-        if p["layer"] is None:
-            print(f"unpruned: {p['value']:.4f}{tag}", flush=True)
-        else:
-            print(f"layer {p['layer']} ratio {p['ratio']:.3f} dk {p['head_k_dim']}: {p['value']:.4f} "
-                  f"(loss {p['loss']:+.4f}){tag}", flush=True)
+    with bar(args, "sensitivity: map points", total=total, unit="point") as b:
+        def show(p):
+            tag = " [cached]" if p["cached"] else ""
+            if p["layer"] is None:
+                say(args, f"unpruned: {p['value']:.4f}{tag}")
+            else:
+                say(args, f"layer {p['layer']} ratio {p['ratio']:.3f} dk {p['head_k_dim']}: {p['value']:.4f} "
+                          f"(loss {p['loss']:+.4f}){tag}")
+            b.update()
 
-    smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show)
+        smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show)
     smap["model"] = meta["model"]
     lines = [f"{meta['model']} ({meta['device']}, {meta['dtype']}), strategy {s.strategy}: {smap['measure']}; "
              f"unpruned {smap['baseline']:.4f}; loss = {smap['loss']}",
