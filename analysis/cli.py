@@ -15,7 +15,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="bundled sample name, local HF directory, or hub id (online only)")
+    p.add_argument("model", help="bundled sample name, local HF directory, or hub id org/name (from the local Hugging Face cache, else downloaded)")
     p.add_argument("--device", default="auto", help="auto (GPU if present), cpu or cuda")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
     p.add_argument("--json", metavar="PATH|-", help="write machine-readable results to PATH, or stdout with -")

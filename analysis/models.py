@@ -63,7 +63,8 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
 
 
 def resolve_source(source: str) -> Path:
-    """A bundled sample name or a local directory → a validated model directory (hub ids are fetched)."""
+    """A bundled sample name, a local directory or a hub id (from the local HF cache, else fetched) → a
+    validated model directory."""
     if not source or not str(source).strip():
         raise AnalysisError("No model given; pass a bundled sample name, a local directory or a hub id.")
     source = str(source).strip()
@@ -113,13 +114,25 @@ def _check_hub_id(repo_id: str) -> None:
 
 
 def _download_from_hub(repo_id: str) -> Path:
+    """The hub id's snapshot in the local Hugging Face cache (HF_HUB_CACHE, or HF_HOME/hub) when it is there,
+    without touching the network; else downloaded, unless HF_HUB_OFFLINE is set."""
+    from huggingface_hub import constants, snapshot_download
+    patterns = ["*.json", "*.safetensors", "*.txt", "*.model"]
     try:
-        from huggingface_hub import snapshot_download
-        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"],
-                                      etag_timeout=5))
+        return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
+    except Exception:  # not cached (LocalEntryNotFoundError) or an unreadable cache: try the hub
+        pass
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}:
+        raise AnalysisError(f"{repo_id!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                            "HF_HUB_OFFLINE is set; download it there once (`hf download "
+                            f"{repo_id}`), point HF_HUB_CACHE or HF_HOME at the cache that holds it, or pass its "
+                            "folder.")
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns, etag_timeout=5))
     except Exception as exc:  # offline, unknown repo, gated repo: all end the same way for the user
-        raise AnalysisError(f"Could not fetch {repo_id!r} from the Hugging Face hub ({type(exc).__name__}); "
-                            "the machine may be offline: use a bundled sample or a local directory.") from None
+        raise AnalysisError(f"Could not fetch {repo_id!r} from the Hugging Face hub ({type(exc).__name__}) and it is "
+                            f"not in the local cache ({constants.HF_HUB_CACHE}); the machine may be offline: use "
+                            "a bundled sample or a local directory.") from None
 
 
 def read_config(path: Path) -> dict:

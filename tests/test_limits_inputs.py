@@ -147,3 +147,19 @@ def test_calibration_with_fewer_tokens_than_the_key_dim_is_refused():
     model = build_tiny("delta_net")  # head key dim 32
     with pytest.raises(AnalysisError, match=r"1×16 = 16 tokens gives fewer activation rows than the key dim 32"):
         calibrate(model, data.load_tokenizer(), n_sequences=1, seq_len=16)
+
+
+def test_model_too_big_for_memory_is_refused_before_loading_with_dtype_advice(tiny_model_dir, monkeypatch):
+    """Issue 14: the size and the memory available, and --dtype bfloat16 or a GPU as the way out."""
+    from analysis import limits, models
+    from analysis.errors import AnalysisError
+    monkeypatch.setattr(limits, "available_memory", lambda device="cpu": 100_000)  # 100 kB free
+    built = []
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: built.append(a))
+    with pytest.raises(AnalysisError) as info:
+        models.load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+    message = str(info.value)
+    assert "parameters in float32) needs about" in message and "of the 100.0 kB available now" in message
+    assert "--dtype bfloat16" in message and "GPU" in message and not built
+    with pytest.raises(AnalysisError, match=r"in bfloat16\) needs about .*load it on a GPU \(--device cuda\)"):
+        models.load_model(str(tiny_model_dir), device="cpu", dtype="bfloat16")

@@ -43,7 +43,7 @@ def counted(args, desc: str, unit: str):
 def fraction(args, desc: str):
     """A callback progress(fraction) for the core's fractional reports (perplexity windows), in percent."""
     with bar(args, desc, total=100, unit="%") as b:
-        yield lambda f, *_: set_done(b, round(100 * min(max(float(f), 0.0), 1.0), 1))
+        yield lambda f, *_: set_done(b, round(100 * min(max(float(f), 0.0), 1.0)))
 
 
 def say(args, line: str) -> None:
