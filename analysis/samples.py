@@ -20,12 +20,13 @@ class SampleInfo:
     description: str
 
 
-def scan_samples(root: Path = SAMPLES_DIR) -> tuple[list[SampleInfo], list[tuple[str, str]]]:
-    """(bundled checkpoints, [(folder, why it was skipped)]): folders of `root` with a config.json.
+def scan_samples(root: Path | None = None) -> tuple[list[SampleInfo], list[tuple[str, str]]]:
+    """(bundled checkpoints, [(folder, why it was skipped)]): folders of `root` (SAMPLES_DIR) with a config.json.
 
     Hidden folders (leftover temporary copies) are ignored; a folder whose config.json or README.md cannot
     be read is skipped and reported instead of breaking every listing.
     """
+    root = SAMPLES_DIR if root is None else root
     samples, skipped = [], []
     try:
         configs = sorted(root.glob("*/config.json"))

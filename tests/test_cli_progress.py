@@ -2,7 +2,16 @@
 inside the JSON that `--json -` prints on stdout."""
 import json
 
+import pytest
+
 from analysis.cli import main
+from analysis.commands import progress
+
+
+@pytest.fixture(autouse=True)
+def show_bars_at_once(monkeypatch):
+    """Bars normally wait 2 s (quick steps stay silent); the tiny models here finish sooner."""
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
 
 
 def _run(capsys, *args):
@@ -42,6 +51,13 @@ def test_ppl_bar_in_percent(tiny_dirs, capsys):
     out, err = _run(capsys, "ppl", str(tiny_dirs["delta_net"]), "--context", "32", "--max-tokens", "128", "--device", "cpu",
                     "--json", "-")
     assert json.loads(out)["context"] == 32 and "ppl: test split" in err and "100/100" in err
+
+
+def test_quick_steps_and_refusals_show_no_bar(tiny_dirs, capsys, monkeypatch):
+    monkeypatch.setattr(progress, "DELAY_S", 60.0)
+    out, err = _run(capsys, "ppl", str(tiny_dirs["delta_net"]), "--context", "32", "--max-tokens", "64",
+                    "--device", "cpu", "--json", "-")
+    assert json.loads(out)["context"] == 32 and err == ""
 
 
 def test_train_json_stdout_is_only_json(tmp_path, capsys):

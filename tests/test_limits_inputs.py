@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from analysis import data, inputs, limits, models
+from analysis import data, inputs, limits, models, samples
 from analysis.cli import main
 from analysis.errors import AnalysisError
 from conftest import build_tiny
@@ -115,6 +115,7 @@ def samples_dir(tmp_path, monkeypatch, tiny_dirs):
     (root / "listed" / "config.json").write_text("[]")
     shutil.copytree(tiny_dirs["delta_net"], root / ".good.tmp-123")
     monkeypatch.setattr(models, "SAMPLES_DIR", root)
+    monkeypatch.setattr(samples, "SAMPLES_DIR", root)  # `models` lists through analysis.samples (no torch)
     return root
 
 

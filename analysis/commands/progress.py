@@ -1,12 +1,16 @@
 """Progress bars of the CLI: tqdm on stderr (stdout stays for results, so `--json -` is pure JSON).
 
 Each long step gets its own bar (layers, chunks of text, points, steps) with a rate and an ETA;
-`--quiet` turns every bar off. The core only calls plain callbacks (`progress=`); the bars live here.
+`--quiet` turns every bar off. A bar appears only once its step has run DELAY_S seconds: quick steps,
+and bad input refused at once, keep stderr to the one `error: ...` line. The core only calls plain
+callbacks (`progress=`); the bars live here.
 """
 from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+
+DELAY_S = 2.0
 
 
 def quiet(args) -> bool:
@@ -18,9 +22,12 @@ def bar(args, desc: str, total: float | None = None, unit: str = "it"):
     """A tqdm bar on stderr (disabled with --quiet), closed on exit."""
     from tqdm import tqdm
     b = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=quiet(args), dynamic_ncols=True,
-             mininterval=0.5, leave=True)
+             mininterval=0.5, delay=DELAY_S, leave=True)
     try:
         yield b
+    except BaseException:
+        b.leave = False  # an error (or Ctrl-C): the bar is wiped, the error line stands alone
+        raise
     finally:
         b.close()
 
