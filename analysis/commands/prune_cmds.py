@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from analysis.commands.checks import number_list, real, whole
 from analysis.commands.common import emit, load, require_text_model
-from analysis.commands.progress import bar, counted, fraction, say, set_done
+from analysis.commands.progress import bar, fraction, say, set_done
 from analysis.errors import AnalysisError
 
 
