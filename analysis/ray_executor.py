@@ -131,6 +131,10 @@ def _get(ray, ref):
         cause = getattr(exc, "cause", None)
         if isinstance(cause, AnalysisError):
             raise AnalysisError(str(cause)) from None
+        if isinstance(cause, ImportError):  # a node without this repository (or its environment) at this path
+            from analysis.models import REPO_ROOT
+            raise AnalysisError(f"A Ray worker cannot import the project ({cause}); put this repository at "
+                                f"{REPO_ROOT} with its environment on every node of the cluster.") from None
         raise
     except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.OutOfMemoryError) as exc:
         raise AnalysisError(f"A Ray worker died on every one of {1 + MAX_RETRIES} tries of a sweep point "
