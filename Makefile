@@ -37,6 +37,7 @@ test-fast: $(STAMP)
 benchmarks: $(STAMP)
 	$(PY) benchmarks/rank_trace.py
 	$(PY) benchmarks/rrqr.py
+	$(PY) benchmarks/start_time.py
 
 clean:
 	rm -rf $(VENV) tests/artifacts .pytest_cache

@@ -7,7 +7,6 @@ import streamlit as st
 FAVICON = Path(__file__).resolve().parent / "ui" / "assets" / "favicon.png"
 st.set_page_config(page_title="State-rank dashboard", page_icon=str(FAVICON), layout="wide")
 
-import analysis  # noqa: E402,F401  (CPU torch path for fla's ops; slow first import, once per process)
 from ui import frame, sidebar, style  # noqa: E402
 
 with frame.active():

@@ -1,8 +1,9 @@
 """State-rank analysis core: load fla linear-attention models, collect their states, measure and prune.
 
-Importing the package installs the CPU execution path (pure torch) for fla's DeltaNet / Gated DeltaNet
-ops, leaving CUDA tensors on fla's Triton kernels, and registers the project's pruned model types.
-Never imports streamlit.
+Importing the package is cheap (no torch, fla or transformers): `analysis.ready()` installs the CPU
+execution path (pure torch) for fla's DeltaNet / Gated DeltaNet ops, leaving CUDA tensors on fla's
+Triton kernels, and registers the project's pruned model types. Every loader calls it; call it yourself
+before building a model or `AutoModelForCausalLM.from_pretrained` on a pruned one. Never imports streamlit.
 """
 import os
 import warnings
@@ -12,13 +13,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore", message=".*Triton is not supported.*")
 warnings.filterwarnings("ignore", message=".*roll back to CPU.*")
 
-from transformers.utils import logging as _hf_logging  # noqa: E402
 
-_hf_logging.set_verbosity_error()  # progress bars and deprecation chatter would drown the CLI output
-_hf_logging.disable_progress_bar()
-
-from analysis import backend as _backend  # noqa: E402
-
-_backend.install()
-
-from analysis import pruned_models as _pruned_models  # noqa: E402,F401
+def ready() -> None:
+    """Install the CPU path for fla's ops and register the pruned model types (idempotent; imports fla)."""
+    from analysis.runtime import ready as _ready
+    _ready()

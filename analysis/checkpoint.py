@@ -71,7 +71,8 @@ def expected_tensors(config: dict, where: Path) -> tuple[dict, set]:
     Built on the meta device, so nothing is allocated. Tied weights (lm_head = embeddings) are required
     once and may appear twice.
     """
-    import analysis  # noqa: F401  (registers the project's pruned model types)
+    from analysis.runtime import ready
+    ready()  # the CPU path for fla's ops and the project's model types
     from transformers import AutoConfig, AutoModelForCausalLM
     try:
         cfg = AutoConfig.for_model(**config)

@@ -15,7 +15,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="bundled sample name, local HF directory, or hub id (online only)")
+    p.add_argument("model", help="bundled sample name, local HF directory, or hub id org/name (from the local Hugging Face cache, else downloaded)")
     p.add_argument("--device", default="auto", help="auto (GPU if present), cpu or cuda")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: fp32 on CPU, bf16 on GPU)")
     p.add_argument("--json", metavar="PATH|-", help="write machine-readable results to PATH, or stdout with -")
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
             _model_args(p)
         elif name == "models":
             p.add_argument("--json", metavar="PATH|-", help="write the list to PATH, or stdout with -")
+        p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
         p.set_defaults(run=run)
     return parser
 

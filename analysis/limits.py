@@ -63,7 +63,8 @@ def parameter_count(config: dict) -> int:
     Up to EXACT_LAYERS layers the model is built as is (exact); deeper configs are counted from a 1- and a
     2-layer build (embedding + per-layer cost × layers; per-layer key dims take their largest value).
     """
-    import analysis  # noqa: F401  (registers the project's pruned model types)
+    from analysis.runtime import ready
+    ready()  # the CPU path for fla's ops and the project's model types
     layers = config.get("num_hidden_layers")
     if layers <= EXACT_LAYERS:
         return _meta_count(config)
@@ -87,9 +88,17 @@ def _meta_count(config: dict) -> int:
 
 
 def check_model_fits(params: int, dtype: torch.dtype, device, where: str) -> None:
+    """Refuse, before loading, a model whose weights alone exceed this request's share of the memory."""
     element = torch.empty((), dtype=dtype).element_size()
+    smaller = "pick a smaller model (check num_hidden_layers, hidden_size and vocab_size in its config.json)"
+    if element > 2:
+        advice = f"load it in bfloat16 (--dtype bfloat16, half the bytes) or on a GPU (--device cuda), or {smaller}"
+    elif torch.device(device).type == "cpu":
+        advice = f"load it on a GPU (--device cuda), or {smaller}"
+    else:
+        advice = smaller
     require(params * element, f"The model in {where} ({params:,} parameters in {str(dtype).replace('torch.', '')})",
-            "pick a smaller model (check num_hidden_layers, hidden_size and vocab_size in its config.json)", device)
+            advice, device)
 
 
 # ---- activations ---------------------------------------------------------------------------------

@@ -11,9 +11,9 @@ import torch
 
 from analysis import checkpoint, limits
 from analysis.errors import AnalysisError
+from analysis import samples as _samples
+from analysis.samples import REPO_ROOT, SAMPLES_DIR, SampleInfo  # noqa: F401
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLES_DIR = REPO_ROOT / "sample_models"
 TILE_ROWS = 64  # fla's chunk kernel keeps the state in 64-row tiles of the key dimension
 
 # model_type -> human label; the pruned types are registered by analysis.pruned_models.
@@ -27,55 +27,14 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16}
 
 
-@dataclass
-class SampleInfo:
-    name: str
-    path: str
-    model_type: str
-    description: str
-
-
 def scan_samples() -> tuple[list[SampleInfo], list[tuple[str, str]]]:
-    """(bundled checkpoints, [(folder, why it was skipped)]): folders of sample_models/ with a config.json.
-
-    Hidden folders (leftover temporary copies) are ignored; a folder whose config.json or README.md cannot
-    be read is skipped and reported instead of breaking every listing.
-    """
-    samples, skipped = [], []
-    try:
-        configs = sorted(SAMPLES_DIR.glob("*/config.json"))
-    except OSError:
-        return [], [(str(SAMPLES_DIR), "cannot be listed")]
-    for cfg in configs:
-        name = cfg.parent.name
-        if name.startswith("."):
-            continue
-        try:
-            config = json.loads(cfg.read_text(encoding="utf-8"))
-            if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
-                raise ValueError("config.json is not an object with a model_type")
-            card = cfg.parent / "README.md"
-            description = config.get("analysis_description") or (
-                _first_paragraph(card.read_text(encoding="utf-8")) if card.is_file() else "")
-        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:80]
-            skipped.append((name, reason))
-            continue
-        samples.append(SampleInfo(name, str(cfg.parent), config["model_type"], str(description)))
-    return samples, skipped
+    """(bundled checkpoints, [(folder, why it was skipped)]) of SAMPLES_DIR (see analysis.samples)."""
+    return _samples.scan_samples(SAMPLES_DIR)
 
 
 def list_samples() -> list[SampleInfo]:
     """Bundled checkpoints that can be read (see scan_samples for the skipped ones)."""
     return scan_samples()[0]
-
-
-def _first_paragraph(markdown: str) -> str:
-    for block in markdown.split("\n\n"):
-        block = block.strip()
-        if block and not block.startswith(("#", "---", "|", "!")):
-            return " ".join(block.split())
-    return ""
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -104,7 +63,8 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
 
 
 def resolve_source(source: str) -> Path:
-    """A bundled sample name or a local directory → a validated model directory (hub ids are fetched)."""
+    """A bundled sample name, a local directory or a hub id (from the local HF cache, else fetched) → a
+    validated model directory."""
     if not source or not str(source).strip():
         raise AnalysisError("No model given; pass a bundled sample name, a local directory or a hub id.")
     source = str(source).strip()
@@ -154,13 +114,25 @@ def _check_hub_id(repo_id: str) -> None:
 
 
 def _download_from_hub(repo_id: str) -> Path:
+    """The hub id's snapshot in the local Hugging Face cache (HF_HUB_CACHE, or HF_HOME/hub) when it is there,
+    without touching the network; else downloaded, unless HF_HUB_OFFLINE is set."""
+    from huggingface_hub import constants, snapshot_download
+    patterns = ["*.json", "*.safetensors", "*.txt", "*.model"]
     try:
-        from huggingface_hub import snapshot_download
-        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"],
-                                      etag_timeout=5))
+        return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
+    except Exception:  # not cached (LocalEntryNotFoundError) or an unreadable cache: try the hub
+        pass
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}:
+        raise AnalysisError(f"{repo_id!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                            "HF_HUB_OFFLINE is set; download it there once (`hf download "
+                            f"{repo_id}`), point HF_HUB_CACHE or HF_HOME at the cache that holds it, or pass its "
+                            "folder.")
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns, etag_timeout=5))
     except Exception as exc:  # offline, unknown repo, gated repo: all end the same way for the user
-        raise AnalysisError(f"Could not fetch {repo_id!r} from the Hugging Face hub ({type(exc).__name__}); "
-                            "the machine may be offline: use a bundled sample or a local directory.") from None
+        raise AnalysisError(f"Could not fetch {repo_id!r} from the Hugging Face hub ({type(exc).__name__}) and it is "
+                            f"not in the local cache ({constants.HF_HUB_CACHE}); the machine may be offline: use "
+                            "a bundled sample or a local directory.") from None
 
 
 def read_config(path: Path) -> dict:
@@ -210,7 +182,8 @@ def load_model(source: str, device: str = "auto", dtype=None):
     On CPU the project's torch path runs the model; on CUDA fla's Triton kernels do. Only safetensors
     weights are read and remote code is never trusted.
     """
-    import analysis  # noqa: F401  (installs the CPU path and registers the pruned model types)
+    from analysis.runtime import ready
+    ready()  # the CPU path for fla's ops and the project's model types
     from transformers import AutoModelForCausalLM
 
     path = resolve_source(source)

@@ -112,8 +112,10 @@ def summarize_probe(name: str, snr_db, pred: dict, mc_raw: dict | None = None, m
     return out
 
 
-def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, seed: int = 0) -> dict:
-    """Per layer and head, the final state's noise figures and retrieval errors, median [IQR] over the batch."""
+def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, seed: int = 0,
+                 progress=None) -> dict:
+    """Per layer and head, the final state's noise figures and retrieval errors, median [IQR] over the batch
+    (progress(layers_done, layers) after each layer)."""
     layers = []
     for index, layer in enumerate(trace.layers):
         S = layer.states[:, :, -1] if layer.states is not None else layer.final_state      # [B, H, dk, dv]
@@ -138,6 +140,8 @@ def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, s
                                                snr_db, n_samples, seed)
             heads.append(entry)
         layers.append({"layer": index, "heads": heads})
+        if progress:
+            progress(index + 1, len(trace.layers))
     return {"snr_db": list(snr_db), "samples": n_samples, "seed": seed, "tau": TAU,
             "noise_model": NOISE_MODEL + "; query re-normalised as in the kernel",
             "aggregate": "median, q25 and q75 over the sequences of the batch (per sequence: RMS over keys and "

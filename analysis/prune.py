@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from analysis.defaults import RESCALES  # defined there: the CLI's --help stays torch-free
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS, attention_layers
 from analysis.pruned_models import MAX_KERNEL_KEY_DIM, PRUNED_CONFIG_FOR, readout_key_dims
@@ -23,8 +24,6 @@ from analysis.safe_io import write_model_dir
 from analysis.strategies import Selection, get_strategy
 
 ROUNDINGS = (None, 16, 32, 64)
-RESCALES = {"original": "original readout scale dk^-1/2 (pure channel removal)",
-            "default": "fla's default readout scale dk'^-1/2 (the reference code's behaviour)"}
 
 
 def key_dims(model) -> list[int]:

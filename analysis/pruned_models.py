@@ -3,7 +3,7 @@
 `pruned_delta_net` / `pruned_gated_deltanet` are fla's DeltaNet / Gated DeltaNet with a `head_k_dims`
 list in the config: the model is built as fla builds it, then each layer's q/k projections and q/k
 short convolutions are re-created at that layer's key dim. The layers stay fla's own classes, so
-fla's Triton kernels run them on GPU and `from_pretrained` round-trips them after `import analysis`.
+fla's Triton kernels run them on GPU and `from_pretrained` round-trips them after `analysis.ready()`.
 
 Pruning is pure channel removal: the pruned model equals the original with the dropped q/k channels
 zeroed, at the ORIGINAL readout scale dk^-1/2. fla's layers read out at dk'^-1/2 (no config field sets

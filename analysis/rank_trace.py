@@ -40,12 +40,20 @@ def utilization_trace(r: RecurrenceInputs, tol: float = DEFAULT_TOL, threads: in
             "mean_ritz_steps": torch.tensor(float(steps.mean()))}
 
 
-def collect_utilization_trace(model, input_ids: torch.Tensor, **kwargs) -> list[dict[str, torch.Tensor]]:
-    """Run the model once and return, per layer, the dense utilization trace of `utilization_trace`."""
+def collect_utilization_trace(model, input_ids: torch.Tensor, progress=None, **kwargs) -> list[dict[str, torch.Tensor]]:
+    """Run the model once and return, per layer, the dense utilization trace of `utilization_trace`
+    (progress(layers_done, layers) after each layer)."""
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise AnalysisError("input_ids must be a non-empty [batch, tokens] tensor of token ids.")
     results: list[dict] = []
-    with torch.no_grad(), observe_recurrences(lambda r: results.append(utilization_trace(r, **kwargs))):
+    n_layers = len(attention_layers(model))
+
+    def observe(r) -> None:
+        results.append(utilization_trace(r, **kwargs))
+        if progress:
+            progress(len(results), n_layers)
+
+    with torch.no_grad(), observe_recurrences(observe):
         model(input_ids.to(next(model.parameters()).device), use_cache=False)
     if len(results) != len(attention_layers(model)):
         raise AnalysisError("Expected one recurrence per layer; this architecture is not supported.")

@@ -1,14 +1,12 @@
 """JSON-ready summaries of traces, shared by the CLI and the dashboard (NaN becomes null)."""
 from __future__ import annotations
 
-import json
 import math
-import sys
 
 import torch
 
+from analysis.json_output import finite_json, write_json  # noqa: F401  (torch-free there, for `models`)
 from analysis.rank import METRIC_INFO
-from analysis.safe_io import write_text
 from analysis.states import StateTrace
 
 SCALAR_METRICS = list(METRIC_INFO)
@@ -63,31 +61,3 @@ def every_token_report(layers: list[dict], tol: float) -> dict:
                       f"estimated error of {tol:g} in u), ‖S‖_F exact; states in float32",
             "mean_ritz_steps": number(torch.stack([layer["mean_ritz_steps"] for layer in layers]).mean()),
             **position_stats(values)}
-
-
-def finite_json(value, where: str = "$", bad: list | None = None):
-    """A copy of `value` with every non-finite float (NaN, ±inf) replaced by None; `bad` collects where."""
-    bad = [] if bad is None else bad
-    if isinstance(value, float) and not math.isfinite(value):
-        bad.append(where)
-        return None
-    if isinstance(value, dict):
-        return {k: finite_json(v, f"{where}.{k}", bad) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_json(v, f"{where}[{i}]", bad) for i, v in enumerate(value)]
-    return value
-
-
-def write_json(payload: dict, destination: str) -> None:
-    """`-` prints to stdout; a path is written atomically through analysis.safe_io (symlinks written through,
-    FIFOs and devices written to, normal permissions). NaN/inf become null, with a warning on stderr."""
-    bad: list = []
-    text = json.dumps(finite_json(payload, bad=bad), indent=2, allow_nan=False)
-    if bad:
-        shown = ", ".join(w.removeprefix("$.") for w in bad[:4]) + (", …" if len(bad) > 4 else "")
-        print(f"warning: {len(bad)} value(s) are not finite (NaN or inf) and are written as null: {shown}",
-              file=sys.stderr)
-    if destination == "-":
-        print(text)
-        return
-    write_text(destination, text + "\n")

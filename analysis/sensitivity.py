@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from analysis.calibration import calibrate
+from analysis.defaults import SENSITIVITY_EVAL_TOKENS, SENSITIVITY_RATIOS
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
 from analysis.models import REPO_ROOT, attention_layers, describe
@@ -31,8 +32,7 @@ from analysis.sweep import _cached, fingerprint
 METRICS = ("ppl", "recall")
 RESULTS_DIR = REPO_ROOT / "sample_models" / "results"
 MAP_RECALL_SEED = 4321  # recall sequences the map is measured on (recall_report's test seed is 1234)
-DEFAULT_RATIOS = (0.25, 0.5, 0.75, 0.875)   # the shipped maps' ratios (dk 64 → 48, 32, 16, 8)
-DEFAULT_EVAL_TOKENS = 4096
+DEFAULT_RATIOS, DEFAULT_EVAL_TOKENS = SENSITIVITY_RATIOS, SENSITIVITY_EVAL_TOKENS  # in analysis.defaults
 MAX_EVAL_TOKENS = 1_000_000
 MAX_RECALL_SEQUENCES = 16_384
 PROFILE_SEQUENCES = 4  # rank utilization of the final state: the first calibration sequences suffice

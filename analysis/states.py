@@ -82,8 +82,10 @@ class _LayerCollector:
 
 def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions=None,
                    keep_states: bool = False, compute_metrics: bool = True, tau: float = 1e-3,
-                   keep_keys: int = 0) -> StateTrace:
-    """Run `model` on equal-length sequences `input_ids` [B, T] and trace every layer's states."""
+                   keep_keys: int = 0, progress=None) -> StateTrace:
+    """Run `model` on equal-length sequences `input_ids` [B, T] and trace every layer's states.
+
+    progress(layers_done, layers) is called as each layer's states are traced."""
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise AnalysisError("input_ids must be a non-empty [batch, tokens] tensor of token ids.")
     batch, n_tokens = input_ids.shape
@@ -101,6 +103,8 @@ def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions
         _, collector.final = run_recurrence(inputs, on_chunk=collector.on_chunk)
         if keep_keys:
             collector.keys = inputs.k[:, -keep_keys:].transpose(1, 2).cpu()
+        if progress:
+            progress(calling["layer"] + 1, len(attns))
 
     device = next(model.parameters()).device
     try:

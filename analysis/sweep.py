@@ -3,6 +3,10 @@
 Each result: strategy, ratio, key dims, tiles, perplexity (dataset/split/context/stride/tokens), Δ vs
 the unpruned model, parameters, state bytes per sequence, kernel latency at the layer-0 key dim. A
 rerun with the same model weights and settings is served from the cache instantly.
+
+Executors: "in-process" (default) computes the points one after another here; "ray" runs one Ray task
+per point (analysis.ray_executor) and yields the results as they finish. Both write the same cache
+entries under the same keys, so either resumes what the other started.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from analysis import safe_io
+from analysis import ray_executor, safe_io
 from analysis.calibration import calibrate
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
@@ -84,60 +88,132 @@ def _read_cached(path: Path, required: tuple[str, ...]) -> dict | None:
 
 def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: str = "test", context: int = 256,
           eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, calib_tokens: int = 256,
-          seed: int = 0, latency: bool = True, use_cache: bool = True, rescale: str = "original", calibration=None):
+          seed: int = 0, latency: bool = True, use_cache: bool = True, rescale: str = "original", calibration=None,
+          executor: str = "in-process", address: str | None = None, num_cpus: int | None = None):
     """Yield the unpruned baseline first, then one result per (strategy, ratio).
 
     calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × `calib_tokens`
     train tokens (seed `seed`), for a caller that already holds one (the dashboard shares a single one between
     its pages); by default it is computed here, once, when the first strategy needs it.
+    executor "ray": the points run as Ray tasks on the cluster at `address` (default: a local Ray with
+    `num_cpus` cores, all of them by default) and arrive in the order they finish, cached ones first.
     """
     for name in strategies:
         get_strategy(name)  # validate up front, before any work
     check_rescale(rescale)
+    ray_executor.check_executor(executor)
+    ray = ray_executor.connect(address, num_cpus) if executor == "ray" else None  # before anything is written
     _check_cache_dir()
     settings = {"model": fingerprint(model), "split": split, "context": context, "eval_tokens": eval_tokens,
                 "recover_steps": recover_steps, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
                 "seed": seed, "device": str(next(model.parameters()).device),
                 "latency": TIMING if latency else False}
     base_key = {**settings, "point": "unpruned"}
+    opts = {"split": split, "context": context, "eval_tokens": eval_tokens, "latency": latency,
+            "recover_steps": recover_steps, "seed": seed, "rescale": rescale}
+    points = [({**settings, "strategy": name, "ratio": ratio, "rescale": rescale}, name, ratio)
+              for name in strategies for ratio in ratios]
+
+    def calibrated():
+        return calibration() if calibration is not None else \
+            calibrate(model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed)
+    if ray is not None:
+        yield from _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts)
+        return
     baseline = _cached(base_key, use_cache, lambda: _evaluate(model, tokenizer, "unpruned", 0.0, split, context,
                                                               eval_tokens, latency, None))
     yield baseline
     calib = None
-    for name in strategies:
-        for ratio in ratios:
-            key = {**settings, "strategy": name, "ratio": ratio, "rescale": rescale}
-
-            def compute():
-                nonlocal calib
-                strategy = get_strategy(name)
-                if calib is None and strategy.needs_calibration:
-                    calib = calibration() if calibration is not None else \
-                        calibrate(model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed)
-                dims = plan_key_dims(model, ratio=ratio)
-                pruned = prune(model, name, dims, calib, seed=seed, rescale=rescale).model
-                result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, latency, baseline)
-                result["rescale"], result["readout"] = rescale, RESCALES[rescale]
-                result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
-                if recover_steps:
-                    recovered, _ = recover(pruned, tokenizer, steps=recover_steps, seed=seed)
-                    after = perplexity(recovered, tokenizer, split, context, max_tokens=eval_tokens)
-                    result["recovered_perplexity"] = after["perplexity"]
-                    result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1
-                return result
-            yield _cached(key, use_cache, compute)
+    for key, name, ratio in points:
+        def compute():
+            nonlocal calib
+            if calib is None and get_strategy(name).needs_calibration:
+                calib = calibrated()
+            return _point(model, tokenizer, calib, baseline, opts, name, ratio)
+        yield _cached(key, use_cache, compute)
 
 
-def _cached(key: dict, use_cache: bool, compute, required: tuple[str, ...] = ("perplexity", "strategy")) -> dict:
-    """compute() once per key; `required` are the fields a cached result must hold to be trusted."""
+def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio: float) -> dict:
+    """One (strategy, ratio) point: prune, score (and recover): the same function in-process and on Ray."""
+    strategy = get_strategy(name)
+    split, context, eval_tokens, seed, rescale = (opts[k] for k in ("split", "context", "eval_tokens", "seed",
+                                                                    "rescale"))
+    dims = plan_key_dims(model, ratio=ratio)
+    pruned = prune(model, name, dims, calib if strategy.needs_calibration else None, seed=seed, rescale=rescale).model
+    result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, opts["latency"], baseline)
+    result["rescale"], result["readout"] = rescale, RESCALES[rescale]
+    result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
+    if opts["recover_steps"]:
+        recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed)
+        after = perplexity(recovered, tokenizer, split, context, max_tokens=eval_tokens)
+        result["recovered_perplexity"] = after["perplexity"]
+        result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1
+    return result
+
+
+# ---- Ray: one task per point; the driver reads and writes the cache ------------------------------------
+
+def _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts):
+    device = str(next(model.parameters()).device)
+    options = ray_executor.task_options(ray, device)
+    baseline = _lookup(base_key, use_cache)
+    if baseline is None:
+        for _, result in ray_executor.run_unordered(ray, _baseline_task, (model, tokenizer, opts), [()], options):
+            baseline = _store(base_key, result)
+    yield baseline
+    todo = []
+    for key, name, ratio in points:
+        hit = _lookup(key, use_cache)
+        if hit is not None:
+            yield hit
+        else:
+            todo.append((key, name, ratio))
+    if not todo:
+        return
+    # one calibration for every point that needs it, computed once (as in-process) and shared through Ray
+    calib = calibrated() if any(get_strategy(name).needs_calibration for _, name, _ in todo) else None
+    items = [(name, ratio) for _, name, ratio in todo]
+    keys = {(name, ratio): key for key, name, ratio in todo}
+    for item, result in ray_executor.run_unordered(ray, _point_task, (model, tokenizer, calib, baseline, opts),
+                                                   items, options):
+        yield _store(keys[item], result)
+
+
+def _worker_setup() -> None:
+    from analysis.runtime import ready
+    ready()  # the worker's own process: the CPU path for fla's ops and the project's model types
+
+
+def _baseline_task(model, tokenizer, opts):
+    _worker_setup()
+    return _evaluate(model, tokenizer, "unpruned", 0.0, opts["split"], opts["context"], opts["eval_tokens"],
+                     opts["latency"], None)
+
+
+def _point_task(model, tokenizer, calib, baseline, opts, name, ratio):
+    _worker_setup()
+    return _point(model, tokenizer, calib, baseline, opts, name, ratio)
+
+
+def _lookup(key: dict, use_cache: bool, required: tuple[str, ...] = ("perplexity", "strategy")) -> dict | None:
+    """The cached result for `key` (marked cached), or None; `required` are the fields it must hold."""
     path = _cache_path(key)
     if use_cache and path.exists():
         cached = _read_cached(path, required)
         if cached is not None:
             return {**cached, "cached": True}
-    result = compute()
-    _write_atomic(path, result)
+    return None
+
+
+def _store(key: dict, result: dict) -> dict:
+    _write_atomic(_cache_path(key), result)
     return {**result, "cached": False}
+
+
+def _cached(key: dict, use_cache: bool, compute, required: tuple[str, ...] = ("perplexity", "strategy")) -> dict:
+    """compute() once per key; `required` are the fields a cached result must hold to be trusted."""
+    hit = _lookup(key, use_cache, required)
+    return hit if hit is not None else _store(key, compute())
 
 
 def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline) -> dict:

@@ -50,7 +50,8 @@ class TrainConfig:
 
 
 def build_model(cfg: TrainConfig, vocab_size: int):
-    import analysis  # noqa: F401
+    from analysis.runtime import ready
+    ready()  # the CPU path for fla's ops and the project's model types
     from fla.models import DeltaNetConfig, GatedDeltaNetConfig
     from transformers import AutoModelForCausalLM
     common = dict(hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers, num_heads=cfg.heads,
@@ -126,10 +127,13 @@ def _save_checkpoint(out: Path, model, optimizer, step, gen, cfg):
     write_model_dir(out / "checkpoint", fill, overwrite=True, kind="training checkpoint")
 
 
-def train(cfg: TrainConfig, resume: bool = False, log=print) -> tuple:
-    """Train and return (model, cfg) with cfg.history filled; the caller saves the final model."""
+def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None) -> tuple:
+    """Train and return (model, cfg) with cfg.history filled; the caller saves the final model.
+    progress(steps_done, steps) is called after every step."""
     from transformers import AutoModelForCausalLM
     from analysis.models import resolve_device
+    from analysis.runtime import ready
+    ready()  # a resumed checkpoint is loaded below: fla's model types and the CPU path first
     out = Path(cfg.out)
     check_new_dir(out / "checkpoint", overwrite=True)  # before any work: a foreign checkpoint/ is never replaced
     with os_errors("create the work directory", out):
@@ -170,6 +174,8 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> tuple:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         optimizer.step()
         elapsed = elapsed_before + time.time() - t0
+        if progress:
+            progress(step + 1, cfg.steps)
         last = step + 1 == cfg.steps or (cfg.max_minutes and elapsed > 60 * cfg.max_minutes)
         if (step + 1) % cfg.eval_every == 0 or last:
             model.eval()

@@ -10,7 +10,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import analysis  # noqa: E402,F401
+import analysis  # noqa: E402
+
+analysis.ready()  # the CPU path for fla's ops and the project's model types
 from analysis import data, models  # noqa: E402
 from analysis.calibration import calibrate  # noqa: E402
 from analysis.latency import kernel_latency  # noqa: E402

@@ -22,7 +22,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import analysis  # noqa: E402,F401
+import analysis  # noqa: E402
+
+analysis.ready()  # the CPU path for fla's ops and the project's model types
 from analysis import data, models  # noqa: E402
 from analysis.backend import observe_recurrences  # noqa: E402
 from analysis.rank_trace import utilization_trace  # noqa: E402

@@ -20,7 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import analysis  # noqa: E402,F401
+import analysis  # noqa: E402
+
+analysis.ready()  # the CPU path for fla's ops and the project's model types
 from analysis import models  # noqa: E402
 from analysis.allocate import allocate, candidates, choose_plan  # noqa: E402
 from analysis.evaluate import perplexity  # noqa: E402

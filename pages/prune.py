@@ -249,4 +249,4 @@ if st.button("Save", key="prune_save"):
     with guard():
         out = save_model(final, safe_io.output_target(target, local), tokenizer=tok, metadata=metadata,
                          overwrite=overwrite, extra=lambda folder: carry_recall_task(ctx.key.path, folder))
-    st.success(f"Saved to {out} (safetensors; loads with AutoModelForCausalLM.from_pretrained after `import analysis`).")
+    st.success(f"Saved to {out} (safetensors; loads with AutoModelForCausalLM.from_pretrained after `import analysis; analysis.ready()`).")

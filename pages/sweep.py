@@ -8,6 +8,7 @@ from analysis import data
 from analysis import latency as latencies
 from analysis import sweep as sweeps
 from analysis.errors import AnalysisError
+from analysis.ray_executor import EXECUTORS
 from analysis.strategies import STRATEGIES
 from ui import cache, frame, jobs, shrink, shrink_figures, state
 from ui.context import current
@@ -91,6 +92,15 @@ else:
     state.remember("sweep_recover")
     per_point = s5.checkbox("Time the kernel per point", key=state.remembered("sweep_latency", False))
     state.remember("sweep_latency")
+    e1, e2, _ = st.columns([1, 2, 2])
+    executor = e1.selectbox("Executor", EXECUTORS, key=state.remembered("sweep_executor", "in-process", EXECUTORS),
+                            help="in-process: one point after another in this server. ray: one Ray task per point, "
+                                 "on a local Ray with this machine's cores, or on the cluster at the address given; "
+                                 "the same numbers and the same cache either way.")
+    state.remember("sweep_executor")
+    address = e2.text_input("Ray cluster address (empty: a local Ray)", key=state.remembered("sweep_address", ""),
+                            disabled=executor != "ray", placeholder="host:6379, ray://host:10001 or auto").strip()
+    state.remember("sweep_address")
     try:  # not guard(): a typo here must not hide the latency section below
         ratios = number_list(ratio_text, "pruning ratios", 0.0, 1.0)
     except AnalysisError as exc:
@@ -115,7 +125,8 @@ else:
                 def work(job):
                     gen = sweeps.sweep(model, tok, chosen, ratios, split="test", context=context,
                                        eval_tokens=eval_tokens, recover_steps=recover_steps, calib_sequences=calib_n,
-                                       calibration=calibration, latency=per_point)
+                                       calibration=calibration, latency=per_point, executor=executor,
+                                       address=(address or None) if executor == "ray" else None)
                     job.report(0.0, f"0 of {expected} points (unpruned baseline first)")
                     for point in shrink.locked(gen):
                         merged(points, point, lambda a, b: (a["strategy"], a["ratio"]) == (b["strategy"], b["ratio"]))

@@ -4,11 +4,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+import analysis
+
+analysis.ready()  # every test may build or load fla models (CPU path + the project's model types)
+
 VOCAB = 8192  # the bundled tokenizer's size, so tiny models read real text
 
 
 def tiny_config(kind: str, **overrides):
-    import analysis  # noqa: F401  (CPU path + registrations)
     from fla.models import DeltaNetConfig, GatedDeltaNetConfig
     common = dict(hidden_size=64, num_hidden_layers=2, num_heads=2, vocab_size=VOCAB, tie_word_embeddings=True)
     if kind == "delta_net":

@@ -220,3 +220,17 @@ def test_prune_readout_scale_is_a_labelled_choice_and_is_saved(monkeypatch, lm_d
     click(at, "prune_save")
     assert json.loads((tmp_path / "saved" / "pruning.json").read_text())["rescale"] == "default"
     assert json.loads((tmp_path / "saved" / "config.json").read_text())["readout_key_dims"] is None
+
+
+def test_sweep_executor_defaults_to_in_process_and_an_unreachable_ray_is_one_sentence(monkeypatch, lm_dir, tmp_path):
+    at = sweep_page(monkeypatch, lm_dir)
+    assert at.selectbox(key="w:sweep_executor").value == "in-process"
+    assert at.selectbox(key="w:sweep_executor").options == ["in-process", "ray"]
+    assert at.text_input(key="w:sweep_address").disabled
+    at.selectbox(key="w:sweep_executor").set_value("ray").run()
+    at.text_input(key="w:sweep_address").set_value("127.0.0.1:9").run()
+    at.button(key="sweep:run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    [error] = [e.value for e in at.error]
+    assert error.startswith("Cannot reach the Ray cluster at 127.0.0.1:9") and error.count(". ") == 0
+    assert not (tmp_path / "sweeps").exists()  # nothing written to the cache

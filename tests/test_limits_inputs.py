@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from analysis import data, inputs, limits, models
+from analysis import data, inputs, limits, models, samples
 from analysis.cli import main
 from analysis.errors import AnalysisError
 from conftest import build_tiny
@@ -115,6 +115,7 @@ def samples_dir(tmp_path, monkeypatch, tiny_dirs):
     (root / "listed" / "config.json").write_text("[]")
     shutil.copytree(tiny_dirs["delta_net"], root / ".good.tmp-123")
     monkeypatch.setattr(models, "SAMPLES_DIR", root)
+    monkeypatch.setattr(samples, "SAMPLES_DIR", root)  # `models` lists through analysis.samples (no torch)
     return root
 
 
@@ -147,3 +148,19 @@ def test_calibration_with_fewer_tokens_than_the_key_dim_is_refused():
     model = build_tiny("delta_net")  # head key dim 32
     with pytest.raises(AnalysisError, match=r"1×16 = 16 tokens gives fewer activation rows than the key dim 32"):
         calibrate(model, data.load_tokenizer(), n_sequences=1, seq_len=16)
+
+
+def test_model_too_big_for_memory_is_refused_before_loading_with_dtype_advice(tiny_model_dir, monkeypatch):
+    """Issue 14: the size and the memory available, and --dtype bfloat16 or a GPU as the way out."""
+    from analysis import limits, models
+    from analysis.errors import AnalysisError
+    monkeypatch.setattr(limits, "available_memory", lambda device="cpu": 100_000)  # 100 kB free
+    built = []
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: built.append(a))
+    with pytest.raises(AnalysisError) as info:
+        models.load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+    message = str(info.value)
+    assert "parameters in float32) needs about" in message and "of the 100.0 kB available now" in message
+    assert "--dtype bfloat16" in message and "GPU" in message and not built
+    with pytest.raises(AnalysisError, match=r"in bfloat16\) needs about .*load it on a GPU \(--device cuda\)"):
+        models.load_model(str(tiny_model_dir), device="cpu", dtype="bfloat16")

@@ -1,12 +1,14 @@
-"""Helpers shared by subcommands: load what the arguments name, emit results."""
+"""Helpers shared by subcommands: load what the arguments name, emit results.
+
+The core (torch, fla, transformers) is imported inside the functions: building the parser and `--help`
+stay fast.
+"""
 from __future__ import annotations
 
 import sys
 
-from analysis import inputs, limits, models
 from analysis.commands.checks import whole
 from analysis.errors import AnalysisError
-from analysis.report import write_json
 
 
 def add_text_args(p, tokens: int = 256, batch: int = 4) -> None:
@@ -19,6 +21,7 @@ def add_text_args(p, tokens: int = 256, batch: int = 4) -> None:
 
 def load(args):
     """(model, tokenizer, metadata) for the model the arguments name."""
+    from analysis import models
     model = models.load_model(args.model, device=args.device, dtype=args.dtype)
     info = models.describe(model)
     meta = {"model": model.analysis_name, "source": model.analysis_source, "model_type": info.model_type,
@@ -28,6 +31,7 @@ def load(args):
 
 def text_batch(args, tokenizer, model):
     """[batch, tokens] ids of the named text, after checking the forward pass fits in memory."""
+    from analysis import inputs, limits
     require_text_model(model, tokenizer, args.command)
     limits.check_forward(model, args.batch, args.tokens, f"Running {model.analysis_name} on {args.batch} sequences")
     source = inputs.resolve_text(text_file=args.text, split=None if args.text else args.split)
@@ -56,6 +60,7 @@ def require_text_model(model, tokenizer, command: str) -> None:
 
 def emit(args, payload: dict, human: str) -> None:
     """JSON to --json (stdout with -), the human summary to stdout unless JSON already went there."""
+    from analysis.json_output import write_json
     if args.json:
         write_json(payload, args.json)
     if args.json != "-":

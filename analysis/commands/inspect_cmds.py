@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import sys
 
-from analysis import models
 from analysis.commands.checks import number_list, whole
 from analysis.commands.common import add_text_args, emit, load, text_batch
-from analysis.report import every_token_report, rank_report
-from analysis.states import collect_states
+from analysis.commands.progress import counted
 
 
 def _setup_models(p):
@@ -15,7 +13,8 @@ def _setup_models(p):
 
 
 def run_models(args) -> None:
-    samples, skipped = models.scan_samples()
+    from analysis.samples import scan_samples  # not analysis.models: listing never imports torch
+    samples, skipped = scan_samples()
     payload = {"samples": [s.__dict__ for s in samples],
                "skipped": [{"name": name, "reason": reason} for name, reason in skipped]}
     lines = [f"{s.name:24s} {s.model_type:22s} {s.description}" for s in samples] or ["(no bundled samples)"]
@@ -25,14 +24,19 @@ def run_models(args) -> None:
 
 
 def run_rank(args) -> None:
+    from analysis.report import every_token_report, rank_report
+    from analysis.states import collect_states
     model, tokenizer, meta = load(args)
     ids, label = text_batch(args, tokenizer, model)
-    trace = collect_states(model, ids, stride=args.stride)
+    with counted(args, "rank: states of each layer", "layer") as progress:
+        trace = collect_states(model, ids, stride=args.stride, progress=progress)
     report = rank_report(trace, {**meta, "dataset": label, "stride": args.stride})
     if args.every_token:  # numba loads only here, not on every CLI start
         from analysis.rank_trace import collect_utilization_trace
         from analysis.spectral_tracker import DEFAULT_TOL
-        report["every_token"] = every_token_report(collect_utilization_trace(model, ids), DEFAULT_TOL)
+        with counted(args, "rank: every-token trace of each layer", "layer") as progress:
+            dense = collect_utilization_trace(model, ids, progress=progress)
+        report["every_token"] = every_token_report(dense, DEFAULT_TOL)
     lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {args.batch}×{args.tokens} tokens",
              "layer  head  rank_util  stable_rank  eff_rank  energy_rank"]
     for layer in report["layers"]:
@@ -48,16 +52,19 @@ def run_rank(args) -> None:
 
 
 def run_noise(args) -> None:
+    from analysis import limits, models
     from analysis.noise_report import noise_report
-    from analysis import limits
+    from analysis.states import collect_states
     model, tokenizer, meta = load(args)
     info = models.describe(model)
     limits.check_noise_samples(args.samples, len(args.snr), max(info.head_k_dims), info.head_v_dim)
     ids, label = text_batch(args, tokenizer, model)
-    trace = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True,
-                           keep_keys=args.keys)
+    with counted(args, "noise: final states of each layer", "layer") as progress:
+        trace = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True,
+                               keep_keys=args.keys, progress=progress)
     snrs = args.snr
-    report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed)
+    with counted(args, "noise: Monte Carlo of each layer", "layer") as progress:
+        report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed, progress=progress)
     report = {**meta, "dataset": label, "tokens": args.tokens, "batch": args.batch, **report}
     emit(args, report, "\n".join(_noise_lines(report, meta, label, snrs)))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from analysis.commands.checks import number_list, real, whole
 from analysis.commands.common import emit, load, require_text_model
+from analysis.commands.progress import bar, fraction, say, set_done
 from analysis.errors import AnalysisError
 
 
@@ -32,7 +33,7 @@ def _calib_args(p):
 
 
 def _rescale_arg(p):
-    from analysis.prune import RESCALES
+    from analysis.defaults import RESCALES
     p.add_argument("--rescale", choices=list(RESCALES), default="original",
                    help="readout scale of the pruned layers: " + "; ".join(f"{k}: {v}" for k, v in RESCALES.items()))
 
@@ -47,8 +48,10 @@ def run_importance(args) -> None:
     from analysis.importance import importance_report
     model, tokenizer, meta = load(args)
     require_text_model(model, tokenizer, "importance")
-    report = importance_report(model, tokenizer, args.strategies.split(","), args.ratio,
-                               calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed)
+    with fraction(args, "importance: strategies scored") as progress:
+        report = importance_report(model, tokenizer, args.strategies.split(","), args.ratio,
+                                   calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
+                                   seed=args.seed, progress=progress)
     report = {**meta, **report}
     lines = [f"channel importance, {report['calibration']}; kept sets at ratio {args.ratio}",
              "mean Jaccard agreement of kept sets (all layers and heads):"]
@@ -96,11 +99,16 @@ def run_prune(args) -> None:
         allocation = allocation_for(args, model, tokenizer)
         ratio, ratios = None, allocation[2]["ratios"]  # the plan that measured best (validation split)
     dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
-    calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
-        if strategy.needs_calibration else None
-    result = prune(model, args.strategy, dims, calib, seed=args.seed, rescale=args.rescale)
-    before = perplexity(model, tokenizer, "test", max_tokens=args.eval_tokens)
-    after = perplexity(result.model, tokenizer, "test", max_tokens=args.eval_tokens)
+    with bar(args, "prune: calibration and pruning", total=2, unit="step") as b:
+        calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
+            if strategy.needs_calibration else None
+        b.update()
+        result = prune(model, args.strategy, dims, calib, seed=args.seed, rescale=args.rescale)
+        b.update()
+    with fraction(args, "prune: test perplexity before") as progress:
+        before = perplexity(model, tokenizer, "test", max_tokens=args.eval_tokens, progress=progress)
+    with fraction(args, "prune: test perplexity after") as progress:
+        after = perplexity(result.model, tokenizer, "test", max_tokens=args.eval_tokens, progress=progress)
     pruned = result.model
     payload = {**meta, "strategy": args.strategy, "head_k_dims": dims, "tiles_per_head": tiles(dims),
                "rescale": args.rescale, "readout": RESCALES[args.rescale],
@@ -109,10 +117,14 @@ def run_prune(args) -> None:
     if allocation:
         payload["allocation"] = allocation_report(args, model, tokenizer, *allocation)
     if args.recover_steps:
-        pruned, losses = recover(pruned, tokenizer, steps=args.recover_steps, seed=args.seed,
-                                 progress=lambda s, n, loss: print(f"recovery step {s}/{n} loss {loss:.3f}")
-                                 if s % 25 == 0 or s == n else None)
-        payload["perplexity_recovered"] = perplexity(pruned, tokenizer, "test", max_tokens=args.eval_tokens)
+        with bar(args, "prune: recovery fine-tuning", total=args.recover_steps, unit="step") as b:
+            def step_done(done, total, loss):
+                set_done(b, done, total)
+                b.set_postfix(loss=f"{loss:.3f}", refresh=False)
+            pruned, losses = recover(pruned, tokenizer, steps=args.recover_steps, seed=args.seed, progress=step_done)
+        with fraction(args, "prune: test perplexity after recovery") as progress:
+            payload["perplexity_recovered"] = perplexity(pruned, tokenizer, "test", max_tokens=args.eval_tokens,
+                                                         progress=progress)
         payload["recovery"] = {"steps": args.recover_steps, "final_loss": losses[-1]}
     metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
     save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT)
@@ -144,7 +156,9 @@ def run_ppl(args) -> None:
         emit(args, payload, human)
         return
     require_text_model(model, tokenizer, "ppl")
-    payload = {**meta, **perplexity(model, tokenizer, args.split, args.context, args.stride, args.max_tokens)}
+    with fraction(args, f"ppl: {args.split} split") as progress:
+        payload = {**meta, **perplexity(model, tokenizer, args.split, args.context, args.stride, args.max_tokens,
+                                        progress=progress)}
     human = (f"perplexity {payload['perplexity']:.3f}, {payload['bits_per_byte']:.4f} bits/byte on "
              f"{payload['dataset']} ({payload['tokens']} tokens, context {payload['context']}, "
              f"stride {payload['stride']}, {payload['device']} {payload['dtype']})")
@@ -173,9 +187,14 @@ def run_latency(args) -> None:
     dims = args.key_dims
     limits.check_forward(model, args.batch, min(args.tokens, 256), "The whole-model forward")
     timing = dict(threads=args.threads, repeats=args.repeats)
-    points = list(kernel_latency(dims, args.batch, args.tokens, info.value_heads, info.head_v_dim,
-                                 device=info.device, gated="gated" in info.model_type, **timing))
-    whole = model_latency(model, batch=args.batch, tokens=min(args.tokens, 256), **timing)
+    with bar(args, "latency: kernel per key dim, then the model", total=len(dims) + 1, unit="timing") as b:
+        points = []
+        for point in kernel_latency(dims, args.batch, args.tokens, info.value_heads, info.head_v_dim,
+                                    device=info.device, gated="gated" in info.model_type, **timing):
+            points.append(point)
+            b.update()
+        whole = model_latency(model, batch=args.batch, tokens=min(args.tokens, 256), **timing)
+        b.update()
     payload = {**meta, "kernel": points, "model_forward": whole}
     lines = [f"{points[0]['op']} kernel, B{args.batch} T{args.tokens} H{info.value_heads} dv{info.head_v_dim}, "
              f"{points[0]['dtype']} on {points[0]['device_name']} ({points[0]['timer']})"]
@@ -197,26 +216,38 @@ def _setup_sweep(p):
     p.add_argument("--recover-steps", type=whole(0), default=0)
     p.add_argument("--no-latency", action="store_true")
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
+    p.add_argument("--executor", choices=["in-process", "ray"], default="in-process",
+                   help="in-process (default): one point after another here; ray: one Ray task per point, on a "
+                        "local Ray with this machine's cores or on the cluster at --address")
+    p.add_argument("--address", help="with --executor ray: the cluster to join (host:port from `ray start --head`, "
+                                     "ray://host:port, or auto)")
     _rescale_arg(p)
     _calib_args(p)
 
 
 def run_sweep(args) -> None:
     from analysis.sweep import sweep
+    if args.address and args.executor != "ray":
+        raise AnalysisError("--address is the Ray cluster to run on: add --executor ray, or drop --address.")
+    strategies = args.strategies.split(",")
     model, tokenizer, meta = load(args)
     require_text_model(model, tokenizer, "sweep")
     ratios = args.ratios
+    order = {("unpruned", 0.0): -1, **{(s, r): i for i, (s, r) in enumerate((s, r) for s in strategies for r in ratios)}}
     results = []
-    for point in sweep(model, tokenizer, args.strategies.split(","), ratios, split=args.split, context=args.context,
-                       eval_tokens=args.eval_tokens, recover_steps=args.recover_steps,
-                       calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed,
-                       latency=not args.no_latency, use_cache=not args.no_cache, rescale=args.rescale):
-        results.append(point)
-        if args.json != "-":
+    with bar(args, f"sweep ({args.executor}): points", total=len(order), unit="point") as b:
+        for point in sweep(model, tokenizer, strategies, ratios, split=args.split, context=args.context,
+                           eval_tokens=args.eval_tokens, recover_steps=args.recover_steps,
+                           calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed,
+                           latency=not args.no_latency, use_cache=not args.no_cache, rescale=args.rescale,
+                           executor=args.executor, address=args.address):
+            results.append(point)
+            b.update()
             extra = "" if point["strategy"] == "unpruned" else f" ({point['delta_vs_unpruned']:+.1%})"
-            print(f"{point['strategy']:>9s} ratio {point['ratio']:.2f} dk {point['head_k_dims']}: "
-                  f"ppl {point['perplexity']:.2f}{extra}" + (" [cached]" if point["cached"] else ""), flush=True)
-    emit(args, {**meta, "results": results}, "")
+            say(args, f"{point['strategy']:>9s} ratio {point['ratio']:.2f} dk {point['head_k_dims']}: "
+                      f"ppl {point['perplexity']:.2f}{extra}" + (" [cached]" if point["cached"] else ""))
+    results.sort(key=lambda p: order[(p["strategy"], p["ratio"])])  # Ray's finishing order → the plan's order
+    emit(args, {**meta, "executor": args.executor, "results": results}, "")
 
 
 COMMANDS = {

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from analysis.commands.common import emit, load
+from analysis.commands.progress import bar, say
 from analysis.errors import AnalysisError
 
 
@@ -17,7 +18,8 @@ def _number_list(text: str, what: str) -> tuple[float, ...]:
 
 def add_map_args(p, prefix: str = "") -> None:
     """Settings of the map (shared by `sensitivity` and `prune --allocate`, where they take a map- prefix)."""
-    from analysis.sensitivity import DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS
+    from analysis.defaults import SENSITIVITY_EVAL_TOKENS as DEFAULT_EVAL_TOKENS
+    from analysis.defaults import SENSITIVITY_RATIOS as DEFAULT_RATIOS
     p.add_argument(f"--{prefix}metric", default="auto", choices=["auto", "ppl", "recall"],
                    help="ppl: Δ log perplexity; recall: drop in recall accuracy (auto: recall for a recall model)")
     p.add_argument(f"--{prefix}split", default="validation", help="split the map's perplexity is measured on")
@@ -54,20 +56,21 @@ def _setup_sensitivity(p):
 def run_sensitivity(args) -> None:
     from analysis.sensitivity import compute_map
     model, tokenizer, meta = load(args)
+    from analysis.models import describe
     s, task = map_settings(args, model, args.strategy, _number_list(args.ratios, "--ratios"))
-    quiet = args.json == "-"
+    total = 1 + describe(model).layers * len(s.ratios)  # the unpruned model, then each layer at each ratio
 
-    def show(p):
-        if quiet:
-            return
-        tag = " [cached]" if p["cached"] else ""
-        if p["layer"] is None:
-            print(f"unpruned: {p['value']:.4f}{tag}", flush=True)
-        else:
-            print(f"layer {p['layer']} ratio {p['ratio']:.3f} dk {p['head_k_dim']}: {p['value']:.4f} "
-                  f"(loss {p['loss']:+.4f}){tag}", flush=True)
+    with bar(args, "sensitivity: map points", total=total, unit="point") as b:
+        def show(p):
+            tag = " [cached]" if p["cached"] else ""
+            if p["layer"] is None:
+                say(args, f"unpruned: {p['value']:.4f}{tag}")
+            else:
+                say(args, f"layer {p['layer']} ratio {p['ratio']:.3f} dk {p['head_k_dim']}: {p['value']:.4f} "
+                          f"(loss {p['loss']:+.4f}){tag}")
+            b.update()
 
-    smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show)
+        smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show)
     smap["model"] = meta["model"]
     lines = [f"{meta['model']} ({meta['device']}, {meta['dtype']}), strategy {s.strategy}: {smap['measure']}; "
              f"unpruned {smap['baseline']:.4f}; loss = {smap['loss']}",

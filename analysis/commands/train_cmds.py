@@ -6,6 +6,7 @@ from pathlib import Path
 
 from analysis.commands.checks import real, whole
 from analysis.commands.common import emit
+from analysis.commands.progress import counted, say
 
 
 def _setup_train(p):
@@ -40,7 +41,8 @@ def run_train(args) -> None:
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
                       max_minutes=args.max_minutes, seed=args.seed, device=args.device,
                       recall_pairs=args.recall_pairs, recall_keys=args.recall_keys)
-    model, cfg = train(cfg, resume=args.resume, log=lambda line: print(line, flush=True))
+    with counted(args, "train: steps", "step") as progress:  # the log lines are in the --json history too
+        model, cfg = train(cfg, resume=args.resume, log=lambda line: say(args, line), progress=progress)
 
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp)

@@ -1,0 +1,31 @@
+"""Make fla runnable here, once per process, at the entry points that build or load a model.
+
+`ready()` installs the project's CPU path for fla's ops (CUDA tensors keep fla's Triton kernels),
+registers the project's pruned model types with transformers, and quiets transformers' logging. It
+imports torch, fla and transformers (seconds), which is why it is called explicitly by the loaders
+(`analysis.models.load_model`, the config checks, training) instead of as a side effect of
+`import analysis`: `python -m analysis --help` and `models` never pay for it.
+"""
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()  # two dashboard sessions may load their first model at the same moment
+_ready = False
+
+
+def ready() -> None:
+    """Install the CPU path and the project's model types (idempotent, thread-safe)."""
+    global _ready
+    if _ready:
+        return
+    with _lock:
+        if _ready:
+            return
+        from transformers.utils import logging as hf_logging
+        hf_logging.set_verbosity_error()  # progress bars and deprecation chatter would drown the CLI output
+        hf_logging.disable_progress_bar()
+        from analysis import backend
+        backend.install()
+        from analysis import pruned_models  # noqa: F401  (registers the per-layer key-dim model types)
+        _ready = True
