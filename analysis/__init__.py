@@ -22,3 +22,7 @@ from analysis import backend as _backend  # noqa: E402
 _backend.install()
 
 from analysis import pruned_models as _pruned_models  # noqa: E402,F401
+from analysis.archs import kda_pruned as _kda_pruned  # noqa: E402,F401  (registers pruned_kda)
+from analysis.archs.kda import ADAPTER as _kda_adapter  # noqa: E402
+
+_kda_adapter.install_routing()  # KDA's kernel entry points take the torch path on CPU

@@ -13,6 +13,7 @@ from analysis.errors import AnalysisError
 
 # family -> (module defining ADAPTER, config model_types it handles)
 FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "kda": ("analysis.archs.kda", ("kda", "pruned_kda")),
 }
 
 
