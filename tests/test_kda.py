@@ -83,13 +83,23 @@ def test_per_channel_gradients_match_token_loop():
         assert rel(a, b) < TOL
 
 
-def test_per_channel_products_are_built_a_few_chunks_at_a_time(monkeypatch):
-    from analysis.cpu_ops import delta_rule
-    q, k, v, beta, gate, h0 = inputs(T=300)
-    whole = chunked_delta_rule(q, k, v, beta, gate, initial_state=h0)
-    monkeypatch.setattr(delta_rule, "PAIR_BUDGET", 1)   # one chunk per block
-    sliced = chunked_delta_rule(q, k, v, beta, gate, initial_state=h0)
-    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(whole, sliced))
+@pytest.mark.parametrize("C", [64, 48])   # 48: padded to 64 inside the recursive halving
+def test_channel_products_equal_their_definition(C):
+    """P_ij = Σ_c x_ic y_jc exp(Σ_{j<l≤i} g_lc) for j ≤ i, 0 above, against the direct fp64 formula."""
+    from analysis.cpu_ops.delta_rule import _channel_products
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(2, C, 8, generator=gen), torch.randn(2, C, 8, generator=gen)
+    g = -3 * torch.rand(2, C, 8, generator=gen)
+    G = g.double().cumsum(-2)
+    direct = torch.einsum("bic,bijc,bjc->bij", x.double(), (G[:, :, None] - G[:, None]).exp(), y.double())
+    assert rel(_channel_products(x, y, g).double(), direct.tril()) < 1e-6
+
+
+def test_chunk_size_need_not_be_a_power_of_two():
+    q, k, v, beta, gate, h0 = inputs(T=100)
+    o1, s1 = chunked_delta_rule(q, k, v, beta, gate, initial_state=h0, chunk_size=48)
+    o2, s2 = recurrent_delta_rule(q, k, v, beta, gate, initial_state=h0)
+    assert rel(o1, o2) < 1e-5 and rel(s1, s2) < 1e-5
 
 
 # --- fla's entry points, routed -------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Recurrence per head, K-first state S ∈ R^{dk×dv} (fla's convention):
     S_t = (I − β_t k_t k_tᵀ) D_t S_{t−1} + β_t k_t v_tᵀ,   o_t = scale · S_tᵀ q_t
 with the decay D_t = α_t = exp(g_t) per head (Gated DeltaNet, g [B,T,H]) or D_t = Diag(exp(g_t)) per key
-channel (Kimi Delta Attention, g [B,T,H,dk]: fla's naive_recurrent_kda decays first, then updates).
+channel (Kimi Delta Attention, g [B,T,H,dk]; fla's naive_recurrent_kda also decays first, then updates).
 DeltaNet is the case g ≡ 0. Inputs here are already prepared (l2-normalised q/k, β after sigmoid, g as
 log-decay); `analysis.backend` does that preparation exactly as fla's kernels do.
 
@@ -14,11 +14,10 @@ so U = Ũ − W S_0 with Ũ, W from one unit-triangular solve per chunk (all chu
 chunk-to-chunk state hand-off is sequential. Γ is formed from differences G_i − G_j ≤ 0, never from
 e^{−G_j}, so strong decay cannot overflow.
 
-Per key channel (KDA) G_i is a vector, Γ_ijc = exp(G_ic − G_jc), and every k_iᵀk_j / q_iᵀk_j above becomes
-Σ_c k_ic Γ_ijc k_jc (so A and the readout weights cost a [C, C, dk] tensor per chunk, built a few chunks at
-a time); e^{G_i} S_0 becomes Diag(e^{G_i}) S_0. There each exponent G_ic − G_jc is summed from the tokens
-between i and j, not subtracted: fp32 keeps the per-token decays even where the cumulative one is large. The per-head path is the same code with a
-channel axis of size 1 where the decay multiplies a vector, and its own k kᵀ products.
+Per key channel (KDA, `_chunked_per_channel`) G_i is a vector, Γ_ijc = exp(G_ic − G_jc), e^{G_i} S_0 becomes
+Diag(e^{G_i}) S_0 and every k_iᵀk_j / q_iᵀk_j becomes Σ_c k_ic Γ_ijc k_jc. Those weights are matmuls over
+recursive halves of the chunk (`_channel_products`) whose exponents are sums of the tokens between i and j,
+never differences of long cumulative sums (which lose small per-token decays to fp32 rounding).
 """
 from __future__ import annotations
 
@@ -29,35 +28,74 @@ import torch
 # on_chunk(start, states) receives the state after every token of one chunk: states [B, H, c, dk, dv].
 ChunkStatesCallback = Callable[[int, torch.Tensor], None]
 
-PAIR_BUDGET = 1 << 24  # elements of one [.., C, C, dk] per-channel decay block (64 MiB in fp32)
 
-
-def _channel_decay(g: torch.Tensor) -> torch.Tensor:
-    """Γ_ijc = exp(Σ_{j<l≤i} g_lc) for j ≤ i, 0 above: per-token log-decays g [..., C, dk] -> [..., C, C, dk].
-
-    Each exponent is summed from its own pair's tokens: G_i − G_j of two long cumulative sums would lose
-    the small per-token decays to rounding once the cumulative decay is large (fp32, strong decay)."""
-    C = g.shape[-2]
-    after_j = torch.ones(C, C, dtype=torch.bool, device=g.device).tril(-1)      # [l, j]: l > j
-    steps = g[..., :, None, :].masked_fill(~after_j[..., None], 0.0)            # [l, j, c]
-    exponent = steps.cumsum(-3)                                                  # Σ_{j<l≤i}, i along dim -3
-    causal = torch.ones(C, C, dtype=torch.bool, device=g.device).tril()
-    return exponent.masked_fill(~causal[..., None], float("-inf")).exp()
+def _to_end(g: torch.Tensor) -> torch.Tensor:
+    """Σ_{j<l≤last} g_l for every position j along dim −2 (summed from the end: exact for strong decay)."""
+    after = g.flip(-2).cumsum(-2).flip(-2)                                    # Σ_{l≥j}
+    return torch.cat([after[..., 1:, :], torch.zeros_like(after[..., :1, :])], dim=-2)
 
 
 def _channel_products(x: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Σ_c x_ic Γ_ijc y_jc for x, y, g [B,H,N,C,dk] -> [B,H,N,C,C], a few chunks at a time (bounded memory)."""
-    B, H, N, C, dk = x.shape
-    step = max(1, PAIR_BUDGET // max(1, B * H * C * C * dk))
-    return torch.cat([torch.einsum("bhnic,bhnijc,bhnjc->bhnij", x[:, :, s:s + step],
-                                   _channel_decay(g[:, :, s:s + step]), y[:, :, s:s + step])
-                      for s in range(0, N, step)], dim=2)
+    """P_ij = Σ_c x_ic y_jc exp(Σ_{j<l≤i} g_lc) for j ≤ i, 0 above; x, y, g [..., C, dk] -> [..., C, C].
+
+    Recursive halving: for i in the right half of a block and j in its left half, the exponent splits at the
+    left half's last token into a prefix sum of the right half and a suffix sum of the left half, both ≤ 0,
+    so each such block pair is one matmul of decayed x and y that cannot overflow; the halves recurse down to
+    single tokens (exponent 0). Costs about one C×C×dk matmul, like the per-head k kᵀ."""
+    *batch, C, dk = x.shape
+    size = 1 << (C - 1).bit_length()
+    if size != C:  # zero tokens (g = 0) up to a power of two change nothing
+        x, y, g = (torch.nn.functional.pad(t, (0, 0, 0, size - C)) for t in (x, y, g))
+    P = x.new_zeros(*batch, size, size)
+    diagonal = torch.arange(size, device=x.device)
+    P[..., diagonal, diagonal] = (x * y).sum(-1)
+    m = size
+    while m > 1:
+        h, blocks = m // 2, size // m
+        xb, yb, gb = (t.reshape(*batch, blocks, 2, h, dk) for t in (x, y, g))
+        right = xb[..., 1, :, :] * gb[..., 1, :, :].cumsum(-2).exp()          # e^{Σ_{r<l≤i} g} x_i
+        left = yb[..., 0, :, :] * _to_end(gb[..., 0, :, :]).exp()             # e^{Σ_{j<l≤r} g} y_j
+        start = torch.arange(blocks, device=x.device)[:, None] * m
+        rows = start + h + torch.arange(h, device=x.device)
+        cols = start + torch.arange(h, device=x.device)
+        P[..., rows[:, :, None], cols[:, None, :]] = right @ left.transpose(-1, -2)
+        m = h
+    return P[..., :C, :C]
 
 
-def _to_chunk_end(g: torch.Tensor) -> torch.Tensor:
-    """Σ_{j<l≤C} g_l for every j of a chunk (g [..., C, dk]), summed from the chunk's end."""
-    after = g.flip(-2).cumsum(-2).flip(-2)                                       # Σ_{l≥j}
-    return torch.cat([after[..., 1:, :], torch.zeros_like(after[..., :1, :])], dim=-2)
+def _states_in_chunk(S: torch.Tensor, k: torch.Tensor, U: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """State after every token of a chunk, per key channel: S_t = Diag(e^{g_t}) S_{t−1} + k_t u_tᵀ (u known)."""
+    states = []
+    for t in range(k.shape[-2]):
+        S = g[..., t, :, None].exp() * S + k[..., t, :, None] * U[..., t, None, :]
+        states.append(S)
+    return torch.stack(states, dim=2)
+
+
+def _chunked_per_channel(q, k, v, beta, g, scale, initial_state, T, on_chunk):
+    """chunked_delta_rule for a per-key-channel log-decay; inputs already in chunks [B,H,N,C,...]."""
+    B, H, N, C, dk = k.shape
+    dv = v.shape[-1]
+    A = (beta[..., :, None] * _channel_products(k, k, g)).tril(-1)
+    qk = _channel_products(q, k, g)                                         # intra-chunk readout weights
+    G = g.cumsum(-2)                                                        # from the chunk start: ≤ 0
+    eye = torch.eye(C, dtype=A.dtype, device=A.device)
+    rhs = torch.cat([beta[..., None] * G.exp() * k, beta[..., None] * v], dim=-1)
+    sol = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
+    W, U_tilde = sol[..., :dk], sol[..., dk:]
+    q_decayed = q * G.exp()
+    k_to_end = k * _to_end(g).exp()                                         # e^{G_C − G_j} ⊙ k_j
+
+    S = initial_state.float() if initial_state is not None else k.new_zeros(B, H, dk, dv)
+    outs = []
+    for n in range(N):
+        U = U_tilde[:, :, n] - W[:, :, n] @ S
+        outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
+        if on_chunk is not None:
+            on_chunk(n * C, _states_in_chunk(S, k[:, :, n], U, g[:, :, n])[:, :, :min(C, T - n * C)])
+        S = G[:, :, n, -1, :, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
+    o = torch.stack(outs, dim=2).reshape(B, H, N * C, dv)[:, :, :T]
+    return scale * o.transpose(1, 2), S
 
 
 def chunked_delta_rule(
@@ -90,31 +128,21 @@ def chunked_delta_rule(
         return x.reshape(B, H, n_chunks, C, *x.shape[3:])
 
     q, k, v, beta = chunks(q), chunks(k), chunks(v), chunks(beta)
-    per_channel = g is not None and g.dim() == 4
-    if per_channel:  # g per token and key channel; Ge [B,H,N,C,dk] its cumulative sum within the chunk
-        g = chunks(g)
-        Ge = g.cumsum(-2)
-        A = (beta[..., :, None] * _channel_products(k, k, g)).tril(-1)
-        qk = _channel_products(q, k, g)                                   # intra-chunk readout weights
-        k_to_end = k * _to_chunk_end(g).exp()                             # e^{G_C − G_j} ⊙ k_j
-        pair_eq = "bhtjc,bhjc,bhjv->bhtcv"
-        pair_decay = lambda n: _channel_decay(g[:, :, n])                 # noqa: E731  (Γ of chunk n)
-    else:
-        G = chunks(g).cumsum(-1) if g is not None else torch.zeros_like(beta)
-        causal = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
-        diff = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf"))
-        decay = diff.exp()                                               # Γ, zero above the diagonal
-        A = (beta[..., :, None] * (k @ k.transpose(-1, -2)) * decay).tril(-1)
-        qk = (q @ k.transpose(-1, -2)) * decay                            # intra-chunk readout weights
-        k_to_end = k * decay[..., -1, :, None]                            # e^{G_C − G_j} k_j
-        Ge = G[..., None]                                                 # a channel axis of size 1
-        pair_eq = "bhtj,bhjk,bhjv->bhtkv"
-        pair_decay = lambda n: decay[:, :, n]                             # noqa: E731
+    if g is not None and g.dim() == 4:
+        return _chunked_per_channel(q, k, v, beta, chunks(g), scale, initial_state, T, on_chunk)
+    G = chunks(g).cumsum(-1) if g is not None else torch.zeros_like(beta)
+
+    causal = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
+    diff = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf"))
+    decay = diff.exp()                                                   # Γ, zero above the diagonal
+    A = (beta[..., :, None] * (k @ k.transpose(-1, -2)) * decay).tril(-1)
     eye = torch.eye(C, dtype=A.dtype, device=A.device)
-    rhs = torch.cat([(beta[..., None] * Ge.exp()) * k, beta[..., None] * v], dim=-1)
+    rhs = torch.cat([(beta * G.exp())[..., None] * k, beta[..., None] * v], dim=-1)
     sol = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
     W, U_tilde = sol[..., :dk], sol[..., dk:]
-    q_decayed = q * Ge.exp()
+    qk = (q @ k.transpose(-1, -2)) * decay                                # intra-chunk readout weights
+    q_decayed = q * G.exp()[..., None]
+    k_to_end = k * decay[..., -1, :, None]                                # e^{G_C − G_j} k_j
 
     S = (initial_state.float() if initial_state is not None
          else k.new_zeros(B, H, dk, dv))
@@ -124,10 +152,10 @@ def chunked_delta_rule(
         outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
         if on_chunk is not None:
             valid = min(C, T - n * C)
-            states = (Ge[:, :, n, :, :, None].exp() * S[:, :, None]
-                      + torch.einsum(pair_eq, pair_decay(n), k[:, :, n], U))
+            states = (G[:, :, n, :, None, None].exp() * S[:, :, None]
+                      + torch.einsum("bhtj,bhjk,bhjv->bhtkv", decay[:, :, n], k[:, :, n], U))
             on_chunk(n * C, states[:, :, :valid])
-        S = Ge[:, :, n, -1, :, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
+        S = G[:, :, n, -1, None, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
     o = torch.stack(outs, dim=2).reshape(B, H, n_chunks * C, dv)[:, :, :T]
     return scale * o.transpose(1, 2), S
 
