@@ -31,7 +31,7 @@ class RecurrenceInputs:
     k: torch.Tensor                    # [B,T,H,dk]
     v: torch.Tensor                    # [B,T,H,dv]
     beta: torch.Tensor                 # [B,T,H], after sigmoid (and ×2 with negative eigenvalues)
-    g: torch.Tensor | None             # [B,T,H] log-decay (None for DeltaNet)
+    g: torch.Tensor | None             # log-decay: [B,T,H] per head, [B,T,H,dk] per key channel (KDA), None
     scale: float
     initial_state: torch.Tensor | None  # [N,H,dk,dv]
     cu_seqlens: torch.Tensor | None
@@ -60,9 +60,13 @@ def _l2(x: torch.Tensor) -> torch.Tensor:
 
 def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l2norm_in_kernel=False,
             use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
-            allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, gk=None, gv=None,
+            allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, gk=None, gv=None, lower_bound=None,
             **_unused) -> RecurrenceInputs:
-    """Apply the kernel-side preprocessing of fla's (gated) delta-rule ops, in fp32."""
+    """Apply the kernel-side preprocessing of fla's (gated) delta-rule and KDA ops, in fp32.
+
+    KDA's g is per value head and key channel [B,T,HV,dk] with A_log [HV] and dt_bias [HV·dk]; its kernels
+    gate with lower_bound·sigmoid(e^{A_log}(g + dt_bias)) when a lower bound is set (A_log may then be None),
+    −e^{A_log}·softplus(g + dt_bias) otherwise."""
     if gk is not None or gv is not None:
         raise NotImplementedError("per-channel gates (gk/gv) are not used by DeltaNet/Gated DeltaNet")
     H, HV = q.shape[2], v.shape[2]
@@ -78,7 +82,9 @@ def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l
         beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
     if g is not None:
         g = g.float()
-        if use_gate_in_kernel:
+        if use_gate_in_kernel and g.dim() == v.dim():  # per key channel (KDA)
+            g = _kda_gate(g, A_log, dt_bias, lower_bound)
+        elif use_gate_in_kernel:
             g = g + dt_bias.float() if dt_bias is not None else g
             g = -A_log.float().exp() * torch.nn.functional.softplus(g)
     if initial_state is not None and state_v_first:
@@ -86,6 +92,17 @@ def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l
     return RecurrenceInputs(q=q.float(), k=k.float(), v=v.float(), beta=beta, g=g,
                             scale=q.shape[-1] ** -0.5 if scale is None else scale,
                             initial_state=initial_state, cu_seqlens=cu_seqlens, q_raw=q_raw, k_raw=k_raw)
+
+
+def _kda_gate(g, A_log, dt_bias, lower_bound) -> torch.Tensor:
+    """fla's in-kernel KDA gate (kda_gate_chunk_cumsum / fused_recurrent_kda), fp32: g [..., HV, dk]."""
+    heads, dk = g.shape[-2:]
+    if dt_bias is not None:
+        g = g + dt_bias.float().view(heads, dk)
+    if lower_bound is not None:
+        scaled = g if A_log is None else A_log.float().view(heads, 1).exp() * g
+        return lower_bound * torch.sigmoid(scaled)
+    return -A_log.float().view(heads, 1).exp() * torch.nn.functional.softplus(g)
 
 
 def run_recurrence(r: RecurrenceInputs, on_chunk=None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,4 +28,6 @@ def ready() -> None:
         from analysis import backend
         backend.install()
         from analysis import pruned_models  # noqa: F401  (registers the per-layer key-dim model types)
+        from analysis import archs
+        archs.install_all()  # every family's kernel entry points and model types
         _ready = True

@@ -13,6 +13,7 @@ from analysis.errors import AnalysisError
 
 # family -> (module defining ADAPTER, config model_types it handles)
 FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "kda": ("analysis.archs.kda", ("kda", "pruned_kda")),
 }
 
 
@@ -41,3 +42,9 @@ def adapter_for(model_or_config) -> Adapter:
         raise AnalysisError(f"No adapter handles model type {model_type!r}; supported families: "
                             f"{', '.join(FAMILIES)} (model types {', '.join(supported_model_types())}).")
     return get_adapter(family)
+
+
+def install_all() -> None:
+    """Route every family's kernel entry points by device and register its model types (idempotent)."""
+    for family in FAMILIES:
+        get_adapter(family).install_routing()

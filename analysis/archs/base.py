@@ -38,7 +38,8 @@ class ChannelRows:
     """Rows (dim 0) of one parameter of a linear layer that hold Hk·dk query/key channels, head-major.
 
     Pruning keeps the same channels in every ChannelRows of a layer (q, k and, for per-channel gates, the
-    decay channels), so q·k over the kept channels is unchanged and each kept key channel keeps its decay."""
+    decay channels), so q·k over the kept channels is unchanged and each kept key channel keeps its decay.
+    Role "gate" rows are per value head (Hv·dk rows, head-major): value head j follows key head j // (Hv/Hk)."""
     param: str            # parameter path inside the layer module, e.g. "q_proj.weight", "in_proj_qkv.weight"
     role: str             # "q", "k" or "gate" (per-key-channel decay rows that must follow the key channels)
     start: int = 0        # first row of the Hk·dk block (non-zero inside fused projections like q|k|v)

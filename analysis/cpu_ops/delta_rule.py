@@ -1,7 +1,9 @@
 """(Gated) delta rule in chunked WY form, plus the token-by-token loop it must equal.
 
 Recurrence per head, K-first state S ∈ R^{dk×dv} (fla's convention):
-    S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,   o_t = scale · S_tᵀ q_t,   α_t = exp(g_t)
+    S_t = (I − β_t k_t k_tᵀ) D_t S_{t−1} + β_t k_t v_tᵀ,   o_t = scale · S_tᵀ q_t
+with the decay D_t = α_t = exp(g_t) per head (Gated DeltaNet, g [B,T,H]) or D_t = Diag(exp(g_t)) per key
+channel (Kimi Delta Attention, g [B,T,H,dk]; fla's naive_recurrent_kda also decays first, then updates).
 DeltaNet is the case g ≡ 0. Inputs here are already prepared (l2-normalised q/k, β after sigmoid, g as
 log-decay); `analysis.backend` does that preparation exactly as fla's kernels do.
 
@@ -11,6 +13,11 @@ Chunk form (chunk of C tokens, G_i = Σ_{j≤i} g_j inside the chunk, Γ_ij = ex
 so U = Ũ − W S_0 with Ũ, W from one unit-triangular solve per chunk (all chunks at once); only the
 chunk-to-chunk state hand-off is sequential. Γ is formed from differences G_i − G_j ≤ 0, never from
 e^{−G_j}, so strong decay cannot overflow.
+
+Per key channel (KDA, `_chunked_per_channel`) G_i is a vector, Γ_ijc = exp(G_ic − G_jc), e^{G_i} S_0 becomes
+Diag(e^{G_i}) S_0 and every k_iᵀk_j / q_iᵀk_j becomes Σ_c k_ic Γ_ijc k_jc. Those weights are matmuls over
+recursive halves of the chunk (`_channel_products`) whose exponents are sums of the tokens between i and j,
+never differences of long cumulative sums (which lose small per-token decays to fp32 rounding).
 """
 from __future__ import annotations
 
@@ -20,6 +27,75 @@ import torch
 
 # on_chunk(start, states) receives the state after every token of one chunk: states [B, H, c, dk, dv].
 ChunkStatesCallback = Callable[[int, torch.Tensor], None]
+
+
+def _to_end(g: torch.Tensor) -> torch.Tensor:
+    """Σ_{j<l≤last} g_l for every position j along dim −2 (summed from the end: exact for strong decay)."""
+    after = g.flip(-2).cumsum(-2).flip(-2)                                    # Σ_{l≥j}
+    return torch.cat([after[..., 1:, :], torch.zeros_like(after[..., :1, :])], dim=-2)
+
+
+def _channel_products(x: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """P_ij = Σ_c x_ic y_jc exp(Σ_{j<l≤i} g_lc) for j ≤ i, 0 above; x, y, g [..., C, dk] -> [..., C, C].
+
+    Recursive halving: for i in the right half of a block and j in its left half, the exponent splits at the
+    left half's last token into a prefix sum of the right half and a suffix sum of the left half, both ≤ 0,
+    so each such block pair is one matmul of decayed x and y that cannot overflow; the halves recurse down to
+    single tokens (exponent 0). Costs about one C×C×dk matmul, like the per-head k kᵀ."""
+    *batch, C, dk = x.shape
+    size = 1 << (C - 1).bit_length()
+    if size != C:  # zero tokens (g = 0) up to a power of two change nothing
+        x, y, g = (torch.nn.functional.pad(t, (0, 0, 0, size - C)) for t in (x, y, g))
+    P = x.new_zeros(*batch, size, size)
+    diagonal = torch.arange(size, device=x.device)
+    P[..., diagonal, diagonal] = (x * y).sum(-1)
+    m = size
+    while m > 1:
+        h, blocks = m // 2, size // m
+        xb, yb, gb = (t.reshape(*batch, blocks, 2, h, dk) for t in (x, y, g))
+        right = xb[..., 1, :, :] * gb[..., 1, :, :].cumsum(-2).exp()          # e^{Σ_{r<l≤i} g} x_i
+        left = yb[..., 0, :, :] * _to_end(gb[..., 0, :, :]).exp()             # e^{Σ_{j<l≤r} g} y_j
+        start = torch.arange(blocks, device=x.device)[:, None] * m
+        rows = start + h + torch.arange(h, device=x.device)
+        cols = start + torch.arange(h, device=x.device)
+        P[..., rows[:, :, None], cols[:, None, :]] = right @ left.transpose(-1, -2)
+        m = h
+    return P[..., :C, :C]
+
+
+def _states_in_chunk(S: torch.Tensor, k: torch.Tensor, U: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """State after every token of a chunk, per key channel: S_t = Diag(e^{g_t}) S_{t−1} + k_t u_tᵀ (u known)."""
+    states = []
+    for t in range(k.shape[-2]):
+        S = g[..., t, :, None].exp() * S + k[..., t, :, None] * U[..., t, None, :]
+        states.append(S)
+    return torch.stack(states, dim=2)
+
+
+def _chunked_per_channel(q, k, v, beta, g, scale, initial_state, T, on_chunk):
+    """chunked_delta_rule for a per-key-channel log-decay; inputs already in chunks [B,H,N,C,...]."""
+    B, H, N, C, dk = k.shape
+    dv = v.shape[-1]
+    A = (beta[..., :, None] * _channel_products(k, k, g)).tril(-1)
+    qk = _channel_products(q, k, g)                                         # intra-chunk readout weights
+    G = g.cumsum(-2)                                                        # from the chunk start: ≤ 0
+    eye = torch.eye(C, dtype=A.dtype, device=A.device)
+    rhs = torch.cat([beta[..., None] * G.exp() * k, beta[..., None] * v], dim=-1)
+    sol = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
+    W, U_tilde = sol[..., :dk], sol[..., dk:]
+    q_decayed = q * G.exp()
+    k_to_end = k * _to_end(g).exp()                                         # e^{G_C − G_j} ⊙ k_j
+
+    S = initial_state.float() if initial_state is not None else k.new_zeros(B, H, dk, dv)
+    outs = []
+    for n in range(N):
+        U = U_tilde[:, :, n] - W[:, :, n] @ S
+        outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
+        if on_chunk is not None:
+            on_chunk(n * C, _states_in_chunk(S, k[:, :, n], U, g[:, :, n])[:, :, :min(C, T - n * C)])
+        S = G[:, :, n, -1, :, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
+    o = torch.stack(outs, dim=2).reshape(B, H, N * C, dv)[:, :, :T]
+    return scale * o.transpose(1, 2), S
 
 
 def chunked_delta_rule(
@@ -33,7 +109,7 @@ def chunked_delta_rule(
     chunk_size: int = 64,
     on_chunk: ChunkStatesCallback | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """q, k [B,T,H,dk]; v [B,T,H,dv]; beta, g [B,T,H]; initial_state [B,H,dk,dv].
+    """q, k [B,T,H,dk]; v [B,T,H,dv]; beta [B,T,H]; g [B,T,H] or [B,T,H,dk]; initial_state [B,H,dk,dv].
 
     Returns o [B,T,H,dv] and the final state [B,H,dk,dv], both float32.
     """
@@ -52,6 +128,8 @@ def chunked_delta_rule(
         return x.reshape(B, H, n_chunks, C, *x.shape[3:])
 
     q, k, v, beta = chunks(q), chunks(k), chunks(v), chunks(beta)
+    if g is not None and g.dim() == 4:
+        return _chunked_per_channel(q, k, v, beta, chunks(g), scale, initial_state, T, on_chunk)
     G = chunks(g).cumsum(-1) if g is not None else torch.zeros_like(beta)
 
     causal = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
@@ -94,6 +172,8 @@ def recurrent_delta_rule(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token-by-token loop of the same recurrence: the readable reference for the chunked form.
 
+    g [B,T,H] (per head) or [B,T,H,dk] (per key channel); the state decays first, then takes the delta update.
+
     Returns o [B,T,H,dv] and either the final state [B,H,dk,dv] or all states [B,T,H,dk,dv].
     """
     B, T, H, dk = k.shape
@@ -102,7 +182,9 @@ def recurrent_delta_rule(
     S = initial_state.float().clone() if initial_state is not None else k.new_zeros(B, H, dk, v.shape[-1])
     outs, states = [], []
     for t in range(T):
-        if g is not None:
+        if g is not None and g.dim() == 4:
+            S = S * g[:, t].float().exp()[..., None]
+        elif g is not None:
             S = S * g[:, t].float().exp()[..., None, None]
         u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t]))
         S = S + k[:, t, :, :, None] * u[:, :, None, :]

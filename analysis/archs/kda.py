@@ -1,0 +1,143 @@
+"""fla's Kimi Delta Attention (KDA, `kda`): a delta rule whose decay is per key channel.
+
+    S_t = (I − β_t k_t k_tᵀ) Diag(exp g_t) S_{t−1} + β_t k_t v_tᵀ,   o_t = dk^-1/2 · S_tᵀ q_t
+with q, k = l2norm(SiLU(conv(W x))), β = sigmoid(b_proj x) (×2 with negative eigenvalues) and
+g = −e^{A_log}·softplus(f_proj x + dt_bias) (or lower_bound·sigmoid(e^{A_log}(f_proj x + dt_bias)) when the
+config sets a lower bound), g per value head and key channel. Key heads Hk = num_heads, value heads
+Hv = num_v_heads (a multiple of Hk): value head j reads key head j // (Hv/Hk).
+
+Pruning a key channel removes its q/k rows and its decay rows (f_proj's last linear and dt_bias, in every
+value head the key head serves): a zeroed q/k channel leaves its state row at zero whatever its decay, so
+the decay channel is dead weight. Rotations (PCA) are refused: a rotated channel mixes channels that decay
+at different rates, and no single decay row can carry that.
+"""
+from __future__ import annotations
+
+import math
+
+import torch.nn as nn
+
+from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.errors import AnalysisError
+
+MAX_KERNEL_KEY_DIM = 256   # fla's chunk_kda asserts K <= 256
+
+
+class KDAAdapter(Adapter):
+    family = "kda"
+    label = "Kimi Delta Attention"
+    model_types = ("kda", "pruned_kda")
+    gate = "channel"
+    kernel = "kda"
+    rotations = False
+    rotation_refusal = ("PCA keeps rotated channels, but every Kimi Delta Attention key channel carries its own "
+                        "decay rate, which a rotation cannot keep; choose an axis-aligned strategy instead.")
+
+    # --- structure -------------------------------------------------------------------------------
+    def blocks(self, model) -> list[Block]:
+        from fla.layers.attn import Attention
+        from fla.layers.kda import KimiDeltaAttention
+        kinds = ((KimiDeltaAttention, "linear"), (Attention, "softmax"))
+        return [Block(i, next((kind for cls, kind in kinds if isinstance(b.attn, cls)), "other"), b.attn)
+                for i, b in enumerate(model.model.layers)]
+
+    def key_heads(self, layer: nn.Module) -> int:
+        return layer.num_heads
+
+    def value_heads(self, layer: nn.Module) -> int:
+        return layer.num_v_heads
+
+    def key_dim(self, layer: nn.Module) -> int:
+        return layer.head_k_dim
+
+    def value_dim(self, layer: nn.Module) -> int:
+        return layer.head_v_dim
+
+    def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
+        """q/k projections, their short convs, then the decay rows (Hv·dk rows: value head j, channel i)."""
+        rows = [ChannelRows("q_proj.weight", "q"), ChannelRows("k_proj.weight", "k")]
+        for role in ("q", "k"):
+            conv = getattr(layer, f"{role}_conv1d", None)
+            if conv is not None:
+                rows.append(ChannelRows(f"{role}_conv1d.weight", role, conv=True))
+                if conv.bias is not None:
+                    rows.append(ChannelRows(f"{role}_conv1d.bias", role, conv=True))
+        return rows + [ChannelRows("f_proj.1.weight", "gate"), ChannelRows("dt_bias", "gate")]
+
+    def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
+        """fla Attention caches k and v (num_kv_heads·head_dim each), only the last window_size tokens."""
+        window = getattr(module, "window_size", None)
+        kept = min(tokens, window) if window else tokens
+        return 2 * kept * module.num_kv_heads * module.head_dim * dtype_bytes
+
+    # --- pruning ---------------------------------------------------------------------------------
+    def check_key_dims(self, dims: list[int]) -> None:
+        """One sentence for key dims fla's KDA kernels cannot run."""
+        for layer, dk in enumerate(dims):
+            if not 1 <= int(dk) <= MAX_KERNEL_KEY_DIM:
+                raise AnalysisError(f"KDA layer {layer} has key dim {dk}: fla's KDA kernels take key dims from 1 "
+                                    f"to {MAX_KERNEL_KEY_DIM} per head (chunk_kda asserts K ≤ {MAX_KERNEL_KEY_DIM}).")
+
+    def check_config(self, config) -> None:
+        """One sentence for a KDA config the kernels (or fla's layer) cannot hold."""
+        heads, v_heads = config.num_heads, config.num_v_heads or config.num_heads
+        if v_heads % heads:
+            raise AnalysisError(f"num_v_heads={v_heads} is not a multiple of num_heads={heads}; KDA's grouped "
+                                "value attention needs each key head to serve the same number of value heads.")
+        dims = getattr(config, "head_k_dims", None) or [config.head_dim]
+        self.check_key_dims(dims)
+
+    def own_config_holds(self, config, dk: int) -> bool:
+        """Can KDAConfig say key dim dk with the value dim unchanged (head_dim=dk, expand_v=dv/dk)?"""
+        dv = int(config.head_dim * config.expand_v)
+        expand = dv / dk
+        return int(dk * expand) == dv and math.isclose(dk * expand, dv, rel_tol=1e-5)
+
+    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
+        from transformers import AutoModelForCausalLM
+
+        from analysis.archs.kda_pruned import PrunedKDAConfig, kda_layers
+        from fla.models import KDAConfig
+        layers = kda_layers(model)
+        dims = [int(d) for d in key_dims]
+        if len(dims) != len(layers):
+            raise AnalysisError(f"Got {len(dims)} key dims for a model with {len(layers)} KDA layers; "
+                                "give one per KDA layer.")
+        self.check_key_dims(dims)
+        base = {k: v for k, v in model.config.to_dict().items()
+                if k not in ("model_type", "architectures", "head_k_dims", "readout_key_dims")}
+        dv = layers[0].head_v_dim
+        uniform = len(set(dims)) == 1 and all(a.head_v_dim == dv for a in layers)
+        plain_readout = readout_key_dims is None or list(readout_key_dims) == dims
+        if uniform and plain_readout and self.own_config_holds(model.config, dims[0]):
+            config = KDAConfig(**{**base, "head_dim": dims[0], "expand_v": dv / dims[0]})
+        else:
+            readout = None if readout_key_dims is None else [int(d) for d in readout_key_dims]
+            config = PrunedKDAConfig(**{**base, "head_k_dims": dims, "readout_key_dims": readout})
+        param = next(model.parameters())
+        return AutoModelForCausalLM.from_config(config).to(device=param.device, dtype=param.dtype).eval()
+
+    def readout_key_dims(self, model) -> list[int]:
+        from analysis.archs.kda_pruned import kda_layers
+        kept = getattr(model.config, "readout_key_dims", None)
+        return [int(d) for d in kept] if kept is not None else [int(a.head_k_dim) for a in kda_layers(model)]
+
+    # --- devices ---------------------------------------------------------------------------------
+    def install_routing(self) -> None:
+        """chunk_kda / fused_recurrent_kda, as fla/layers/kda.py looks them up, go through _by_device.
+
+        The layer's other ops (ShortConvolution, FusedRMSNormGated with sigmoid, RMSNorm, SwiGLU, fused
+        cross-entropy) are the ones analysis.backend.install() already routes."""
+        from analysis import backend
+        from analysis.archs import kda_pruned  # noqa: F401  (registers pruned_kda with transformers)
+        backend.install()
+        import fla.layers.kda as kda_layer
+        for name in ("chunk_kda", "fused_recurrent_kda"):
+            op = getattr(kda_layer, name)
+            if not getattr(op, "_analysis_routed", False):
+                routed = backend._by_device(op)
+                routed._analysis_routed = True
+                setattr(kda_layer, name, routed)
+
+
+ADAPTER = KDAAdapter()
