@@ -165,6 +165,7 @@ def _setup_latency(p):
 
 
 def run_latency(args) -> None:
+    from analysis.archs import adapter_for
     from analysis.latency import kernel_latency, model_latency, summary
     from analysis.models import describe
     from analysis import limits
@@ -174,7 +175,7 @@ def run_latency(args) -> None:
     limits.check_forward(model, args.batch, min(args.tokens, 256), "The whole-model forward")
     timing = dict(threads=args.threads, repeats=args.repeats)
     points = list(kernel_latency(dims, args.batch, args.tokens, info.value_heads, info.head_v_dim,
-                                 device=info.device, gated="gated" in info.model_type, **timing))
+                                 device=info.device, kernel=adapter_for(model).kernel, **timing))
     whole = model_latency(model, batch=args.batch, tokens=min(args.tokens, 256), **timing)
     payload = {**meta, "kernel": points, "model_forward": whole}
     lines = [f"{points[0]['op']} kernel, B{args.batch} T{args.tokens} H{info.value_heads} dv{info.head_v_dim}, "

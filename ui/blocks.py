@@ -1,0 +1,25 @@
+"""The Model page's block list: every block in order, linear-attention layers with their state, softmax
+attention (hybrids) with its KV cache instead. No streamlit here."""
+from __future__ import annotations
+
+import pandas as pd
+
+KV_TOKENS = 2048  # the context at which a softmax block's KV cache is shown next to its per-token growth
+
+
+def blocks_frame(info) -> pd.DataFrame:
+    rows = []
+    for b in info.blocks:
+        if b.kind == "linear":
+            memory = f"state {b.state_bytes_per_sequence:,} B (fp32, fixed)"
+            shape = f"{b.key_heads} key / {b.value_heads} value heads, dk {b.head_k_dim}, dv {b.head_v_dim}"
+            name = f"linear attention (layer {b.linear_layer})"
+        elif b.kind == "softmax":
+            per_token = b.kv_cache_bytes_per_token
+            memory = (f"no state; KV cache {per_token:,} B per token ({per_token * KV_TOKENS / 2**20:.2f} MiB at "
+                      f"{KV_TOKENS:,} tokens, {info.dtype})")
+            shape, name = "not pruned", "softmax attention"
+        else:
+            memory, shape, name = "", "not analysed", "other mixer"
+        rows.append({"Block": b.block, "Kind": name, "Heads and dims": shape, "Memory per sequence": memory})
+    return pd.DataFrame(rows).set_index("Block")
