@@ -170,7 +170,7 @@ COMMANDS = {
     "rank": ["--tokens", "16", "--batch", "1"],
     "noise": ["--tokens", "16", "--batch", "1", "--samples", "4", "--snr", "0,20", "--keys", "2"],
     "importance": ["--strategies", "random,l1,wanda", "--calib-sequences", "1", "--calib-tokens", "64"],
-    "prune": ["--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "64", "--out", "{out}"],
+    "prune": ["--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "260", "--out", "{out}"],
     "ppl": ["--context", "32", "--max-tokens", "64"],
     "latency": ["--key-dims", "8,16", "--batch", "1", "--tokens", "32", "--repeats", "1"],
 }
