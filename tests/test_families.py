@@ -184,3 +184,25 @@ def test_cli_commands_run_and_write_json(saved_dir, tmp_path):
                 "--json", str(out)]
         assert main(argv) == 0, command
         assert json.loads(out.read_text()), command
+
+
+def test_a_model_type_without_an_adapter_is_one_sentence(tmp_path, capsys):
+    from analysis.cli import main
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "mamba2"}))
+    assert main(["rank", str(tmp_path / "m"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'mamba2'" in err and "delta_net" in err and "gated_deltanet" in err
+
+
+def test_a_hybrid_without_linear_attention_is_one_sentence(tmp_path, capsys):
+    import analysis  # noqa: F401
+    from fla.models import GatedDeltaNetConfig
+    from transformers import AutoModelForCausalLM
+    from analysis.cli import main
+    config = GatedDeltaNetConfig(hidden_size=32, num_hidden_layers=2, num_heads=2, head_dim=16, vocab_size=8192,
+                                 attn={"layers": [0, 1], "num_heads": 2})
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "all-softmax")
+    assert main(["rank", str(tmp_path / "all-softmax"), "--device", "cpu", "--tokens", "8", "--batch", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no linear-attention layer" in err
