@@ -23,3 +23,14 @@ def blocks_frame(info) -> pd.DataFrame:
             memory, shape, name = "", "not analysed", "other mixer"
         rows.append({"Block": b.block, "Kind": name, "Heads and dims": shape, "Memory per sequence": memory})
     return pd.DataFrame(rows).set_index("Block")
+
+
+def hybrid_note(info) -> str | None:
+    """For a hybrid, which block each analysed layer is and which blocks are softmax attention; None otherwise."""
+    softmax = [b.block for b in info.blocks if b.kind == "softmax"]
+    if not softmax:
+        return None
+    where = ", ".join(f"{b.linear_layer}→{b.block}" for b in info.blocks if b.kind == "linear")
+    return (f"Hybrid model: layers here count the {info.layers} linear-attention layers (layer→block: {where}); "
+            f"block{'s' if len(softmax) > 1 else ''} {', '.join(map(str, softmax))} "
+            "are softmax attention, with no recurrent state (their KV cache is on the Model page).")
