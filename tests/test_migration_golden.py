@@ -8,7 +8,7 @@ exactly (floats compared with ==); the pruned weights are compared by a SHA-256 
 (labels, paths) are not compared, so rewording a label is not a migration error; keys added later are
 allowed, keys that vanish are not.
 
-Regenerate ONLY when a number is meant to change, with a reason in the commit:
+Marked slow (about 3 minutes on a quiet CPU; `make test` runs it). Regenerate ONLY when a number is meant to change, with a reason in the commit:
     GOLDEN_REGENERATE=1 .venv/bin/python -m pytest tests/test_migration_golden.py
 """
 from __future__ import annotations
@@ -85,6 +85,7 @@ def run_cli(argv: list[str], tmp_path: Path) -> dict:
     return json.loads(out_json.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CLI_CASES))
 @pytest.mark.parametrize("sample", list(TEXT_SAMPLES))
 def test_text_samples_reproduce_the_pre_adapter_json(sample, case, tmp_path):
@@ -101,6 +102,7 @@ def test_text_samples_reproduce_the_pre_adapter_json(sample, case, tmp_path):
     check_or_store(f"{sample}--{case}", document)
 
 
+@pytest.mark.slow
 def test_recall_sample_reproduces_the_pre_adapter_numbers(tmp_path):
     """The recall model through the core on its own recall sequences: rank, importance, an l1 and a wanda prune."""
     from analysis import models

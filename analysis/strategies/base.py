@@ -46,11 +46,6 @@ class Strategy:
                 for s, k in zip(self.scores(model, calib, seed), dims)]
 
 
-def head_rows(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """[H·dk, hidden] projection weight → [H, dk, hidden]."""
-    return weight.detach().float().reshape(heads, -1, weight.shape[-1])
-
-
 def qk_rows(model) -> list[tuple]:
     """Per linear layer (layer, ChannelRows of the query projection, ChannelRows of the key projection)."""
     adapter = adapter_for(model)
