@@ -99,7 +99,7 @@ def _post_conv_qk(model, ids):
 
 
 @pytest.mark.parametrize("ratios", ["uniform", "per-layer"])
-def test_pruning_is_pure_channel_removal(case, ratios):
+def test_pruning_is_pure_channel_removal(case, ratios, tmp_path):
     from analysis.archs import adapter_for
     from analysis.prune import plan_key_dims, prune
     _, _, model = case
@@ -120,6 +120,13 @@ def test_pruning_is_pure_channel_removal(case, ratios):
     assert (pruned_logits - original).abs().max() > ATOL_LOGITS          # the prune did something
     assert [s.kept for s in result.selections] == [d for d in result.dims]
     assert adapter_for(result.model).family == adapter_for(model).family
+    # the saved pruned model loads back with plain transformers (after `import analysis`) and computes the same
+    from transformers import AutoModelForCausalLM
+
+    from analysis.prune import save_model
+    loaded = AutoModelForCausalLM.from_pretrained(save_model(result.model, tmp_path / "pruned")).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(ids, use_cache=False).logits, pruned_logits)
 
 
 def test_softmax_blocks_are_never_touched(case):
