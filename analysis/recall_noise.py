@@ -56,6 +56,9 @@ def _noisy_queries(model, mask: torch.Tensor, snr_db: float | None, seed: int):
             calls["n"] += 1
             if snr_db is None:
                 return output
+            if not (isinstance(output, tuple) and len(output) == 2 and output[0].dim() == 3):
+                raise AnalysisError("Query-noise injection needs short convolutions that return (output [batch, "
+                                    "tokens, channels], cache) as fla's do; this family's do not.")
             y, final = output
             idx = channels.to(y.device)
             q = y[..., idx].view(*y.shape[:-1], heads, dk).float()
