@@ -117,6 +117,8 @@ KERNELS = {
     "delta_rule": {"label": "delta rule", "gate": "none", "cuda": ("fla.ops.delta_rule", "chunk_delta_rule")},
     "gated_delta_rule": {"label": "gated delta rule", "gate": "head",
                          "cuda": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule")},
+    "kda": {"label": "Kimi delta attention (per-channel gated delta rule)", "gate": "channel",
+            "cuda": ("fla.ops.kda", "chunk_kda")},
 }
 
 

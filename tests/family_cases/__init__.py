@@ -1,4 +1,4 @@
-"""One test case per model family (see tests/test_families.py): a tiny model and its token-by-token reference."""
+"""One test case per adapter family: a tiny random-init model and a token-by-token reference of its states."""
 from __future__ import annotations
 
 from dataclasses import dataclass
