@@ -213,3 +213,20 @@ def test_a_hybrid_without_linear_attention_is_one_sentence(tmp_path, capsys):
     assert main(["rank", str(tmp_path / "all-softmax"), "--device", "cpu", "--tokens", "8", "--batch", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no linear-attention layer" in err
+
+
+@pytest.mark.parametrize("module", ["delta_net", "gated_deltanet", "fla_hybrid"])
+def test_fla_uniform_default_scale_prune_is_the_family_own_type(module, tmp_path):
+    """Uniform key dims at fla's own readout scale: fla's config can say it, so the saved model is plain fla."""
+    from transformers import AutoModelForCausalLM
+
+    from analysis.models import describe
+    from analysis.prune import plan_key_dims, prune, save_model
+    model = _load(module).make_model()
+    result = prune(model, "l1", plan_key_dims(model, ratio=0.5), rescale="default")
+    assert result.model.config.model_type == model.config.model_type
+    assert describe(result.model).head_k_dims == result.dims and result.info["readout_key_dims"] is None
+    loaded = AutoModelForCausalLM.from_pretrained(save_model(result.model, tmp_path / "m")).eval()
+    ids = _ids(model)
+    with torch.no_grad():
+        assert torch.equal(loaded(ids, use_cache=False).logits, result.model(ids, use_cache=False).logits)
