@@ -3,8 +3,9 @@
 One no-grad forward pass records, per layer: the feature-wise RMS of the attention input (Wanda's
 ‖X_j‖), the post-convolution query/key activations that enter the recurrence (pre-l2norm, as DRRQR
 uses them; taken from the recurrence op's inputs, so Gated DeltaNet's fused-conv path is covered),
-and the covariance of the l2-normalised keys (PCA). Gradients of the q/k projections (Taylor scores)
-come from a separate pass on a private copy of the model, only when a strategy asks for them.
+and the covariance of the l2-normalised keys per key head (PCA; grouped value heads undone). Gradients of
+the parameters holding the q/k rows (Taylor scores; the adapter's `channel_rows`) come from a separate pass
+on a private copy of the model, only when a strategy asks for them.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 from analysis import data
 from analysis.backend import observe_recurrences
 from analysis.errors import AnalysisError
-from analysis.models import attention_layers
+from analysis.models import attention_layers, linear_layers
 
 DRRQR_ROWS = 5000  # sampled rows of [A_q; A_k] per head, as in the reference method
 
@@ -39,8 +40,9 @@ class Calibration:
     _grads: list | None = field(default=None, repr=False)
 
     def gradients(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """∇ w.r.t. (q_proj.weight, k_proj.weight), per layer, of Σ over calibration sequences of each
-        sequence's mean next-token loss (every sequence weighs the same)."""
+        """∇ w.r.t. (the parameter holding the query rows, the one holding the key rows), per linear layer, of
+        Σ over calibration sequences of each sequence's mean next-token loss (every sequence weighs the same).
+        Whole parameters: slice them with strategies.base.key_head_block (a fused q|k|v is the same twice)."""
         if self._grads is None:
             self._grads = _qk_gradients(self._model, self.input_ids)
         return self._grads
@@ -60,7 +62,7 @@ def _check_enough(model, attns, input_ids: torch.Tensor) -> None:
     and the gradient pass must fit in memory."""
     from analysis import limits
     n, t = input_ids.shape
-    dk = max(a.head_k_dim for a in attns)
+    dk = max(layer.key_dim for layer in linear_layers(model))
     if n * t < dk:
         raise AnalysisError(f"Calibration with {n}×{t} = {n * t} tokens gives fewer activation rows than the key dim "
                             f"{dk}, so channel statistics would be rank-deficient; use at least {dk} tokens in all.")
@@ -120,13 +122,15 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
 
 def _qk_gradients(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Gradients for q/k projections only, on a private copy (the shared model is never touched)."""
+    from analysis.strategies.base import qk_rows
     work = copy.deepcopy(model).float()
     work.requires_grad_(False)
     params = []
-    for attn in attention_layers(work):
-        for proj in (attn.q_proj, attn.k_proj):
-            proj.weight.requires_grad_(True)
-            params.append(proj.weight)
+    for layer, q, k in qk_rows(work):
+        for rows in (q, k):
+            weight = layer.module.get_parameter(rows.param)
+            weight.requires_grad_(True)
+            params.append(weight)
     device = next(work.parameters()).device
     for seq in input_ids.split(4):
         seq = seq.to(device)

@@ -16,16 +16,21 @@ POSITIVE_FIELDS = ("num_hidden_layers", "hidden_size", "num_heads", "vocab_size"
                    "num_v_heads", "intermediate_size")
 
 
-def validate_config(config, path: Path, supported) -> dict:
-    """The config as a dict, or one sentence saying which value is wrong."""
+def validate_config(config, path: Path, supported=None) -> dict:
+    """The config as a dict, or one sentence saying which value is wrong.
+
+    `supported` (model types) defaults to every type of the family registry (analysis.archs)."""
+    from analysis.archs import FAMILIES, supported_model_types
     where = path / "config.json"
     if not isinstance(config, dict):
         raise AnalysisError(f"{where} holds a JSON {type(config).__name__}, not an object of settings; "
                             "re-save the model with save_pretrained.")
     model_type = config.get("model_type")
+    supported = supported_model_types() if supported is None else list(supported)
     if not isinstance(model_type, str) or model_type not in supported:
-        raise AnalysisError(f"Architecture {model_type!r} in {where} is not supported; supported: "
-                            f"{', '.join(supported)}.")
+        families = "; ".join(f"{family} ({', '.join(types)})" for family, (_, types) in FAMILIES.items())
+        raise AnalysisError(f"Architecture {model_type!r} in {where} is not supported: no family adapter handles "
+                            f"it; supported families (model types): {families}.")
     for name in POSITIVE_FIELDS:
         value = config.get(name)
         if value is None and name != "num_hidden_layers":
@@ -34,10 +39,10 @@ def validate_config(config, path: Path, supported) -> dict:
             raise AnalysisError(f"{name} in {where} must be a whole number ≥ 1, not {value!r}; "
                                 "fix the config or re-save the model.")
     dims = config.get("head_k_dims")
-    if dims is not None and not (isinstance(dims, list) and len(dims) == config["num_hidden_layers"]
+    if dims is not None and not (isinstance(dims, list) and 1 <= len(dims) <= config["num_hidden_layers"]
                                  and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)):
-        raise AnalysisError(f"head_k_dims in {where} must list one whole key dim ≥ 1 per layer "
-                            f"({config['num_hidden_layers']}), not {str(dims)[:80]}; re-save the model.")
+        raise AnalysisError(f"head_k_dims in {where} must list one whole key dim ≥ 1 per linear-attention layer "
+                            f"(at most {config['num_hidden_layers']}), not {str(dims)[:80]}; re-save the model.")
     return config
 
 
@@ -74,6 +79,9 @@ def expected_tensors(config: dict, where: Path) -> tuple[dict, set]:
     from analysis.runtime import ready
     ready()  # the CPU path for fla's ops and the project's model types
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    from analysis.archs import adapter_for
+    adapter_for(config).install_routing()  # some families' layers cannot even be built without it
     try:
         cfg = AutoConfig.for_model(**config)
         with torch.device("meta"):

@@ -111,12 +111,30 @@ def time_call(fn, device: str | torch.device = "cpu", threads: int | None = None
                      f"{threads} CPU thread{'s' if threads != 1 else ''}"}
 
 
-def _inputs(B, T, H, dk, dv, device, dtype, gated, gen):
+# The kernels `latency` can time, by the name an adapter gives (`Adapter.kernel`): label, decay-gate shape
+# (analysis.archs.base.GATES) and fla's CUDA entry point (module, function); on CPU the project's chunked path.
+KERNELS = {
+    "delta_rule": {"label": "delta rule", "gate": "none", "cuda": ("fla.ops.delta_rule", "chunk_delta_rule")},
+    "gated_delta_rule": {"label": "gated delta rule", "gate": "head",
+                         "cuda": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule")},
+    "kda": {"label": "Kimi delta attention (per-channel gated delta rule)", "gate": "channel",
+            "cuda": ("fla.ops.kda", "chunk_kda")},
+}
+
+
+def kernel_spec(kernel: str) -> dict:
+    if kernel not in KERNELS:
+        raise AnalysisError(f"No latency kernel named {kernel!r}; known: {', '.join(KERNELS)}.")
+    return KERNELS[kernel]
+
+
+def _inputs(B, T, H, dk, dv, device, dtype, gate, gen):
     q = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(device, dtype)
     k = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(device, dtype)
     v = torch.randn(B, T, H, dv, generator=gen).to(device, dtype)
     beta = torch.rand(B, T, H, generator=gen).to(device, dtype)
-    g = (-torch.rand(B, T, H, generator=gen) * 0.1).to(device, torch.float32) if gated else None
+    shape = {"none": None, "head": (B, T, H), "channel": (B, T, H, dk)}[gate]
+    g = None if shape is None else (-torch.rand(*shape, generator=gen) * 0.1).to(device, torch.float32)
     return q, k, v, beta, g
 
 
@@ -126,9 +144,11 @@ def _labelled(stats: dict, batch: int, tokens: int) -> dict:
 
 
 def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, heads: int = 4, value_dim: int = 64,
-                   device: str = "cpu", dtype: torch.dtype | None = None, gated: bool = False,
+                   device: str = "cpu", dtype: torch.dtype | None = None, kernel: str = "delta_rule",
                    threads: int | None = None, min_run_time: float = 0.0, repeats: int | None = None):
-    """Yield one timing dict per key dim (a generator, so a page can plot point by point)."""
+    """Yield one timing dict per key dim (a generator, so a page can plot point by point) of the named kernel
+    (the model's `Adapter.kernel`; see KERNELS)."""
+    spec = kernel_spec(kernel)
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise AnalysisError("CUDA latency was requested but this machine has no usable GPU; use the CPU.")
@@ -139,14 +159,12 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
             raise AnalysisError(f"Key dim {dk} is outside fla's supported 1..256.")
     limits.check_kernel(batch, tokens, heads, max(key_dims, default=1), value_dim, device)
     for dk in key_dims:
-        q, k, v, beta, g = _inputs(batch, tokens, heads, dk, value_dim, device, dtype, gated, gen)
+        q, k, v, beta, g = _inputs(batch, tokens, heads, dk, value_dim, device, dtype, spec["gate"], gen)
         if device.type == "cuda":
-            if gated:
-                from fla.ops.gated_delta_rule import chunk_gated_delta_rule as op
-                fn = lambda: op(q=q, k=k, v=v, g=g.to(dtype), beta=beta)  # noqa: E731
-            else:
-                from fla.ops.delta_rule import chunk_delta_rule as op
-                fn = lambda: op(q=q, k=k, v=v, beta=beta)  # noqa: E731
+            import importlib
+            op = getattr(importlib.import_module(spec["cuda"][0]), spec["cuda"][1])
+            gate = {} if g is None else {"g": g.to(dtype)}
+            fn = lambda: op(q=q, k=k, v=v, beta=beta, **gate)  # noqa: E731
             path = "fla Triton chunk kernel"
         else:
             fn = lambda: chunked_delta_rule(q, k, v, beta, g)  # noqa: E731
@@ -157,7 +175,7 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
                "timer": f"{stats['timer']} ({path})", "device": str(device),
                "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
                "dtype": str(dtype).replace("torch.", ""), "batch": batch, "tokens": tokens, "heads": heads,
-               "value_dim": value_dim, "op": "gated delta rule" if gated else "delta rule"}
+               "value_dim": value_dim, "op": spec["label"], "kernel": kernel}
 
 
 def model_latency(model, batch: int = 4, tokens: int = 256, threads: int | None = None,

@@ -107,10 +107,11 @@ def _shape(model) -> dict:
     cfg = model.config
     hidden = int(cfg.hidden_size)
     inter = getattr(cfg, "intermediate_size", None) or int(hidden * getattr(cfg, "hidden_ratio", 4) or 4)
-    attns = [block.attn for block in model.model.layers]
-    heads = max(getattr(a, "num_v_heads", a.num_heads) for a in attns)
-    return dict(hidden=hidden, inter=int(inter), vocab=int(cfg.vocab_size), layers=len(attns), heads=heads,
-                dk=max(a.head_k_dim for a in attns), dv=max(a.head_v_dim for a in attns),
+    from analysis.models import linear_layers
+    layers = linear_layers(model)
+    return dict(hidden=hidden, inter=int(inter), vocab=int(cfg.vocab_size), layers=len(layers),
+                heads=max(layer.value_heads for layer in layers),
+                dk=max(layer.key_dim for layer in layers), dv=max(layer.value_dim for layer in layers),
                 element=next(model.parameters()).element_size())
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from analysis.archs import adapter_for
 from analysis.evaluate import perplexity
 from analysis.latency import kernel_latency
 from analysis.models import describe
@@ -33,6 +34,6 @@ def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_
         # fla's DeltaNet chunk kernel refuses fp32 on GPU: time it in its default half precision there
         dtype = None if param.device.type == "cuda" and param.dtype == torch.float32 else param.dtype
         out["kernel"] = next(kernel_latency([info.head_k_dims[0]], heads=info.value_heads, value_dim=info.head_v_dim,
-                                            device=info.device, dtype=dtype, gated="gated" in info.model_type,
+                                            device=info.device, dtype=dtype, kernel=adapter_for(model).kernel,
                                             min_run_time=0.2, **LATENCY_SHAPE))
     return out

@@ -4,25 +4,19 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from analysis import checkpoint, limits
+from analysis.archs import adapter_for, family_of, get_adapter
 from analysis.errors import AnalysisError
 from analysis import samples as _samples
 from analysis.samples import REPO_ROOT, SAMPLES_DIR, SampleInfo  # noqa: F401
 
 TILE_ROWS = 64  # fla's chunk kernel keeps the state in 64-row tiles of the key dimension
 
-# model_type -> human label; the pruned types are registered by analysis.pruned_models.
-SUPPORTED_TYPES = {
-    "delta_net": "DeltaNet",
-    "gated_deltanet": "Gated DeltaNet",
-    "pruned_delta_net": "DeltaNet (per-layer key dims)",
-    "pruned_gated_deltanet": "Gated DeltaNet (per-layer key dims)",
-}
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
 
@@ -143,7 +137,7 @@ def read_config(path: Path) -> dict:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise AnalysisError(f"{path / 'config.json'} cannot be read as JSON ({reason}); "
                             "re-save the model with save_pretrained.") from None
-    return checkpoint.validate_config(config, path, SUPPORTED_TYPES)
+    return checkpoint.validate_config(config, path)
 
 
 def _validate_directory(path: Path) -> dict:
@@ -190,6 +184,7 @@ def load_model(source: str, device: str = "auto", dtype=None):
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     check_loadable(path, dt, dev)
+    adapter_for(read_config(path)).install_routing()
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, use_safetensors=True,
                                                      trust_remote_code=False)
@@ -212,6 +207,62 @@ def load_tokenizer(source_or_model):
     return data.load_tokenizer()
 
 
+def type_label(model_type: str) -> str:
+    """A model type in words: its family's label (+ "per-layer key dims" for the project's pruned types)."""
+    family = family_of(model_type)
+    if family is None:
+        return model_type
+    label = get_adapter(family).label
+    return f"{label} (per-layer key dims)" if model_type.startswith("pruned_") else label
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """One linear-attention layer as the adapter sees it."""
+    index: int            # among the linear layers (what per-layer ratios and key dims count)
+    block: int            # position among all blocks
+    module: object
+    key_heads: int
+    value_heads: int
+    key_dim: int
+    value_dim: int
+
+
+def linear_layers(model) -> list[LinearLayer]:
+    """Every linear-attention layer in model order (a hybrid's softmax blocks left out); one sentence when none."""
+    adapter = adapter_for(model)
+    blocks = adapter.blocks(model)
+    out = []
+    for block in blocks:
+        if block.kind == "linear":
+            m = block.module
+            out.append(LinearLayer(len(out), block.index, m, adapter.key_heads(m), adapter.value_heads(m),
+                                   adapter.key_dim(m), adapter.value_dim(m)))
+    if not out:
+        raise AnalysisError(f"This {adapter.label} model has no linear-attention layer (its {len(blocks)} blocks are "
+                            "all softmax attention or other mixers), so it has no recurrent state to analyse or "
+                            "prune; pick a model with at least one linear-attention layer.")
+    return out
+
+
+def attention_layers(model) -> list:
+    """The linear-attention modules, in order (kept name: the core hooks these)."""
+    return [layer.module for layer in linear_layers(model)]
+
+
+@dataclass
+class BlockInfo:
+    block: int
+    kind: str                              # linear / softmax / other
+    linear_layer: int | None               # index among the linear layers
+    head_k_dim: int | None = None
+    key_heads: int | None = None
+    value_heads: int | None = None
+    head_v_dim: int | None = None
+    state_bytes_per_sequence: int | None = None     # fp32 state of a linear layer
+    kv_cache_bytes_per_token: int | None = None     # a softmax layer's KV cache grows by this per token
+
+
 @dataclass
 class ArchitectureInfo:
     model_type: str
@@ -229,30 +280,46 @@ class ArchitectureInfo:
     key_tiles_per_head: list[int]
     device: str
     dtype: str
+    family: str = ""
+    kernel: str = ""                                         # the kernel `latency` times (analysis.latency.KERNELS)
+    blocks: list[BlockInfo] = field(default_factory=list)   # every block in order, softmax ones labelled
+    kv_cache_bytes_per_token: int = 0                        # all softmax blocks together (0 without any)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def attention_layers(model) -> list:
-    return [block.attn for block in model.model.layers]
-
-
 def describe(model) -> ArchitectureInfo:
     """Architecture summary read from the modules themselves (so per-layer key dims are exact)."""
-    attns = attention_layers(model)
-    value_heads = [getattr(a, "num_v_heads", a.num_heads) for a in attns]
-    dks = [a.head_k_dim for a in attns]
-    state = sum(hv * dk * a.head_v_dim * 4 for a, hv, dk in zip(attns, value_heads, dks))
+    adapter = adapter_for(model)
+    layers = linear_layers(model)
     param = next(model.parameters())
-    conv = sum(m.weight.shape[0] * m.weight.shape[-1] * param.element_size()
-               for a in attns for m in (getattr(a, n, None) for n in ("q_conv1d", "k_conv1d", "v_conv1d"))
-               if m is not None)
+    by_block = {layer.block: layer for layer in layers}
+    blocks = []
+    for block in adapter.blocks(model):
+        layer = by_block.get(block.index)
+        if layer is not None:
+            blocks.append(BlockInfo(block.index, block.kind, layer.index, layer.key_dim, layer.key_heads,
+                                    layer.value_heads, layer.value_dim,
+                                    layer.value_heads * layer.key_dim * layer.value_dim * 4))
+        elif block.kind == "softmax":
+            blocks.append(BlockInfo(block.index, block.kind, None, kv_cache_bytes_per_token=adapter.softmax_cache_bytes(
+                block.module, 1, param.element_size())))
+        else:
+            blocks.append(BlockInfo(block.index, block.kind, None))
+    conv = 0
+    for layer in layers:  # every short convolution of the layer keeps (width) inputs per channel
+        for name, p in layer.module.named_parameters():
+            if "conv" in name and name.endswith("weight") and p.dim() >= 2:
+                conv += p.shape[0] * p.shape[-1] * param.element_size()
+    dks = [layer.key_dim for layer in layers]
     model_type = model.config.model_type
     return ArchitectureInfo(
-        model_type=model_type, label=SUPPORTED_TYPES.get(model_type, model_type), layers=len(attns),
-        heads=attns[0].num_heads, value_heads=value_heads[0], head_k_dims=dks, head_v_dim=attns[0].head_v_dim,
+        model_type=model_type, label=type_label(model_type), layers=len(layers),
+        heads=layers[0].key_heads, value_heads=layers[0].value_heads, head_k_dims=dks, head_v_dim=layers[0].value_dim,
         hidden_size=model.config.hidden_size, vocab_size=model.config.vocab_size,
-        parameters=sum(p.numel() for p in model.parameters()), state_bytes_per_sequence=state,
+        parameters=sum(p.numel() for p in model.parameters()),
+        state_bytes_per_sequence=sum(b.state_bytes_per_sequence or 0 for b in blocks),
         conv_state_bytes_per_sequence=conv, key_tiles_per_head=[-(-dk // TILE_ROWS) for dk in dks],
-        device=str(param.device), dtype=str(param.dtype).replace("torch.", ""))
+        device=str(param.device), dtype=str(param.dtype).replace("torch.", ""), family=adapter.family,
+        kernel=adapter.kernel, blocks=blocks, kv_cache_bytes_per_token=sum(b.kv_cache_bytes_per_token or 0 for b in blocks))

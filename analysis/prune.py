@@ -1,7 +1,7 @@
 """Structured pruning of query/key channels: plan per-layer key dims, build a NEW smaller model, save it.
 
-The same index set slices rows of q_proj and k_proj and channels of q_conv1d and k_conv1d, so q·k
-products over the kept channels are unchanged before the in-kernel l2 norm (which then renormalises
+The same index set slices every row block the family's adapter names (`channel_rows`: the query and key
+projections, their short-convolution channels, per-channel decay rows), so q·k products over the kept channels are unchanged before the in-kernel l2 norm (which then renormalises
 over the survivors). By default the pruned model keeps each layer's original readout scale dk^-1/2, so it
 equals the original model with the dropped channels zeroed (pure channel removal, see
 analysis.pruned_models); rescale="default" keeps fla's dk'^-1/2 instead, as the reference code does.
@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 
 from analysis.defaults import RESCALES  # defined there: the CLI's --help stays torch-free
+from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
-from analysis.models import TILE_ROWS, attention_layers
-from analysis.pruned_models import MAX_KERNEL_KEY_DIM, PRUNED_CONFIG_FOR, readout_key_dims
+from analysis.models import TILE_ROWS, linear_layers
+from analysis.pruned_models import MAX_KERNEL_KEY_DIM
 from analysis.safe_io import write_model_dir
 from analysis.strategies import Selection, get_strategy
 
@@ -27,21 +28,20 @@ ROUNDINGS = (None, 16, 32, 64)
 
 
 def key_dims(model) -> list[int]:
-    return [a.head_k_dim for a in attention_layers(model)]
+    return [layer.key_dim for layer in linear_layers(model)]
 
 
 def plan_key_dims(model, ratio: float | None = None, ratios: list[float] | None = None,
                   round_to: int | None = None) -> list[int]:
     """dk'_l = floor(dk_l (1 − ρ_l)), optionally rounded to the nearest multiple of `round_to`."""
-    if model.config.model_type not in PRUNED_CONFIG_FOR:
-        raise AnalysisError(f"{model.config.model_type!r} has no query/key channels this tool can prune; "
-                            "use a DeltaNet or Gated DeltaNet model.")
+    adapter_for(model)  # one sentence for a family without an adapter
     dims = key_dims(model)
     if (ratio is None) == (ratios is None):
         raise AnalysisError("Give either one pruning ratio for all layers or one ratio per layer.")
     ratios = [ratio] * len(dims) if ratios is None else list(ratios)
     if len(ratios) != len(dims):
-        raise AnalysisError(f"Got {len(ratios)} ratios for a model with {len(dims)} layers; give one per layer.")
+        raise AnalysisError(f"Got {len(ratios)} ratios for a model with {len(dims)} linear-attention layers; "
+                            "give one per layer.")
     if round_to not in ROUNDINGS:
         raise AnalysisError(f"Rounding must be one of 16, 32 or 64 channels, got {round_to}.")
     planned = []
@@ -86,6 +86,10 @@ def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0
     original = key_dims(model)
     if len(dims) != len(original) or any(not 1 <= d <= o for d, o in zip(dims, original)):
         raise AnalysisError(f"Key dims {dims} do not fit the model's {original}; plan them with plan_key_dims.")
+    adapter = adapter_for(model)
+    if not strat.axis_aligned and not adapter.rotations:
+        raise AnalysisError(f"The {strat.label} strategy mixes key channels, which {adapter.label} cannot take (each "
+                            "key channel has its own decay); pick an axis-aligned strategy such as l1, wanda or drrqr.")
     if strat.needs_calibration and calibration is None:
         raise AnalysisError(f"The {strat.label} strategy needs calibration data; run calibrate() first.")
     selections = strat.select(model, calibration, dims, seed=seed)
@@ -93,49 +97,81 @@ def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0
     return PruneResult(model=pruned, strategy=strategy, dims=list(dims),
                        original_dims=original, selections=selections,
                        info={"label": strat.label, "axis_aligned": strat.axis_aligned, "rescale": rescale,
-                             "readout_key_dims": pruned.config.readout_key_dims,
+                             "readout_key_dims": getattr(pruned.config, "readout_key_dims", None),
                              "details": [s.details for s in selections if s.details]})
 
 
 def build_pruned(model, selections: list[Selection], rescale: str = "original"):
-    """Instantiate the pruned architecture and load the sliced (or PCA-projected) weights, strictly.
+    """Instantiate the pruned architecture (the adapter's) and load the sliced (or PCA-projected) weights, strictly.
 
     rescale="original" keeps the input model's effective readout scale per layer (its own, or the one it
-    kept from an earlier prune); "default" lets fla read out at dk'^-1/2.
+    kept from an earlier prune); "default" lets the family read out at dk'^-1/2. Only the rows the adapter
+    names change: every other tensor, a hybrid's softmax blocks included, is copied bit for bit.
     """
-    from transformers import AutoModelForCausalLM
     check_rescale(rescale)
+    adapter = adapter_for(model)
+    layers = linear_layers(model)
     dims = [s.kept for s in selections]
-    config_cls = PRUNED_CONFIG_FOR[model.config.model_type]
-    base = {k: v for k, v in model.config.to_dict().items() if k not in ("model_type", "architectures")}
-    readout = readout_key_dims(model) if rescale == "original" else None
-    config = config_cls(**{**base, "head_k_dims": dims, "readout_key_dims": readout})
+    if len(selections) != len(layers):
+        raise AnalysisError(f"Got {len(selections)} selections for {len(layers)} linear-attention layers.")
     if max(dims) > MAX_KERNEL_KEY_DIM:
         raise AnalysisError(f"Key dim {max(dims)} exceeds fla's kernel limit of {MAX_KERNEL_KEY_DIM}.")
-    param = next(model.parameters())
-    new = AutoModelForCausalLM.from_config(config).to(device=param.device, dtype=param.dtype).eval()
+    readout = adapter.readout_key_dims(model) if rescale == "original" else None
+    new = adapter.pruned_model(model, dims, readout)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    for layer, (attn, sel) in enumerate(zip(attention_layers(model), selections)):
-        prefix = f"model.layers.{layer}.attn."
-        for name in ("q_proj.weight", "k_proj.weight", "q_conv1d.weight", "k_conv1d.weight",
-                     "q_conv1d.bias", "k_conv1d.bias"):
-            if prefix + name in state:
-                state[prefix + name] = _reduce(state[prefix + name], attn.num_heads, sel, conv="conv" in name)
+    module_names = {id(m): n for n, m in model.named_modules()}
+    for layer, sel in zip(layers, selections):
+        prefix = module_names[id(layer.module)] + "."
+        by_param: dict[str, list] = {}
+        for rows in adapter.channel_rows(layer.module):
+            by_param.setdefault(rows.param, []).append(rows)
+        for param, entries in by_param.items():
+            if prefix + param in state:
+                state[prefix + param] = reduce_rows(state[prefix + param], entries, layer, sel)
     new.load_state_dict(state, strict=True)
     return new
 
 
-def _reduce(tensor: torch.Tensor, heads: int, sel: Selection, conv: bool) -> torch.Tensor:
-    """Keep the selected channels of a [H·dk, ...] tensor (or project it, for PCA)."""
-    per_head = tensor.reshape(heads, -1, *tensor.shape[1:])
-    if sel.indices is not None:
-        idx = sel.indices.to(tensor.device).reshape(heads, -1, *([1] * (tensor.dim() - 1)))
-        out = per_head.gather(1, idx.expand(-1, -1, *per_head.shape[2:]))
-    else:
-        T = sel.projection.to(tensor.device, torch.float32)            # [H, k, dk]
-        mix = T.square() if conv else T                                # conv: squared-loading approximation
-        out = torch.einsum("hkd,hd...->hk...", mix, per_head.float()).to(tensor.dtype)
-    return out.reshape(-1, *tensor.shape[1:]).contiguous()
+def _head_blocks(rows, layer, sel: Selection):
+    """(heads, first row of each head's dk block, per-head selection) of one ChannelRows entry.
+
+    Decay rows ("gate") are per value head: value head j keeps the channels of key head j // (Hv/Hk)."""
+    dk = layer.key_dim
+    heads, chosen = layer.key_heads, (sel.indices if sel.indices is not None else sel.projection)
+    if rows.role == "gate":
+        if sel.indices is None:
+            raise AnalysisError("Per-channel decay rows cannot follow a rotation (PCA); use an axis-aligned strategy.")
+        group = layer.value_heads // layer.key_heads
+        heads, chosen = layer.value_heads, chosen.repeat_interleave(group, dim=0)
+    stride = getattr(rows, "head_stride", 0) or dk
+    return heads, [rows.start + h * stride for h in range(heads)], chosen
+
+
+def reduce_rows(tensor: torch.Tensor, entries: list, layer, sel: Selection) -> torch.Tensor:
+    """Keep the selected channels (or their PCA projection) of every dk-row head block the entries name."""
+    dk = layer.key_dim
+    pieces = []  # (first row, past-the-end row, replacement rows)
+    for rows in entries:
+        heads, starts, chosen = _head_blocks(rows, layer, sel)
+        idx = torch.tensor(starts, device=tensor.device)[:, None] + torch.arange(dk, device=tensor.device)
+        per_head = tensor[idx]                                               # [H, dk, ...]
+        if sel.indices is not None:
+            picked = chosen.to(tensor.device).reshape(heads, -1, *([1] * (tensor.dim() - 1)))
+            out = per_head.gather(1, picked.expand(-1, -1, *per_head.shape[2:]))
+        else:
+            T = chosen.to(tensor.device, torch.float32)                      # [H, k, dk]
+            mix = T.square() if rows.conv else T                             # conv: squared-loading approximation
+            out = torch.einsum("hkd,hd...->hk...", mix, per_head.float()).to(tensor.dtype)
+        pieces += [(s, s + dk, out[h]) for h, s in enumerate(starts)]
+    pieces.sort(key=lambda p: p[0])
+    parts, at = [], 0
+    for first, end, replacement in pieces:
+        if first < at:
+            raise AnalysisError("The adapter names overlapping q/k row blocks; this is a bug in its channel_rows.")
+        parts += [tensor[at:first], replacement]
+        at = end
+    parts.append(tensor[at:])
+    return torch.cat(parts).contiguous()
 
 
 def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = None, overwrite: bool = False,

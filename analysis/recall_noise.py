@@ -2,13 +2,13 @@
 
 The rank/noise theory (analysis.noise) predicts how a noisy query q = k + ε degrades a readout Sᵀq;
 this measures the end-to-end effect on the recall task (analysis.recall). Noise is added to the output
-of every layer's `q_conv1d` (the query after its short convolution and activation, before the kernel's
-l2 norm), only at the positions where the model must name a queried value. The SNR is defined per
+of every linear layer's query short convolution (the adapter's conv rows of role q: the query after its
+convolution and activation, before the kernel's l2 norm), only at the positions where the model must name a queried value. The SNR is defined per
 head and token as in analysis.noise: SNR = ‖q‖² / (dk σ²), so σ = ‖q‖ / sqrt(dk · 10^(snr/10)).
 
-Gated DeltaNet fuses its three convolutions into one call when use_cache=False, which bypasses
-`q_conv1d`; the model is therefore always run with use_cache=True, which takes the per-projection
-convolutions (the same arithmetic). Models without short convolutions are not supported.
+Gated DeltaNet fuses its three convolutions into one call when use_cache=False, which bypasses the
+query convolution module; the model is therefore always run with use_cache=True, which takes the
+per-projection convolutions (the same arithmetic). Models without short convolutions are not supported.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from collections.abc import Sequence
 
 import torch
 
+from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
-from analysis.models import attention_layers
+from analysis.models import attention_layers, linear_layers
 from analysis.recall import RecallTask, recall_batch
 
 
@@ -32,28 +33,40 @@ def query_positions(labels: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def _noisy_queries(model, mask: torch.Tensor, snr_db: float | None, seed: int):
-    """Forward hooks on each q_conv1d adding N(0, σ²) noise at the masked positions (none if snr_db is None)."""
+    """Forward hooks on each query convolution adding N(0, σ²) noise to its query channels at the masked
+    positions (none if snr_db is None). The convolution returns (y [B, T, channels], cache), fla's layout."""
     calls = {"n": 0}
     hooks = []
     gen = torch.Generator().manual_seed(seed)
-    for attn in attention_layers(model):
-        conv = getattr(attn, "q_conv1d", None)
-        if conv is None or not getattr(attn, "use_short_conv", True):
+    adapter = adapter_for(model)
+    for layer in linear_layers(model):
+        rows = next((r for r in adapter.channel_rows(layer.module)
+                     if r.conv and r.role == "q" and r.param.endswith("weight")), None)
+        if rows is None:
             raise AnalysisError("Query-noise injection needs a model with short convolutions (use_short_conv=True); "
                                 "this model has none.")
-        heads, dk = attn.num_heads, attn.head_k_dim
+        conv = layer.module.get_submodule(rows.param.rsplit(".", 1)[0])
+        heads, dk = layer.key_heads, layer.key_dim
+        stride = getattr(rows, "head_stride", 0) or dk
+        channels = ((rows.start + stride * torch.arange(heads))[:, None] + torch.arange(dk)).flatten()
         # one standard-normal draw per layer, reused across SNRs (common random numbers: smooth curves)
         z = torch.randn(*mask.shape, heads, dk, generator=gen)
 
-        def hook(_module, _args, output, z=z, heads=heads, dk=dk):
+        def hook(_module, _args, output, z=z, heads=heads, dk=dk, channels=channels):
             calls["n"] += 1
             if snr_db is None:
                 return output
+            if not (isinstance(output, tuple) and len(output) == 2 and output[0].dim() == 3):
+                raise AnalysisError("Query-noise injection needs short convolutions that return (output [batch, "
+                                    "tokens, channels], cache) as fla's do; this family's do not.")
             y, final = output
-            q = y.view(*y.shape[:-1], heads, dk).float()
+            idx = channels.to(y.device)
+            q = y[..., idx].view(*y.shape[:-1], heads, dk).float()
             sigma = q.norm(dim=-1, keepdim=True) / (dk * 10.0 ** (snr_db / 10.0)) ** 0.5
             noise = z.to(y.device) * sigma * mask.to(y.device)[..., None, None]
-            return (q + noise).to(y.dtype).view_as(y), final
+            noisy = y.clone()
+            noisy[..., idx] = (q + noise).to(y.dtype).flatten(-2)
+            return noisy, final
         hooks.append(conv.register_forward_hook(hook))
     try:
         yield calls

@@ -1,4 +1,5 @@
-"""Short recovery fine-tune after a prune: only the pruned q/k projections and convolutions learn."""
+"""Short recovery fine-tune after a prune: only the parameters holding the pruned q/k rows learn (the adapter's
+`channel_rows`: projections and short convolutions; a fused q|k|v projection learns as a whole)."""
 from __future__ import annotations
 
 import copy
@@ -8,6 +9,7 @@ import torch
 
 from analysis import data, limits
 from analysis.errors import AnalysisError
+from analysis.archs import adapter_for
 from analysis.models import attention_layers
 
 
@@ -20,13 +22,13 @@ def recover(model, tokenizer, steps: int = 100, lr: float = 1e-3, batch: int = 8
     work = copy.deepcopy(model).float().train()
     work.requires_grad_(False)
     params = []
+    adapter = adapter_for(work)
     for attn in attention_layers(work):
-        for name in ("q_proj", "k_proj", "q_conv1d", "k_conv1d"):
-            module = getattr(attn, name, None)
-            if module is not None:
-                for p in module.parameters():
-                    p.requires_grad_(True)
-                    params.append(p)
+        for rows in adapter.channel_rows(attn):
+            p = attn.get_parameter(rows.param)
+            if not any(p is seen for seen in params):
+                p.requires_grad_(True)
+                params.append(p)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     train_ids = data.encode(data.load_text("train"), tokenizer)
     gen = torch.Generator().manual_seed(seed)

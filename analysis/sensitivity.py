@@ -23,7 +23,7 @@ from analysis.calibration import calibrate
 from analysis.defaults import SENSITIVITY_EVAL_TOKENS, SENSITIVITY_RATIOS
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
-from analysis.models import REPO_ROOT, attention_layers, describe
+from analysis.models import REPO_ROOT, describe, linear_layers
 from analysis.prune import key_dims, plan_key_dims, prune
 from analysis.recall import RecallTask, recall_accuracy, recall_batch
 from analysis.strategies import get_strategy
@@ -111,12 +111,12 @@ def layer_profile(model, input_ids: torch.Tensor) -> list[dict]:
     from analysis.states import collect_states
     trace = collect_states(model, input_ids, positions=[input_ids.shape[1] - 1])
     rows = []
-    for layer, (attn, lt) in enumerate(zip(attention_layers(model), trace.layers)):
-        heads = getattr(attn, "num_v_heads", attn.num_heads)
+    for layer, (info, lt) in enumerate(zip(linear_layers(model), trace.layers)):
+        heads = info.value_heads
         u = lt.metrics["rank_utilization"].double()
         u = u[torch.isfinite(u)]
-        rows.append({"layer": layer, "head_k_dim": attn.head_k_dim, "heads": heads, "value_dim": attn.head_v_dim,
-                     "state_bytes": heads * attn.head_k_dim * attn.head_v_dim * 4,
+        rows.append({"layer": layer, "head_k_dim": info.key_dim, "heads": heads, "value_dim": info.value_dim,
+                     "state_bytes": heads * info.key_dim * info.value_dim * 4,
                      "rank_utilization": float(u.mean()) if u.numel() else None})
     return rows
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from analysis import ray_executor, safe_io
+from analysis.archs import adapter_for
 from analysis.calibration import calibrate
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
@@ -229,7 +230,7 @@ def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, la
     if latency:
         point = next(kernel_latency([info.head_k_dims[0]], batch=2, tokens=512, heads=info.value_heads,
                                     value_dim=info.head_v_dim, device=info.device,
-                                    gated="gated" in info.model_type, min_run_time=0.2))
+                                    kernel=adapter_for(model).kernel, min_run_time=0.2))
         result["kernel_ms"] = point["ms"]
         result["kernel"] = {k: point[k] for k in ("median_ms", "spread", "repeats", "threads", "noisy", "timer")}
         result["kernel_timer"] = f"{point['op']}, B{point['batch']} T{point['tokens']} H{point['heads']} " \

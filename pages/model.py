@@ -4,6 +4,7 @@ import streamlit as st
 
 from analysis.models import TILE_ROWS
 from ui import figures, frame
+from ui.blocks import blocks_frame
 from ui.context import current
 from ui.explain import explainer
 
@@ -32,12 +33,18 @@ rows = [
     ("Conv state bytes per sequence", f"{info.conv_state_bytes_per_sequence:,}"),
     ("Device", info.device), ("dtype", info.dtype),
 ]
+if any(b.kind != "linear" for b in info.blocks):  # a hybrid: "Layers" counts the linear-attention ones
+    rows.insert(2, ("Blocks (linear + softmax attention)", len(info.blocks)))
 left, right = st.columns([2, 3])
 with left:
     st.subheader(ctx.name)
     st.table(pd.DataFrame([(k, str(v)) for k, v in rows], columns=["Quantity", "Value"]).set_index("Quantity"))
     if ctx.task is not None:
         st.info("Recall model: no tokenizer; the text pages read synthetic recall sequences instead.")
+    if any(b.kind != "linear" for b in info.blocks):
+        st.markdown(f"**All {len(info.blocks)} blocks, in order** (a hybrid: only the linear-attention layers keep a "
+                    "state and are analysed and pruned; softmax attention keeps a KV cache that grows with the context)")
+        st.table(blocks_frame(info))
 with right:
     st.subheader("What the kernels will do")
     tiles = ", ".join(f"layer {i}: {t}" for i, t in enumerate(info.key_tiles_per_head))
@@ -50,7 +57,7 @@ with right:
     else:
         st.markdown("- On this GPU fla's Triton kernels run unchanged (chunk mode beyond 64 tokens, "
                     "fused recurrent below).")
-    if info.model_type.endswith("delta_net"):
+    if info.kernel == "delta_rule":
         note = "- DeltaNet's chunk kernel needs bf16 (or fp16) on GPU: it refuses fp32."
         if ctx.key.device != "cpu" and ctx.key.dtype == "float32":
             st.warning(note[2:] + " Pick bfloat16 in the sidebar.")

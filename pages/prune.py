@@ -26,8 +26,9 @@ frame.ensure()  # a deep link may arrive before app.py ran: render inside its fr
 
 st.title("Prune")
 explainer(
-    "Structured pruning of query/key channels: per layer ℓ and head, the same kept index set slices the rows "
-    "of q_proj and k_proj and the channels of q_conv1d and k_conv1d, so the state shrinks from dk × dv to "
+    "Structured pruning of query/key channels: per linear-attention layer ℓ and key head, the same kept index set "
+    "slices the query and key projection rows and their short-convolution channels (and, where the decay is per key "
+    "channel, its decay rows; softmax-attention layers of a hybrid are never touched), so the state shrinks from dk × dv to "
     "dk' × dv. The pruned model keeps the original readout scale dk^-½, so it equals the original model with the "
     "dropped channels zeroed (fla's default dk'^-½, the reference code's choice, is offered below). "
     "Ratios can be uniform or per layer, set beside each layer's **rank utilization** (from the "
@@ -119,7 +120,7 @@ if jobs.controls("prune", prune_key, "Prune", run_key="prune_run"):
             job.report(0.02, f"calibrating on {settings.sequences} sequences × {settings.tokens} tokens…")
             calib = shrink.calibration(key, settings)
             if needs.needs_gradients:
-                job.report(0.15, "backward pass: gradients of q_proj / k_proj for the Taylor scores…")
+                job.report(0.15, "backward pass: gradients of the query/key projections for the Taylor scores…")
                 shrink.gradients(key, settings)
         job.report(0.25, "choosing channels and building a new model (the shared model is not changed)…")
         with cache.compute_lock():

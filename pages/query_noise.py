@@ -140,7 +140,7 @@ st.dataframe(noise_tables.prediction_table(summaries, snr), hide_index=True)
 # ---- recall accuracy under noise: on request, one SNR per step ---------------------------------------------
 if ctx.task is not None:
     st.subheader("Recall accuracy under query noise")
-    st.markdown("Gaussian noise at the given SNR is added to every layer's query (the output of `q_conv1d`, "
+    st.markdown("Gaussian noise at the given SNR is added to every layer's query (the output of its short convolution, "
                 "before the kernel's l2 norm) at the positions where the model must name a queried value; "
                 "the same sequences and noise draws are used at every SNR (`analysis.recall_noise`).")
     n_eval = int(st.number_input("Evaluation sequences", 16, 2048, key=state.remembered("recall_eval", 256), step=16))

@@ -4,6 +4,7 @@ import streamlit as st
 
 from analysis.rank import METRIC_INFO
 from ui import figures, frame, scales, state
+from ui.blocks import hybrid_note
 from ui.choices import multi_choice
 from ui.context import current, traced, traced_every_token
 from ui.explain import explainer
@@ -50,6 +51,8 @@ prov = ctx.provenance(data)
 values = data["metrics"][metric]                     # [L, B, H, P]
 n_layers, n_seq, n_heads, _ = values.shape
 final, _ = mean_std(values[..., -1], axis=1)         # [L, H]: last position, mean over sequences
+if (note := hybrid_note(ctx.info)) is not None:
+    st.caption(note)
 
 # A click on the heatmap (stored under its key by the previous run) selects the cell, once per click.
 click = st.session_state.get("rank_heatmap")

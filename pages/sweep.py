@@ -175,7 +175,8 @@ else:
 
 st.header("Kernel latency vs key dim")
 info = ctx.info
-gated = "gated" in info.model_type
+kernel = info.kernel
+kernel_label = latencies.KERNELS[kernel]["label"]
 l1, l2, l3, l4 = st.columns([3, 1, 1, 1])
 dim_text = l1.text_input("Key dims dk (comma-separated)", key=state.remembered("latency_dims", "16, 32, 48, 64, 96, 128"))
 state.remember("latency_dims")
@@ -195,7 +196,7 @@ if ctx.key.device != "cpu" and dtype == torch.float32:
     dtype = None  # fla's DeltaNet chunk kernel refuses fp32 on GPU: time it in bf16 and say so
 lat_settings = {"key_dims": key_dims, "batch": batch, "tokens": tokens, "heads": info.value_heads,
                 "value_dim": info.head_v_dim, "device": ctx.key.device, "dtype": str(dtype or "bf16"),
-                "gated": gated, "threads": threads}
+                "kernel": kernel, "threads": threads}
 lat_key = json.dumps({**lat_settings, "path": ctx.key.path}, sort_keys=True)
 lat_points = st.session_state.setdefault("latency_results", {}).setdefault(lat_key, [])
 done = {p["key_dim"] for p in lat_points}
@@ -207,7 +208,7 @@ if jobs.controls("latency", lat_key, lat_label):
 
     def time_kernels(job):
         gen = latencies.kernel_latency(todo, batch=batch, tokens=tokens, heads=info.value_heads,
-                                       value_dim=info.head_v_dim, device=ctx.key.device, dtype=dtype, gated=gated,
+                                       value_dim=info.head_v_dim, device=ctx.key.device, dtype=dtype, kernel=kernel,
                                        threads=threads)
         job.report(0.0, f"timing dk {todo[0]}")
         for point in shrink.locked(gen):
@@ -231,7 +232,7 @@ def draw_latency(job=None):
     where = (f" on {first['device_name']} ({first['dtype']}, B{batch} T{tokens} H{info.value_heads} "
              f"dv{info.head_v_dim})" if first else "")
     lat_drawn[0] += 1
-    lat_chart.plotly_chart(shrink_figures.latency_figure(lat_points, f"{'Gated delta' if gated else 'Delta'} rule "
+    lat_chart.plotly_chart(shrink_figures.latency_figure(lat_points, f"{kernel_label.capitalize()} "
                                                                      f"kernel time vs key dim{where}", key_dims=key_dims),
                            key=f"latency_chart_{lat_drawn[0]}")
     if lat_points:
@@ -245,7 +246,7 @@ if jobs.unsettled(lat_job):
 if lat_job is not None and lat_job.error:
     st.error(lat_job.error)
 first = lat_points[0] if lat_points else None
-st.caption(f"{'gated delta rule' if gated else 'delta rule'} kernel · B{batch} T{tokens} H{info.value_heads} "
+st.caption(f"{kernel_label} kernel · B{batch} T{tokens} H{info.value_heads} "
            f"dv{info.head_v_dim} · device {ctx.key.device}"
            + (f" ({first['device_name']}) · dtype {first['dtype']} · {first['timer']}" if first else
               f" · dtype {str(dtype).replace('torch.', '') if dtype else 'bfloat16'}"

@@ -121,7 +121,7 @@ def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Cal
                                    0.5 if need_gradients else 1.0)
         calib = calibration(key, settings, progress=forward)
         if need_gradients:
-            steps(0.5, "backward pass: gradients of q_proj / k_proj for the Taylor scores (all layers at once)")
+            steps(0.5, "backward pass: gradients of the query/key projections for the Taylor scores (all layers at once)")
             gradients(key, settings)
     except Exception:
         steps.box.update(state="error", expanded=False)

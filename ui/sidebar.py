@@ -51,7 +51,7 @@ def _model_source(samples: dict) -> str:
         name = st.selectbox("Sample", names, key=remembered("sample", value0 if kind0 == SAMPLE else names[0], names))
         remember("sample")
         info = samples[name]
-        st.caption(f"**{name}** ({models.SUPPORTED_TYPES.get(info.model_type, info.model_type)}): "
+        st.caption(f"**{name}** ({models.type_label(info.model_type)}): "
                    f"{info.description or 'no description'}")
         return name
     if kind == DIRECTORY:

@@ -14,6 +14,8 @@ from analysis.errors import AnalysisError
 # family -> (module defining ADAPTER, config model_types it handles)
 FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kda": ("analysis.archs.kda", ("kda", "pruned_kda")),
+    "delta_net": ("analysis.archs.delta_net", ("delta_net", "pruned_delta_net")),
+    "gated_deltanet": ("analysis.archs.gated_deltanet", ("gated_deltanet", "pruned_gated_deltanet")),
 }
 
 

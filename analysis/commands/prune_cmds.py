@@ -179,6 +179,7 @@ def _setup_latency(p):
 
 
 def run_latency(args) -> None:
+    from analysis.archs import adapter_for
     from analysis.latency import kernel_latency, model_latency, summary
     from analysis.models import describe
     from analysis import limits
@@ -190,7 +191,7 @@ def run_latency(args) -> None:
     with bar(args, "latency: kernel per key dim, then the model", total=len(dims) + 1, unit="timing") as b:
         points = []
         for point in kernel_latency(dims, args.batch, args.tokens, info.value_heads, info.head_v_dim,
-                                    device=info.device, gated="gated" in info.model_type, **timing):
+                                    device=info.device, kernel=adapter_for(model).kernel, **timing):
             points.append(point)
             b.update()
         whole = model_latency(model, batch=args.batch, tokens=min(args.tokens, 256), **timing)

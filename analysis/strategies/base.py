@@ -1,7 +1,8 @@
 """One interface for every channel-selection strategy.
 
 A strategy scores the dk query/key channels of every head (higher = keep) and picks, for a budget of
-k channels per head, the index set that slices q_proj/k_proj rows and q/k conv channels alike. PCA is
+k channels per key head, the index set that slices every q/k row block the family's adapter names
+(projections, short-convolution channels, per-channel decay rows) alike. PCA is
 the exception that is not axis-aligned: it returns a per-head rotation instead of indices.
 """
 from __future__ import annotations
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from analysis.calibration import Calibration
-from analysis.models import attention_layers
+from analysis.archs import adapter_for
+from analysis.models import linear_layers
 
 
 @dataclass
@@ -44,12 +46,28 @@ class Strategy:
                 for s, k in zip(self.scores(model, calib, seed), dims)]
 
 
-def head_rows(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """[H·dk, hidden] projection weight → [H, dk, hidden]."""
-    return weight.detach().float().reshape(heads, -1, weight.shape[-1])
+def qk_rows(model) -> list[tuple]:
+    """Per linear layer (layer, ChannelRows of the query projection, ChannelRows of the key projection)."""
+    adapter = adapter_for(model)
+    out = []
+    for layer in linear_layers(model):
+        found = {}
+        for rows in adapter.channel_rows(layer.module):
+            if not rows.conv and rows.role in ("q", "k") and rows.param.endswith("weight"):
+                found.setdefault(rows.role, rows)
+        out.append((layer, found["q"], found["k"]))
+    return out
+
+
+def key_head_block(tensor: torch.Tensor, rows, layer) -> torch.Tensor:
+    """The [Hk, dk, ...] fp32 copy of the key-head blocks one ChannelRows entry names inside `tensor`."""
+    stride = getattr(rows, "head_stride", 0) or layer.key_dim
+    idx = (rows.start + stride * torch.arange(layer.key_heads))[:, None] + torch.arange(layer.key_dim)
+    return tensor.detach().float()[idx.to(tensor.device)]
 
 
 def qk_weights(model):
-    """Per layer (Wq, Wk) as [H, dk, hidden] fp32 copies."""
-    return [(head_rows(a.q_proj.weight, a.num_heads), head_rows(a.k_proj.weight, a.num_heads))
-            for a in attention_layers(model)]
+    """Per linear layer (Wq, Wk) as [Hk, dk, hidden] fp32 copies (the rows the adapter names)."""
+    return [(key_head_block(layer.module.get_parameter(q.param), q, layer),
+             key_head_block(layer.module.get_parameter(k.param), k, layer))
+            for layer, q, k in qk_rows(model)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from analysis.models import attention_layers
+from analysis.models import linear_layers
 from analysis.rrqr import strong_rrqr
 from analysis.strategies.base import Selection, Strategy
 
@@ -19,10 +19,10 @@ class DRRQRStrategy(Strategy):
     def scores(self, model, calib, seed=0):
         """Preview score: position in the column-pivoted QR order (first pivot = highest score)."""
         out = []
-        for layer, attn in enumerate(attention_layers(model)):
-            dk = attn.head_k_dim
+        for layer, info in enumerate(linear_layers(model)):
+            dk = info.key_dim
             heads = []
-            for h in range(attn.num_heads):
+            for h in range(info.key_heads):
                 result = strong_rrqr(calib.drrqr_matrix(layer, h, seed).numpy(), dk, f=RRQR_F)
                 score = torch.empty(dk)
                 score[torch.from_numpy(np.asarray(result.order))] = torch.arange(dk, 0, -1, dtype=torch.float)
@@ -32,9 +32,9 @@ class DRRQRStrategy(Strategy):
 
     def select(self, model, calib, dims, seed=0):
         selections = []
-        for layer, (attn, k) in enumerate(zip(attention_layers(model), dims)):
+        for layer, (info, k) in enumerate(zip(linear_layers(model), dims)):
             kept, details = [], []
-            for h in range(attn.num_heads):
+            for h in range(info.key_heads):
                 r = strong_rrqr(calib.drrqr_matrix(layer, h, seed).numpy(), k, f=RRQR_F)
                 kept.append(torch.as_tensor(np.sort(r.kept)))
                 details.append({"head": h, "swaps": r.swaps, "max_rho": r.max_rho, "converged": r.converged,

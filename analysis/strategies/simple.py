@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from analysis.models import attention_layers
-from analysis.strategies.base import Strategy, head_rows, qk_weights
+from analysis.models import linear_layers
+from analysis.strategies.base import Strategy, key_head_block, qk_rows, qk_weights
 
 
 class RandomStrategy(Strategy):
@@ -14,7 +14,7 @@ class RandomStrategy(Strategy):
 
     def scores(self, model, calib, seed=0):
         gen = torch.Generator().manual_seed(seed)
-        return [torch.rand(a.num_heads, a.head_k_dim, generator=gen) for a in attention_layers(model)]
+        return [torch.rand(layer.key_heads, layer.key_dim, generator=gen) for layer in linear_layers(model)]
 
 
 class L1Strategy(Strategy):
@@ -42,7 +42,7 @@ class GradientStrategy(Strategy):
 
     def scores(self, model, calib, seed=0):
         out = []
-        for attn, (wq, wk), (gq, gk) in zip(attention_layers(model), qk_weights(model), calib.gradients()):
-            h = attn.num_heads
-            out.append((wq * head_rows(gq, h)).abs().sum(-1) + (wk * head_rows(gk, h)).abs().sum(-1))
+        for (layer, q, k), (wq, wk), (gq, gk) in zip(qk_rows(model), qk_weights(model), calib.gradients()):
+            out.append((wq * key_head_block(gq, q, layer)).abs().sum(-1)
+                       + (wk * key_head_block(gk, k, layer)).abs().sum(-1))
         return out

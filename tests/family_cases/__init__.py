@@ -1,4 +1,6 @@
-"""One test case per model family: a tiny model and a token loop of its recurrence written from its definition."""
+"""One test case per adapter family: a tiny random-init model and a token-by-token reference of its states."""
+from __future__ import annotations
+
 from dataclasses import dataclass
 from typing import Callable
 

@@ -1,0 +1,169 @@
+"""What fla's DeltaNet and Gated DeltaNet families share: blocks (hybrids included), q/k rows, pruned models.
+
+An fla model keeps its token mixers at `model.model.layers[i].attn`. A config's `attn` setting turns the
+listed layers into fla's softmax `Attention` (a hybrid); every other block holds the family's linear layer.
+fla's `Attention` needs flash-attn even to be built, and rotates q/k with a Triton kernel, so
+`install_routing` gives both a torch path (SDPA / the rotary reference) for CPU tensors and, where
+flash-attn is not installed, for CUDA tensors too; fla's own kernels run wherever they can.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from analysis.archs.base import Adapter, Block, ChannelRows
+
+_routed = False
+
+
+def fla_blocks(model, linear_cls: type) -> list[Block]:
+    from fla.layers.attn import Attention
+    out = []
+    for i, block in enumerate(model.model.layers):
+        mixer = block.attn
+        kind = "linear" if isinstance(mixer, linear_cls) else "softmax" if isinstance(mixer, Attention) else "other"
+        out.append(Block(index=i, kind=kind, module=mixer))
+    return out
+
+
+def softmax_layer_indices(config) -> set[int]:
+    """Blocks an fla config's `attn` setting makes softmax attention (a config object or a dict)."""
+    attn = config.get("attn") if isinstance(config, dict) else getattr(config, "attn", None)
+    if not attn:
+        return set()
+    return {int(i) for spec in ([attn] if isinstance(attn, dict) else attn) for i in spec.get("layers", [])}
+
+
+class FlaAdapter(Adapter):
+    """Base of the fla families whose linear layer has q_proj/k_proj and optional q_conv1d/k_conv1d."""
+    rotations = True
+
+    def linear_class(self) -> type:
+        raise NotImplementedError
+
+    def pruned_config_class(self) -> type:
+        raise NotImplementedError
+
+    def own_config_with_key_dim(self, config, key_dim: int):
+        """The family's own config with every layer at `key_dim`, or None when it cannot say it exactly."""
+        raise NotImplementedError
+
+    # --- structure -------------------------------------------------------------------------------
+    def blocks(self, model) -> list[Block]:
+        return fla_blocks(model, self.linear_class())
+
+    def key_heads(self, layer: nn.Module) -> int:
+        return int(layer.num_heads)
+
+    def value_heads(self, layer: nn.Module) -> int:
+        return int(getattr(layer, "num_v_heads", None) or layer.num_heads)
+
+    def key_dim(self, layer: nn.Module) -> int:
+        return int(layer.head_k_dim)
+
+    def value_dim(self, layer: nn.Module) -> int:
+        return int(layer.head_v_dim)
+
+    def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
+        rows = [ChannelRows("q_proj.weight", "q"), ChannelRows("k_proj.weight", "k")]
+        for role, name in (("q", "q_proj"), ("k", "k_proj")):
+            if getattr(layer, name).bias is not None:
+                rows.append(ChannelRows(f"{name}.bias", role))
+        for role, name in (("q", "q_conv1d"), ("k", "k_conv1d")):
+            conv = getattr(layer, name, None) if getattr(layer, "use_short_conv", False) else None
+            if conv is not None:
+                rows.append(ChannelRows(f"{name}.weight", role, conv=True))
+                if conv.bias is not None:
+                    rows.append(ChannelRows(f"{name}.bias", role, conv=True))
+        return rows
+
+    def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
+        kept = tokens if module.window_size is None else min(tokens, module.window_size)
+        return 2 * module.num_kv_heads * module.head_dim * kept * dtype_bytes   # keys and values
+
+    # --- pruning ---------------------------------------------------------------------------------
+    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
+        from transformers import AutoModelForCausalLM
+        base = {k: v for k, v in model.config.to_dict().items()
+                if k not in ("model_type", "architectures", "head_k_dims", "readout_key_dims")}
+        config = None
+        if readout_key_dims is None and len(set(key_dims)) == 1:
+            config = self.own_config_with_key_dim(base, key_dims[0])
+        if config is None:
+            config = self.pruned_config_class()(**{**base, "head_k_dims": list(key_dims),
+                                                    "readout_key_dims": readout_key_dims})
+        param = next(model.parameters())
+        self.install_routing()
+        return AutoModelForCausalLM.from_config(config).to(device=param.device, dtype=param.dtype).eval()
+
+    def readout_key_dims(self, model) -> list[int]:
+        kept = getattr(model.config, "readout_key_dims", None)
+        return [int(d) for d in kept] if kept is not None else [self.key_dim(a) for a in self.linear_layers(model)]
+
+    # --- devices ---------------------------------------------------------------------------------
+    def install_routing(self) -> None:
+        install_fla_routing()
+
+
+def install_fla_routing() -> None:
+    """fla's linear ops (analysis.backend) plus its softmax-attention entry points, routed by device."""
+    global _routed
+    from analysis import backend
+    backend.install()
+    if _routed:
+        return
+    import fla.layers.attn as fla_attn
+    import fla.modules.rotary.ops as rotary_ops
+
+    real_flash = fla_attn.flash_attn_func
+
+    def flash_attn_func(q, k, v, causal=True, window_size=(-1, -1), **kwargs):
+        if q.is_cuda and real_flash is not None:
+            return real_flash(q, k, v, causal=causal, window_size=window_size, **kwargs)
+        return sdpa_attention(q, k, v, causal=causal, window_left=window_size[0])
+
+    real_rotary = rotary_ops.rotary_embedding
+
+    def rotary_embedding(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0, cu_seqlens=None,
+                         chunk_indices=None):
+        if x.is_cuda:
+            return real_rotary(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, chunk_indices)
+        return rotary_torch(x, cos, sin, interleaved, seqlen_offsets, cu_seqlens)
+
+    fla_attn.flash_attn_func = flash_attn_func
+    rotary_ops.rotary_embedding = rotary_embedding
+    _routed = True
+
+
+def sdpa_attention(q, k, v, causal: bool = True, window_left: int = -1) -> torch.Tensor:
+    """flash_attn_func's semantics in torch: [B,T,H,D] q, [B,S,Hkv,D] k/v (grouped heads), causal aligned to the
+    bottom right (decoding), a sliding window of `window_left` earlier tokens when ≥ 0."""
+    B, T, H, D = q.shape
+    S, Hkv = k.shape[1], k.shape[2]
+    k, v = (x.repeat_interleave(H // Hkv, dim=2) for x in (k, v))
+    i = torch.arange(T, device=q.device)[:, None] + (S - T)
+    j = torch.arange(S, device=q.device)[None, :]
+    allowed = (j <= i) if causal else torch.ones(T, S, dtype=torch.bool, device=q.device)
+    if window_left is not None and window_left >= 0:
+        allowed = allowed & (j >= i - window_left)
+    o = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2).float(), k.transpose(1, 2).float(),
+                                                         v.transpose(1, 2).float(), attn_mask=allowed)
+    return o.transpose(1, 2).to(q.dtype)
+
+
+def rotary_torch(x, cos, sin, interleaved=False, seqlen_offsets=0, cu_seqlens=None) -> torch.Tensor:
+    """fla's rotary embedding (rotary_embedding_ref) at each token's position: x [B,T,H,D], cos/sin [TR, R/2]."""
+    from fla.modules.rotary.ops import rotary_embedding_ref
+    if cu_seqlens is not None:
+        bounds = cu_seqlens.tolist()
+        parts = [rotary_torch(x[:, s:e], cos, sin, interleaved,
+                              seqlen_offsets if isinstance(seqlen_offsets, int) else int(seqlen_offsets[n]))
+                 for n, (s, e) in enumerate(zip(bounds[:-1], bounds[1:]))]
+        return torch.cat(parts, dim=1)
+    T = x.shape[1]
+    if isinstance(seqlen_offsets, int):
+        c, s = cos[seqlen_offsets:seqlen_offsets + T], sin[seqlen_offsets:seqlen_offsets + T]   # [T, R/2]
+    else:
+        pos = seqlen_offsets.to(cos.device)[:, None] + torch.arange(T, device=cos.device)
+        c, s = cos[pos], sin[pos]                                                               # [B, T, R/2]
+    return rotary_embedding_ref(x, c, s, interleaved).to(x.dtype)

@@ -1,0 +1,35 @@
+"""fla Gated DeltaNet (`gated_deltanet`; per-layer pruned `pruned_gated_deltanet`; hybrids via `attn`).
+
+One log-decay per (token, value head); value heads may outnumber key heads (`num_v_heads`): grouped."""
+from __future__ import annotations
+
+from analysis.archs.fla_common import FlaAdapter
+
+
+class GatedDeltaNetAdapter(FlaAdapter):
+    family = "gated_deltanet"
+    label = "Gated DeltaNet"
+    model_types = ("gated_deltanet", "pruned_gated_deltanet")
+    gate = "head"
+    kernel = "gated_delta_rule"
+
+    def linear_class(self) -> type:
+        from fla.layers import GatedDeltaNet
+        return GatedDeltaNet
+
+    def pruned_config_class(self) -> type:
+        from analysis.archs.fla_pruned import PrunedGatedDeltaNetConfig
+        return PrunedGatedDeltaNetConfig
+
+    def own_config_with_key_dim(self, config: dict, key_dim: int):
+        """Gated DeltaNet's config holds the key dim itself (head_dim); the value dim is head_dim·expand_v, so
+        it stays only where expand_v is rescaled to keep it exactly."""
+        from fla.models import GatedDeltaNetConfig
+        head_v = int(config["head_dim"] * config["expand_v"])
+        expand_v = head_v / key_dim
+        if int(key_dim * expand_v) != head_v:
+            return None
+        return GatedDeltaNetConfig(**{**config, "head_dim": key_dim, "expand_v": expand_v})
+
+
+ADAPTER = GatedDeltaNetAdapter()

@@ -1,0 +1,23 @@
+"""fla Gated DeltaNet with grouped value heads: 2 layers, 2 key heads, 4 value heads, dk 16, dv 16."""
+import torch
+
+from family_cases import FamilyCase
+from family_cases.fla_reference import fla_layer_states
+
+
+def make_model():
+    import analysis  # noqa: F401  (CPU path)
+    from fla.models import GatedDeltaNetConfig
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(0)
+    config = GatedDeltaNetConfig(hidden_size=64, num_hidden_layers=2, num_heads=2, num_v_heads=4, head_dim=16,
+                                 expand_v=1.0, vocab_size=512, tie_word_embeddings=True)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def reference_states(model, layer_index, hidden_in):
+    from analysis.models import attention_layers
+    return fla_layer_states(attention_layers(model)[layer_index], hidden_in)
+
+
+CASE = FamilyCase(name="gated_deltanet", make_model=make_model, reference_states=reference_states)

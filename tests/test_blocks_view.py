@@ -1,0 +1,18 @@
+"""Issue 12: a hybrid's Model page lists every block in order, softmax attention with its KV cache, no state."""
+from analysis.models import describe
+from family_cases.fla_hybrid import SOFTMAX_BLOCKS, make_model
+from ui.blocks import blocks_frame, hybrid_note
+
+
+def test_hybrid_blocks_table_and_note():
+    info = describe(make_model())
+    frame = blocks_frame(info)
+    assert list(frame.index) == [0, 1, 2, 3]
+    for block in SOFTMAX_BLOCKS:
+        assert frame.loc[block, "Kind"] == "softmax attention" and "no state; KV cache" in frame.loc[block, "Memory per sequence"]
+    # 2 key/value heads × head_dim 16 (hidden 64 / 4 query heads) × keys and values × 4 bytes (fp32)
+    assert info.blocks[1].kv_cache_bytes_per_token == 2 * 2 * 16 * 4 and "256 B per token" in frame.loc[1, "Memory per sequence"]
+    assert frame.loc[0, "Kind"] == "linear attention (layer 0)" and frame.loc[2, "Kind"] == "linear attention (layer 1)"
+    note = hybrid_note(info)
+    assert "0→0, 1→2" in note and "blocks 1, 3 are softmax attention" in note
+    assert info.kv_cache_bytes_per_token == 2 * 256 and info.layers == 2

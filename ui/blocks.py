@@ -1,0 +1,36 @@
+"""The Model page's block list: every block in order, linear-attention layers with their state, softmax
+attention (hybrids) with its KV cache instead. No streamlit here."""
+from __future__ import annotations
+
+import pandas as pd
+
+KV_TOKENS = 2048  # the context at which a softmax block's KV cache is shown next to its per-token growth
+
+
+def blocks_frame(info) -> pd.DataFrame:
+    rows = []
+    for b in info.blocks:
+        if b.kind == "linear":
+            memory = f"state {b.state_bytes_per_sequence:,} B (fp32, fixed)"
+            shape = f"{b.key_heads} key / {b.value_heads} value heads, dk {b.head_k_dim}, dv {b.head_v_dim}"
+            name = f"linear attention (layer {b.linear_layer})"
+        elif b.kind == "softmax":
+            per_token = b.kv_cache_bytes_per_token
+            memory = (f"no state; KV cache {per_token:,} B per token ({per_token * KV_TOKENS / 2**20:.2f} MiB at "
+                      f"{KV_TOKENS:,} tokens, {info.dtype})")
+            shape, name = "not pruned", "softmax attention"
+        else:
+            memory, shape, name = "", "not analysed", "other mixer"
+        rows.append({"Block": b.block, "Kind": name, "Heads and dims": shape, "Memory per sequence": memory})
+    return pd.DataFrame(rows).set_index("Block")
+
+
+def hybrid_note(info) -> str | None:
+    """For a hybrid, which block each analysed layer is and which blocks are softmax attention; None otherwise."""
+    softmax = [b.block for b in info.blocks if b.kind == "softmax"]
+    if not softmax:
+        return None
+    where = ", ".join(f"{b.linear_layer}→{b.block}" for b in info.blocks if b.kind == "linear")
+    return (f"Hybrid model: layers here count the {info.layers} linear-attention layers (layer→block: {where}); "
+            f"block{'s' if len(softmax) > 1 else ''} {', '.join(map(str, softmax))} "
+            "are softmax attention, with no recurrent state (their KV cache is on the Model page).")
