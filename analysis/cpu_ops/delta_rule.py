@@ -14,12 +14,34 @@ e^{−G_j}, so strong decay cannot overflow.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import torch
 
-# on_chunk(start, states) receives the state after every token of one chunk: states [B, H, c, dk, dv].
-ChunkStatesCallback = Callable[[int, torch.Tensor], None]
+
+class StateSink(Protocol):
+    """Receives the states at the positions it asks for, chunk by chunk; no other state is ever formed."""
+
+    def wanted(self, start: int, stop: int) -> torch.Tensor:
+        """Offsets t − start (int64, ascending) of the tokens in [start, stop) whose state is wanted."""
+
+    def take(self, start: int, offsets: torch.Tensor, states: torch.Tensor) -> None:
+        """states [B, H, len(offsets), dk, dv]: the state after token start + offsets[i]."""
+
+
+def states_at(S0: torch.Tensor, G: torch.Tensor, decay: torch.Tensor, k: torch.Tensor, U: torch.Tensor,
+              idx: torch.Tensor) -> torch.Tensor:
+    """States after the chunk's tokens idx only: S_t = e^{G_t} S_0 + Σ_{j≤t} Γ_tj k_j u_jᵀ.
+
+    S0 [B,H,dk,dv] (state entering the chunk); k [B,H,C,dk]; U [B,H,C,dv]; G [B,H,C] and Γ [B,H,C,C] for a
+    per-head gate, or G [B,H,C,dk] and Γ [B,H,C,C,dk] for a per-key-channel one (Γ acts on k's channels).
+    Costs P·C·dk·dv for P = len(idx) instead of C·C·dk·dv for every token.
+    """
+    G_t, decay_t = G[:, :, idx], decay[:, :, idx]                  # [B,H,P(,dk)], [B,H,P,C(,dk)]
+    if G_t.dim() == 3:                                              # per-head gate: same for every channel
+        G_t, decay_t = G_t[..., None], decay_t[..., None]
+    weighted_keys = decay_t * k[:, :, None]                         # [B,H,P,C,dk]: Γ_tj k_j
+    return G_t.exp()[..., None] * S0[:, :, None] + weighted_keys.transpose(-1, -2) @ U[:, :, None]
 
 
 def chunked_delta_rule(
@@ -31,11 +53,12 @@ def chunked_delta_rule(
     scale: float | None = None,
     initial_state: torch.Tensor | None = None,
     chunk_size: int = 64,
-    on_chunk: ChunkStatesCallback | None = None,
+    sink: StateSink | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q, k [B,T,H,dk]; v [B,T,H,dv]; beta, g [B,T,H]; initial_state [B,H,dk,dv].
 
-    Returns o [B,T,H,dv] and the final state [B,H,dk,dv], both float32.
+    Returns o [B,T,H,dv] and the final state [B,H,dk,dv], both float32. A `sink` receives the states
+    at the positions it wants (see StateSink), formed without gradient.
     """
     B, T, H, dk = k.shape
     dv = v.shape[-1]
@@ -72,11 +95,12 @@ def chunked_delta_rule(
     for n in range(n_chunks):
         U = U_tilde[:, :, n] - W[:, :, n] @ S
         outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
-        if on_chunk is not None:
-            valid = min(C, T - n * C)
-            states = (G[:, :, n, :, None, None].exp() * S[:, :, None]
-                      + torch.einsum("bhtj,bhjk,bhjv->bhtkv", decay[:, :, n], k[:, :, n], U))
-            on_chunk(n * C, states[:, :, :valid])
+        if sink is not None:
+            offsets = torch.as_tensor(sink.wanted(n * C, min(T, (n + 1) * C)), dtype=torch.long)
+            if len(offsets):
+                with torch.no_grad():
+                    idx = offsets.to(k.device)
+                    sink.take(n * C, offsets, states_at(S, G[:, :, n], decay[:, :, n], k[:, :, n], U, idx))
         S = G[:, :, n, -1, None, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
     o = torch.stack(outs, dim=2).reshape(B, H, n_chunks * C, dv)[:, :, :T]
     return scale * o.transpose(1, 2), S
