@@ -26,6 +26,7 @@ class LayerTrace:
     final_state: torch.Tensor | None = None                          # [B, H, dk, dv]
     states: torch.Tensor | None = None                               # [B, H, P, dk, dv] when kept
     keys: torch.Tensor | None = None                                 # [B, H, n, dk] last keys, as the kernel sees them
+    every_token: dict[str, torch.Tensor] | None = None               # analysis.rank_trace.utilization_trace, if asked
 
 
 @dataclass
@@ -70,6 +71,7 @@ class _LayerCollector:
         self.pending_count = 0
         self.final = None
         self.keys = None
+        self.every_token = None
 
     def wanted(self, start: int, stop: int) -> torch.Tensor:
         lo, hi = torch.searchsorted(self.positions, torch.tensor([start, stop])).tolist()
@@ -99,18 +101,24 @@ class _LayerCollector:
             if self.metric_parts else {}
         states = torch.cat(self.state_parts, dim=2) if self.state_parts else None
         final = None if self.final is None else self.final.cpu()
-        return LayerTrace(metrics=metrics, final_state=final, states=states, keys=self.keys)
+        return LayerTrace(metrics=metrics, final_state=final, states=states, keys=self.keys,
+                          every_token=self.every_token)
 
 
 def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions=None,
                    keep_states: bool = False, compute_metrics: bool = True, tau: float = 1e-3,
-                   keep_keys: int = 0) -> StateTrace:
-    """Run `model` on equal-length sequences `input_ids` [B, T] and trace every layer's states."""
+                   keep_keys: int = 0, every_token: bool = False) -> StateTrace:
+    """Run `model` on equal-length sequences `input_ids` [B, T] and trace every layer's states.
+
+    every_token: also the rank utilization after every token (analysis.rank_trace), from the same pass.
+    """
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise AnalysisError("input_ids must be a non-empty [batch, tokens] tensor of token ids.")
     batch, n_tokens = input_ids.shape
     chosen = select_positions(n_tokens, stride, positions)
     attns = attention_layers(model)
+    if every_token:  # numba loads only when asked for
+        from analysis.rank_trace import utilization_trace
     collectors = [_LayerCollector(chosen, keep_states, compute_metrics, tau) for _ in attns]
     calling = {"layer": None}
     hooks = [attn.register_forward_pre_hook(lambda _m, _a, i=i: calling.update(layer=i))
@@ -122,6 +130,8 @@ def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions
             raise AnalysisError("State collection needs whole, unpadded sequences without a prior cache.")
         if keep_keys:
             collector.keys = inputs.k[:, -keep_keys:].transpose(1, 2).cpu()
+        if every_token:
+            collector.every_token = utilization_trace(inputs)
         return collector  # the recurrence feeds it the requested states, then the final state
 
     device = next(model.parameters()).device

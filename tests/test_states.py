@@ -76,3 +76,20 @@ def test_cpu_collection_runs_the_recurrence_once_and_forms_only_requested_states
     full = collect_states(model, ids, stride=1, keep_states=True)
     for layer, ref in zip(trace.layers, full.layers):
         assert torch.allclose(layer.states, ref.states[:, :, trace.positions], atol=1e-6)
+
+
+def test_every_token_trace_comes_from_the_same_single_pass(monkeypatch):
+    """`rank --every-token` needs one forward: the dense trace rides on collect_states' pass and equals
+    collect_utilization_trace's own."""
+    from analysis import backend
+    from analysis.rank_trace import collect_utilization_trace
+    model = build_tiny("gated_deltanet")
+    ids = torch.randint(0, 8192, (2, 90), generator=torch.Generator().manual_seed(4))
+    alone = collect_utilization_trace(model, ids)
+    runs = []
+    real_rule = backend.chunked_delta_rule
+    monkeypatch.setattr(backend, "chunked_delta_rule", lambda *a, **k: runs.append(1) or real_rule(*a, **k))
+    trace = collect_states(model, ids, stride=30, every_token=True)
+    assert len(runs) == len(trace.layers)
+    for layer, ref in zip(trace.layers, alone):
+        assert torch.equal(layer.every_token["rank_utilization"], ref["rank_utilization"])

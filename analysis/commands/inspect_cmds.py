@@ -27,12 +27,11 @@ def run_models(args) -> None:
 def run_rank(args) -> None:
     model, tokenizer, meta = load(args)
     ids, label = text_batch(args, tokenizer, model)
-    trace = collect_states(model, ids, stride=args.stride)
+    trace = collect_states(model, ids, stride=args.stride, every_token=args.every_token)  # one forward pass
     report = rank_report(trace, {**meta, "dataset": label, "stride": args.stride})
-    if args.every_token:  # numba loads only here, not on every CLI start
-        from analysis.rank_trace import collect_utilization_trace
+    if args.every_token:
         from analysis.spectral_tracker import DEFAULT_TOL
-        report["every_token"] = every_token_report(collect_utilization_trace(model, ids), DEFAULT_TOL)
+        report["every_token"] = every_token_report([layer.every_token for layer in trace.layers], DEFAULT_TOL)
     lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {args.batch}×{args.tokens} tokens",
              "layer  head  rank_util  stable_rank  eff_rank  energy_rank"]
     for layer in report["layers"]:
