@@ -32,7 +32,7 @@ def run_rank(args) -> None:
     if args.every_token:
         from analysis.spectral_tracker import DEFAULT_TOL
         report["every_token"] = every_token_report([layer.every_token for layer in trace.layers], DEFAULT_TOL)
-    lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {args.batch}×{args.tokens} tokens",
+    lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {ids.shape[0]}×{ids.shape[1]} tokens",
              "layer  head  rank_util  stable_rank  eff_rank  energy_rank"]
     for layer in report["layers"]:
         for h in layer["heads"]:
@@ -57,7 +57,7 @@ def run_noise(args) -> None:
                            keep_keys=args.keys)
     snrs = args.snr
     report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed)
-    report = {**meta, "dataset": label, "tokens": args.tokens, "batch": args.batch, **report}
+    report = {**meta, "dataset": label, "tokens": ids.shape[1], "batch": ids.shape[0], **report}
     emit(args, report, "\n".join(_noise_lines(report, meta, label, snrs)))
 
 
