@@ -9,7 +9,8 @@ repeat and side by side so the host's noise falls on all alike:
   every-token  (with --every-token) that plus the rank utilization after every token from the same
                pass (`collect_states(..., every_token=True)`), what `rank --every-token` runs.
 Each family runs in its own child process, so its peak RSS is its own; the target is ≤ 1.5 × the fp32
-weight bytes + 1 GB. Ratios are medians over repeats (spread as min–max). Last line:
+weight bytes + 1 GB. Ratios are medians of wall time over repeats (spread as min–max), with the ratio of
+CPU time (process_time, all threads) beside them: on a shared host it is less swayed by other jobs. Last line:
 `rank_overhead_vs_forward: X` (the worst family's rank/forward ratio).
 
 Usage: `python benchmarks/rank_scale.py [--every-token] [--tokens 2048 --layers 24 --repeats 3]`
@@ -61,15 +62,17 @@ def measure(family: str, args) -> dict:
         collect_states(model, ids[:, :8], every_token=True)  # load (or compile) the numba kernel once, not timed
         runs["every-token"] = lambda: collect_states(model, ids, stride=args.stride, every_token=True)
     times = {name: [] for name in runs}
+    cpu_times = {name: [] for name in runs}
     with torch.no_grad():
         model(ids[:, :64], use_cache=False)  # warm-up: first-call allocations
         for _ in range(args.repeats):
             for name, run in runs.items():
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 run()
                 times[name].append(time.perf_counter() - t0)
+                cpu_times[name].append(time.process_time() - c0)
     return {"family": family, "parameters": params, "weight_bytes_fp32": 4 * params, "peak_rss": peak_rss(),
-            "times": times, "threads": torch.get_num_threads()}
+            "times": times, "cpu_times": cpu_times, "threads": torch.get_num_threads()}
 
 
 def median(xs: list[float]) -> float:
@@ -83,9 +86,12 @@ def report(r: dict, args) -> float:
     print(f"{r['family']}: {r['parameters'] / 1e6:.0f} M parameters, {args.layers} layers, 1×{args.tokens} random "
           f"token ids, stride {args.stride}, CPU float32, {r['threads']} threads, {args.repeats} repeats")
     fwd = median(t["forward"])
+    cpu = r.get("cpu_times", {})
     for name, xs in t.items():
         ratio = "" if name == "forward" else f"  → {median(xs) / fwd:.2f}× forward"
-        print(f"  {name:12s} {median(xs):8.2f} s  [{min(xs):.2f}–{max(xs):.2f}]{ratio}")
+        if name in cpu and name != "forward":  # CPU seconds: less swayed by other jobs on a shared host
+            ratio += f" (CPU time {median(cpu[name]) / median(cpu['forward']):.2f}×)"
+        print(f"  {name:12s} {median(xs):8.2f} s  [{min(xs):.2f}–{max(xs):.2f}] wall{ratio}")
     limit = 1.5 * r["weight_bytes_fp32"] + gb
     print(f"  peak RSS {r['peak_rss'] / gb:.2f} GB; fp32 weights {r['weight_bytes_fp32'] / gb:.2f} GB; "
           f"target ≤ 1.5 × weights + 1 GB = {limit / gb:.2f} GB: {'met' if r['peak_rss'] <= limit else 'NOT met'}")
