@@ -5,7 +5,10 @@ points that DeltaNet and Gated DeltaNet reach: the two recurrences (looked up as
 layer files at call time), the fused-qkv conv of Gated DeltaNet, ShortConvolution, RMSNorm,
 FusedRMSNormGated, SwiGLU and the fused cross-entropy. Each wrapper checks the tensor's device and
 calls fla's untouched original for CUDA. An optional observer sees the prepared recurrence inputs on
-both devices, which is how `analysis.states` collects per-token states.
+both devices, which is how `analysis.states` collects per-token states: an observer that returns a
+`StateSink` gets the states at the positions it asks for, then `finish(final_state)`. On CPU they come
+from the forward's own chunked recurrence (one pass); on CUDA, where fla's kernel runs the forward and
+keeps no per-token state, from a torch replay of the same inputs on the GPU.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import torch
 
 from analysis.cpu_ops import conv as conv_ops
 from analysis.cpu_ops import norms
-from analysis.cpu_ops.delta_rule import chunked_delta_rule
+from analysis.cpu_ops.delta_rule import StateSink, chunked_delta_rule
 
 L2_EPS = 1e-6  # fla's in-kernel l2norm: x / sqrt(Σx² + 1e-6)
 
@@ -39,13 +42,14 @@ class RecurrenceInputs:
     k_raw: torch.Tensor | None = None
 
 
-_observer: contextvars.ContextVar[Callable[[RecurrenceInputs], None] | None] = \
+_observer: contextvars.ContextVar[Callable[[RecurrenceInputs], object] | None] = \
     contextvars.ContextVar("recurrence_observer", default=None)
 
 
 @contextlib.contextmanager
-def observe_recurrences(callback: Callable[[RecurrenceInputs], None]):
-    """Call `callback(inputs)` for every recurrence op a forward pass runs (CPU or CUDA)."""
+def observe_recurrences(callback: Callable[[RecurrenceInputs], object]):
+    """Call `callback(inputs)` for every recurrence op a forward pass runs (CPU or CUDA); when it returns a
+    StateSink (with `finish(final_state)`), that sink receives the states it asks for."""
     token = _observer.set(callback)
     try:
         yield
@@ -105,17 +109,18 @@ def _kda_gate(g, A_log, dt_bias, lower_bound) -> torch.Tensor:
     return -A_log.float().view(heads, 1).exp() * torch.nn.functional.softplus(g)
 
 
-def run_recurrence(r: RecurrenceInputs, on_chunk=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Chunked recurrence over prepared inputs; packed sequences (cu_seqlens) run one by one."""
+def run_recurrence(r: RecurrenceInputs, sink: StateSink | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunked recurrence over prepared inputs; packed sequences (cu_seqlens) run one by one (no sink)."""
     if r.cu_seqlens is None:
-        return chunked_delta_rule(r.q, r.k, r.v, r.beta, r.g, r.scale, r.initial_state, on_chunk=on_chunk)
+        return chunked_delta_rule(r.q, r.k, r.v, r.beta, r.g, r.scale, r.initial_state, sink=sink)
+    if sink is not None:
+        raise ValueError("per-token states of packed sequences (cu_seqlens) are not supported")
     outs, finals = [], []
     bounds = r.cu_seqlens.tolist()
     for n, (s, e) in enumerate(zip(bounds[:-1], bounds[1:])):
         cut = (lambda x: None if x is None else x[:, s:e])
         h0 = None if r.initial_state is None else r.initial_state[n:n + 1]
-        cb = None if on_chunk is None else (lambda start, st, n=n: on_chunk(start, st, sequence=n))
-        o, S = chunked_delta_rule(cut(r.q), cut(r.k), cut(r.v), cut(r.beta), cut(r.g), r.scale, h0, on_chunk=cb)
+        o, S = chunked_delta_rule(cut(r.q), cut(r.k), cut(r.v), cut(r.beta), cut(r.g), r.scale, h0)
         outs.append(o)
         finals.append(S)
     return torch.cat(outs, dim=1), torch.cat(finals)
@@ -123,19 +128,31 @@ def run_recurrence(r: RecurrenceInputs, on_chunk=None) -> tuple[torch.Tensor, to
 
 def _torch_recurrence(q, k, v, *, output_final_state=False, state_v_first=False, **kwargs):
     r = prepare(q, k, v, state_v_first=state_v_first, **kwargs)
-    _notify(r)
-    o, S = run_recurrence(r)
+    sink = _notify(r)
+    o, S = run_recurrence(r, sink)  # the observer's states come from this very pass: no replay on CPU
+    if sink is not None:
+        sink.finish(S.detach())
     if state_v_first:
         S = S.transpose(-1, -2)
     return o.to(v.dtype), (S.contiguous() if output_final_state else None)
 
 
-def _notify(r: RecurrenceInputs) -> None:
+def _notify(r: RecurrenceInputs) -> StateSink | None:
+    """Tell the observer (if any); returns the StateSink it asks to be fed, if it returned one."""
     callback = _observer.get()
-    if callback is not None:
-        with torch.no_grad():
-            callback(RecurrenceInputs(**{f: (getattr(r, f).detach() if torch.is_tensor(getattr(r, f))
-                                             else getattr(r, f)) for f in r.__dataclass_fields__}))
+    if callback is None:
+        return None
+    with torch.no_grad():
+        sink = callback(RecurrenceInputs(**{f: (getattr(r, f).detach() if torch.is_tensor(getattr(r, f))
+                                                else getattr(r, f)) for f in r.__dataclass_fields__}))
+    return sink if hasattr(sink, "wanted") else None
+
+
+def _replay(r: RecurrenceInputs, sink: StateSink) -> None:
+    """CUDA: fla's kernel keeps no per-token state, so the sink's states come from a torch replay of its inputs."""
+    with torch.no_grad():
+        _, S = run_recurrence(r, sink)
+    sink.finish(S)
 
 
 def _by_device(fla_op):
@@ -147,7 +164,10 @@ def _by_device(fla_op):
         bound.update(bound.pop("kwargs", {}))
         if bound["q"].is_cuda:
             if _observer.get() is not None:
-                _notify(prepare(**bound))
+                r = prepare(**bound)
+                sink = _notify(r)
+                if sink is not None:
+                    _replay(r, sink)
             return fla_op(*args, **kwargs)
         return _torch_recurrence(**bound)
     op.__wrapped__ = fla_op

@@ -1,4 +1,5 @@
-"""Calibration statistics for channel importance, gathered from train-split batches only.
+"""Calibration statistics for channel importance, gathered from train-split batches only (recall models:
+synthetic recall sequences).
 
 One no-grad forward pass records, per layer: the feature-wise RMS of the attention input (Wanda's
 ‖X_j‖), the post-convolution query/key activations that enter the recurrence (pre-l2norm, as DRRQR
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from analysis import data
+from analysis import inputs
 from analysis.backend import observe_recurrences
 from analysis.errors import AnalysisError
 from analysis.models import attention_layers, linear_layers
@@ -70,12 +71,14 @@ def _check_enough(model, attns, input_ids: torch.Tensor) -> None:
 
 
 def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed: int = 0,
-              input_ids: torch.Tensor | None = None) -> Calibration:
-    """Collect statistics on `n_sequences` random train-split windows (or the given ids)."""
+              input_ids: torch.Tensor | None = None, label: str | None = None) -> Calibration:
+    """Collect statistics on `n_sequences` random train-split windows (a recall model: recall sequences of
+    the seed; see analysis.inputs.calibration_batch), or on the given ids described by `label`."""
     if input_ids is None:
         if n_sequences < 1 or seq_len < 2:
             raise AnalysisError("Calibration needs at least one sequence of at least two tokens.")
-        input_ids = data.calibration_batches(tokenizer, n_sequences, seq_len, seed=seed)
+        batch = inputs.calibration_batch(model, tokenizer, n_sequences, seq_len, seed)
+        input_ids, label = batch.ids, batch.label
     attns = attention_layers(model)
     _check_enough(model, attns, input_ids)
     sq = [0.0] * len(attns)
@@ -116,7 +119,7 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
         layers.append(LayerStats(input_rms=(sq[i] / n_tokens).sqrt().cpu(), q_acts=torch.cat(q_parts[i]),
                                  k_acts=torch.cat(k_parts[i]), key_mean=mean.float(),
                                  key_cov=((s2 - n * torch.einsum("hi,hj->hij", mean, mean)) / max(1, n - 1)).float()))
-    label = f"{input_ids.shape[0]}×{input_ids.shape[1]} tokens of the Shakespeare train split"
+    label = label or f"{input_ids.shape[0]}×{input_ids.shape[1]} tokens given by the caller"
     return Calibration(input_ids=input_ids, layers=layers, label=label, _model=model)
 
 

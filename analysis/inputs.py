@@ -1,4 +1,5 @@
-"""Turn what a user names (a bundled split, a text file, pasted text) into labelled token batches.
+"""Turn what a user names (a bundled split, a text file, pasted text) into labelled token batches, and
+choose what a model reads: text, or for a recall model its own synthetic recall sequences.
 
 Only as much text as the batch needs is read and tokenised: a prefix that grows until it holds enough
 tokens, cut where a word meets whitespace (the byte-level BPE never merges across that boundary, so the
@@ -10,11 +11,13 @@ import codecs
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from analysis import data
 from analysis.errors import AnalysisError, count
+from analysis.recall import RecallTask, recall_batch
 
 FIRST_READ = 64 * 1024          # bytes of a file read up front to check that it is text
 MAX_BAD_FRACTION = 0.01         # more undecodable bytes than this (or any NUL) and it is not a text file
@@ -135,3 +138,64 @@ def token_batch(tokenizer, source: TextSource, tokens: int, batch: int = 1, voca
         raise AnalysisError(f"The tokenizer produces ids up to {int(ids.max())} but the model's vocabulary has "
                             f"{vocab_size} entries; use the tokenizer the model was trained with.")
     return ids.reshape(batch, tokens)
+
+
+# What a given model reads: language models read text through their tokenizer; recall models (trained by
+# `python -m analysis train --task recall`, no tokenizer) read synthetic recall sequences of their own task.
+# The CLI and the dashboard both choose here, so they feed a model the same thing and label it the same way.
+
+@dataclass
+class ModelBatch:
+    ids: torch.Tensor           # [sequences, tokens]
+    label: str                  # what was really read, e.g. "synthetic recall sequences (16 pairs, …, seed 0)"
+    warning: str | None = None  # e.g. a few bytes of a text file that were not UTF-8
+
+
+def recall_task(model_or_dir) -> RecallTask | None:
+    """The recall task a model (or model directory) was trained on, from its training.json; None for a
+    language model (no training.json, another task, or one that cannot be read)."""
+    from analysis.recall_eval import task_of
+    source = model_or_dir if isinstance(model_or_dir, (str, Path)) else getattr(model_or_dir, "analysis_source", None)
+    if source is None:
+        return None
+    try:
+        return task_of(SimpleNamespace(analysis_source=str(source)))
+    except (AnalysisError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def recall_label(task: RecallTask, seed: int) -> str:
+    return f"synthetic recall sequences ({task.n_pairs} pairs, {task.n_keys} keys, seed {seed})"
+
+
+def model_batch(model, tokenizer, tokens: int, sequences: int, *, text_file: str | None = None,
+                split: str | None = None, text: str | None = None, seed: int = 0,
+                what: str | None = None, advice: str = "use fewer tokens or sequences") -> ModelBatch:
+    """`sequences` × `tokens` ids of the named text, or for a recall model `sequences` recall sequences of
+    its task (their length is the task's; `seed` draws them), after checking the forward pass fits."""
+    from analysis import limits
+    task = recall_task(model)
+    name = getattr(model, "analysis_name", "this model")
+    if task is not None and (text_file is not None or text is not None):
+        raise AnalysisError(f"{name} is an associative-recall model without a tokenizer: it reads its own recall "
+                            "sequences, not text; leave out the text to analyse it on those.")
+    length = task.seq_len if task is not None else int(tokens)
+    limits.check_forward(model, int(sequences), length, what or f"Running {name} on {int(sequences)} sequences",
+                         advice)
+    if task is not None:
+        ids, _ = recall_batch(task, int(sequences), torch.Generator().manual_seed(int(seed)))
+        return ModelBatch(ids, recall_label(task, seed))
+    source = resolve_text(text_file=text_file, split=split, text=text)
+    ids = token_batch(tokenizer, source, int(tokens), int(sequences), vocab_size=model.config.vocab_size)
+    return ModelBatch(ids, source.label, source.warning)
+
+
+def calibration_batch(model, tokenizer, n_sequences: int, seq_len: int, seed: int = 0) -> ModelBatch:
+    """Calibration ids: random train-split windows, or for a recall model recall sequences of the seed
+    (their length is the task's); the label says which."""
+    task = recall_task(model)
+    if task is not None:
+        ids, _ = recall_batch(task, int(n_sequences), torch.Generator().manual_seed(int(seed)))
+        return ModelBatch(ids, f"{ids.shape[0]}×{ids.shape[1]} tokens of synthetic recall sequences (seed {seed})")
+    ids = data.calibration_batches(tokenizer, n_sequences, seq_len, seed=seed)
+    return ModelBatch(ids, f"{ids.shape[0]}×{ids.shape[1]} tokens of the Shakespeare train split")

@@ -1,7 +1,15 @@
 """Spectral metrics of recurrent states S in R^{dk x dv} (fla's K-first convention).
 
-Every metric is a function of the singular values s1 >= ... >= sm (m = min(dk, dv)), taken with one
-batched `torch.linalg.svdvals` call over all leading dims, in float64.
+Every metric is a function of the singular values s1 >= ... >= sm (m = min(dk, dv)), taken in float64
+with one batched call over all leading dims, by the cheapest exact route for the input:
+- float64 input: `torch.linalg.svdvals` (full accuracy, every singular value to ~1e-16·s1);
+- lower-precision input (the float32 states of a forward pass): `eigvalsh` of the smaller Gram matrix
+  (S Sᵀ or Sᵀ S) in float64, s_i = sqrt(max(λ_i, 0)). Its absolute error, ~sqrt(m·eps64)·s1 ≈ 1e-7·s1 at
+  worst for s_i near 0 (relative ~1e-14·(s1/s_i)² above), is at the level of the input's own float32
+  rounding and four orders below the numerical rank's default threshold τ = 1e-3 (an eigenvalue ratio of
+  1e-6). Measured on 128×128 states (the 340M/1.3B fla shape), 48 per call, median of 7, one thread, on a
+  shared 2-core host: svdvals 1.45 ms per matrix, Gram + eigvalsh 0.97 ms (1.5× faster); with two threads
+  on the busy host svdvals 19 ms vs 6 ms. `method="svd"` or `"gram"` forces either route.
 
 Conventions:
 - zero state (S == 0): every rank, the utilization, the condition number and both norms are 0
@@ -80,16 +88,33 @@ def out_dtype(S: torch.Tensor) -> torch.dtype:
     return torch.float64 if S.dtype == torch.float64 else torch.float32
 
 
-def spectral_metrics(S: torch.Tensor, tau: float = 1e-3, energy: float = 0.95) -> dict[str, torch.Tensor]:
+METHODS = ("auto", "svd", "gram")
+
+
+def singular_values(X: torch.Tensor, method: str) -> torch.Tensor:
+    """Descending singular values [..., m] of a finite float64 X [..., dk, dv] (see the module docstring)."""
+    if method == "svd":
+        return torch.linalg.svdvals(X)
+    gram = X @ X.mT if X.shape[-2] <= X.shape[-1] else X.mT @ X      # the smaller one: m × m
+    return torch.linalg.eigvalsh(gram).flip(-1).clamp(min=0).sqrt()  # ascending → descending; rounding < 0 → 0
+
+
+def spectral_metrics(S: torch.Tensor, tau: float = 1e-3, energy: float = 0.95,
+                     method: str = "auto") -> dict[str, torch.Tensor]:
     """Rank metrics of S [..., dk, dv] → dict of [...] tensors (plus `singular_values` [..., m]).
 
-    tau: relative threshold of the numerical rank (s_i > tau·s1); energy: fraction for the energy rank.
+    tau: relative threshold of the numerical rank (s_i > tau·s1); energy: fraction for the energy rank;
+    method: "auto" (svd for float64 input, the float64 Gram otherwise), "svd" or "gram".
     """
     S = check_state(S)
     if not 0.0 <= tau < 1.0:
         raise AnalysisError(f"tau must be in [0, 1), got {tau}.")
     if not 0.0 < energy <= 1.0:
         raise AnalysisError(f"energy must be in (0, 1], got {energy}.")
+    if method not in METHODS:
+        raise AnalysisError(f"method must be one of {', '.join(METHODS)}, got {method!r}.")
+    if method == "auto":
+        method = "svd" if S.dtype == torch.float64 else "gram"
     m = min(S.shape[-2], S.shape[-1])
     X = S.detach().to(torch.float64)
 
@@ -101,7 +126,7 @@ def spectral_metrics(S: torch.Tensor, tau: float = 1e-3, energy: float = 0.95) -
         warnings.warn(f"{n_bad} of {finite.numel()} state matrices contain NaN or Inf; their metrics are NaN.",
                       NonFiniteStateWarning, stacklevel=2)
 
-    s = torch.linalg.svdvals(X)  # [..., m], descending
+    s = singular_values(X, method)  # [..., m], descending
     s1 = s[..., 0]
     zero = s1 == 0
     one = torch.ones((), dtype=s.dtype, device=s.device)

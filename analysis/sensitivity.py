@@ -165,13 +165,8 @@ class _Measure:
 
 
 def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None):
-    """Train-split windows (recall models: synthetic sequences of the calibration seed)."""
-    if task is None:
-        return calibrate(model, tokenizer, s.calib_sequences, s.calib_tokens, s.seed)
-    ids, _ = recall_batch(task, s.calib_sequences, torch.Generator().manual_seed(s.seed))
-    calib = calibrate(model, None, input_ids=ids)
-    calib.label = f"{ids.shape[0]}×{ids.shape[1]} tokens of synthetic recall sequences (seed {s.seed})"
-    return calib
+    """Train-split windows (recall models: synthetic sequences of the calibration seed; calibrate chooses)."""
+    return calibrate(model, tokenizer, s.calib_sequences, s.calib_tokens, s.seed)
 
 
 def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,

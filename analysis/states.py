@@ -1,9 +1,11 @@
 """Per-layer, per-head recurrent states of a forward pass, with metrics computed as the states stream by.
 
 The model runs normally (torch path on CPU, fla's kernels on CUDA). An observer on the recurrence op
-receives each layer's prepared inputs and replays the chunked recurrence, which yields the state after
-every token one chunk at a time; only the requested positions are kept, and by default only their
-spectral metrics, so memory stays bounded by one chunk of states per layer. States are K-first
+receives each layer's prepared inputs and returns a per-layer collector (a StateSink): the chunked
+recurrence forms the states at the requested positions only and hands them over chunk by chunk — on
+CPU from the forward's own recurrence, on CUDA from a torch replay of the kernel's inputs. By default
+only their spectral metrics are kept (computed in batches of at most METRIC_BATCH states), so memory
+stays bounded by one batch of states per layer. States are K-first
 [dk, dv] for both models (Gated DeltaNet's V-first cache is transposed) and include the decay gate.
 """
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from analysis.backend import observe_recurrences, run_recurrence
+from analysis.backend import observe_recurrences
 from analysis.errors import AnalysisError
 from analysis.models import attention_layers
 from analysis.rank import spectral_metrics
@@ -24,6 +26,7 @@ class LayerTrace:
     final_state: torch.Tensor | None = None                          # [B, H, dk, dv]
     states: torch.Tensor | None = None                               # [B, H, P, dk, dv] when kept
     keys: torch.Tensor | None = None                                 # [B, H, n, dk] last keys, as the kernel sees them
+    every_token: dict[str, torch.Tensor] | None = None               # analysis.rank_trace.utilization_trace, if asked
 
 
 @dataclass
@@ -53,58 +56,86 @@ def select_positions(n_tokens: int, stride: int = 1, positions=None) -> list[int
     return sorted(set(range(0, n_tokens, int(stride))) | {n_tokens - 1})
 
 
+METRIC_BATCH = 512  # states per spectral_metrics call: big enough to batch well, 32 MB at 128×128 fp32
+
+
 class _LayerCollector:
+    """One layer's StateSink: asks for the chosen positions, keeps their metrics (and states if asked)."""
+
     def __init__(self, positions: list[int], keep_states: bool, compute_metrics: bool, tau: float):
-        self.positions = torch.tensor(positions)
+        self.positions = torch.tensor(positions, dtype=torch.long)
         self.keep_states, self.compute_metrics, self.tau = keep_states, compute_metrics, tau
         self.metric_parts: list[dict] = []
         self.state_parts: list[torch.Tensor] = []
+        self.pending: list[torch.Tensor] = []   # states whose metrics are not computed yet
+        self.pending_count = 0
         self.final = None
         self.keys = None
+        self.every_token = None
 
-    def on_chunk(self, start: int, states: torch.Tensor) -> None:
-        idx = self.positions[(self.positions >= start) & (self.positions < start + states.shape[2])] - start
-        if len(idx) == 0:
-            return
-        chosen = states[:, :, idx.to(states.device)]
+    def wanted(self, start: int, stop: int) -> torch.Tensor:
+        lo, hi = torch.searchsorted(self.positions, torch.tensor([start, stop])).tolist()
+        return self.positions[lo:hi] - start
+
+    def take(self, start: int, offsets: torch.Tensor, states: torch.Tensor) -> None:
         if self.compute_metrics:
-            self.metric_parts.append({k: v.cpu() for k, v in spectral_metrics(chosen, tau=self.tau).items()})
+            self.pending.append(states)
+            self.pending_count += states.shape[:3].numel()
+            if self.pending_count >= METRIC_BATCH:
+                self._flush()
         if self.keep_states:
-            self.state_parts.append(chosen.cpu())
+            self.state_parts.append(states.cpu())
+
+    def finish(self, final_state: torch.Tensor) -> None:
+        self.final = final_state
+        self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            chosen = torch.cat(self.pending, dim=2)
+            self.pending, self.pending_count = [], 0
+            self.metric_parts.append({k: v.cpu() for k, v in spectral_metrics(chosen, tau=self.tau).items()})
 
     def result(self) -> LayerTrace:
         metrics = {k: torch.cat([p[k] for p in self.metric_parts], dim=2) for k in self.metric_parts[0]} \
             if self.metric_parts else {}
         states = torch.cat(self.state_parts, dim=2) if self.state_parts else None
         final = None if self.final is None else self.final.cpu()
-        return LayerTrace(metrics=metrics, final_state=final, states=states, keys=self.keys)
+        return LayerTrace(metrics=metrics, final_state=final, states=states, keys=self.keys,
+                          every_token=self.every_token)
 
 
 def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions=None,
                    keep_states: bool = False, compute_metrics: bool = True, tau: float = 1e-3,
-                   keep_keys: int = 0, progress=None) -> StateTrace:
+                   keep_keys: int = 0, every_token: bool = False, progress=None) -> StateTrace:
     """Run `model` on equal-length sequences `input_ids` [B, T] and trace every layer's states.
 
-    progress(layers_done, layers) is called as each layer's states are traced."""
+    every_token: also the rank utilization after every token (analysis.rank_trace), from the same pass.
+    progress(layers_done, layers) is called as each layer's states are traced.
+    """
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise AnalysisError("input_ids must be a non-empty [batch, tokens] tensor of token ids.")
     batch, n_tokens = input_ids.shape
     chosen = select_positions(n_tokens, stride, positions)
     attns = attention_layers(model)
+    if every_token:  # numba loads only when asked for
+        from analysis.rank_trace import utilization_trace
     collectors = [_LayerCollector(chosen, keep_states, compute_metrics, tau) for _ in attns]
     calling = {"layer": None}
     hooks = [attn.register_forward_pre_hook(lambda _m, _a, i=i: calling.update(layer=i))
              for i, attn in enumerate(attns)]
 
-    def observe(inputs) -> None:
+    def observe(inputs) -> _LayerCollector:
         collector = collectors[calling["layer"]]
         if inputs.initial_state is not None or inputs.cu_seqlens is not None:
             raise AnalysisError("State collection needs whole, unpadded sequences without a prior cache.")
-        _, collector.final = run_recurrence(inputs, on_chunk=collector.on_chunk)
         if keep_keys:
             collector.keys = inputs.k[:, -keep_keys:].transpose(1, 2).cpu()
+        if every_token:
+            collector.every_token = utilization_trace(inputs)
         if progress:
             progress(calling["layer"] + 1, len(attns))
+        return collector  # the recurrence feeds it the requested states, then the final state
 
     device = next(model.parameters()).device
     try:

@@ -64,7 +64,7 @@ def forward_tokens_per_s(model, ids, token_loop: bool = False) -> float:
     """Best of 3 no-grad forwards; `token_loop` swaps the chunked recurrence for the per-token loop."""
     from analysis import backend
     from analysis.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
-    backend.chunked_delta_rule = (lambda *a, on_chunk=None, **k: recurrent_delta_rule(*a, **k)) if token_loop \
+    backend.chunked_delta_rule = (lambda *a, sink=None, **k: recurrent_delta_rule(*a, **k)) if token_loop \
         else chunked_delta_rule
     try:
         best = float("inf")

@@ -141,8 +141,8 @@ PROBES = [
     ("prune on a recall model", ["prune", "{recall}", "--strategy", "l1", "--ratio", "0.5", "--out", "{tmp}/p"],
      r"`prune` \(which reads text\) cannot run on it"),
     ("sweep on a recall model", ["sweep", "{recall}"], r"`sweep` \(which reads text\) cannot run on it"),
-    ("importance on a recall model", ["importance", "{recall}"], r"`importance` \(which reads text\) cannot run"),
-    ("rank on a recall model", ["rank", "{recall}"], r"`rank` \(which reads text\) cannot run on it"),
+    ("rank on a recall model with --text", ["rank", "{recall}", "--text", "{latin1}"],
+     r"associative-recall model without a tokenizer: it reads its own recall sequences, not text"),
     ("ppl on deltanet-recall", ["ppl", "deltanet-recall"], r"`ppl deltanet-recall --split recall`"),
 ]
 

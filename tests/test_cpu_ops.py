@@ -51,15 +51,58 @@ def test_matches_fla_naive_references():
     assert rel(o1, t(o)) < 1e-5 and rel(s1, s) < 1e-5
 
 
+class Sink:
+    """Asks for the tokens in `positions` and records what the recurrence hands over."""
+
+    def __init__(self, positions):
+        self.positions, self.offsets, self.parts = torch.tensor(positions), [], []
+
+    def wanted(self, start, stop):
+        return self.positions[(self.positions >= start) & (self.positions < stop)] - start
+
+    def take(self, start, offsets, states):
+        assert states.shape[2] == len(offsets)  # only the requested states are formed
+        self.offsets += (start + offsets).tolist()
+        self.parts.append(states)
+
+
 def test_per_token_states_and_strong_decay():
     q, k, v, beta, gate, h0 = inputs(T=100)
     gate = gate * 40  # e^{-80} within a chunk: must not overflow or NaN
-    chunks = []
-    chunked_delta_rule(q, k, v, beta, gate, initial_state=h0, on_chunk=lambda s, st: chunks.append(st))
-    states = torch.cat(chunks, dim=2).transpose(1, 2)
+    sink = Sink(range(100))
+    chunked_delta_rule(q, k, v, beta, gate, initial_state=h0, sink=sink)
+    states = torch.cat(sink.parts, dim=2).transpose(1, 2)
     _, ref = recurrent_delta_rule(q, k, v, beta, gate, initial_state=h0, return_all_states=True)
+    assert sink.offsets == list(range(100))
     assert torch.isfinite(states).all()
     assert rel(states, ref) < 1e-5
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_only_requested_states_are_handed_over(gated):
+    q, k, v, beta, gate, h0 = inputs(T=150)
+    wanted = [0, 5, 63, 64, 100, 127, 128, 149]
+    sink = Sink(wanted)
+    chunked_delta_rule(q, k, v, beta, gate if gated else None, initial_state=h0, sink=sink)
+    _, ref = recurrent_delta_rule(q, k, v, beta, gate if gated else None, initial_state=h0, return_all_states=True)
+    assert sink.offsets == wanted and [p.shape[2] for p in sink.parts] == [3, 3, 2]
+    assert rel(torch.cat(sink.parts, dim=2).transpose(1, 2), ref[:, wanted]) < 1e-5
+
+
+def test_states_at_takes_a_per_key_channel_gate():
+    """A per-channel Γ (one decay per key channel) equal across channels gives the per-head result."""
+    from analysis.cpu_ops.delta_rule import states_at
+    g = torch.Generator().manual_seed(4)
+    B, H, C, K, V = 1, 2, 8, 5, 3
+    S0, k, U = torch.randn(B, H, K, V, generator=g), torch.randn(B, H, C, K, generator=g), torch.randn(B, H, C, V, generator=g)
+    G = (-torch.rand(B, H, C, generator=g)).cumsum(-1)
+    decay = (G[..., :, None] - G[..., None, :]).exp().tril()
+    idx = torch.tensor([1, 6])
+    per_head = states_at(S0, G, decay, k, U, idx)
+    per_channel = states_at(S0, G[..., None].expand(-1, -1, -1, K), decay[..., None].expand(-1, -1, -1, -1, K), k, U, idx)
+    manual = torch.stack([G[:, :, t, None, None].exp() * S0 + torch.einsum("bhj,bhjk,bhjv->bhkv", decay[:, :, t], k, U)
+                          for t in idx.tolist()], dim=2)
+    assert rel(per_head, manual) < 1e-6 and rel(per_channel, manual) < 1e-6
 
 
 def test_gradients_match_token_loop():

@@ -15,6 +15,7 @@ from analysis.archs.kda import ADAPTER
 from analysis.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
 from analysis.errors import AnalysisError
 from family_cases.kda import make_model, reference_states
+from test_cpu_ops import Sink
 
 TOL = 1e-4
 
@@ -65,12 +66,15 @@ def test_per_head_gate_is_the_per_channel_gate_broadcast():
 
 def test_per_channel_states_after_every_token_under_strong_decay():
     q, k, v, beta, gate, h0 = inputs(T=100, strength=80.0)   # e^{-80} per token on some channels
-    chunks = []
-    o, _ = chunked_delta_rule(q, k, v, beta, gate, initial_state=h0, on_chunk=lambda s, st: chunks.append(st))
-    states = torch.cat(chunks, dim=2).transpose(1, 2)
+    every, sparse = Sink(range(100)), Sink([0, 5, 63, 64, 99])
+    o, _ = chunked_delta_rule(q, k, v, beta, gate, initial_state=h0, sink=every)
+    chunked_delta_rule(q, k, v, beta, gate, initial_state=h0, sink=sparse)
+    states = torch.cat(every.parts, dim=2).transpose(1, 2)
     o_ref, ref = recurrent_delta_rule(q, k, v, beta, gate, initial_state=h0, return_all_states=True)
     assert torch.isfinite(states).all() and torch.isfinite(o).all()
     assert rel(states, ref) < 1e-5 and rel(o, o_ref) < 1e-5   # exponents summed, never subtracted
+    assert sparse.offsets == [0, 5, 63, 64, 99]                # only the requested states are handed over
+    assert rel(torch.cat(sparse.parts, dim=2).transpose(1, 2), ref[:, [0, 5, 63, 64, 99]]) < 1e-5
 
 
 def test_per_channel_gradients_match_token_loop():

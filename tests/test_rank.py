@@ -211,3 +211,42 @@ def test_core_modules_never_import_streamlit():
         mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert not any(m.split(".")[0] == "streamlit" for m in mods), name
+
+
+@pytest.mark.parametrize("shape", [(3, 128, 128), (4, 20, 48), (4, 48, 20)])
+def test_gram_route_matches_numpy(shape):
+    """The float64 Gram route (used for float32 states) against numpy's SVD: singular values to ~1e-7·s1,
+    every rank metric to a relative 1e-6 (the state's own float32 rounding is 6e-8)."""
+    g = torch.Generator().manual_seed(5)
+    low = torch.randn(*shape[:-1], 6, generator=g, dtype=torch.float64) @ torch.randn(6, shape[-1], generator=g,
+                                                                                        dtype=torch.float64)
+    S = low + 1e-2 * torch.randn(*shape, generator=g, dtype=torch.float64)  # spectrum spanning 3 decades
+    out = spectral_metrics(S, method="gram")
+    for i, M in enumerate(S.numpy()):
+        ref = oracle(M)
+        s1 = ref["spectral_norm"]
+        np.testing.assert_allclose(out["singular_values"][i].numpy(), ref["singular_values"], rtol=0, atol=1e-7 * s1)
+        for key in RANKS + ["fro_norm", "spectral_norm"]:
+            np.testing.assert_allclose(out[key][i].numpy(), ref[key], rtol=1e-6, err_msg=key)
+
+
+def test_auto_route_by_dtype(monkeypatch):
+    """float64 input keeps the exact SVD; float32 states take the Gram route; both refuse an unknown method."""
+    import analysis.rank as rank
+    used = []
+    real = rank.singular_values
+    monkeypatch.setattr(rank, "singular_values", lambda X, method: used.append(method) or real(X, method))
+    spectral_metrics(torch.randn(2, 5, 4, dtype=torch.float64))
+    spectral_metrics(torch.randn(2, 5, 4))
+    assert used == ["svd", "gram"]
+    with pytest.raises(AnalysisError, match="method"):
+        spectral_metrics(torch.randn(2, 5, 4), method="qr")
+
+
+def test_gram_route_rank_deficient_state_is_clean():
+    """Rounding makes some Gram eigenvalues of a rank-2 state slightly negative: clamped, never NaN."""
+    g = torch.Generator().manual_seed(6)
+    S = (torch.randn(4, 64, 2, generator=g) @ torch.randn(4, 2, 64, generator=g))
+    out = spectral_metrics(S)
+    assert all(torch.isfinite(v).all() for v in out.values())
+    assert (out["numerical_rank"] == 2).all() and (out["energy_rank"] <= 2).all()

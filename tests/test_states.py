@@ -55,3 +55,41 @@ def test_positions_and_stride_validation():
         select_positions(10, positions=[10])
     with pytest.raises(AnalysisError, match="No tokens"):
         select_positions(0)
+
+
+@pytest.mark.parametrize("kind", ["delta_net", "gated_deltanet"])
+def test_cpu_collection_runs_the_recurrence_once_and_forms_only_requested_states(kind, monkeypatch):
+    """On CPU the forward's own recurrence hands the states over (no replay), and only the asked-for ones."""
+    from analysis import backend
+    from analysis.cpu_ops import delta_rule
+    model = build_tiny(kind)
+    ids = torch.randint(0, 8192, (1, 150), generator=torch.Generator().manual_seed(3))
+    runs, formed = [], []
+    real_rule, real_states_at = backend.chunked_delta_rule, delta_rule.states_at
+    monkeypatch.setattr(backend, "chunked_delta_rule", lambda *a, **k: runs.append(1) or real_rule(*a, **k))
+    monkeypatch.setattr(delta_rule, "states_at", lambda *a: formed.append(len(a[-1])) or real_states_at(*a))
+    trace = collect_states(model, ids, stride=64, keep_states=True)
+    n_layers = len(trace.layers)
+    assert len(runs) == n_layers                       # one recurrence per layer: the forward's own
+    assert sum(formed) == n_layers * len(trace.positions) == n_layers * 4  # tokens 0, 64, 128, 149
+    monkeypatch.undo()
+    full = collect_states(model, ids, stride=1, keep_states=True)
+    for layer, ref in zip(trace.layers, full.layers):
+        assert torch.allclose(layer.states, ref.states[:, :, trace.positions], atol=1e-6)
+
+
+def test_every_token_trace_comes_from_the_same_single_pass(monkeypatch):
+    """`rank --every-token` needs one forward: the dense trace rides on collect_states' pass and equals
+    collect_utilization_trace's own."""
+    from analysis import backend
+    from analysis.rank_trace import collect_utilization_trace
+    model = build_tiny("gated_deltanet")
+    ids = torch.randint(0, 8192, (2, 90), generator=torch.Generator().manual_seed(4))
+    alone = collect_utilization_trace(model, ids)
+    runs = []
+    real_rule = backend.chunked_delta_rule
+    monkeypatch.setattr(backend, "chunked_delta_rule", lambda *a, **k: runs.append(1) or real_rule(*a, **k))
+    trace = collect_states(model, ids, stride=30, every_token=True)
+    assert len(runs) == len(trace.layers)
+    for layer, ref in zip(trace.layers, alone):
+        assert torch.equal(layer.every_token["rank_utilization"], ref["rank_utilization"])

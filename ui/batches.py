@@ -6,41 +6,31 @@ recall`) have no tokenizer: their training.json names the task, and they read re
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
-from analysis import inputs, limits, models
-from analysis.errors import AnalysisError
-from analysis.recall import RecallTask, recall_batch
-from analysis.recall_eval import task_of
+from analysis import inputs, models
+from analysis.recall import RecallTask
 from ui.keys import InputSpec
 
 
 def recall_task_for(model_dir: str) -> RecallTask | None:
     """The recall task a model was trained on (its training.json), or None for a language model."""
-    try:
-        return task_of(SimpleNamespace(analysis_source=model_dir))
-    except (AnalysisError, OSError, ValueError, KeyError):
-        return None
+    return inputs.recall_task(model_dir)
 
 
-def recall_label(task: RecallTask, seed: int) -> str:
-    return f"synthetic recall sequences ({task.n_pairs} pairs, {task.n_keys} keys, seed {seed})"
+recall_label = inputs.recall_label
 
 
 def token_batch(model, tokenizer, spec: InputSpec, task: RecallTask | None) -> tuple[torch.Tensor, str]:
-    """(input_ids [sequences, tokens], dataset label) for the spec; recall models always get recall sequences."""
-    limits.check_forward(model, int(spec.sequences), int(spec.tokens if task is None else task.seq_len),
-                         f"Running the model on {int(spec.sequences)} sequences",
-                         "lower Tokens per sequence or Number of sequences in the sidebar")
-    if task is not None:
-        ids, _ = recall_batch(task, int(spec.sequences), torch.Generator().manual_seed(int(spec.seed)))
-        return ids, recall_label(task, spec.seed)
-    source = inputs.resolve_text(text=spec.text) if spec.kind == "text" else inputs.resolve_text(split=spec.split)
-    ids = inputs.token_batch(tokenizer, source, int(spec.tokens), int(spec.sequences),
-                             vocab_size=model.config.vocab_size)
-    return ids, source.label
+    """(input_ids [sequences, tokens], dataset label) for the spec; the core chooses what the model reads
+    (recall models always get recall sequences), exactly as the CLI does."""
+    batch = inputs.model_batch(model, tokenizer, int(spec.tokens), int(spec.sequences),
+                               text=spec.text if spec.kind == "text" else None,
+                               split=spec.split if spec.kind != "text" else None, seed=int(spec.seed),
+                               what=f"Running the model on {int(spec.sequences)} sequences",
+                               advice="lower Tokens per sequence or Number of sequences in the sidebar")
+    return batch.ids, batch.label
 
 
 def display_name(path: str) -> str:

@@ -10,13 +10,11 @@ from typing import NamedTuple
 
 import numpy as np
 import streamlit as st
-import torch
 
 from analysis.calibration import Calibration, calibrate
 from analysis.importance import importance_report
 from analysis.measure import measure
 from analysis.prune import RESCALES
-from analysis.recall import recall_batch
 from analysis.strategies import STRATEGIES
 from ui import cache, memo, state
 from ui import progress as progress_ui
@@ -80,17 +78,13 @@ def calibration(key: ModelKey, settings: CalibSettings, *, progress: progress_ui
     Computed once per (model, settings) for the whole process and shared read-only by Channel importance,
     Prune and Sweep; the first run reports each layer of each forward pass to `progress`.
     """
-    model, task = cache.shared_model(key), cache.recall_task(key)
+    model = cache.shared_model(key)
+    tokenizer = None if cache.recall_task(key) is not None else cache.tokenizer(key.path)
     passes = -(-settings.sequences // CALIB_BATCH)
     progress(0.0, "drawing the calibration sequences")
     with cache.compute_lock(), progress_ui.per_layer(model, progress, "activations entering the recurrence",
                                                      passes=passes):
-        if task is None:
-            return calibrate(model, cache.tokenizer(key.path), settings.sequences, settings.tokens, settings.seed)
-        ids, _ = recall_batch(task, settings.sequences, torch.Generator().manual_seed(settings.seed))
-        calib = calibrate(model, None, input_ids=ids)
-        calib.label = f"{ids.shape[0]}×{ids.shape[1]} tokens of synthetic recall sequences (seed {settings.seed})"
-        return calib
+        return calibrate(model, tokenizer, settings.sequences, settings.tokens, settings.seed)  # core picks the input
 
 
 @memo.memoized("calibration_gradients", max_entries=4)
@@ -114,8 +108,10 @@ def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Cal
         calib = calibration(key, settings)
         st.status(f"Calibration ready: {calib.label}", state="complete", expanded=False)
         return calib
-    steps = progress_ui.Steps(f"Calibrating on {settings.sequences} sequences × {settings.tokens} tokens "
-                              "of the train split…")
+    task = cache.recall_task(key)
+    steps = progress_ui.Steps(f"Calibrating on {settings.sequences} sequences × {settings.tokens} tokens of the "
+                              "train split…" if task is None else
+                              f"Calibrating on {settings.sequences} synthetic recall sequences × {task.seq_len} tokens…")
     try:
         forward = progress_ui.span(lambda f, text: steps(f, f"forward pass, {text}"), 0.0,
                                    0.5 if need_gradients else 1.0)

@@ -30,15 +30,16 @@ def load(args):
 
 
 def text_batch(args, tokenizer, model):
-    """[batch, tokens] ids of the named text, after checking the forward pass fits in memory."""
-    from analysis import inputs, limits
-    require_text_model(model, tokenizer, args.command)
-    limits.check_forward(model, args.batch, args.tokens, f"Running {model.analysis_name} on {args.batch} sequences")
-    source = inputs.resolve_text(text_file=args.text, split=None if args.text else args.split)
-    ids = inputs.token_batch(tokenizer, source, args.tokens, args.batch, vocab_size=model.config.vocab_size)
-    if source.warning:
-        print(f"warning: {source.warning}.", file=sys.stderr)
-    return ids, source.label
+    """([batch, tokens] ids, label) of what the model reads: the named text, or for a recall model its own
+    recall sequences (analysis.inputs.model_batch, as the dashboard does), after checking the forward fits."""
+    from analysis import inputs
+    if inputs.recall_task(model) is None:
+        require_text_model(model, tokenizer, args.command)
+    batch = inputs.model_batch(model, tokenizer, args.tokens, args.batch, text_file=args.text,
+                               split=None if args.text else args.split)
+    if batch.warning:
+        print(f"warning: {batch.warning}.", file=sys.stderr)
+    return batch.ids, batch.label
 
 
 def require_text_model(model, tokenizer, command: str) -> None:

@@ -29,15 +29,13 @@ def run_rank(args) -> None:
     model, tokenizer, meta = load(args)
     ids, label = text_batch(args, tokenizer, model)
     with counted(args, "rank: states of each layer", "layer") as progress:
-        trace = collect_states(model, ids, stride=args.stride, progress=progress)
+        trace = collect_states(model, ids, stride=args.stride, every_token=args.every_token,  # one forward pass
+                               progress=progress)
     report = rank_report(trace, {**meta, "dataset": label, "stride": args.stride})
-    if args.every_token:  # numba loads only here, not on every CLI start
-        from analysis.rank_trace import collect_utilization_trace
+    if args.every_token:
         from analysis.spectral_tracker import DEFAULT_TOL
-        with counted(args, "rank: every-token trace of each layer", "layer") as progress:
-            dense = collect_utilization_trace(model, ids, progress=progress)
-        report["every_token"] = every_token_report(dense, DEFAULT_TOL)
-    lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {args.batch}×{args.tokens} tokens",
+        report["every_token"] = every_token_report([layer.every_token for layer in trace.layers], DEFAULT_TOL)
+    lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}), {label}: {ids.shape[0]}×{ids.shape[1]} tokens",
              "layer  head  rank_util  stable_rank  eff_rank  energy_rank"]
     for layer in report["layers"]:
         for h in layer["heads"]:
@@ -65,7 +63,7 @@ def run_noise(args) -> None:
     snrs = args.snr
     with counted(args, "noise: Monte Carlo of each layer", "layer") as progress:
         report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed, progress=progress)
-    report = {**meta, "dataset": label, "tokens": args.tokens, "batch": args.batch, **report}
+    report = {**meta, "dataset": label, "tokens": ids.shape[1], "batch": ids.shape[0], **report}
     emit(args, report, "\n".join(_noise_lines(report, meta, label, snrs)))
 
 

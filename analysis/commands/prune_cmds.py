@@ -26,8 +26,8 @@ def _ratios(args):
 
 def _calib_args(p):
     p.add_argument("--calib-sequences", type=whole(1), default=16,
-                   help="Shakespeare train-split windows for calibration (wanda, grad, pca, drrqr; random and l1 "
-                        "use no data)")
+                   help="Shakespeare train-split windows for calibration (recall models: synthetic recall "
+                        "sequences of the model's task; wanda, grad, pca, drrqr; random and l1 use no data)")
     p.add_argument("--calib-tokens", type=whole(1), default=256, help="tokens per calibration window")
     p.add_argument("--seed", type=whole(0), default=0)
 
@@ -46,8 +46,7 @@ def _setup_importance(p):
 
 def run_importance(args) -> None:
     from analysis.importance import importance_report
-    model, tokenizer, meta = load(args)
-    require_text_model(model, tokenizer, "importance")
+    model, tokenizer, meta = load(args)  # calibration reads text, or a recall model's own recall sequences
     with fraction(args, "importance: strategies scored") as progress:
         report = importance_report(model, tokenizer, args.strategies.split(","), args.ratio,
                                    calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,

@@ -21,12 +21,42 @@ never differences of long cumulative sums (which lose small per-token decays to 
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import torch
 
-# on_chunk(start, states) receives the state after every token of one chunk: states [B, H, c, dk, dv].
-ChunkStatesCallback = Callable[[int, torch.Tensor], None]
+
+class StateSink(Protocol):
+    """Receives the states at the positions it asks for, chunk by chunk; no other state is ever formed."""
+
+    def wanted(self, start: int, stop: int) -> torch.Tensor:
+        """Offsets t − start (int64, ascending) of the tokens in [start, stop) whose state is wanted."""
+
+    def take(self, start: int, offsets: torch.Tensor, states: torch.Tensor) -> None:
+        """states [B, H, len(offsets), dk, dv]: the state after token start + offsets[i]."""
+
+
+def states_at(S0: torch.Tensor, G: torch.Tensor, decay: torch.Tensor, k: torch.Tensor, U: torch.Tensor,
+              idx: torch.Tensor) -> torch.Tensor:
+    """States after the chunk's tokens idx only: S_t = e^{G_t} S_0 + Σ_{j≤t} Γ_tj k_j u_jᵀ.
+
+    S0 [B,H,dk,dv] (state entering the chunk); k [B,H,C,dk]; U [B,H,C,dv]; G [B,H,C] and Γ [B,H,C,C] for a
+    per-head gate, or G [B,H,C,dk] and Γ [B,H,C,C,dk] for a per-key-channel one (Γ acts on k's channels).
+    Costs P·C·dk·dv for P = len(idx) instead of C·C·dk·dv for every token.
+    """
+    G_t, decay_t = G[:, :, idx], decay[:, :, idx]                  # [B,H,P(,dk)], [B,H,P,C(,dk)]
+    if G_t.dim() == 3:                                              # per-head gate: same for every channel
+        G_t, decay_t = G_t[..., None], decay_t[..., None]
+    weighted_keys = decay_t * k[:, :, None]                         # [B,H,P,C,dk]: Γ_tj k_j
+    return G_t.exp()[..., None] * S0[:, :, None] + weighted_keys.transpose(-1, -2) @ U[:, :, None]
+
+
+def _hand_over(sink: StateSink, start: int, stop: int, form) -> None:
+    """Ask `sink` which states of tokens [start, stop) it wants; form exactly those (`form(offsets)`, no grad)."""
+    offsets = torch.as_tensor(sink.wanted(start, stop), dtype=torch.long)
+    if len(offsets):
+        with torch.no_grad():
+            sink.take(start, offsets, form(offsets))
 
 
 def _to_end(g: torch.Tensor) -> torch.Tensor:
@@ -72,7 +102,7 @@ def _states_in_chunk(S: torch.Tensor, k: torch.Tensor, U: torch.Tensor, g: torch
     return torch.stack(states, dim=2)
 
 
-def _chunked_per_channel(q, k, v, beta, g, scale, initial_state, T, on_chunk):
+def _chunked_per_channel(q, k, v, beta, g, scale, initial_state, T, sink):
     """chunked_delta_rule for a per-key-channel log-decay; inputs already in chunks [B,H,N,C,...]."""
     B, H, N, C, dk = k.shape
     dv = v.shape[-1]
@@ -91,8 +121,9 @@ def _chunked_per_channel(q, k, v, beta, g, scale, initial_state, T, on_chunk):
     for n in range(N):
         U = U_tilde[:, :, n] - W[:, :, n] @ S
         outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
-        if on_chunk is not None:
-            on_chunk(n * C, _states_in_chunk(S, k[:, :, n], U, g[:, :, n])[:, :, :min(C, T - n * C)])
+        if sink is not None:  # the recursion up to the last wanted token, then those tokens
+            _hand_over(sink, n * C, min(T, (n + 1) * C), lambda idx: _states_in_chunk(
+                S, k[:, :, n, :idx[-1] + 1], U[:, :, :idx[-1] + 1], g[:, :, n, :idx[-1] + 1])[:, :, idx.to(k.device)])
         S = G[:, :, n, -1, :, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
     o = torch.stack(outs, dim=2).reshape(B, H, N * C, dv)[:, :, :T]
     return scale * o.transpose(1, 2), S
@@ -107,11 +138,12 @@ def chunked_delta_rule(
     scale: float | None = None,
     initial_state: torch.Tensor | None = None,
     chunk_size: int = 64,
-    on_chunk: ChunkStatesCallback | None = None,
+    sink: StateSink | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q, k [B,T,H,dk]; v [B,T,H,dv]; beta [B,T,H]; g [B,T,H] or [B,T,H,dk]; initial_state [B,H,dk,dv].
 
-    Returns o [B,T,H,dv] and the final state [B,H,dk,dv], both float32.
+    Returns o [B,T,H,dv] and the final state [B,H,dk,dv], both float32. A `sink` receives the states
+    at the positions it wants (see StateSink), formed without gradient.
     """
     B, T, H, dk = k.shape
     dv = v.shape[-1]
@@ -129,7 +161,7 @@ def chunked_delta_rule(
 
     q, k, v, beta = chunks(q), chunks(k), chunks(v), chunks(beta)
     if g is not None and g.dim() == 4:
-        return _chunked_per_channel(q, k, v, beta, chunks(g), scale, initial_state, T, on_chunk)
+        return _chunked_per_channel(q, k, v, beta, chunks(g), scale, initial_state, T, sink)
     G = chunks(g).cumsum(-1) if g is not None else torch.zeros_like(beta)
 
     causal = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
@@ -150,11 +182,9 @@ def chunked_delta_rule(
     for n in range(n_chunks):
         U = U_tilde[:, :, n] - W[:, :, n] @ S
         outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
-        if on_chunk is not None:
-            valid = min(C, T - n * C)
-            states = (G[:, :, n, :, None, None].exp() * S[:, :, None]
-                      + torch.einsum("bhtj,bhjk,bhjv->bhtkv", decay[:, :, n], k[:, :, n], U))
-            on_chunk(n * C, states[:, :, :valid])
+        if sink is not None:
+            _hand_over(sink, n * C, min(T, (n + 1) * C),
+                       lambda idx: states_at(S, G[:, :, n], decay[:, :, n], k[:, :, n], U, idx.to(k.device)))
         S = G[:, :, n, -1, None, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
     o = torch.stack(outs, dim=2).reshape(B, H, n_chunks * C, dv)[:, :, :T]
     return scale * o.transpose(1, 2), S
