@@ -1,0 +1,17 @@
+"""One test case per adapter family: a tiny random-init model and a token-by-token reference of its states."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass
+class FamilyCase:
+    name: str                                  # family key in analysis.archs.FAMILIES
+    make_model: Callable[[], "nn.Module"]       # tiny random-init fp32 CPU model, eval(), seeded, built via transformers/fla
+    reference_states: Callable                 # (model, layer_index, hidden_in [B,T,D]) -> all states [B,T,Hv,dk,dv]:
+                                               # a token-by-token loop written from the family's definition
+                                               # (projections, conv, activation, l2norm, gate, grouping)
+
+
+CASE_MODULES = ["delta_net", "gated_deltanet", "fla_hybrid", "kda", "qwen3_5"]  # imported lazily, missing ones skipped
