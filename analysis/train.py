@@ -45,6 +45,7 @@ class TrainConfig:
     eval_windows: int = 64
     checkpoint_every: int = 200
     max_minutes: float | None = None
+    stop_at: int | None = None         # stop cleanly after this step, keeping the schedule of `steps` (resume later)
     seed: int = 0
     device: str = "auto"
     recall_pairs: int = 16
@@ -198,7 +199,8 @@ def train(cfg: TrainConfig, resume: bool = False, log=print) -> tuple:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         optimizer.step()
         elapsed = elapsed_before + time.time() - t0
-        last = step + 1 == cfg.steps or (cfg.max_minutes and elapsed > 60 * cfg.max_minutes)
+        last = (step + 1 == cfg.steps or (cfg.stop_at and step + 1 >= cfg.stop_at)
+                or (cfg.max_minutes and elapsed > 60 * cfg.max_minutes))
         if (step + 1) % cfg.eval_every == 0 or last:
             model.eval()
             metrics = dataset.evaluate(model)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -190,3 +191,70 @@ def test_uniform_default_readout_is_the_family_own_type(model, ids, tmp_path):
 def test_wrong_number_of_key_dims_is_one_sentence(model):
     with pytest.raises(AnalysisError, match="3 linear-attention layers"):
         ADAPTER.pruned_model(model, [8, 8], None)
+
+
+# --- the other transformers GDN families the adapter covers: Qwen3-Next (interleaved q|k|v|z), Qwen3.5-MoE and
+# OLMo-hybrid (separate q/k projections, o_norm) ---
+
+def _tiny_sibling(kind: str):
+    common = dict(vocab_size=97, hidden_size=32, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+                  head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                  linear_value_head_dim=8, layer_types=["linear_attention"] * 3 + ["full_attention"],
+                  moe_intermediate_size=16, shared_expert_intermediate_size=16, num_experts=2, num_experts_per_tok=1,
+                  tie_word_embeddings=True, max_position_embeddings=256)
+    if kind == "qwen3_next":
+        from transformers.models.qwen3_next import Qwen3NextConfig as Config
+        common["intermediate_size"] = 32
+    elif kind == "olmo_hybrid":
+        from transformers.models.olmo_hybrid import OlmoHybridConfig as Config
+        for moe in ("moe_intermediate_size", "shared_expert_intermediate_size", "num_experts", "num_experts_per_tok"):
+            del common[moe]
+        common.update(intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, pad_token_id=0,
+                      eos_token_id=0)
+        del common["head_dim"]
+    else:
+        from transformers.models.qwen3_5_moe import Qwen3_5MoeTextConfig as Config
+    ADAPTER.install_routing()
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(Config(**common)).float().eval()
+
+
+@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5_moe_text", "olmo_hybrid"])
+def test_sibling_families_route_and_prune_exactly(kind, ids):
+    model = _tiny_sibling(kind)
+    assert model.config.model_type == kind and adapter_for(model) is ADAPTER
+    assert [b.kind for b in ADAPTER.blocks(model)] == ["linear", "linear", "linear", "softmax"]
+    seen = []
+    with observe_recurrences(seen.append):
+        _logits(model, ids)                                         # CPU forward through the routed entry point
+    assert len(seen) == 3 and seen[0].k_raw.shape == (2, T, 2, 16)
+    keep = _keep_sets(model, [12, 4, 16], seed=5)
+    pruned = _prune(model, keep, ADAPTER.readout_key_dims(model))
+    assert pruned.config.model_type == "pruned_" + kind
+    _close(_logits(pruned, ids), _logits(_zeroed(model, keep), ids))
+
+
+@pytest.mark.slow  # tokenises the train split three times (minutes on a busy 2-core machine)
+def test_train_qwen3_5_on_cpu_stops_at_a_step_and_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    """`train --arch qwen3_5` runs on CPU (routed recurrence, with gradients); `--stop-at` then `--resume` gives the
+    uninterrupted run's weights, keeping the schedule of --steps (how the bundled hybrid sample was trained)."""
+    from safetensors.torch import load_file
+
+    from analysis.cli import main
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--arch", "qwen3_5", "--hidden-size", "32", "--layers", "4", "--heads", "2", "--key-heads", "1",
+            "--head-dim", "16", "--intermediate-size", "32", "--seq-len", "32", "--batch", "2", "--warmup", "1",
+            "--eval-every", "2", "--checkpoint-every", "2", "--steps", "4", "--device", "cpu"]
+
+    def run(name, *extra):
+        return main(["train", "--out", str(tmp_path / name / "final"), "--work", str(tmp_path / name / "work"),
+                     *tiny, *extra])
+    assert run("straight") == 0
+    assert run("halves", "--stop-at", "2") == 0
+    assert json.loads((tmp_path / "halves" / "final" / "training.json").read_text())["steps_done"] == 2
+    assert run("halves", "--resume") == 0
+    a = load_file(tmp_path / "straight" / "final" / "model.safetensors")
+    b = load_file(tmp_path / "halves" / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    config = json.loads((tmp_path / "straight" / "final" / "config.json").read_text())
+    assert config["model_type"] == "qwen3_5_text" and config["layer_types"].count("full_attention") == 1

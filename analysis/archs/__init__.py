@@ -14,7 +14,8 @@ from analysis.errors import AnalysisError
 # family -> (module defining ADAPTER, config model_types it handles)
 FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen3_5": ("analysis.archs.qwen3_5", ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next",
-                                           "pruned_qwen3_5_text", "pruned_qwen3_5_moe_text", "pruned_qwen3_next")),
+                                           "olmo_hybrid", "pruned_qwen3_5_text", "pruned_qwen3_5_moe_text",
+                                           "pruned_qwen3_next", "pruned_olmo_hybrid")),
 }
 
 

@@ -1,4 +1,4 @@
-"""transformers' Qwen3.5 / Qwen3.5-MoE / Qwen3-Next text models: Gated DeltaNet blocks + softmax attention.
+"""transformers' Qwen3.5 / Qwen3.5-MoE / Qwen3-Next / OLMo-hybrid text models: Gated DeltaNet + softmax attention.
 
 Each decoder block holds either `linear_attn` (a Gated DeltaNet layer, `layer_types[i] == "linear_attention"`)
 or `self_attn` (gated softmax attention with a KV cache). A GDN layer has Hk key heads and Hv = G·Hk value
@@ -6,12 +6,13 @@ heads: key head h serves value heads h·G … h·G+G−1 (transformers repeats q
 the kernel). Its q/k channels sit in one fused projection and one depthwise conv over q|k|v:
 - Qwen3.5 (and -MoE): `in_proj_qkv` rows are [q (Hk·dk) | k (Hk·dk) | v (Hv·dv)], head-major inside each;
 - Qwen3-Next: `in_proj_qkvz` interleaves per key head [q_h (dk) | k_h (dk) | v (G·dv) | z (G·dv)];
-- both: `conv1d` channels are [q | k | v] in that order, head-major, no bias.
+- OLMo-hybrid: separate `q_proj` / `k_proj` (β may be ×2: allow_neg_eigval, applied before the kernel);
+- all: `conv1d` channels are [q | k | v] in that order, head-major, no bias.
 The log-decay g = −exp(A_log)·softplus(a + dt_bias) is one per (token, value head), β = sigmoid(b).
 
 Pure channel removal keeps the original readout scale dk^-1/2 while transformers reads out at dk'^-1/2 (its
 kernels take no scale), i.e. c = sqrt(dk/dk') times the original o, and o reaches only the gated RMSNorm `norm`
-(per value head, over dv, eps `variance_epsilon`): RMSNorm(c·o, c²·eps) = RMSNorm(o, eps), so the pruned layer
+(`norm`, OLMo-hybrid `o_norm`; per value head, over dv, eps `variance_epsilon`): RMSNorm(c·o, c²·eps) = RMSNorm(o, eps), so the pruned layer
 sets `norm.variance_epsilon = eps·dk/dk'` — exact, as `analysis.pruned_models` explains for fla. The family's
 own config holds one `rms_norm_eps` for every norm and one `linear_key_head_dim`, so only a uniform dk' read
 out at dk'^-1/2 (readout_key_dims None) is saved as the family's own type; every other result is the project's
@@ -36,6 +37,8 @@ _BASES = {
                          "transformers.models.qwen3_5_moe:Qwen3_5MoeForCausalLM"),
     "qwen3_next": ("transformers.models.qwen3_next:Qwen3NextConfig",
                    "transformers.models.qwen3_next:Qwen3NextForCausalLM"),
+    "olmo_hybrid": ("transformers.models.olmo_hybrid:OlmoHybridConfig",
+                    "transformers.models.olmo_hybrid:OlmoHybridForCausalLM"),
 }
 PRUNED_PREFIX = "pruned_"
 
@@ -48,6 +51,10 @@ def _decoder_layers(model) -> nn.ModuleList:
 
 def _is_interleaved(layer: nn.Module) -> bool:
     return hasattr(layer, "in_proj_qkvz")  # Qwen3-Next
+
+
+def _output_norm(layer: nn.Module) -> nn.Module:
+    return layer.norm if hasattr(layer, "norm") else layer.o_norm  # OLMo-hybrid names it o_norm
 
 
 def channel_row_indices(rows: ChannelRows, key_heads: int, key_dim: int, channels) -> torch.Tensor:
@@ -68,11 +75,16 @@ def sum_over_value_heads(x: torch.Tensor, key_heads: int, dim: int) -> torch.Ten
 def set_key_dim(layer: nn.Module, head_k_dim: int) -> None:
     """Re-create one GDN layer's fused q|k(|v|z) projection and q|k|v conv for `head_k_dim` channels per key head."""
     key_dim = layer.num_k_heads * head_k_dim
-    name = "in_proj_qkvz" if _is_interleaved(layer) else "in_proj_qkv"
-    old = getattr(layer, name)
-    extra = 2 * layer.value_dim if _is_interleaved(layer) else layer.value_dim
-    setattr(layer, name, nn.Linear(old.in_features, 2 * key_dim + extra, bias=old.bias is not None,
-                                   device=old.weight.device, dtype=old.weight.dtype))
+    if hasattr(layer, "q_proj"):  # OLMo-hybrid: separate projections
+        rows = {"q_proj": key_dim, "k_proj": key_dim}
+    elif _is_interleaved(layer):
+        rows = {"in_proj_qkvz": 2 * key_dim + 2 * layer.value_dim}
+    else:
+        rows = {"in_proj_qkv": 2 * key_dim + layer.value_dim}
+    for name, out in rows.items():
+        old = getattr(layer, name)
+        setattr(layer, name, nn.Linear(old.in_features, out, bias=old.bias is not None,
+                                       device=old.weight.device, dtype=old.weight.dtype))
     conv = layer.conv1d
     conv_dim = 2 * key_dim + layer.value_dim
     layer.conv1d = nn.Conv1d(conv_dim, conv_dim, kernel_size=conv.kernel_size[0], groups=conv_dim,
@@ -83,7 +95,8 @@ def set_key_dim(layer: nn.Module, head_k_dim: int) -> None:
 
 def keep_readout_scale(layer: nn.Module, readout_key_dim: int) -> None:
     """Make the layer's normalised output that of readout scale readout_key_dim^-1/2 (see the module doc)."""
-    layer.norm.variance_epsilon = layer.norm.variance_epsilon * readout_key_dim / layer.head_k_dim
+    norm = _output_norm(layer)
+    norm.variance_epsilon = norm.variance_epsilon * readout_key_dim / layer.head_k_dim
 
 
 def _apply_key_dims(model) -> None:
@@ -133,8 +146,8 @@ PRUNED_TYPES = _register_pruned_types()
 
 class Qwen35Adapter(Adapter):
     family = "qwen3_5"
-    label = "Qwen3.5 / Qwen3-Next (Gated DeltaNet + attention)"
-    model_types = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next",
+    label = "Qwen3.5 / Qwen3-Next / OLMo-hybrid (Gated DeltaNet + attention)"
+    model_types = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "olmo_hybrid",
                    *(PRUNED_PREFIX + t for t in _BASES))
     gate = "head"
     kernel = "gated_delta_rule"
@@ -167,7 +180,9 @@ class Qwen35Adapter(Adapter):
 
     def channel_rows(self, layer) -> list[ChannelRows]:
         keys = layer.num_k_heads * layer.head_k_dim
-        if _is_interleaved(layer):
+        if hasattr(layer, "q_proj"):
+            projection = [ChannelRows("q_proj.weight", "q"), ChannelRows("k_proj.weight", "k")]
+        elif _is_interleaved(layer):
             per_head = layer.in_proj_qkvz.weight.shape[0] // layer.num_k_heads
             projection = [ChannelRows("in_proj_qkvz.weight", "q", 0, head_stride=per_head),
                           ChannelRows("in_proj_qkvz.weight", "k", layer.head_k_dim, head_stride=per_head)]

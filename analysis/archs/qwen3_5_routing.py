@@ -1,4 +1,4 @@
-"""Device routing for transformers' Qwen3.5 / Qwen3.5-MoE / Qwen3-Next Gated DeltaNet layers.
+"""Device routing for transformers' Qwen3.5 / Qwen3.5-MoE / Qwen3-Next / OLMo-hybrid Gated DeltaNet layers.
 
 transformers binds `torch_chunk_gated_delta_rule` / `torch_recurrent_gated_delta_rule` (module globals of
 each modeling file, looked up at call time) to fla's Triton kernels whenever fla is importable, so a CPU
@@ -17,7 +17,8 @@ from analysis import backend
 
 MODELING_MODULES = ("transformers.models.qwen3_5.modeling_qwen3_5",
                     "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
-                    "transformers.models.qwen3_next.modeling_qwen3_next")
+                    "transformers.models.qwen3_next.modeling_qwen3_next",
+                    "transformers.models.olmo_hybrid.modeling_olmo_hybrid")
 ENTRY_POINTS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
 
 

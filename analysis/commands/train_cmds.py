@@ -26,6 +26,8 @@ def _setup_train(p):
     p.add_argument("--full-attention-interval", type=whole(1), default=4,
                    help="qwen3_5: every N-th block is softmax attention (default 4: three linear blocks per full one)")
     p.add_argument("--max-minutes", type=real(1e-6), default=None, help="stop cleanly after this much training time")
+    p.add_argument("--stop-at", type=whole(1), default=None, help="stop cleanly after this step; the learning-rate "
+                   "schedule still follows --steps, so --resume can continue the same run (or shorten it)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --work")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", metavar="PATH|-", help="write the training history to PATH, or stdout with -")
@@ -43,7 +45,7 @@ def run_train(args) -> None:
                       layers=args.layers, heads=args.heads, head_dim=args.head_dim, seq_len=args.seq_len,
                       batch=args.batch, steps=args.steps, lr=args.lr, warmup=args.warmup,
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-                      max_minutes=args.max_minutes, seed=args.seed, device=args.device,
+                      max_minutes=args.max_minutes, stop_at=args.stop_at, seed=args.seed, device=args.device,
                       recall_pairs=args.recall_pairs, recall_keys=args.recall_keys, key_heads=args.key_heads,
                       intermediate_size=args.intermediate_size,
                       full_attention_interval=args.full_attention_interval)
