@@ -22,3 +22,9 @@ from analysis import backend as _backend  # noqa: E402
 _backend.install()
 
 from analysis import pruned_models as _pruned_models  # noqa: E402,F401
+
+# transformers' Qwen3.5 / Qwen3-Next / OLMo-hybrid GDN layers call fla's Triton kernels whenever fla is installed:
+# route them by device too, and register their per-layer pruned types (analysis.archs.qwen3_5).
+from analysis.archs import qwen3_5 as _qwen3_5  # noqa: E402
+
+_qwen3_5.ADAPTER.install_routing()
