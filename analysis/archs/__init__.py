@@ -16,6 +16,9 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kda": ("analysis.archs.kda", ("kda", "pruned_kda")),
     "delta_net": ("analysis.archs.delta_net", ("delta_net", "pruned_delta_net")),
     "gated_deltanet": ("analysis.archs.gated_deltanet", ("gated_deltanet", "pruned_gated_deltanet")),
+    "qwen3_5": ("analysis.archs.qwen3_5", ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next",
+                                           "olmo_hybrid", "pruned_qwen3_5_text", "pruned_qwen3_5_moe_text",
+                                           "pruned_qwen3_next", "pruned_olmo_hybrid")),
 }
 
 

@@ -44,6 +44,8 @@ class ChannelRows:
     role: str             # "q", "k" or "gate" (per-key-channel decay rows that must follow the key channels)
     start: int = 0        # first row of the Hk·dk block (non-zero inside fused projections like q|k|v)
     conv: bool = False    # a depthwise short-convolution weight/bias rather than a projection
+    head_stride: int = 0  # rows from one key head's block to the next; 0 = heads packed back to back (dk apart).
+                          # Non-zero where a fused projection interleaves per key head (Qwen3-Next's q|k|v|z)
 
 
 class Adapter:

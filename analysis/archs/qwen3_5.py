@@ -1,0 +1,235 @@
+"""transformers' Qwen3.5 / Qwen3.5-MoE / Qwen3-Next / OLMo-hybrid text models: Gated DeltaNet + softmax attention.
+
+Each decoder block holds either `linear_attn` (a Gated DeltaNet layer, `layer_types[i] == "linear_attention"`)
+or `self_attn` (gated softmax attention with a KV cache). A GDN layer has Hk key heads and Hv = G·Hk value
+heads: key head h serves value heads h·G … h·G+G−1 (transformers repeats q/k with `repeat_interleave`, inside
+the kernel). Its q/k channels sit in one fused projection and one depthwise conv over q|k|v:
+- Qwen3.5 (and -MoE): `in_proj_qkv` rows are [q (Hk·dk) | k (Hk·dk) | v (Hv·dv)], head-major inside each;
+- Qwen3-Next: `in_proj_qkvz` interleaves per key head [q_h (dk) | k_h (dk) | v (G·dv) | z (G·dv)];
+- OLMo-hybrid: separate `q_proj` / `k_proj` (β may be ×2: allow_neg_eigval, applied before the kernel);
+- all: `conv1d` channels are [q | k | v] in that order, head-major, no bias.
+The log-decay g = −exp(A_log)·softplus(a + dt_bias) is one per (token, value head), β = sigmoid(b).
+
+Pure channel removal keeps the original readout scale dk^-1/2 while transformers reads out at dk'^-1/2 (its
+kernels take no scale), i.e. c = sqrt(dk/dk') times the original o, and o reaches only the gated RMSNorm `norm`
+(`norm`, OLMo-hybrid `o_norm`; per value head, over dv, eps `variance_epsilon`): RMSNorm(c·o, c²·eps) = RMSNorm(o, eps), so the pruned layer
+sets `norm.variance_epsilon = eps·dk/dk'` — exact, as `analysis.pruned_models` explains for fla. The family's
+own config holds one `rms_norm_eps` for every norm and one `linear_key_head_dim`, so only a uniform dk' read
+out at dk'^-1/2 (readout_key_dims None) is saved as the family's own type; every other result is the project's
+registered `pruned_<type>` with per-linear-layer `linear_key_head_dims` and `readout_key_dims`.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.errors import AnalysisError
+
+# base model_type -> (config class path, causal-LM class path); the pruned type is "pruned_" + base type
+_BASES = {
+    "qwen3_5_text": ("transformers.models.qwen3_5:Qwen3_5TextConfig",
+                     "transformers.models.qwen3_5:Qwen3_5ForCausalLM"),
+    "qwen3_5_moe_text": ("transformers.models.qwen3_5_moe:Qwen3_5MoeTextConfig",
+                         "transformers.models.qwen3_5_moe:Qwen3_5MoeForCausalLM"),
+    "qwen3_next": ("transformers.models.qwen3_next:Qwen3NextConfig",
+                   "transformers.models.qwen3_next:Qwen3NextForCausalLM"),
+    "olmo_hybrid": ("transformers.models.olmo_hybrid:OlmoHybridConfig",
+                    "transformers.models.olmo_hybrid:OlmoHybridForCausalLM"),
+}
+PRUNED_PREFIX = "pruned_"
+
+
+def _decoder_layers(model) -> nn.ModuleList:
+    inner = model.model
+    inner = getattr(inner, "language_model", inner)  # qwen3_5 / qwen3_5_moe multimodal wrappers
+    return inner.layers
+
+
+def _is_interleaved(layer: nn.Module) -> bool:
+    return hasattr(layer, "in_proj_qkvz")  # Qwen3-Next
+
+
+def _output_norm(layer: nn.Module) -> nn.Module:
+    return layer.norm if hasattr(layer, "norm") else layer.o_norm  # OLMo-hybrid names it o_norm
+
+
+def channel_row_indices(rows: ChannelRows, key_heads: int, key_dim: int, channels) -> torch.Tensor:
+    """Row indices of `rows` holding `channels[h]` (channel indices 0…dk−1) of each key head h."""
+    stride = rows.head_stride or key_dim
+    return torch.cat([rows.start + h * stride + torch.as_tensor(c, dtype=torch.long)
+                      for h, c in zip(range(key_heads), channels)])
+
+
+def sum_over_value_heads(x: torch.Tensor, key_heads: int, dim: int) -> torch.Tensor:
+    """Per-value-head scores → per-key-head scores: key head h sums the value heads it serves (h·G … h·G+G−1)."""
+    shape = list(x.shape)
+    groups = shape[dim] // key_heads
+    shape[dim:dim + 1] = [key_heads, groups]
+    return x.reshape(shape).sum(dim + 1)
+
+
+def set_key_dim(layer: nn.Module, head_k_dim: int) -> None:
+    """Re-create one GDN layer's fused q|k(|v|z) projection and q|k|v conv for `head_k_dim` channels per key head."""
+    key_dim = layer.num_k_heads * head_k_dim
+    if hasattr(layer, "q_proj"):  # OLMo-hybrid: separate projections
+        rows = {"q_proj": key_dim, "k_proj": key_dim}
+    elif _is_interleaved(layer):
+        rows = {"in_proj_qkvz": 2 * key_dim + 2 * layer.value_dim}
+    else:
+        rows = {"in_proj_qkv": 2 * key_dim + layer.value_dim}
+    for name, out in rows.items():
+        old = getattr(layer, name)
+        setattr(layer, name, nn.Linear(old.in_features, out, bias=old.bias is not None,
+                                       device=old.weight.device, dtype=old.weight.dtype))
+    conv = layer.conv1d
+    conv_dim = 2 * key_dim + layer.value_dim
+    layer.conv1d = nn.Conv1d(conv_dim, conv_dim, kernel_size=conv.kernel_size[0], groups=conv_dim,
+                             padding=conv.padding[0], bias=conv.bias is not None,
+                             device=conv.weight.device, dtype=conv.weight.dtype)
+    layer.head_k_dim, layer.key_dim, layer.conv_dim = head_k_dim, key_dim, conv_dim
+
+
+def keep_readout_scale(layer: nn.Module, readout_key_dim: int) -> None:
+    """Make the layer's normalised output that of readout scale readout_key_dim^-1/2 (see the module doc)."""
+    norm = _output_norm(layer)
+    norm.variance_epsilon = norm.variance_epsilon * readout_key_dim / layer.head_k_dim
+
+
+def _apply_key_dims(model) -> None:
+    config = model.config
+    linear = [b.linear_attn for b in _decoder_layers(model) if hasattr(b, "linear_attn")]
+    dims, readout = config.linear_key_head_dims, getattr(config, "readout_key_dims", None)
+    for name, values in (("linear_key_head_dims", dims), ("readout_key_dims", readout)):
+        if values is not None and len(values) != len(linear):
+            raise ValueError(f"{name} has {len(values)} entries for {len(linear)} linear-attention layers")
+    for i, layer in enumerate(linear):
+        if dims is not None and int(dims[i]) != layer.head_k_dim:
+            set_key_dim(layer, int(dims[i]))
+        if readout is not None:
+            keep_readout_scale(layer, int(readout[i]))
+
+
+def _load(path: str):
+    import importlib
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _register_pruned_types() -> dict[str, tuple[type, type]]:
+    """pruned_<type>: the family's own classes plus per-linear-layer key dims and readout key dims."""
+    types = {}
+    for base, (cfg_path, model_path) in _BASES.items():
+        try:
+            base_cfg, base_model = _load(cfg_path), _load(model_path)
+        except (ImportError, AttributeError):  # an older transformers without this family
+            continue
+        pruned_type = PRUNED_PREFIX + base
+        cfg_cls = type(f"Pruned{base_cfg.__name__}", (base_cfg,), {"model_type": pruned_type})
+
+        def __init__(self, config, _base=base_model):
+            _base.__init__(self, config)
+            _apply_key_dims(self)
+        model_cls = type(f"Pruned{base_model.__name__}", (base_model,),
+                         {"config_class": cfg_cls, "__init__": __init__})
+        AutoConfig.register(pruned_type, cfg_cls, exist_ok=True)
+        AutoModelForCausalLM.register(cfg_cls, model_cls, exist_ok=True)
+        types[base] = (cfg_cls, model_cls)
+    return types
+
+
+PRUNED_TYPES = _register_pruned_types()
+
+
+class Qwen35Adapter(Adapter):
+    family = "qwen3_5"
+    label = "Qwen3.5 / Qwen3-Next / OLMo-hybrid (Gated DeltaNet + attention)"
+    model_types = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "olmo_hybrid",
+                   *(PRUNED_PREFIX + t for t in _BASES))
+    gate = "head"
+    kernel = "gated_delta_rule"
+    rotations = True
+
+    # --- structure -------------------------------------------------------------------------------
+    def blocks(self, model) -> list[Block]:
+        out = []
+        for i, block in enumerate(_decoder_layers(model)):
+            if hasattr(block, "linear_attn"):
+                out.append(Block(i, "linear", block.linear_attn))
+            elif hasattr(block, "self_attn"):
+                out.append(Block(i, "softmax", block.self_attn))
+            else:
+                raise AnalysisError(f"Block {i} of this {model.config.model_type} model has neither a linear nor a "
+                                    "softmax attention module; this transformers version is not supported.")
+        return out
+
+    def key_heads(self, layer):
+        return layer.num_k_heads
+
+    def value_heads(self, layer):
+        return layer.num_v_heads
+
+    def key_dim(self, layer):
+        return layer.head_k_dim
+
+    def value_dim(self, layer):
+        return layer.head_v_dim
+
+    def channel_rows(self, layer) -> list[ChannelRows]:
+        keys = layer.num_k_heads * layer.head_k_dim
+        if hasattr(layer, "q_proj"):
+            projection = [ChannelRows("q_proj.weight", "q"), ChannelRows("k_proj.weight", "k")]
+        elif _is_interleaved(layer):
+            per_head = layer.in_proj_qkvz.weight.shape[0] // layer.num_k_heads
+            projection = [ChannelRows("in_proj_qkvz.weight", "q", 0, head_stride=per_head),
+                          ChannelRows("in_proj_qkvz.weight", "k", layer.head_k_dim, head_stride=per_head)]
+        else:
+            projection = [ChannelRows("in_proj_qkv.weight", "q", 0), ChannelRows("in_proj_qkv.weight", "k", keys)]
+        conv = [ChannelRows("conv1d.weight", "q", 0, conv=True), ChannelRows("conv1d.weight", "k", keys, conv=True)]
+        if layer.conv1d.bias is not None:
+            conv += [ChannelRows("conv1d.bias", "q", 0, conv=True), ChannelRows("conv1d.bias", "k", keys, conv=True)]
+        return projection + conv
+
+    def softmax_cache_bytes(self, module, tokens, dtype_bytes):
+        return 2 * module.config.num_key_value_heads * module.head_dim * tokens * dtype_bytes
+
+    # --- pruning ---------------------------------------------------------------------------------
+    def pruned_model(self, model, key_dims, readout_key_dims):
+        layers = self.linear_layers(model)
+        if len(key_dims) != len(layers):
+            raise AnalysisError(f"Got {len(key_dims)} key dims for {len(layers)} linear-attention layers; give one "
+                                "per linear layer.")
+        config = copy.deepcopy(model.config)
+        base = config.model_type.removeprefix(PRUNED_PREFIX)
+        if base not in PRUNED_TYPES:
+            raise AnalysisError(f"Pruning {config.model_type!r} models needs their text model class "
+                                f"({', '.join(PRUNED_TYPES)}); load the checkpoint as a causal language model.")
+        dims = [int(d) for d in key_dims]
+        readout = None if readout_key_dims is None else [int(d) for d in readout_key_dims]
+        param = next(model.parameters())
+        if len(set(dims)) == 1 and readout is None and not config.model_type.startswith(PRUNED_PREFIX):
+            config.linear_key_head_dim = dims[0]  # the family's own type, loadable without this project
+            cls = type(model)
+        else:
+            cfg_cls, cls = PRUNED_TYPES[base]
+            config = cfg_cls(**{k: v for k, v in config.to_dict().items() if k not in ("model_type",)})
+            config.linear_key_head_dims, config.readout_key_dims = dims, readout
+            config.architectures = [cls.__name__]
+        with torch.device(param.device):
+            pruned = cls(config)
+        return pruned.to(param.dtype).eval()
+
+    def readout_key_dims(self, model):
+        kept = getattr(model.config, "readout_key_dims", None)
+        return [int(d) for d in kept] if kept is not None else [int(l.head_k_dim) for l in self.linear_layers(model)]
+
+    # --- devices ---------------------------------------------------------------------------------
+    def install_routing(self) -> None:
+        from analysis.archs import qwen3_5_routing
+        qwen3_5_routing.install()
+
+
+ADAPTER = Qwen35Adapter()
