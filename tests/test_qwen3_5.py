@@ -14,7 +14,7 @@ from analysis.archs.qwen3_5 import ADAPTER, channel_row_indices, sum_over_value_
 from analysis.archs import qwen3_5_routing as routing
 from analysis.backend import observe_recurrences
 from analysis.errors import AnalysisError
-from tests.family_cases.qwen3_5 import CASE
+from family_cases.qwen3_5 import CASE
 
 import transformers.models.qwen3_5.modeling_qwen3_5 as qwen_modeling
 from transformers import AutoModelForCausalLM

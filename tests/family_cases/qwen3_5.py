@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tests.family_cases import FamilyCase
+from family_cases import FamilyCase
 
 
 def make_model():
