@@ -1,5 +1,4 @@
 """States & rank: a layer × head map of one rank metric, then one head's metric over tokens and its spectrum."""
-import numpy as np
 import streamlit as st
 
 from analysis.rank import METRIC_INFO
