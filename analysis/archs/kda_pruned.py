@@ -19,8 +19,10 @@ import torch
 import torch.nn as nn
 from fla.layers.kda import KimiDeltaAttention
 from fla.models import KDAConfig, KDAForCausalLM
-from fla.modules import ShortConvolution
 from transformers import AutoConfig, AutoModelForCausalLM
+
+from analysis.archs.fla_pruned import keep_readout_scale
+from analysis.archs.fla_pruned import set_key_dim as fla_set_key_dim
 
 
 def kda_layers(model) -> list[KimiDeltaAttention]:
@@ -30,30 +32,14 @@ def kda_layers(model) -> list[KimiDeltaAttention]:
 
 def set_key_dim(attn: KimiDeltaAttention, head_k_dim: int) -> None:
     """Re-create one KDA layer's key-channel parameters (q/k, their convs, decay rows) for `head_k_dim`."""
-    key_dim, gate_dim = attn.num_heads * head_k_dim, attn.num_v_heads * head_k_dim
-    like = attn.q_proj.weight
-    for name in ("q_proj", "k_proj"):
-        old = getattr(attn, name)
-        setattr(attn, name, nn.Linear(old.in_features, key_dim, bias=old.bias is not None,
-                                      device=like.device, dtype=like.dtype))
-    for name in ("q_conv1d", "k_conv1d"):
-        old = getattr(attn, name, None)
-        if old is not None:
-            setattr(attn, name, ShortConvolution(key_dim, old.kernel_size[0], bias=old.bias is not None,
-                                                 activation=old.activation, backend=old.backend,
-                                                 device=old.weight.device, dtype=old.weight.dtype))
+    fla_set_key_dim(attn, head_k_dim)                     # q/k projections and short convolutions, as for fla DeltaNet
+    gate_dim = attn.num_v_heads * head_k_dim
     old = attn.f_proj[1]
     attn.f_proj[1] = nn.Linear(old.in_features, gate_dim, bias=old.bias is not None,
                                device=old.weight.device, dtype=old.weight.dtype)
     attn.dt_bias = nn.Parameter(torch.empty(gate_dim, device=attn.dt_bias.device, dtype=attn.dt_bias.dtype))
     attn.dt_bias._no_weight_decay = True
-    attn.head_dim = attn.head_k_dim = head_k_dim
-    attn.key_dim, attn.gate_dim = key_dim, gate_dim
-
-
-def keep_readout_scale(attn: KimiDeltaAttention, readout_key_dim: int) -> None:
-    """Make the layer's normalised output that of readout scale readout_key_dim^-1/2 (see the module doc)."""
-    attn.o_norm.eps = attn.o_norm.eps * readout_key_dim / attn.head_k_dim
+    attn.gate_dim = gate_dim
 
 
 class PrunedKDAConfig(KDAConfig):
