@@ -55,7 +55,7 @@ def test_unknown_sample_lists_available():
 
 def test_hub_id_offline_fails_with_one_sentence(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(AnalysisError, match="offline"):
+    with pytest.raises(AnalysisError, match="not in the local Hugging Face cache .* HF_HUB_OFFLINE is set"):
         models.load_model("fla-hub/delta_net-1.3B-100B", device="cpu")
 
 
