@@ -10,6 +10,11 @@ with one batched call over all leading dims, by the cheapest exact route for the
   1e-6). Measured on 128×128 states (the 340M/1.3B fla shape), 48 per call, median of 7, one thread, on a
   shared 2-core host: svdvals 1.45 ms per matrix, Gram + eigvalsh 0.97 ms (1.5× faster); with two threads
   on the busy host svdvals 19 ms vs 6 ms. `method="svd"` or `"gram"` forces either route.
+  On the CPU, LAPACK's own threads do not help matrices this small (one layer's 264 states of the 340M
+  shape: 225 ms with two threads in one call, 191 ms with one), so a large batch is split across
+  `torch.get_num_threads()` worker threads that run one LAPACK thread each (115 ms on 2 cores). Every
+  matrix is computed by one single-threaded call however the batch is split, so results do not depend on
+  the batch or the thread count.
 
 Conventions:
 - zero state (S == 0): every rank, the utilization, the condition number and both norms are 0
@@ -23,7 +28,9 @@ Conventions:
 
 from __future__ import annotations
 
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import torch
@@ -91,12 +98,57 @@ def out_dtype(S: torch.Tensor) -> torch.dtype:
 METHODS = ("auto", "svd", "gram")
 
 
-def singular_values(X: torch.Tensor, method: str) -> torch.Tensor:
-    """Descending singular values [..., m] of a finite float64 X [..., dk, dv] (see the module docstring)."""
+def _gram_eigenvalues(S: torch.Tensor, finite: torch.Tensor | None) -> torch.Tensor:
+    """Ascending eigenvalues [..., m] of the smaller float64 Gram of S; matrices with finite False count as 0."""
+    X = S.to(torch.float64)
+    if finite is not None:
+        X = torch.where(finite[..., None, None], X, torch.zeros((), dtype=X.dtype, device=X.device))
+    gram = X @ X.mT if X.shape[-2] <= X.shape[-1] else X.mT @ X  # the smaller one: m × m
+    return torch.linalg.eigvalsh(gram)
+
+
+PARALLEL_MIN = 32  # matrices per call below which one call is as fast as splitting
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()  # one split call at a time: the thread count is process-wide while it runs
+
+
+def _one_lapack_thread(part: torch.Tensor, finite: torch.Tensor | None) -> torch.Tensor:
+    torch.set_num_threads(1)  # this worker thread's own OpenMP/MKL setting (the caller restores the process's)
+    return _gram_eigenvalues(part, finite)
+
+
+def _gram_eigenvalues_cpu(S: torch.Tensor, finite: torch.Tensor | None) -> torch.Tensor:
+    global _pool
+    threads = torch.get_num_threads()
+    batch = S.shape[:-2].numel()
+    if threads < 2 or batch < PARALLEL_MIN:
+        return _gram_eigenvalues(S, finite)
+    flat = S.reshape(batch, *S.shape[-2:])
+    flat_finite = None if finite is None else finite.reshape(batch)
+    bounds = [batch * i // threads for i in range(threads + 1)]
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < threads:
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spectral")
+        try:
+            parts = list(_pool.map(
+                lambda lo_hi: _one_lapack_thread(flat[lo_hi[0]:lo_hi[1]],
+                                                 None if flat_finite is None else flat_finite[lo_hi[0]:lo_hi[1]]),
+                zip(bounds[:-1], bounds[1:])))
+        finally:
+            torch.set_num_threads(threads)
+    return torch.cat(parts).reshape(*S.shape[:-2], -1)
+
+
+def singular_values(S: torch.Tensor, method: str, finite: torch.Tensor | None = None) -> torch.Tensor:
+    """Descending float64 singular values [..., m] of S [..., dk, dv] (see the module docstring); matrices
+    whose `finite` entry is False are treated as zero (their caller reports NaN for them)."""
     if method == "svd":
+        X = S.to(torch.float64)
+        if finite is not None:
+            X = torch.where(finite[..., None, None], X, torch.zeros((), dtype=X.dtype, device=X.device))
         return torch.linalg.svdvals(X)
-    gram = X @ X.mT if X.shape[-2] <= X.shape[-1] else X.mT @ X      # the smaller one: m × m
-    return torch.linalg.eigvalsh(gram).flip(-1).clamp(min=0).sqrt()  # ascending → descending; rounding < 0 → 0
+    eig = _gram_eigenvalues_cpu(S, finite) if S.device.type == "cpu" else _gram_eigenvalues(S, finite)
+    return eig.flip(-1).clamp(min=0).sqrt()  # ascending → descending; rounding < 0 → 0
 
 
 def spectral_metrics(S: torch.Tensor, tau: float = 1e-3, energy: float = 0.95,
@@ -116,17 +168,19 @@ def spectral_metrics(S: torch.Tensor, tau: float = 1e-3, energy: float = 0.95,
     if method == "auto":
         method = "svd" if S.dtype == torch.float64 else "gram"
     m = min(S.shape[-2], S.shape[-1])
-    X = S.detach().to(torch.float64)
+    S = S.detach()
 
     # svdvals can raise or return garbage on NaN/Inf: zero those matrices out, NaN their results after.
-    finite = torch.isfinite(X).all(dim=-1).all(dim=-1)
+    # For lower-precision S a float64 sum is NaN/Inf exactly when an entry is (their range cannot overflow
+    # it), and costs one read of S instead of a boolean copy of it.
+    finite = torch.isfinite(S).all(dim=-1).all(dim=-1) if S.dtype == torch.float64 else \
+        torch.isfinite(S.sum(dim=(-2, -1), dtype=torch.float64))
     n_bad = int((~finite).sum())
     if n_bad:
-        X = torch.where(finite[..., None, None], X, torch.zeros((), dtype=X.dtype, device=X.device))
         warnings.warn(f"{n_bad} of {finite.numel()} state matrices contain NaN or Inf; their metrics are NaN.",
                       NonFiniteStateWarning, stacklevel=2)
 
-    s = singular_values(X, method)  # [..., m], descending
+    s = singular_values(S, method, finite if n_bad else None)  # [..., m], descending, float64
     s1 = s[..., 0]
     zero = s1 == 0
     one = torch.ones((), dtype=s.dtype, device=s.device)

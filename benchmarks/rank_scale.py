@@ -30,20 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-FAMILIES = ("delta_net", "gated_deltanet")
-SHAPE = dict(hidden_size=1024, num_heads=8, vocab_size=32000)
-
-
-def build(family: str, layers: int):
-    import analysis  # noqa: F401  (CPU path for fla's ops)
-    from fla.models import DeltaNetConfig, GatedDeltaNetConfig
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(0)
-    if family == "delta_net":  # dk = dv = hidden / heads = 128
-        config = DeltaNetConfig(**SHAPE, num_hidden_layers=layers)
-    else:
-        config = GatedDeltaNetConfig(**SHAPE, num_hidden_layers=layers, head_dim=128, expand_v=1.0)
-    return AutoModelForCausalLM.from_config(config).eval()
+from benchmarks.real_size import FAMILIES, VOCAB, build  # noqa: E402
 
 
 def peak_rss() -> int:
@@ -53,9 +40,9 @@ def peak_rss() -> int:
 def measure(family: str, args) -> dict:
     """One family in this process: side-by-side timings, peak RSS, fp32 weight bytes."""
     from analysis.states import collect_states
-    model = build(family, args.layers)
+    model = build(family, "340M", args.layers)
     params = sum(p.numel() for p in model.parameters())
-    ids = torch.randint(0, SHAPE["vocab_size"], (1, args.tokens), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, VOCAB, (1, args.tokens), generator=torch.Generator().manual_seed(1))
     runs = {"forward": lambda: model(ids, use_cache=False).logits,
             "rank": lambda: collect_states(model, ids, stride=args.stride)}
     if args.every_token:

@@ -117,8 +117,10 @@ if jobs.controls("prune", prune_key, "Prune", run_key="prune_run"):
     def prune_work(job):
         calib = None
         if needs.needs_calibration:
-            job.report(0.02, f"calibrating on {settings.sequences} sequences × {settings.tokens} tokens…")
-            calib = shrink.calibration(key, settings)
+            what = f"calibrating on {settings.sequences} sequences × {settings.tokens} tokens"
+            job.report(0.02, f"{what}…")
+            calib = shrink.calibration(key, settings, progress=lambda f, text: job.report(0.02 + 0.13 * f,
+                                                                                          f"{what}: {text}"))
             if needs.needs_gradients:
                 job.report(0.15, "backward pass: gradients of the query/key projections for the Taylor scores…")
                 shrink.gradients(key, settings)

@@ -120,9 +120,11 @@ else:
             with guard():
                 tok = cache.tokenizer(ctx.key.path)
                 model = ctx.model
-                calibration = shrink.shared_calibration(ctx.key, calib_n)  # the one Importance and Prune use
 
                 def work(job):
+                    # the calibration Importance and Prune use; its first computation reports its passes here
+                    calibration = shrink.shared_calibration(ctx.key, calib_n, progress=lambda _f, text: job.report(
+                        len(points) / expected, f"{len(points)} of {expected} points; calibration: {text}"))
                     gen = sweeps.sweep(model, tok, chosen, ratios, split="test", context=context,
                                        eval_tokens=eval_tokens, recover_steps=recover_steps, calib_sequences=calib_n,
                                        calibration=calibration, latency=per_point, executor=executor,

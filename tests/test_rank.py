@@ -235,12 +235,44 @@ def test_auto_route_by_dtype(monkeypatch):
     import analysis.rank as rank
     used = []
     real = rank.singular_values
-    monkeypatch.setattr(rank, "singular_values", lambda X, method: used.append(method) or real(X, method))
+    monkeypatch.setattr(rank, "singular_values", lambda X, method, finite=None: used.append(method) or real(X, method,
+                                                                                                       finite))
     spectral_metrics(torch.randn(2, 5, 4, dtype=torch.float64))
     spectral_metrics(torch.randn(2, 5, 4))
     assert used == ["svd", "gram"]
     with pytest.raises(AnalysisError, match="method"):
         spectral_metrics(torch.randn(2, 5, 4), method="qr")
+
+
+def test_split_gram_route_matches_one_call_and_numpy():
+    """A batch big enough to be split across worker threads (one LAPACK thread each) gives the same values as
+    the unsplit call per matrix (to rounding) and as numpy's SVD, keeps NaN to its own matrices, and leaves the
+    process's thread count as it was."""
+    import analysis.rank as rank
+    g = torch.Generator().manual_seed(11)
+    S = torch.randn(3, 2, 40, 16, 12, generator=g) * torch.logspace(0, -5, 12)  # 240 matrices, ill-conditioned
+    S[1, 0, 7, 3, 4] = float("nan")
+    threads = torch.get_num_threads()
+    assert S.shape[:-2].numel() >= rank.PARALLEL_MIN
+    with pytest.warns(NonFiniteStateWarning, match="1 of 240"):
+        split = spectral_metrics(S)
+    assert torch.get_num_threads() == threads
+    one = {}
+    for i in range(3):  # small calls take the unsplit route
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NonFiniteStateWarning)
+            part = spectral_metrics(S[i])
+        for k, v in part.items():
+            one.setdefault(k, []).append(v)
+    nan = torch.zeros(3, 2, 40, dtype=torch.bool)
+    nan[1, 0, 7] = True
+    for k, parts in one.items():
+        whole = torch.stack(parts)
+        bad = nan[..., None] if k == "singular_values" else nan
+        assert torch.isnan(split[k][bad.expand_as(split[k])]).all()
+        assert torch.allclose(split[k].nan_to_num(-1.0), whole.nan_to_num(-1.0), rtol=1e-6, atol=1e-6), k
+    ref = np.linalg.svd(S[0, 1].double().numpy(), compute_uv=False)
+    assert np.allclose(split["singular_values"][0, 1].double().numpy(), ref, rtol=1e-5, atol=1e-7 * ref[:, :1])
 
 
 def test_gram_route_rank_deficient_state_is_clean():

@@ -90,7 +90,7 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
     progress(0.0, "loading the random-init copy (seed 0)" if random_init else "tokenizing the inputs")
     model = random_init_model(key) if random_init else shared_model(key)
     ids, label = _input_ids(key, spec)
-    with compute_lock(), progress_ui.per_layer(model, progress, "recurrence, then an SVD of every kept state"):
+    with compute_lock(), progress_ui.per_layer(model, progress, "recurrence, then the singular values of every kept state"):
         trace = collect_states(model, ids, stride=stride, keep_keys=min(REAL_KEYS, ids.shape[1]), tau=scales.TAU)
     return {
         "positions": list(trace.positions),

@@ -95,10 +95,11 @@ def gradients(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.R
         return calib.gradients()
 
 
-def shared_calibration(key: ModelKey, sequences: int, seed: int = 0):
+def shared_calibration(key: ModelKey, sequences: int, seed: int = 0, progress: progress_ui.Report | None = None):
     """For analysis.sweep(calibration=...): the very Calibration Channel importance and Prune use for these
-    settings (train split, 256 tokens per sequence, as the sweep's own default), computed at most once."""
-    return lambda: calibration(key, CalibSettings(int(sequences), 256, int(seed)))
+    settings (train split, 256 tokens per sequence, as the sweep's own default), computed at most once
+    (reporting each pass and layer to `progress` when it is computed)."""
+    return lambda: calibration(key, CalibSettings(int(sequences), 256, int(seed)), progress=progress)
 
 
 def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Calibration:

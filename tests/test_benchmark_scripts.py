@@ -1,0 +1,53 @@
+"""The real-size benchmark scripts run end to end at a tiny size (one layer, short sequences), so they cannot
+rot between the sessions that run them at full size (on a GPU, or for minutes on this CPU)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, timeout: int = 600) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_rank_scale_prints_its_ratio_last():
+    out = run("benchmarks/rank_scale.py", "--layers", "1", "--tokens", "128", "--repeats", "1")
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("rank_overhead_vs_forward: ") and float(last.split()[-1]) > 0
+    assert "peak RSS" in out and "delta_net" in out and "gated_deltanet" in out
+
+
+def test_gpu_check_scale_part_runs_on_the_cpu():
+    out = run("benchmarks/gpu_check.py", "--device", "cpu", "--layers", "1", "--tokens", "128", "--repeats", "1")
+    assert out.count("× forward") == 2 and out.count("prune l1 0.5 (dk 128 → 64)") == 2
+    assert "finite: True" in out and "finite: False" not in out
+    assert out.count("latency at the 340M shape") == 8
+
+
+def test_real_size_saves_a_loadable_checkpoint_and_refuses_a_used_directory(tmp_path):
+    out_dir = tmp_path / "model"
+    run("benchmarks/real_size.py", "--shape", "1.3B", "--layers", "1", "--out", str(out_dir))
+    config = json.loads((out_dir / "config.json").read_text())
+    assert (config["hidden_size"], config["num_heads"], config["num_hidden_layers"]) == (2048, 16, 1)
+    assert list(out_dir.glob("*.safetensors")) and not list(out_dir.glob("*.bin"))
+    from analysis import models
+    model = models.load_model(str(out_dir))
+    assert models.describe(model).head_k_dims == [128]
+    before = sorted(p.name for p in out_dir.iterdir())
+    done = subprocess.run([sys.executable, "benchmarks/real_size.py", "--layers", "1", "--out", str(out_dir)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode != 0 and "not empty" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in out_dir.iterdir()) == before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_check_scale_part_on_cuda():
+    out = run("benchmarks/gpu_check.py", "--scale-only", "--layers", "2", "--tokens", "512", "--repeats", "2")
+    assert "finite: True" in out and "finite: False" not in out
