@@ -71,6 +71,22 @@ def test_shared_calibration_is_the_one_the_other_pages_use(lm):
     assert "layer 1 of 2: activations entering the recurrence" in steps and steps[0].startswith("drawing")
 
 
+def test_shared_calibration_reports_its_passes_when_it_computes(lm):
+    """The Sweep and Prune jobs see the calibration's per-layer progress on its first computation (big models
+    spend minutes there), and nothing once it is stored."""
+    from ui import shrink
+    from ui.keys import ModelKey
+    key = ModelKey(str(lm), "cpu", "float32")
+    steps = []
+    shrink.shared_calibration(key, 3, seed=5, progress=lambda f, t: steps.append((f, t)))()
+    texts = [t for _, t in steps]
+    assert texts[0].startswith("drawing") and "layer 2 of 2: activations entering the recurrence" in texts
+    assert [f for f, _ in steps] == sorted(f for f, _ in steps) and all(0 <= f <= 1 for f, _ in steps)
+    again = []
+    shrink.shared_calibration(key, 3, seed=5, progress=lambda f, t: again.append(t))()
+    assert again == []
+
+
 def test_a_rerun_requested_mid_computation_is_obeyed_only_after_the_work(monkeypatch):
     """A widget click during a long first computation must not throw the work away (it is stored first)."""
     from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
