@@ -46,7 +46,7 @@ def svd_route(monkeypatch):
     migration is compared on the svdvals route they were written with; tests/test_rank.py checks the Gram one."""
     import analysis.rank as rank
     original = rank.singular_values
-    monkeypatch.setattr(rank, "singular_values", lambda X, method: original(X, "svd"))
+    monkeypatch.setattr(rank, "singular_values", lambda S, method, finite=None: original(S, "svd", finite))
 
 
 def weights_digest(path: Path) -> str:
