@@ -199,3 +199,19 @@ def test_checkpoint_check_expects_the_hub_layout_save_pretrained_writes(model, t
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(AnalysisError, match="self_attn.f_b_proj.weight"):
         check_loadable(tmp_path, torch.float32, torch.device("cpu"))
+
+
+def test_bf16_prune_keeps_the_fp32_tensors_transformers_keeps(model, ids, tmp_path):
+    """transformers loads dt_bias and the MoE router in fp32 inside a bf16 model; the pruned model keeps them so
+    (the router's weights bit for bit), and its saved directory loads back to the same logits."""
+    from analysis.prune import save_model
+    model.save_pretrained(tmp_path / "orig")
+    bf16 = AutoModelForCausalLM.from_pretrained(tmp_path / "orig", dtype=torch.bfloat16).eval()
+    kept = {n: p for n, p in bf16.named_parameters() if p.dtype == torch.float32}
+    assert any(n.endswith("dt_bias") for n in kept) and any(n.endswith("mlp.gate.weight") for n in kept)
+    pruned = _prune(bf16, [8, 8, 8]).model
+    params = dict(pruned.named_parameters())
+    assert all(params[n].dtype == torch.float32 for n in kept)
+    assert all(torch.equal(params[n], p) for n, p in kept.items() if "mlp.gate" in n)
+    loaded = AutoModelForCausalLM.from_pretrained(save_model(pruned, tmp_path / "p"), dtype=torch.bfloat16).eval()
+    assert torch.equal(_logits(loaded, ids[:, :20]), _logits(pruned, ids[:, :20]))

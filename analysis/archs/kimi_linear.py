@@ -100,8 +100,9 @@ class KimiLinearAdapter(Adapter):
         config.architectures = [PrunedKimiLinearForCausalLM.__name__]
         param = next(model.parameters())
         with torch.device(param.device):
-            pruned = PrunedKimiLinearForCausalLM(config)
-        return pruned.to(param.dtype).eval()
+            pruned = PrunedKimiLinearForCausalLM(config).to(param.dtype)
+        _match_dtypes(pruned, model)
+        return pruned.eval()
 
     def readout_key_dims(self, model) -> list[int]:
         kept = getattr(model.config, "readout_key_dims", None)
@@ -111,9 +112,12 @@ class KimiLinearAdapter(Adapter):
     def install_routing(self) -> None:
         """Route transformers' two KDA entry points by device (idempotent); registers pruned_kimi_linear."""
         from analysis import backend
-        from analysis.archs import kimi_linear_pruned  # noqa: F401  (registers pruned_kimi_linear)
         from analysis.archs.qwen3_5_routing import _fla_named
-        modeling = importlib.import_module(MODELING)
+        try:
+            modeling = importlib.import_module(MODELING)
+        except ImportError:  # an older transformers without Kimi Linear: nothing to route (install_all runs us)
+            return
+        from analysis.archs import kimi_linear_pruned  # noqa: F401  (registers pruned_kimi_linear)
         for name in ENTRY_POINTS:
             current = getattr(modeling, name)
             if getattr(current, "_analysis_routed", False):
@@ -122,6 +126,15 @@ class KimiLinearAdapter(Adapter):
             routed._analysis_routed = True
             routed.__wrapped__ = current
             setattr(modeling, name, routed)
+
+
+def _match_dtypes(pruned: nn.Module, model: nn.Module) -> None:
+    """Give every tensor the original's dtype: transformers keeps dt_bias and the MoE router (weight, correction
+    bias) in fp32 in a bf16 model, and a prune must copy the router's values bit for bit."""
+    original = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    for name, tensor in [*pruned.named_parameters(), *pruned.named_buffers()]:
+        if name in original and tensor.dtype != original[name].dtype:
+            tensor.data = tensor.data.to(original[name].dtype)
 
 
 ADAPTER = KimiLinearAdapter()
