@@ -11,12 +11,17 @@ Readout scale: transformers reads out at dk'^-1/2 and o reaches only the per-hea
 gate multiplies after the normalisation: RMSNorm(c·o, c²·eps) = RMSNorm(o, eps) with c² = dk/dk', so
 o_norm.variance_epsilon·readout/dk' keeps the readout of key dim `readout` exactly (as for Qwen3.5 and fla).
 MLA softmax blocks are untouched.
+
+transformers keys its checkpoint conversion (Moonshot's hub layout: q/k/v_conv1d, per-expert w1/w2/w3) by model
+type, so `pruned_kimi_linear` is saved in the runtime layout; this matters, as its reverse cuts the q|k|v conv
+into equal thirds, which a pruned layer (2·H·dk' + H·dv rows) does not have.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.integrations.accelerate import force_accelerate_hooks
 from transformers.models.kimi_linear import modeling_kimi_linear as modeling
 from transformers.models.kimi_linear.configuration_kimi_linear import KimiLinearConfig
 from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearDeltaAttention, KimiLinearForCausalLM
@@ -36,6 +41,7 @@ def head_k_dim(layer: KimiLinearDeltaAttention) -> int:
 class KeyDimKimiDeltaAttention(KimiLinearDeltaAttention):
     """transformers' KDA layer with q/k at `head_k_dim` channels per head and v, gate and o_norm at `head_dim`."""
 
+    @force_accelerate_hooks("conv1d")  # as transformers' forward: conv1d's weight is read directly, not via forward
     def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
         hidden_states = modeling.apply_mask_to_padding_states(hidden_states, attention_mask)
         batch_size, seq_len = hidden_states.shape[:2]
