@@ -7,7 +7,6 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import analysis  # noqa: F401
 from analysis.archs import adapter_for

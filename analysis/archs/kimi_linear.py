@@ -5,7 +5,8 @@ Each decoder block's `self_attn` is a `KimiLinearDeltaAttention` (`layer_types[i
 pruned). A KDA layer has H heads of one `linear_head_dim` d for q, k and v (no grouped value heads):
     q, k, v = SiLU(causal depthwise conv over [q_proj x | k_proj x | v_proj x]),  q, k l2-normalised in the kernel,
     g = −e^{A_log}·softplus(f_b_proj(f_a_proj x) + dt_bias)   per head and key channel (computed before the kernel),
-    β = sigmoid(b_proj x),   S_t = (I − β_t k_t k_tᵀ) Diag(e^{g_t}) S_{t−1} + β_t k_t v_tᵀ,   o_t = d^-1/2 · S_tᵀ q_t,
+    β = sigmoid(b_proj x),
+    S_t = (I − β_t k_t k_tᵀ) Diag(e^{g_t}) S_{t−1} + β_t k_t v_tᵀ,   o_t = d^-1/2 · S_tᵀ q_t,
 then a gated RMSNorm per head (o_norm, sigmoid gate g_b_proj(g_a_proj x)) and o_proj.
 
 The recurrence goes through two module globals of transformers' modeling file, `chunk_kimi_delta_attention`
