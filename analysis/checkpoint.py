@@ -90,11 +90,18 @@ def expected_tensors(config: dict, where: Path) -> tuple[dict, set]:
         reason = str(exc).splitlines()[0][:120] if str(exc) else "inconsistent sizes"
         raise AnalysisError(f"{where / 'config.json'} describes a model that cannot be built "
                             f"({type(exc).__name__}: {reason}); fix its sizes or re-save the model.") from None
-    required = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    required.update({n: tuple(b.shape) for n, b in model.named_buffers()
+    required = dict(model.named_parameters())
+    required.update({n: b for n, b in model.named_buffers()
                      if n.rsplit(".", 1)[-1] not in getattr(_owner(model, n), "_non_persistent_buffers_set", set())})
-    allowed = set(model.state_dict())
-    return required, allowed
+    allowed = set(_as_saved(model, dict(model.state_dict())))
+    return {n: tuple(t.shape) for n, t in _as_saved(model, required).items()}, allowed
+
+
+def _as_saved(model, tensors: dict) -> dict:
+    """The names and shapes save_pretrained writes: transformers reverts a family's checkpoint conversion on save
+    (Kimi Linear: the hub layout's q/k/v convs, per-expert w1/w2/w3, self_attn.f_a_proj ...), on meta tensors too."""
+    from transformers.core_model_loading import revert_weight_conversion
+    return revert_weight_conversion(model, tensors)
 
 
 def _owner(model, name: str):

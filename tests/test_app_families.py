@@ -8,7 +8,7 @@ from ui_fixtures import one_torch_thread  # noqa: F401
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "kda", "fla_hybrid"])
+@pytest.mark.parametrize("family", ["qwen3_5", "kda", "fla_hybrid", "kimi_linear"])
 def test_local_directory_of_each_family_opens_on_model_and_states(monkeypatch, tmp_path, family):
     import importlib
     case = importlib.import_module(f"family_cases.{family}").CASE

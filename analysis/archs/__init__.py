@@ -19,6 +19,7 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen3_5": ("analysis.archs.qwen3_5", ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next",
                                            "olmo_hybrid", "pruned_qwen3_5_text", "pruned_qwen3_5_moe_text",
                                            "pruned_qwen3_next", "pruned_olmo_hybrid")),
+    "kimi_linear": ("analysis.archs.kimi_linear", ("kimi_linear", "pruned_kimi_linear")),
 }
 
 

@@ -1,0 +1,141 @@
+"""transformers' Kimi Linear (`kimi_linear`): Kimi Delta Attention (KDA) blocks + MLA softmax-attention blocks.
+
+Each decoder block's `self_attn` is a `KimiLinearDeltaAttention` (`layer_types[i] == "linear_attention"`) or a
+`KimiLinearAttention` (DeepSeek-style multi-head latent attention, "full_attention"; labelled softmax, never
+pruned). A KDA layer has H heads of one `linear_head_dim` d for q, k and v (no grouped value heads):
+    q, k, v = SiLU(causal depthwise conv over [q_proj x | k_proj x | v_proj x]),  q, k l2-normalised in the kernel,
+    g = −e^{A_log}·softplus(f_b_proj(f_a_proj x) + dt_bias)   per head and key channel (computed before the kernel),
+    β = sigmoid(b_proj x),
+    S_t = (I − β_t k_t k_tᵀ) Diag(e^{g_t}) S_{t−1} + β_t k_t v_tᵀ,   o_t = d^-1/2 · S_tᵀ q_t,
+then a gated RMSNorm per head (o_norm, sigmoid gate g_b_proj(g_a_proj x)) and o_proj.
+
+The recurrence goes through two module globals of transformers' modeling file, `chunk_kimi_delta_attention`
+and `recurrent_kimi_delta_attention` (decode), which transformers binds to fla's `chunk_kda` /
+`fused_recurrent_kda` whenever fla is importable — Triton kernels that crash on CPU. `install_routing`
+replaces both: CUDA tensors keep the bound kernel, CPU tensors take `analysis.backend`'s torch recurrence
+(per-key-channel g), and on both the observer sees q/k per key head. The short conv and the gated norm take
+torch unless the `kernels` hub or `causal_conv1d` is installed (this project installs neither).
+
+Pruning a key channel removes its q/k rows, its conv rows and its decay rows (f_b_proj rows and dt_bias), as for
+fla KDA; PCA is refused (a rotated channel would mix channels that decay at different rates). The family's
+config has one head dim for keys and values, so every prune is saved as `pruned_kimi_linear`
+(analysis/archs/kimi_linear_pruned.py).
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+
+import torch
+import torch.nn as nn
+
+from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.errors import AnalysisError
+
+MODELING = "transformers.models.kimi_linear.modeling_kimi_linear"
+ENTRY_POINTS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
+MAX_KERNEL_KEY_DIM = 256   # fla's chunk_kda asserts K <= 256
+
+
+class KimiLinearAdapter(Adapter):
+    family = "kimi_linear"
+    label = "Kimi Linear (Kimi Delta Attention + MLA)"
+    model_types = ("kimi_linear", "pruned_kimi_linear")
+    gate = "channel"
+    kernel = "kda"
+    rotations = False
+
+    # --- structure -------------------------------------------------------------------------------
+    def blocks(self, model) -> list[Block]:
+        modeling = importlib.import_module(MODELING)
+        kinds = ((modeling.KimiLinearDeltaAttention, "linear"), (modeling.KimiLinearAttention, "softmax"))
+        return [Block(i, next((kind for cls, kind in kinds if isinstance(b.self_attn, cls)), "other"), b.self_attn)
+                for i, b in enumerate(model.model.layers)]
+
+    def key_heads(self, layer: nn.Module) -> int:
+        return layer.num_heads
+
+    def value_heads(self, layer: nn.Module) -> int:
+        return layer.num_heads
+
+    def key_dim(self, layer: nn.Module) -> int:
+        return getattr(layer, "head_k_dim", layer.head_dim)
+
+    def value_dim(self, layer: nn.Module) -> int:
+        return layer.head_dim
+
+    def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
+        """q/k projections, the q and k parts of the one q|k|v conv, then the decay rows (H·dk, head-major)."""
+        keys = layer.num_heads * self.key_dim(layer)
+        rows = [ChannelRows("q_proj.weight", "q"), ChannelRows("k_proj.weight", "k"),
+                ChannelRows("conv1d.weight", "q", 0, conv=True), ChannelRows("conv1d.weight", "k", keys, conv=True)]
+        if layer.conv1d.bias is not None:
+            rows += [ChannelRows("conv1d.bias", "q", 0, conv=True), ChannelRows("conv1d.bias", "k", keys, conv=True)]
+        return rows + [ChannelRows("forget_gate.f_b_proj.weight", "gate"), ChannelRows("forget_gate.dt_bias", "gate")]
+
+    def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
+        """MLA caches the compressed latent (kv_lora_rank) and the shared rope key (qk_rope_head_dim), one head."""
+        return tokens * (module.kv_lora_rank + module.qk_rope_head_dim) * dtype_bytes
+
+    # --- pruning ---------------------------------------------------------------------------------
+    def check_key_dims(self, dims: list[int]) -> None:
+        for layer, dk in enumerate(dims):
+            if not 1 <= int(dk) <= MAX_KERNEL_KEY_DIM:
+                raise AnalysisError(f"KDA layer {layer} has key dim {dk}: fla's KDA kernels take key dims from 1 "
+                                    f"to {MAX_KERNEL_KEY_DIM} per head (chunk_kda asserts K ≤ {MAX_KERNEL_KEY_DIM}).")
+
+    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
+        from analysis.archs.kimi_linear_pruned import PrunedKimiLinearConfig, PrunedKimiLinearForCausalLM
+        layers = self.linear_layers(model)
+        dims = [int(d) for d in key_dims]
+        if len(dims) != len(layers):
+            raise AnalysisError(f"Got {len(dims)} key dims for a model with {len(layers)} KDA layers; "
+                                "give one per KDA layer.")
+        self.check_key_dims(dims)
+        readout = dims if readout_key_dims is None else [int(d) for d in readout_key_dims]  # None: dk'^-1/2
+        values = {k: v for k, v in copy.deepcopy(model.config).to_dict().items()
+                  if k not in ("model_type", "architectures", "linear_key_head_dims", "readout_key_dims")}
+        config = PrunedKimiLinearConfig(**values)
+        config.linear_key_head_dims = dims
+        config.readout_key_dims = None if readout == dims else readout
+        config.architectures = [PrunedKimiLinearForCausalLM.__name__]
+        param = next(model.parameters())
+        with torch.device(param.device):
+            pruned = PrunedKimiLinearForCausalLM(config).to(param.dtype)
+        _match_dtypes(pruned, model)
+        return pruned.eval()
+
+    def readout_key_dims(self, model) -> list[int]:
+        kept = getattr(model.config, "readout_key_dims", None)
+        return [int(d) for d in kept] if kept is not None else [int(self.key_dim(l)) for l in self.linear_layers(model)]
+
+    # --- devices ---------------------------------------------------------------------------------
+    def install_routing(self) -> None:
+        """Route transformers' two KDA entry points by device (idempotent); registers pruned_kimi_linear."""
+        from analysis import backend
+        from analysis.archs.qwen3_5_routing import _fla_named
+        try:
+            modeling = importlib.import_module(MODELING)
+        except ImportError:  # an older transformers without Kimi Linear: nothing to route (install_all runs us)
+            return
+        from analysis.archs import kimi_linear_pruned  # noqa: F401  (registers pruned_kimi_linear)
+        for name in ENTRY_POINTS:
+            current = getattr(modeling, name)
+            if getattr(current, "_analysis_routed", False):
+                continue
+            routed = backend._by_device(_fla_named(current))
+            routed._analysis_routed = True
+            routed.__wrapped__ = current
+            setattr(modeling, name, routed)
+
+
+def _match_dtypes(pruned: nn.Module, model: nn.Module) -> None:
+    """Give every tensor the original's dtype: transformers keeps dt_bias and the MoE router (weight, correction
+    bias) in fp32 in a bf16 model, and a prune must copy the router's values bit for bit."""
+    original = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    for name, tensor in [*pruned.named_parameters(), *pruned.named_buffers()]:
+        if name in original and tensor.dtype != original[name].dtype:
+            tensor.data = tensor.data.to(original[name].dtype)
+
+
+ADAPTER = KimiLinearAdapter()
