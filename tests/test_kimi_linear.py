@@ -13,6 +13,7 @@ from analysis.archs import adapter_for
 from analysis.archs.kimi_linear import ADAPTER, ENTRY_POINTS
 from analysis.backend import observe_recurrences
 from analysis.errors import AnalysisError
+from family_cases import assert_close, logits
 from family_cases.kimi_linear import CASE
 
 import transformers.models.kimi_linear.modeling_kimi_linear as kimi_modeling
@@ -31,13 +32,6 @@ def ids():
     return torch.randint(3, 97, (2, T), generator=torch.Generator().manual_seed(1))
 
 
-def _logits(model, ids):
-    with torch.no_grad():
-        return model(ids, use_cache=False).logits
-
-
-def _close(a, b, tol=1e-4):
-    assert (a - b).abs().max() <= tol * max(1.0, float(b.abs().max())), float((a - b).abs().max())
 
 
 def _naive_kda(query, key, value, g, beta, initial_state=None, output_final_state=False,
@@ -65,25 +59,25 @@ def test_unrouted_entry_point_fails_on_cpu(model, ids, monkeypatch):
     routed = kimi_modeling.chunk_kimi_delta_attention
     monkeypatch.setattr(kimi_modeling, "chunk_kimi_delta_attention", routed.__wrapped__)
     with pytest.raises(Exception):
-        _logits(model, ids)
+        logits(model, ids)
 
 
 def test_routed_cpu_forward_equals_fla_naive_kda(model, ids, monkeypatch):
-    routed = _logits(model, ids)
+    routed = logits(model, ids)
     for name in ENTRY_POINTS:
         monkeypatch.setattr(kimi_modeling, name, _naive_kda)
-    _close(routed, _logits(model, ids))
+    assert_close(routed, logits(model, ids))
 
 
 def test_routed_cpu_forward_equals_transformers_torch_fallback(model, ids, tmp_path, monkeypatch):
     from analysis.archs.qwen3_5_routing import torch_fallback
     model.save_pretrained(tmp_path)  # the hub layout (transformers reverts its conversion), nothing of the project
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
-    routed = _logits(loaded, ids)
-    _close(routed, _logits(model, ids), 1e-6)
+    routed = logits(loaded, ids)
+    assert_close(routed, logits(model, ids), 1e-6)
     for name in ENTRY_POINTS:
         monkeypatch.setattr(kimi_modeling, name, torch_fallback(kimi_modeling, name))
-    _close(routed, _logits(loaded, ids))
+    assert_close(routed, logits(loaded, ids))
 
 
 def _decode_last(model, ids):
@@ -93,13 +87,13 @@ def _decode_last(model, ids):
 
 
 def test_cached_decode_takes_the_routed_recurrent_step(model, ids):
-    _close(_decode_last(model, ids), _logits(model, ids)[:, -1])
+    assert_close(_decode_last(model, ids), logits(model, ids)[:, -1])
 
 
 def test_observer_sees_per_channel_gates_per_head(model, ids):
     seen = []
     with observe_recurrences(seen.append):
-        _logits(model, ids)
+        logits(model, ids)
     assert len(seen) == 3                                           # the three KDA blocks, not the MLA one
     r = seen[0]
     assert r.q_raw.shape == r.k_raw.shape == r.v.shape == (2, T, 2, 16)
@@ -142,10 +136,10 @@ def test_prune_equals_zeroed_channels_and_reloads(model, ids, dims, tmp_path):
     assert [ADAPTER.key_dim(l) for l in ADAPTER.linear_layers(pruned)] == dims
     assert [ADAPTER.value_dim(l) for l in ADAPTER.linear_layers(pruned)] == [16, 16, 16]
     assert ADAPTER.readout_key_dims(pruned) == [16, 16, 16]
-    _close(_logits(pruned, ids), _logits(_zeroed(model, result.selections), ids))
-    _close(_decode_last(pruned, ids), _logits(pruned, ids)[:, -1])  # the key-dim-aware layer's decode path
+    assert_close(logits(pruned, ids), logits(_zeroed(model, result.selections), ids))
+    assert_close(_decode_last(pruned, ids), logits(pruned, ids)[:, -1])  # the key-dim-aware layer's decode path
     loaded = AutoModelForCausalLM.from_pretrained(save_model(pruned, tmp_path / "p")).eval()
-    assert torch.equal(_logits(loaded, ids), _logits(pruned, ids))
+    assert torch.equal(logits(loaded, ids), logits(pruned, ids))
 
 
 def test_decay_rows_follow_the_kept_key_channels(model):
@@ -166,7 +160,7 @@ def test_default_readout_is_the_zeroed_original_with_scaled_norm_eps(model, ids)
     zeroed = _zeroed(model, result.selections)
     for layer in ADAPTER.linear_layers(zeroed):
         layer.o_norm.variance_epsilon *= 8 / 16
-    _close(_logits(result.model, ids), _logits(zeroed, ids))
+    assert_close(logits(result.model, ids), logits(zeroed, ids))
 
 
 def test_pca_and_bad_key_dims_are_one_sentence(model):
@@ -213,4 +207,4 @@ def test_bf16_prune_keeps_the_fp32_tensors_transformers_keeps(model, ids, tmp_pa
     assert all(params[n].dtype == torch.float32 for n in kept)
     assert all(torch.equal(params[n], p) for n, p in kept.items() if "mlp.gate" in n)
     loaded = AutoModelForCausalLM.from_pretrained(save_model(pruned, tmp_path / "p"), dtype=torch.bfloat16).eval()
-    assert torch.equal(_logits(loaded, ids[:, :20]), _logits(pruned, ids[:, :20]))
+    assert torch.equal(logits(loaded, ids[:, :20]), logits(pruned, ids[:, :20]))

@@ -14,6 +14,7 @@ from analysis.archs.qwen3_5 import ADAPTER, channel_row_indices, sum_over_value_
 from analysis.archs import qwen3_5_routing as routing
 from analysis.backend import observe_recurrences
 from analysis.errors import AnalysisError
+from family_cases import assert_close, logits
 from family_cases.qwen3_5 import CASE
 
 import transformers.models.qwen3_5.modeling_qwen3_5 as qwen_modeling
@@ -32,13 +33,6 @@ def ids():
     return torch.randint(0, 97, (2, T), generator=torch.Generator().manual_seed(1))
 
 
-def _logits(model, ids):
-    with torch.no_grad():
-        return model(ids, use_cache=False).logits
-
-
-def _close(a, b, tol=1e-4):
-    assert (a - b).abs().max() <= tol * max(1.0, float(b.abs().max())), float((a - b).abs().max())
 
 
 def test_registry_finds_the_adapter(model):
@@ -57,16 +51,16 @@ def test_unrouted_entry_point_fails_on_cpu(model, ids, monkeypatch):
     routed = qwen_modeling.torch_chunk_gated_delta_rule
     monkeypatch.setattr(qwen_modeling, "torch_chunk_gated_delta_rule", routed.__wrapped__)
     with pytest.raises(Exception):
-        _logits(model, ids)
+        logits(model, ids)
 
 
 def test_routed_cpu_forward_equals_transformers_torch_fallback(model, ids, tmp_path, monkeypatch):
     model.save_pretrained(tmp_path)  # a directory with no project-specific files
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
-    routed = _logits(loaded, ids)
+    routed = logits(loaded, ids)
     for name in routing.ENTRY_POINTS:
         monkeypatch.setattr(qwen_modeling, name, routing.torch_fallback(qwen_modeling, name))
-    _close(routed, _logits(loaded, ids))
+    assert_close(routed, logits(loaded, ids))
 
 
 def test_cached_decode_takes_the_routed_recurrent_step(model, ids):
@@ -74,13 +68,13 @@ def test_cached_decode_takes_the_routed_recurrent_step(model, ids):
         full = model(ids, use_cache=False).logits[:, -1]
         prefix = model(ids[:, :-1], use_cache=True)
         step = model(ids[:, -1:], past_key_values=prefix.past_key_values, use_cache=True).logits[:, -1]
-    _close(step, full)
+    assert_close(step, full)
 
 
 def test_observer_sees_key_heads_before_the_repeat(model, ids):
     seen = []
     with observe_recurrences(seen.append):
-        _logits(model, ids)
+        logits(model, ids)
     assert len(seen) == 3
     r = seen[0]
     assert r.q_raw.shape == r.k_raw.shape == (2, T, 2, 16)       # per KEY head, post-conv, pre-l2norm
@@ -102,7 +96,7 @@ def test_states_equal_the_token_loop(model, ids, monkeypatch):
             h.remove()
     for i, layer_trace in enumerate(trace.layers):
         got = layer_trace.states.permute(0, 2, 1, 3, 4)             # [B,H,P,dk,dv] -> [B,T,H,dk,dv]
-        _close(got, CASE.reference_states(model, i, inputs[i]))
+        assert_close(got, CASE.reference_states(model, i, inputs[i]))
 
 
 def test_value_head_scores_sum_per_key_head():
@@ -163,14 +157,14 @@ def test_prune_equals_zeroed_channels(model, ids, dims, tmp_path):
     assert pruned.config.model_type == "pruned_qwen3_5_text"
     assert [ADAPTER.key_dim(layer) for layer in ADAPTER.linear_layers(pruned)] == dims
     assert ADAPTER.readout_key_dims(pruned) == [16, 16, 16]
-    _close(_logits(pruned, ids), _logits(_zeroed(model, keep), ids))
+    assert_close(logits(pruned, ids), logits(_zeroed(model, keep), ids))
     softmax = [b.index for b in ADAPTER.blocks(model) if b.kind == "softmax"]
     before, after = model.state_dict(), pruned.state_dict()
     for name, value in before.items():
         if any(name.startswith(f"model.layers.{i}.") for i in softmax):
             assert torch.equal(after[name], value), name                 # softmax blocks untouched, bit for bit
     pruned.save_pretrained(tmp_path)
-    _close(_logits(AutoModelForCausalLM.from_pretrained(tmp_path).eval(), ids), _logits(pruned, ids), 1e-6)
+    assert_close(logits(AutoModelForCausalLM.from_pretrained(tmp_path).eval(), ids), logits(pruned, ids), 1e-6)
 
 
 def test_uniform_default_readout_is_the_family_own_type(model, ids, tmp_path):
@@ -182,10 +176,10 @@ def test_uniform_default_readout_is_the_family_own_type(model, ids, tmp_path):
     zeroed = _zeroed(model, keep)
     for layer in ADAPTER.linear_layers(zeroed):
         layer.norm.variance_epsilon *= 8 / 16
-    _close(_logits(pruned, ids), _logits(zeroed, ids))
+    assert_close(logits(pruned, ids), logits(zeroed, ids))
     pruned.save_pretrained(tmp_path)
     assert '"model_type": "qwen3_5_text"' in (tmp_path / "config.json").read_text()
-    _close(_logits(AutoModelForCausalLM.from_pretrained(tmp_path).eval(), ids), _logits(pruned, ids), 1e-6)
+    assert_close(logits(AutoModelForCausalLM.from_pretrained(tmp_path).eval(), ids), logits(pruned, ids), 1e-6)
 
 
 def test_wrong_number_of_key_dims_is_one_sentence(model):
@@ -226,12 +220,12 @@ def test_sibling_families_route_and_prune_exactly(kind, ids):
     assert [b.kind for b in ADAPTER.blocks(model)] == ["linear", "linear", "linear", "softmax"]
     seen = []
     with observe_recurrences(seen.append):
-        _logits(model, ids)                                         # CPU forward through the routed entry point
+        logits(model, ids)                                         # CPU forward through the routed entry point
     assert len(seen) == 3 and seen[0].k_raw.shape == (2, T, 2, 16)
     keep = _keep_sets(model, [12, 4, 16], seed=5)
     pruned = _prune(model, keep, ADAPTER.readout_key_dims(model))
     assert pruned.config.model_type == "pruned_" + kind
-    _close(_logits(pruned, ids), _logits(_zeroed(model, keep), ids))
+    assert_close(logits(pruned, ids), logits(_zeroed(model, keep), ids))
 
 
 @pytest.mark.slow  # tokenises the train split three times (minutes on a busy 2-core machine)

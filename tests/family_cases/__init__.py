@@ -15,3 +15,15 @@ class FamilyCase:
 
 
 CASE_MODULES = ["delta_net", "gated_deltanet", "fla_hybrid", "kda", "qwen3_5", "kimi_linear"]  # imported lazily, missing ones skipped
+
+
+def logits(model, ids):
+    """The model's no-grad logits without a cache (what the family tests compare)."""
+    import torch
+    with torch.no_grad():
+        return model(ids, use_cache=False).logits
+
+
+def assert_close(a, b, tol=1e-4):
+    """max |a − b| within tol, relative to max |b| when that exceeds 1."""
+    assert (a - b).abs().max() <= tol * max(1.0, float(b.abs().max())), float((a - b).abs().max())

@@ -18,6 +18,18 @@ def short_conv(x: torch.Tensor, conv) -> torch.Tensor:
     return F.silu(y) if conv.activation in ("silu", "swish") else y
 
 
+def conv_silu(y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y [B,T,C] through a depthwise causal conv (taps weight[c, 0, :], the last tap on the current token), SiLU."""
+    w = weight[:, 0].float()
+    width = w.shape[-1]
+    out = []
+    for t in range(y.shape[1]):
+        window = y[:, max(0, t - width + 1):t + 1]
+        value = (window * w[:, width - window.shape[1]:].T).sum(1)
+        out.append(F.silu(value + (bias.float() if bias is not None else 0)))
+    return torch.stack(out, dim=1)
+
+
 def l2(x: torch.Tensor) -> torch.Tensor:
     return x / torch.sqrt(x.square().sum(-1, keepdim=True) + 1e-6)
 

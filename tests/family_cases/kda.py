@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from family_cases import FamilyCase
+from family_cases.fla_reference import conv_silu
 
 
 def make_model(**overrides):
@@ -25,18 +26,6 @@ def make_model(**overrides):
     return AutoModelForCausalLM.from_config(config).eval()
 
 
-def _conv_silu(y: torch.Tensor, conv) -> torch.Tensor:
-    """y [B,T,C] through a depthwise causal conv (taps w[c, 0, :], the last tap on the current token), SiLU."""
-    w = conv.weight[:, 0].float()
-    width = w.shape[-1]
-    out = []
-    for t in range(y.shape[1]):
-        window = y[:, max(0, t - width + 1):t + 1]
-        value = (window * w[:, width - window.shape[1]:].T).sum(1)
-        out.append(F.silu(value + (conv.bias.float() if conv.bias is not None else 0)))
-    return torch.stack(out, dim=1)
-
-
 def reference_states(model, layer_index: int, hidden_in: torch.Tensor) -> torch.Tensor:
     """All states [B,T,Hv,dk,dv] (K-first) of KDA layer `layer_index` (counting KDA layers only)."""
     from analysis.archs.kda import ADAPTER
@@ -46,7 +35,8 @@ def reference_states(model, layer_index: int, hidden_in: torch.Tensor) -> torch.
         B, T, _ = x.shape
         Hk, Hv, dk, dv = attn.num_heads, attn.num_v_heads, attn.head_k_dim, attn.head_v_dim
         if attn.use_short_conv:  # the state needs k and v only (q reads it out)
-            k, v = _conv_silu(attn.k_proj(x), attn.k_conv1d), _conv_silu(attn.v_proj(x), attn.v_conv1d)
+            k = conv_silu(attn.k_proj(x), attn.k_conv1d.weight, attn.k_conv1d.bias)
+            v = conv_silu(attn.v_proj(x), attn.v_conv1d.weight, attn.v_conv1d.bias)
         else:
             k, v = F.silu(attn.k_proj(x)), F.silu(attn.v_proj(x))
         l2 = lambda z: z / torch.sqrt(z.square().sum(-1, keepdim=True) + 1e-6)  # noqa: E731

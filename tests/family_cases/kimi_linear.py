@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from family_cases import FamilyCase
+from family_cases.fla_reference import conv_silu
 
 
 def make_config(**overrides):
@@ -44,17 +45,6 @@ def make_model(**overrides):
     return model
 
 
-def _conv_silu(y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """y [B,T,C] through a depthwise causal conv (taps w[c, 0, :], the last tap on the current token), SiLU."""
-    w = weight[:, 0].float()
-    width = w.shape[-1]
-    out = []
-    for t in range(y.shape[1]):
-        window = y[:, max(0, t - width + 1):t + 1]
-        out.append(F.silu((window * w[:, width - window.shape[1]:].T).sum(1)))
-    return torch.stack(out, dim=1)
-
-
 def reference_states(model, layer_index: int, hidden_in: torch.Tensor) -> torch.Tensor:
     """All states [B,T,H,dk,dv] (K-first) of KDA layer `layer_index` (counting KDA layers only)."""
     from analysis.archs.kimi_linear import ADAPTER
@@ -64,7 +54,7 @@ def reference_states(model, layer_index: int, hidden_in: torch.Tensor) -> torch.
         B, T, _ = x.shape
         H, dk, dv = attn.num_heads, ADAPTER.key_dim(attn), ADAPTER.value_dim(attn)
         mixed = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)
-        _, k, v = _conv_silu(mixed, attn.conv1d.weight).split([H * dk, H * dk, H * dv], dim=-1)
+        _, k, v = conv_silu(mixed, attn.conv1d.weight).split([H * dk, H * dk, H * dv], dim=-1)
         k = k.reshape(B, T, H, dk)
         k = k / torch.sqrt(k.square().sum(-1, keepdim=True) + 1e-6)
         v = v.reshape(B, T, H, dv)
