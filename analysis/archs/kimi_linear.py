@@ -112,21 +112,13 @@ class KimiLinearAdapter(Adapter):
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
         """Route transformers' two KDA entry points by device (idempotent); registers pruned_kimi_linear."""
-        from analysis import backend
-        from analysis.archs.qwen3_5_routing import _fla_named
+        from analysis.archs.qwen3_5_routing import route
         try:
             modeling = importlib.import_module(MODELING)
         except ImportError:  # an older transformers without Kimi Linear: nothing to route (install_all runs us)
             return
         from analysis.archs import kimi_linear_pruned  # noqa: F401  (registers pruned_kimi_linear)
-        for name in ENTRY_POINTS:
-            current = getattr(modeling, name)
-            if getattr(current, "_analysis_routed", False):
-                continue
-            routed = backend._by_device(_fla_named(current))
-            routed._analysis_routed = True
-            routed.__wrapped__ = current
-            setattr(modeling, name, routed)
+        route(modeling, ENTRY_POINTS)
 
 
 def _match_dtypes(pruned: nn.Module, model: nn.Module) -> None:

@@ -49,11 +49,17 @@ def install() -> None:
             module = importlib.import_module(path)
         except ImportError:  # an older transformers without this family
             continue
-        for name in ENTRY_POINTS:
-            current = getattr(module, name)
-            if getattr(current, "_analysis_routed", False):
-                continue
-            routed = backend._by_device(_fla_named(current))
-            routed._analysis_routed = True
-            routed.__wrapped__ = current
-            setattr(module, name, routed)
+        route(module, ENTRY_POINTS)
+
+
+def route(module, names) -> None:
+    """Replace the entry points `names` of a transformers modeling module by device-routed versions
+    (idempotent); also used for Kimi Linear's KDA entry points, which take the same arguments."""
+    for name in names:
+        current = getattr(module, name)
+        if getattr(current, "_analysis_routed", False):
+            continue
+        routed = backend._by_device(_fla_named(current))
+        routed._analysis_routed = True
+        routed.__wrapped__ = current
+        setattr(module, name, routed)
