@@ -33,6 +33,12 @@ class Block:
     module: nn.Module     # the token-mixing module (linear attention, softmax attention, ...)
 
 
+def classify_blocks(mixers: list[nn.Module], kinds: tuple[tuple[type, str], ...]) -> list[Block]:
+    """Blocks for each block's token mixer, in order: the kind of the first class it is an instance of, else "other"."""
+    return [Block(i, next((kind for cls, kind in kinds if isinstance(m, cls)), "other"), m)
+            for i, m in enumerate(mixers)]
+
+
 @dataclass(frozen=True)
 class ChannelRows:
     """Rows (dim 0) of one parameter of a linear layer that hold Hk·dk query/key channels, head-major.

@@ -17,7 +17,7 @@ import math
 
 import torch.nn as nn
 
-from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.archs.base import Adapter, Block, ChannelRows, classify_blocks
 from analysis.errors import AnalysisError
 
 MAX_KERNEL_KEY_DIM = 256   # fla's chunk_kda asserts K <= 256
@@ -38,8 +38,7 @@ class KDAAdapter(Adapter):
         from fla.layers.attn import Attention
         from fla.layers.kda import KimiDeltaAttention
         kinds = ((KimiDeltaAttention, "linear"), (Attention, "softmax"))
-        return [Block(i, next((kind for cls, kind in kinds if isinstance(b.attn, cls)), "other"), b.attn)
-                for i, b in enumerate(model.model.layers)]
+        return classify_blocks([b.attn for b in model.model.layers], kinds)
 
     def key_heads(self, layer: nn.Module) -> int:
         return layer.num_heads

@@ -29,7 +29,7 @@ import importlib
 import torch
 import torch.nn as nn
 
-from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.archs.base import Adapter, Block, ChannelRows, classify_blocks
 from analysis.errors import AnalysisError
 
 MODELING = "transformers.models.kimi_linear.modeling_kimi_linear"
@@ -49,8 +49,7 @@ class KimiLinearAdapter(Adapter):
     def blocks(self, model) -> list[Block]:
         modeling = importlib.import_module(MODELING)
         kinds = ((modeling.KimiLinearDeltaAttention, "linear"), (modeling.KimiLinearAttention, "softmax"))
-        return [Block(i, next((kind for cls, kind in kinds if isinstance(b.self_attn, cls)), "other"), b.self_attn)
-                for i, b in enumerate(model.model.layers)]
+        return classify_blocks([b.self_attn for b in model.model.layers], kinds)
 
     def key_heads(self, layer: nn.Module) -> int:
         return layer.num_heads
