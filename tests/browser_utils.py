@@ -106,6 +106,22 @@ def no_exception(page) -> None:
     assert errors.count() == 0, errors.first.inner_text()
 
 
+def plotly_value(chart, expression: str, until=None, timeout_ms: int = TIMEOUT_MS):
+    """`expression` (a JS function of the plotly div) evaluated once the chart is drawn, and `until(value)` holds.
+
+    Plotly fills `gd.data` after its div is in the DOM, and again after each rerun: reading it once right after
+    the script goes idle can find no data yet, or the previous figure. So poll, re-resolving the locator each time.
+    """
+    probe = f"gd => (Array.isArray(gd.data) && gd.data.length) ? ({expression})(gd) : null"
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        value = chart.evaluate(probe, timeout=timeout_ms)
+        if value is not None and (until is None or until(value)):
+            return value
+        assert time.monotonic() < deadline, f"the chart never showed the expected data (last: {value!r})"
+        chart.page.wait_for_timeout(100)
+
+
 def open_page(page, title: str) -> None:
     """Click the sidebar navigation link `title` and wait for the page to settle without errors."""
     page.locator("[data-testid='stSidebarNavLink']", has_text=title).first.click()

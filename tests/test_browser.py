@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from browser_utils import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, PAGES, ROOT, TIMEOUT_MS, full_screenshot,
-                           streamlit_server)
+                           plotly_value, streamlit_server)
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -68,8 +68,8 @@ def click_heatmap_cell(page, layer: int, head: int) -> None:
     chart = page.locator("[data-testid='stPlotlyChart']").first
     chart.scroll_into_view_if_needed()
     box = chart.locator(".nsewdrag").first.bounding_box()
-    n_layers, n_heads = chart.locator(".js-plotly-plot").first.evaluate(
-        "gd => [gd.data[0].z.length, gd.data[0].z[0].length]")
+    n_layers, n_heads = plotly_value(chart.locator(".js-plotly-plot").first,
+                                     "gd => [gd.data[0].z.length, gd.data[0].z[0].length]")
     page.mouse.click(box["x"] + (head + 0.5) / n_heads * box["width"],
                      box["y"] + (layer + 0.5) / n_layers * box["height"])
     page.wait_for_selector(f"text=layer {layer}, head {head}", timeout=TIMEOUT_MS)

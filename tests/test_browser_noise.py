@@ -6,7 +6,7 @@ import re
 import pytest
 
 from browser_utils import (ARTIFACTS, ROOT, TIMEOUT_MS, app_server, chromium_page, full_screenshot, idle, no_exception,
-                           open_page)
+                           open_page, plotly_value)
 
 pytestmark = pytest.mark.browser
 MODEL = ROOT / "sample_models" / "gated-deltanet-small"
@@ -22,10 +22,8 @@ def server(tmp_path_factory):
         yield url
 
 
-def plot_traces(page) -> list[dict]:
-    chart = page.locator("[data-testid='stPlotlyChart'] .js-plotly-plot").first
-    chart.wait_for(timeout=TIMEOUT_MS)
-    return chart.evaluate(TRACES)
+def plot_traces(page, until=None) -> list[dict]:
+    return plotly_value(page.locator("[data-testid='stPlotlyChart'] .js-plotly-plot").first, TRACES, until)
 
 
 def test_query_noise_directions_within_rank_and_monte_carlo_on_click(server):
@@ -58,7 +56,7 @@ def test_query_noise_directions_within_rank_and_monte_carlo_on_click(server):
         page.get_by_text(re.compile(r"Monte Carlo: \d+ of \d+ steps done")).first.wait_for(timeout=TIMEOUT_MS)
         idle(page)
         no_exception(page)
-        traces = plot_traces(page)
+        traces = plot_traces(page, until=lambda ts: any(t["mode"] == "markers" for t in ts))
         mc = [t for t in traces if t["mode"] == "markers"]
         assert mc and all(re.match(r"(direction 1|real keys)", t["group"]) for t in mc), [t["name"] for t in mc]
         assert page.get_by_role("button", name="Run again (cached)").count() == 1

@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from browser_utils import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, no_exception, open_page, streamlit_server
+from browser_utils import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, no_exception, open_page, plotly_value,
+                           streamlit_server)
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -150,7 +151,7 @@ def test_heatmaps_show_values_keep_titles_whole_and_offer_a_fixed_scale(page):
         chart = charts.nth(i)
         chart.scroll_into_view_if_needed()
         gd = chart.locator(".js-plotly-plot").first
-        z = gd.evaluate("gd => gd.data[0].z")
+        z = plotly_value(gd, "gd => gd.data[0].z")
         assert chart.locator(".heatmaplayer text").count() == len(z) * len(z[0])   # values printed in the cells
         frame = chart.bounding_box()
         title = chart.locator(".gtitle").first.bounding_box()
@@ -173,7 +174,7 @@ def test_heatmaps_show_values_keep_titles_whole_and_offer_a_fixed_scale(page):
     page.get_by_text("fixed 0–1", exact=True).click()
     idle(page)
     gd = page.locator("[data-testid='stPlotlyChart'] .js-plotly-plot").first
-    assert gd.evaluate("gd => [gd.data[0].zmin, gd.data[0].zmax]") == [0, 1]
+    assert plotly_value(gd, "gd => [gd.data[0].zmin, gd.data[0].zmax]", until=lambda z: z == [0, 1]) == [0, 1]
 
     # singular values on a log axis read 1e-5, never SI prefixes (10f, 1p, 100µ)
     spectrum = page.locator("[data-testid='stPlotlyChart']", has_text="Singular spectrum").first
