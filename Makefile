@@ -25,7 +25,7 @@ chromium:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 run: $(STAMP)
-	$(PY) -m streamlit run app.py --server.headless true --server.address $(ADDRESS) --server.port $(PORT) \
+	$(PY) -m ui.launch --server.headless true --server.address $(ADDRESS) --server.port $(PORT) \
 	    --server.fileWatcherType none
 
 test: $(STAMP) chromium
@@ -34,10 +34,11 @@ test: $(STAMP) chromium
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow and not browser"
 
-benchmarks: $(STAMP)
+benchmarks: $(STAMP) chromium
 	$(PY) benchmarks/rank_trace.py
 	$(PY) benchmarks/rrqr.py
 	$(PY) benchmarks/start_time.py
+	$(PY) benchmarks/first_chart.py
 
 clean:
 	rm -rf $(VENV) tests/artifacts .pytest_cache

@@ -1,4 +1,4 @@
-"""Shared pieces of the real-browser tests: constants, a free port, and a `streamlit run` subprocess."""
+"""Shared pieces of the real-browser tests: constants, a free port, and the dashboard server in a subprocess."""
 import contextlib
 import os
 import shutil
@@ -18,6 +18,8 @@ IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 PAGES = [("Model", True), ("States & rank", True), ("Query noise", True), ("Channel importance", False),
          ("Prune", False), ("Sweep & latency", False)]  # (navigation label = page title, draws a chart)
 TIMEOUT_MS = 240_000
+LAUNCH = ("ui.launch",)  # `python -m ui.launch`, as `make run` and the Docker images start it
+COLD_LAUNCH = ("streamlit", "run", "app.py")  # no import warm-up (benchmarks/first_chart.py compares the two)
 
 
 def free_port() -> int:
@@ -42,11 +44,11 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 180) -> None
 
 
 @contextlib.contextmanager
-def streamlit_server(env: dict, log_path: Path):
-    """`streamlit run app.py` on a free port until the block ends; yields the base URL."""
+def streamlit_server(env: dict, log_path: Path, launch: tuple[str, ...] = LAUNCH):
+    """The dashboard on a free port until the block ends (as `make run` starts it); yields the base URL."""
     port = free_port()
     log = open(log_path, "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+    proc = subprocess.Popen([sys.executable, "-m", *launch, "--server.headless", "true",
                              "--server.port", str(port), "--server.fileWatcherType", "none"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:

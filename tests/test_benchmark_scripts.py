@@ -51,3 +51,12 @@ def test_real_size_saves_a_loadable_checkpoint_and_refuses_a_used_directory(tmp_
 def test_gpu_check_scale_part_on_cuda():
     out = run("benchmarks/gpu_check.py", "--scale-only", "--layers", "2", "--tokens", "512", "--repeats", "2")
     assert "finite: True" in out and "finite: False" not in out
+
+
+@pytest.mark.browser
+def test_first_chart_times_both_launches_and_prints_its_ratio_last():
+    out = run("benchmarks/first_chart.py", "--repeats", "1", "--arrive-after", "0")
+    rows = [line for line in out.splitlines() if line.startswith("  ")]
+    assert len(rows) == 4 and sum("warm (python -m ui.launch)" in r for r in rows) == 2, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("speedup_vs_reference: ") and float(last.split()[-1]) > 0

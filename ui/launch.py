@@ -1,0 +1,41 @@
+"""`python -m ui.launch [streamlit options]`: the dashboard server, with the core imported before it serves.
+
+Streamlit runs app.py only when a browser session connects, so under `streamlit run app.py` the first page
+waits for torch, transformers and fla to import (about 10 s on a laptop CPU, most of it fla). This launcher
+imports them first, then starts the server, which prints its URL when it listens: a page opened from that
+URL finds them done. They are imported in the main thread, before the server exists, on purpose: a
+background thread importing while a session's script imports the same packages can deadlock on Python's
+module locks, and on 2 cores it would only slow the page being served.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+
+
+def import_core() -> str:
+    """Import what every page needs; one sentence on how it went (a failure is left for the page to show)."""
+    start = time.perf_counter()
+    try:
+        import analysis
+        analysis.ready()  # torch, transformers, fla and the project's routing
+        import plotly.graph_objects  # noqa: F401  (the first chart's)
+    except Exception as error:  # noqa: BLE001  the page's own import shows it again, where the user looks
+        return f"Importing the analysis core failed ({type(error).__name__}: {error}); the dashboard will show why."
+    return f"Imported torch, transformers and fla in {time.perf_counter() - start:.1f} s."
+
+
+def main(argv: list[str]) -> int:
+    print("State-rank dashboard: importing torch, transformers and fla before the server starts "
+          "(about 10 s on a laptop CPU)…", file=sys.stderr, flush=True)
+    print(import_core(), file=sys.stderr, flush=True)
+    from streamlit.web import cli
+    sys.argv = ["streamlit", "run", str(APP), *argv]
+    return cli.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
