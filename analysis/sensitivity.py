@@ -135,6 +135,7 @@ class _Measure:
 
     def __init__(self, tokenizer, s: MapSettings, task: RecallTask | None):
         self.tokenizer, self.s = tokenizer, s
+        self.scored = None  # tokens the last perplexity scored (fewer than asked when the split is shorter)
         self.task = None if task is None else RecallTask(task.n_keys, task.n_values, s.recall_pairs or task.n_pairs,
                                                          s.recall_pairs or task.n_pairs)
 
@@ -145,6 +146,7 @@ class _Measure:
             return {"value": acc, "recall_accuracy": acc}
         ppl = perplexity(model, self.tokenizer, self.s.split, self.s.context, max_tokens=self.s.eval_tokens,
                          per_window=per_window)
+        self.scored = ppl["tokens"]
         out = {"value": ppl["perplexity"], "perplexity": ppl["perplexity"], "dataset": ppl["dataset"],
                "tokens": ppl["tokens"], "stride": ppl["stride"]}
         if per_window:
@@ -155,13 +157,17 @@ class _Measure:
         """Additive loss: Δ log perplexity (nats/token), or the drop in recall accuracy."""
         return math.log(value / base) if self.task is None else base - value
 
-    def label(self) -> str:
+    def label(self, scored: int | None = None) -> str:
+        """What was measured; `scored` (default: what the last call scored) names the tokens actually used."""
         if self.task is not None:
             return (f"recall accuracy, {self.task.n_pairs} pairs, {self.s.recall_sequences} synthetic sequences "
                     f"(seed {MAP_RECALL_SEED})")
         from analysis.data import dataset_label
-        return (f"perplexity, {dataset_label(self.s.split)}, first {self.s.eval_tokens:,} tokens, "
-                f"context {self.s.context}")
+        scored = self.scored if scored is None else scored
+        tokens = f"first {self.s.eval_tokens:,} tokens"
+        if scored is not None and scored < self.s.eval_tokens:
+            tokens = f"the whole split ({scored:,} tokens scored; {self.s.eval_tokens:,} asked)"
+        return f"perplexity, {dataset_label(self.s.split)}, {tokens}, context {self.s.context}"
 
 
 def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None):
@@ -213,7 +219,7 @@ def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], ta
              if p.get("layer") is not None]
     return {"kind": "sensitivity-map", "model": name or getattr(model, "analysis_name", None),
             "weights_sha256": weights_digest(model), "model_type": info.model_type, "strategy": s.strategy,
-            "metric": s.metric, "measure": measure.label(),
+            "metric": s.metric, "measure": measure.label(None if base is None else base.get("tokens")),
             "loss": "delta log perplexity (nats per token)" if s.metric == "ppl" else "drop in recall accuracy",
             "settings": s.as_dict(), "device": info.device, "dtype": info.dtype,
             "baseline": None if base is None else base["value"], "layers": profile, "points": cells,

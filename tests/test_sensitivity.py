@@ -203,3 +203,15 @@ def test_shipped_map_opens_at_once_for_a_bundled_sample(monkeypatch):
     assert len(z) == 4 and all(v is not None for row in z for v in row)
     assert any("shipped with the sample" in c.value for c in at.caption)
     assert at.button(key="sensitivity:run").label == "Run again (cached)" and not calls
+
+
+def test_the_measure_names_the_tokens_scored_when_the_split_is_shorter_than_asked(monkeypatch):
+    model, tok = build_tiny("delta_net"), data.load_tokenizer()
+    short = data.load_text("validation")[:3000]
+    monkeypatch.setattr(data, "load_text", lambda split: short)
+    asked = MapSettings("l1", (0.5,), eval_tokens=100_000, calib_sequences=2, calib_tokens=64)
+    scored = perplexity(model, tok, "validation", 256, max_tokens=100_000)["tokens"]
+    assert scored < 100_000
+    smap = compute_map(model, tok, asked)
+    assert f"the whole split ({scored:,} tokens scored; 100,000 asked), context 256" in smap["measure"], smap["measure"]
+    assert "first 100,000 tokens" not in smap["measure"]
