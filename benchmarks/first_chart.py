@@ -23,10 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from browser_utils import CHROMIUM, CHROMIUM_ARGS, COLD_LAUNCH, IDLE, LAUNCH, streamlit_server  # noqa: E402
-
-CHART = "[data-testid='stPlotlyChart'] .main-svg"
-
+from browser_utils import CHROMIUM, CHROMIUM_ARGS, COLD_LAUNCH, LAUNCH, settle, streamlit_server  # noqa: E402
 
 def first_chart(launch: tuple[str, ...], arrive_after: float, browser, log: Path) -> float:
     env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(ROOT / "sample_models" / "deltanet-small"),
@@ -37,10 +34,7 @@ def first_chart(launch: tuple[str, ...], arrive_after: float, browser, log: Path
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         try:
             page.goto(url, timeout=240_000)
-            page.wait_for_selector("h1:has-text('Model')", timeout=240_000)
-            page.wait_for_selector(IDLE, timeout=240_000)
-            page.wait_for_selector(CHART, timeout=240_000)
-            return time.time() - start
+            return settle(page, "Model", chart=True) - start
         finally:
             page.close()
 

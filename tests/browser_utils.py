@@ -124,6 +124,21 @@ def plotly_value(chart, expression: str, until=None, timeout_ms: int = TIMEOUT_M
         chart.page.wait_for_timeout(100)
 
 
+def settle(page, title: str, chart: bool) -> float:
+    """Wait until the run for `title` is idle with its chart (if any) drawn; return when that first held.
+
+    The returned time excludes the debounce that follows (a rerun may start right after an idle frame).
+    """
+    page.wait_for_selector(f"h1:has-text('{title}')", timeout=TIMEOUT_MS)
+    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+    if chart:
+        page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=TIMEOUT_MS)
+    ready = time.time()
+    page.wait_for_timeout(300)
+    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+    return ready
+
+
 def open_page(page, title: str) -> None:
     """Click the sidebar navigation link `title` and wait for the page to settle without errors."""
     page.locator("[data-testid='stSidebarNavLink']", has_text=title).first.click()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from browser_utils import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, PAGES, ROOT, TIMEOUT_MS, full_screenshot,
-                           plotly_value, streamlit_server)
+from browser_utils import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, PAGES, ROOT, TIMEOUT_MS, full_screenshot,
+                           plotly_value, settle, streamlit_server)
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -28,21 +28,6 @@ def server(tmp_path_factory):
     start = time.time()
     with streamlit_server(env, tmp_path_factory.mktemp("streamlit-log") / "server.log") as url:
         yield {"url": url, "start": start, "model": Path(default).name}
-
-
-def settle(page, title: str, chart: bool) -> float:
-    """Wait until the run for `title` is idle with its chart (if any) drawn; return when that first held.
-
-    The returned time excludes the debounce that follows (a rerun may start right after an idle frame).
-    """
-    page.wait_for_selector(f"h1:has-text('{title}')", timeout=TIMEOUT_MS)
-    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
-    if chart:
-        page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=TIMEOUT_MS)
-    ready = time.time()
-    page.wait_for_timeout(300)
-    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
-    return ready
 
 
 def check(page, title: str, chart: bool) -> None:
