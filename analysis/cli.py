@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         if getattr(args, "json", None):  # a bad --json path is refused before the work, not after it
-            from analysis.safe_io import check_file_destination
+            from analysis.io.writes import check_file_destination
             check_file_destination(args.json)
         args.run(args)
     except AnalysisError as exc:

@@ -12,7 +12,7 @@ from analysis import data
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity, unigram_baseline
 from analysis.models import describe, load_model, load_tokenizer
-from analysis.safe_io import record_written, write_text
+from analysis.io.writes import record_written, write_text
 from analysis.states import collect_states
 
 CARD_CONTEXT = 256

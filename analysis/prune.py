@@ -9,7 +9,6 @@ The input model is never modified.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS, linear_layers
 from analysis.pruned_models import MAX_KERNEL_KEY_DIM
-from analysis.safe_io import write_model_dir
+from analysis.io.model_dir import save_model_dir
 from analysis.strategies import Selection, get_strategy
 
 ROUNDINGS = (None, 16, 32, 64)
@@ -178,17 +177,11 @@ def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = N
                extra=None, exists_hint: str = "choose a new directory or allow overwriting") -> Path:
     """save_pretrained (safetensors) into a temporary sibling, then rename: never a half-written model.
 
-    `overwrite` replaces only a model directory this project wrote (see analysis.safe_io); `extra(tmp)`
+    `overwrite` replaces only a model directory this project wrote (see analysis.io.writes); `extra(tmp)`
     may add files before the directory is sealed."""
-    def fill(tmp: Path) -> None:
-        model.save_pretrained(tmp, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        if metadata is not None:
-            (tmp / "pruning.json").write_text(json.dumps(metadata, indent=2))
-        if extra is not None:
-            extra(tmp)
-    return write_model_dir(out, fill, overwrite=overwrite, kind="pruned model", exists_hint=exists_hint)
+    return save_model_dir(model, out, tokenizer=tokenizer,
+                          json_files=None if metadata is None else {"pruning.json": metadata}, extra=extra,
+                          overwrite=overwrite, kind="pruned model", exists_hint=exists_hint)
 
 
 def pruning_metadata(result: PruneResult, source: str, ratios) -> dict:

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from analysis.json_output import finite_json, write_json  # noqa: F401  (torch-free there, for `models`)
+from analysis.io.json_out import finite_json, write_json  # noqa: F401  (torch-free there, for `models`)
 from analysis.rank import METRIC_INFO
 from analysis.states import StateTrace
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from analysis import ray_executor, safe_io
+from analysis import ray_executor
+from analysis.io import writes
 from analysis.archs import adapter_for
 from analysis.calibration import calibrate
 from analysis.errors import AnalysisError
@@ -59,7 +60,7 @@ def _write_atomic(path: Path, payload: dict) -> None:
     except OSError as exc:
         raise AnalysisError(f"Cannot write the sweep cache in {path.parent} ({exc.strerror or exc}); set "
                             "STATE_RANK_CACHE to a writable directory.") from None
-    safe_io.write_text(path, json.dumps(payload), label="the sweep cache")
+    writes.write_text(path, json.dumps(payload), label="the sweep cache")
 
 
 def _check_cache_dir() -> None:

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 
 from analysis.errors import AnalysisError
-from analysis.safe_io import check_new_dir, os_errors, write_model_dir
-from analysis.trainer_state import load_trainer_state, save_trainer_state
+from analysis.io.model_dir import save_model_dir
+from analysis.io.writes import check_new_dir, os_errors
+from analysis.io.trainer_state import load_trainer_state, save_trainer_state
 
 
 @dataclass
@@ -146,11 +147,10 @@ class _RecallData:
 
 def _save_checkpoint(out: Path, model, optimizer, step, gen, cfg):
     """out/checkpoint, replaced atomically (and only if this project wrote it); the state holds no pickle."""
-    def fill(tmp: Path) -> None:
-        model.save_pretrained(tmp)
+    def trainer_state(tmp: Path) -> None:
         save_trainer_state(tmp, optimizer.state_dict(), step, gen.get_state(), torch.get_rng_state())
-        (tmp / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    write_model_dir(out / "checkpoint", fill, overwrite=True, kind="training checkpoint")
+    save_model_dir(model, out / "checkpoint", json_files={"train_config.json": asdict(cfg)}, extra=trainer_state,
+                   overwrite=True, kind="training checkpoint")
 
 
 def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None) -> tuple:

@@ -6,8 +6,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from analysis import safe_io
-from analysis.export import carry_recall_task, model_zip
+from analysis.io import writes
+from analysis.io.export import carry_recall_task, model_zip
 from analysis.measure import measure
 from analysis.models import TILE_ROWS
 from analysis.prune import RESCALES, ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
@@ -233,8 +233,8 @@ tag = f"{base}-{result.strategy}-dk{'_'.join(map(str, result.dims))}"
 st.download_button("Download the pruned model (.zip)",  # zipped only on click, in Streamlit's download thread
                    data=lambda: model_zip(final, tag, tok, metadata, source=ctx.key.path),
                    file_name=f"{tag}.zip", mime="application/zip", on_click="ignore", key="prune_download")
-local = safe_io.local_paths_allowed()  # STATE_RANK_LOCAL=1: any local path; otherwise a name under one root
-root = safe_io.output_root()
+local = writes.local_paths_allowed()  # STATE_RANK_LOCAL=1: any local path; otherwise a name under one root
+root = writes.output_root()
 suggested = str(root / tag) if local else tag
 if state.get("prune_out_auto", True) and state.get("prune_out_tag") != tag:  # follow the newest prune until edited
     state.choose("prune_out", suggested)
@@ -246,10 +246,10 @@ target = s1.text_input("Save to directory" if local else "Save as (folder name)"
 state.remember("prune_out")
 overwrite = s2.checkbox("Overwrite if it exists", key="prune_overwrite",
                         help="Replaces only a model folder this tool saved; nothing else is ever replaced.")
-st.caption(f"Relative paths are saved under {root}; any local path is allowed ({safe_io.LOCAL_ENV}=1)." if local
-           else f"Models are saved under {root} (set {safe_io.OUTPUT_ROOT_ENV} to change it).")
+st.caption(f"Relative paths are saved under {root}; any local path is allowed ({writes.LOCAL_ENV}=1)." if local
+           else f"Models are saved under {root} (set {writes.OUTPUT_ROOT_ENV} to change it).")
 if st.button("Save", key="prune_save"):
     with guard():
-        out = save_model(final, safe_io.output_target(target, local), tokenizer=tok, metadata=metadata,
+        out = save_model(final, writes.output_target(target, local), tokenizer=tok, metadata=metadata,
                          overwrite=overwrite, extra=lambda folder: carry_recall_task(ctx.key.path, folder))
     st.success(f"Saved to {out} (safetensors; loads with AutoModelForCausalLM.from_pretrained after `import analysis; analysis.ready()`).")

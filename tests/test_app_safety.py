@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import safe_io
+from analysis.io import writes
 from test_app import lm_dir, navigation_only, one_sentence  # noqa: F401  (fixtures by import)
 from test_app_shrink import click, open_page, sweep_cache  # noqa: F401  (sweep_cache: autouse fixture)
 from ui_fixtures import one_torch_thread  # noqa: F401
@@ -44,8 +44,8 @@ def save(at, target: str, overwrite: bool = False) -> list[str]:
 
 def test_save_goes_under_the_output_root_and_bad_paths_are_one_sentence(monkeypatch, lm_dir, tmp_path):
     root = tmp_path / "outputs"
-    monkeypatch.setenv(safe_io.OUTPUT_ROOT_ENV, str(root))
-    monkeypatch.delenv(safe_io.LOCAL_ENV, raising=False)
+    monkeypatch.setenv(writes.OUTPUT_ROOT_ENV, str(root))
+    monkeypatch.delenv(writes.LOCAL_ENV, raising=False)
     at = open_page(monkeypatch, lm_dir, "pages/prune.py")
     at.selectbox(key="w:prune_strategy").set_value("l1")
     click(at, "prune_run")
@@ -61,7 +61,7 @@ def test_save_goes_under_the_output_root_and_bad_paths_are_one_sentence(monkeypa
     assert save(at, "/etc/passwd") == save(at, "/no/such/place") == save(at, "/proc/nope/x")
 
     assert save(at, "half") == [] and at.success                            # the page still works
-    marker = json.loads((root / "half" / safe_io.MARKER).read_text())
+    marker = json.loads((root / "half" / writes.MARKER).read_text())
     assert "model.safetensors" in marker["files"]
     assert save(at, "half", overwrite=True) == []                           # our own model: replaced
 
@@ -72,7 +72,7 @@ def test_save_goes_under_the_output_root_and_bad_paths_are_one_sentence(monkeypa
     assert "was not written by this tool" in message and one_sentence(message)
     assert (foreign / "notes.txt").read_text() == "keep me"
 
-    monkeypatch.setenv(safe_io.LOCAL_ENV, "1")   # a user running the dashboard for themselves: any local path
+    monkeypatch.setenv(writes.LOCAL_ENV, "1")   # a user running the dashboard for themselves: any local path
     for target, fragment in {"/proc/nope/x": "nothing can be created in /proc",
                              "/sys/state-rank-test": "nothing can be created in /sys",
                              str(tmp_path / ("y" * 5000)): "5000 characters long"}.items():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import safe_io
+from analysis.io import writes
 from analysis.cli import main
 from analysis.errors import AnalysisError
 from analysis.prune import save_model
@@ -115,7 +115,7 @@ def test_read_only_directory(tmp_path):
     folder.chmod(0o555)
     try:
         with pytest.raises(AnalysisError, match="permission denied"):
-            safe_io.check_new_dir(folder / "model")
+            writes.check_new_dir(folder / "model")
     finally:
         folder.chmod(0o755)
 
@@ -127,9 +127,9 @@ def listing(folder: Path) -> list[str]:
 def test_overwrite_replaces_only_our_own_model_and_keeps_the_old_until_the_new_is_complete(tmp_path):
     model = build_tiny("delta_net")
     out = save_model(model, tmp_path / "pruned", metadata={"n": 1})
-    marker = json.loads((out / safe_io.MARKER).read_text())
+    marker = json.loads((out / writes.MARKER).read_text())
     assert marker["kind"] == "pruned model" and "config.json" in marker["files"] and "pruning.json" in marker["files"]
-    assert safe_io.can_replace(out)
+    assert writes.can_replace(out)
 
     def fail(folder):
         raise AnalysisError("stop while writing")
@@ -158,29 +158,29 @@ def test_saved_models_have_normal_permissions(tmp_path):
 
 def test_replace_refusals_name_the_reason(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert "working directory" in safe_io.replace_refusal(tmp_path)
-    assert "working directory" in safe_io.replace_refusal(tmp_path.parent)
-    assert "holds this project" in safe_io.replace_refusal(ROOT)
-    assert "working directory" in safe_io.replace_refusal("/")
-    assert "bundled sample" in safe_io.replace_refusal(ROOT / "sample_models" / "deltanet-small")
+    assert "working directory" in writes.replace_refusal(tmp_path)
+    assert "working directory" in writes.replace_refusal(tmp_path.parent)
+    assert "holds this project" in writes.replace_refusal(ROOT)
+    assert "working directory" in writes.replace_refusal("/")
+    assert "bundled sample" in writes.replace_refusal(ROOT / "sample_models" / "deltanet-small")
     fake = tmp_path / "fake"
     fake.mkdir()
-    (fake / safe_io.MARKER).write_text("not json")
-    assert "no valid" in safe_io.replace_refusal(fake)
+    (fake / writes.MARKER).write_text("not json")
+    assert "no valid" in writes.replace_refusal(fake)
 
 
 def test_dashboard_save_names_stay_under_the_output_root(tmp_path, monkeypatch):
-    monkeypatch.setenv(safe_io.OUTPUT_ROOT_ENV, str(tmp_path / "outputs"))
-    monkeypatch.delenv(safe_io.LOCAL_ENV, raising=False)
-    assert safe_io.output_target("dn-half") == tmp_path / "outputs" / "dn-half"
+    monkeypatch.setenv(writes.OUTPUT_ROOT_ENV, str(tmp_path / "outputs"))
+    monkeypatch.delenv(writes.LOCAL_ENV, raising=False)
+    assert writes.output_target("dn-half") == tmp_path / "outputs" / "dn-half"
     for bad in ["/proc/nope/x", "../escape", "a/b", ".", "..", ".hidden", "~", ""]:
         with pytest.raises(AnalysisError):
-            safe_io.output_target(bad)
+            writes.output_target(bad)
     with pytest.raises(AnalysisError, match="5000 characters long"):
-        safe_io.output_target("x" * 5000)
-    monkeypatch.setenv(safe_io.LOCAL_ENV, "1")                          # the user runs it for themselves
-    assert safe_io.output_target("/somewhere/else") == Path("/somewhere/else")
-    assert safe_io.output_target("rel/dir") == tmp_path / "outputs" / "rel" / "dir"
+        writes.output_target("x" * 5000)
+    monkeypatch.setenv(writes.LOCAL_ENV, "1")                          # the user runs it for themselves
+    assert writes.output_target("/somewhere/else") == Path("/somewhere/else")
+    assert writes.output_target("rel/dir") == tmp_path / "outputs" / "rel" / "dir"
 
 
 def test_outputs_folder_is_ignored_by_git():
@@ -193,7 +193,7 @@ def test_outputs_folder_is_ignored_by_git():
 def test_files_the_tool_adds_later_keep_a_model_replaceable(tmp_path):
     """A model card written into a saved model (python -m analysis card) is recorded in the marker."""
     out = save_model(build_tiny("delta_net"), tmp_path / "m")
-    safe_io.write_text(out / "README.md", "# card\n")
-    assert "holds files this tool did not write (README.md)" in safe_io.replace_refusal(out)
-    safe_io.record_written(out, ["README.md"])
-    assert safe_io.can_replace(out)
+    writes.write_text(out / "README.md", "# card\n")
+    assert "holds files this tool did not write (README.md)" in writes.replace_refusal(out)
+    writes.record_written(out, ["README.md"])
+    assert writes.can_replace(out)

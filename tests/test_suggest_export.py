@@ -6,7 +6,7 @@ import zipfile
 import pytest
 
 from analysis.errors import AnalysisError
-from analysis.export import model_zip, zip_directory
+from analysis.io.export import model_zip, zip_directory
 from analysis.suggest import suggest_ratios
 
 
@@ -93,7 +93,7 @@ def test_model_zip_round_trips_a_pruned_model(tmp_path):
 
 
 def test_recall_models_keep_their_task_file(tmp_path):
-    from analysis.export import carry_recall_task
+    from analysis.io.export import carry_recall_task
     from conftest import build_tiny
     source = tmp_path / "recall"
     source.mkdir()

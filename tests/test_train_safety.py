@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from analysis.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKER = ".state-rank-model.json"  # analysis.safe_io.MARKER, spelled out so this file also runs on older code
+MARKER = ".state-rank-model.json"  # analysis.io.writes.MARKER, spelled out so this file also runs on older code
 TINY = ["--task", "recall", "--hidden-size", "32", "--layers", "1", "--heads", "1", "--head-dim", "16",
         "--batch", "2", "--warmup", "1", "--eval-every", "2", "--checkpoint-every", "2", "--recall-pairs", "2",
         "--recall-keys", "8", "--device", "cpu"]

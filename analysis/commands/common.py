@@ -61,7 +61,7 @@ def require_text_model(model, tokenizer, command: str) -> None:
 
 def emit(args, payload: dict, human: str) -> None:
     """JSON to --json (stdout with -), the human summary to stdout unless JSON already went there."""
-    from analysis.json_output import write_json
+    from analysis.io.json_out import write_json
     if args.json:
         write_json(payload, args.json)
     if args.json != "-":

@@ -85,7 +85,7 @@ def run_prune(args) -> None:
     from analysis.evaluate import perplexity
     from analysis.prune import RESCALES, plan_key_dims, prune, pruning_metadata, save_model, tiles
     from analysis.recovery import recover
-    from analysis.safe_io import check_new_dir
+    from analysis.io.writes import check_new_dir
     from analysis.strategies import get_strategy
     ratio, ratios = _ratios(args)
     check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write

@@ -1,7 +1,6 @@
 """train: fit a small model reproducibly (CPU torch path, or fla's kernels on GPU)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from analysis.commands.checks import real, whole
@@ -36,7 +35,8 @@ def _setup_train(p):
 
 def run_train(args) -> None:
     from analysis import data
-    from analysis.safe_io import check_new_dir, write_model_dir
+    from analysis.io.model_dir import save_model_dir
+    from analysis.io.writes import check_new_dir
     from analysis.train import TrainConfig, train
     _check_train_args(args)
     hint = "choose a new --out directory (or pass --resume)"
@@ -53,13 +53,10 @@ def run_train(args) -> None:
     with counted(args, "train: steps", "step") as progress:  # the log lines are in the --json history too
         model, cfg = train(cfg, resume=args.resume, log=lambda line: say(args, line), progress=progress)
 
-    def fill(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        if args.task == "lm":
-            data.load_tokenizer().save_pretrained(tmp)
-        (tmp / "training.json").write_text(json.dumps({**cfg.__dict__, "betas": list(cfg.betas)}, indent=2))
-    # --resume may replace an earlier final model, but only one this project wrote (analysis.safe_io)
-    write_model_dir(out, fill, overwrite=args.resume, kind="trained model", exists_hint=hint)
+    # --resume may replace an earlier final model, but only one this project wrote (analysis.io.writes)
+    save_model_dir(model, out, tokenizer=data.load_tokenizer() if args.task == "lm" else None,
+                   json_files={"training.json": {**cfg.__dict__, "betas": list(cfg.betas)}},
+                   overwrite=args.resume, kind="trained model", exists_hint=hint)
     emit(args, {"history": cfg.history}, f"saved {args.out}")
 
 

@@ -8,7 +8,7 @@ import json
 import math
 import sys
 
-from analysis.safe_io import write_text
+from analysis.io.writes import write_text
 
 
 def finite_json(value, where: str = "$", bad: list | None = None):
@@ -25,7 +25,7 @@ def finite_json(value, where: str = "$", bad: list | None = None):
 
 
 def write_json(payload: dict, destination: str) -> None:
-    """`-` prints to stdout; a path is written atomically through analysis.safe_io (symlinks written through,
+    """`-` prints to stdout; a path is written atomically through analysis.io.writes (symlinks written through,
     FIFOs and devices written to, normal permissions). NaN/inf become null, with a warning on stderr."""
     bad: list = []
     text = json.dumps(finite_json(payload, bad=bad), indent=2, allow_nan=False)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from analysis.errors import AnalysisError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES_DIR = REPO_ROOT / "sample_models"
 MARKER = ".state-rank-model.json"
 WRITER = "state-rank (python -m analysis / the dashboard)"

@@ -1,0 +1,8 @@
+"""Everything the project writes goes through this package (design.md, "Your users' files").
+
+- `writes`: atomic file and model-directory writes, the marker that says what the tool wrote, refusals.
+- `json_out`: the CLI's JSON (non-finite numbers become null, written atomically).
+- `model_dir`: a model (+ tokenizer + JSON side files) saved as one atomic directory.
+- `trainer_state`: a training checkpoint's optimizer/RNG state as safetensors + JSON (never a pickle).
+- `export`: a saved model as a zip for download.
+"""

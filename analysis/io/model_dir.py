@@ -1,0 +1,27 @@
+"""A model saved as one directory: weights (safetensors), tokenizer, JSON side files, written atomically.
+
+Every model directory the project writes (a prune, a trained model, a training checkpoint, the dashboard's
+Save) goes through `save_model_dir`, so each gets the same guarantees from `writes.write_model_dir`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from analysis.io.writes import write_model_dir
+
+
+def save_model_dir(model, out, *, tokenizer=None, json_files: dict | None = None, extra=None,
+                   overwrite: bool = False, kind: str = "model",
+                   exists_hint: str = "choose a new directory or allow overwriting") -> Path:
+    """save_pretrained (safetensors only) into a temporary sibling, add the tokenizer, `json_files`
+    ({name: JSON-able}) and whatever `extra(tmp)` writes, then swap it in (see `writes.write_model_dir`)."""
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        for name, payload in (json_files or {}).items():
+            (tmp / name).write_text(json.dumps(payload, indent=2))
+        if extra is not None:
+            extra(tmp)
+    return write_model_dir(out, fill, overwrite=overwrite, kind=kind, exists_hint=exists_hint)
