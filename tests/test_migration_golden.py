@@ -3,19 +3,35 @@
 The goldens in tests/golden/ were written by the code BEFORE the adapter migration (commit "Golden outputs
 of the pre-adapter code"), from the same commands this test runs: `rank`, `importance` and `prune` JSON of
 the bundled DeltaNet and Gated DeltaNet samples through the CLI, and, for the recall model (which the CLI
-could not feed then), the same core calls on its own recall sequences. Every number must be reproduced
-exactly (floats compared with ==); the pruned weights are compared by a SHA-256 of their bytes. Strings
-(labels, paths) are not compared, so rewording a label is not a migration error; keys added later are
-allowed, keys that vanish are not.
+could not feed then), the same core calls on its own recall sequences. Strings (labels, paths) are not
+compared, so rewording a label is not a migration error; keys added later are allowed, keys that vanish are not.
 
-Marked slow (about 3 minutes on a quiet CPU; `make test` runs it). Regenerate ONLY when a number is meant to change, with a reason in the commit:
+What is compared exactly, and what within a tolerance (issue 20: the test must pass on any x86-64 CPU):
+- Exact: integers and booleans — key dims, kept channel indices, tile counts, token counts, counted ranks.
+  They do not depend on rounding (random's indices come from a seeded torch generator; the other strategies'
+  indices are a sort of scores whose gaps are far larger than the last-bit differences below).
+- Relative 1e-5: every float. Scores, ranks, spectra, perplexities and logits go through BLAS/LAPACK
+  (matmul, SVD, QR) and vectorised reductions whose summation order depends on the CPU's vector width and
+  threading, so they differ in the last bits between CPUs: an AMD EPYC gave relative differences up to 5e-7
+  (e.g. perplexity 120.13609682 vs 120.13615411, a gradient score 0.0097908089 vs 0.0097908052). 1e-5 is
+  20x that, and well below what a real change does (a different kept channel or formula moves these numbers
+  by 1e-3 or more). A float much smaller than the others of its list is compared against the list's scale
+  (absolute 1e-6 x the largest magnitude of that list), since its last-bit noise is that of the list.
+- Pruned weights: by their kept indices (above) and per tensor by (sum, sum of |w|, sum of w^2) in float64,
+  within the same relative 1e-5 (PCA's rotated rows come from an eigendecomposition, so they are not
+  bitwise reproducible across CPUs either). These sums replaced a SHA-256 of the bytes; they were added from
+  a run whose SHA-256 still matched the pre-adapter goldens.
+
+Marked slow (about 3 minutes on a quiet CPU; `make test` runs it). Regenerate ONLY when a number is meant to
+change, with a reason in the commit:
     GOLDEN_REGENERATE=1 .venv/bin/python -m pytest tests/test_migration_golden.py
 """
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -49,18 +65,18 @@ def svd_route(monkeypatch):
     monkeypatch.setattr(rank, "singular_values", lambda S, method, finite=None: original(S, "svd", finite))
 
 
-def weights_digest(path: Path) -> str:
-    """SHA-256 over the saved tensors (name, dtype, shape, bytes), in name order."""
+def weights_summary(path: Path) -> dict:
+    """{tensor name: [sum, sum |w|, sum w^2] in float64} of the saved weights (+ dtype and shape, exact)."""
     from safetensors.torch import load_file
     tensors = {}
     for file in sorted(path.glob("*.safetensors")):
         tensors.update(load_file(file))
-    h = hashlib.sha256()
+    summary = {}
     for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        h.update(f"{name}|{t.dtype}|{list(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
+        t = tensors[name].double()
+        summary[name] = {"dtype": str(tensors[name].dtype), "shape": list(t.shape),
+                         "sums": [float(t.sum()), float(t.abs().sum()), float((t * t).sum())]}
+    return summary
 
 
 def numbers(obj, path: str = "") -> dict:
@@ -70,6 +86,32 @@ def numbers(obj, path: str = "") -> dict:
     if isinstance(obj, list):
         return {k: v for i, val in enumerate(obj) for k, v in numbers(val, f"{path}[{i}]").items()}
     return {} if isinstance(obj, str) else {path: obj}
+
+
+REL_TOL = 1e-5     # floats: see the module docstring
+SCALE_TOL = 1e-6   # x the largest magnitude among the floats of the same list
+
+
+def _group(path: str) -> str:
+    """The list a number belongs to: its path with the innermost index dropped."""
+    return re.sub(r"\[\d+\]$", "[]", path)
+
+
+def mismatches(expected: dict, got: dict) -> list:
+    scale: dict = {}
+    for key, value in expected.items():
+        if isinstance(value, float):
+            scale[_group(key)] = max(scale.get(_group(key), 0.0), abs(value))
+    bad = []
+    for key, want in expected.items():
+        have = got[key]
+        if isinstance(want, float) and isinstance(have, (int, float)) and not isinstance(have, bool):
+            ok = math.isclose(want, have, rel_tol=REL_TOL, abs_tol=SCALE_TOL * scale[_group(key)])
+        else:  # ints, bools, null: exact
+            ok = type(want) is type(have) and want == have
+        if not ok:
+            bad.append((key, want, have))
+    return bad
 
 
 def check_or_store(name: str, document: dict) -> None:
@@ -82,10 +124,8 @@ def check_or_store(name: str, document: dict) -> None:
     got = numbers(json.loads(json.dumps(document)))  # the same JSON round trip the golden went through
     missing = sorted(set(expected) - set(got))
     assert not missing, f"{name}: {len(missing)} numbers gone, e.g. {missing[:5]}"
-    changed = [(k, expected[k], got[k]) for k in expected if expected[k] != got[k]]
+    changed = mismatches(expected, got)
     assert not changed, f"{name}: {len(changed)} of {len(expected)} numbers changed, e.g. {changed[:5]}"
-    if "weights_sha256" in document:
-        assert document["weights_sha256"] == json.loads(file.read_text())["weights_sha256"], name
 
 
 def run_cli(argv: list[str], tmp_path: Path) -> dict:
@@ -107,7 +147,7 @@ def test_text_samples_reproduce_the_pre_adapter_json(sample, case, tmp_path):
         metadata = json.loads((out / "pruning.json").read_text())
         metadata.pop("source", None)
         document["saved_pruning_json"] = metadata
-        document["weights_sha256"] = weights_digest(out)
+        document["weights"] = weights_summary(out)
     check_or_store(f"{sample}--{case}", document)
 
 
@@ -137,9 +177,16 @@ def test_recall_sample_reproduces_the_pre_adapter_numbers(tmp_path):
         document[f"prune-{strategy}"] = {
             "dims": result.dims, "kept": [s.indices.tolist() for s in result.selections],
             "logits_sum": float(logits.double().sum()), "logits_abs_sum": float(logits.double().abs().sum()),
-            "weights_sha256": weights_digest(tmp_path / strategy)}
+            "weights": weights_summary(tmp_path / strategy)}
     check_or_store("deltanet-recall--core", document)
-    if not REGENERATE:
-        golden = json.loads((GOLDEN / "deltanet-recall--core.json").read_text())
-        for strategy in ("l1", "wanda"):
-            assert document[f"prune-{strategy}"]["weights_sha256"] == golden[f"prune-{strategy}"]["weights_sha256"]
+
+
+def test_the_comparison_takes_last_bit_rounding_but_not_a_real_change():
+    """The numbers an AMD EPYC gave for the goldens pass; a changed perplexity, index or flag does not."""
+    expected = {".ppl": 120.13609682, ".score[0]": 0.009790808893740177, ".score[1]": 2e-9, ".kept[0]": 3,
+                ".axis_aligned": True, ".cond": None}
+    amd = {**expected, ".ppl": 120.13615411, ".score[0]": 0.009790805168449879, ".score[1]": 2.5e-9}
+    assert mismatches(expected, amd) == []
+    for key, value in ((".ppl", 120.2), (".score[0]", 0.0098), (".kept[0]", 4), (".axis_aligned", False),
+                       (".cond", 1.0), (".kept[0]", 3.0)):
+        assert [k for k, *_ in mismatches(expected, {**amd, key: value})] == [key]
