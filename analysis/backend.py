@@ -1,9 +1,9 @@
 """Route fla's Triton entry points by device: CPU tensors take `analysis.cpu_ops`, CUDA tensors keep fla.
 
-fla 0.6.0 cannot run a single op on CPU, so `install()` wraps, once per process, exactly the entry
-points that DeltaNet and Gated DeltaNet reach: the two recurrences (looked up as module globals of the
-layer files at call time), the fused-qkv conv of Gated DeltaNet, ShortConvolution, RMSNorm,
-FusedRMSNormGated, SwiGLU and the fused cross-entropy. Each wrapper checks the tensor's device and
+fla 0.6.0 cannot run a single op on CPU, so `install()` wraps, once per process, fla's shared modules
+(ShortConvolution, RMSNorm, FusedRMSNormGated, SwiGLU and the fused cross-entropy), and each family's
+adapter routes its own recurrence entry points with `route(module, names)` (`by_device`; `conv_by_device`
+for a fused-qkv conv). Each wrapper checks the tensor's device and
 calls fla's untouched original for CUDA. An optional observer sees the prepared recurrence inputs on
 both devices, which is how `analysis.states` collects per-token states: an observer that returns a
 `StateSink` gets the states at the positions it asks for, then `finish(final_state)`. On CPU they come
@@ -155,7 +155,7 @@ def _replay(r: RecurrenceInputs, sink: StateSink) -> None:
     sink.finish(S)
 
 
-def _by_device(fla_op):
+def by_device(fla_op):
     """A recurrence op that keeps fla's kernel on CUDA (telling the observer) and runs torch elsewhere."""
     signature = inspect.signature(fla_op)
 
@@ -198,13 +198,29 @@ def _short_conv(self, x, residual=None, mask=None, cache=None, output_final_stat
     return y, (final if output_final_state else None)
 
 
-def _functional_conv(x, weight=None, bias=None, residual=None, initial_state=None, output_final_state=False,
-                     activation=None, backend="triton", cu_seqlens=None, **kwargs):
-    if x.is_cuda:
-        return _functional_conv.__wrapped__(x, weight, bias, residual, initial_state, output_final_state,
-                                            activation, backend, cu_seqlens, **kwargs)
-    return conv_ops.causal_conv1d(x, weight, bias, residual, initial_state, output_final_state, activation,
-                                  cu_seqlens)
+def conv_by_device(fla_conv):
+    """fla's functional causal_conv1d on CUDA, the torch conv elsewhere (a family's fused-qkv conv path)."""
+    def conv(x, weight=None, bias=None, residual=None, initial_state=None, output_final_state=False,
+             activation=None, backend="triton", cu_seqlens=None, **kwargs):
+        if x.is_cuda:
+            return fla_conv(x, weight, bias, residual, initial_state, output_final_state, activation, backend,
+                            cu_seqlens, **kwargs)
+        return conv_ops.causal_conv1d(x, weight, bias, residual, initial_state, output_final_state, activation,
+                                      cu_seqlens)
+    conv.__wrapped__ = fla_conv
+    return conv
+
+
+def route(module, names, wrap=by_device) -> None:
+    """Replace the entry points `names` that a layer file looks up as module globals at call time by their
+    device-routed versions (`wrap`), once (idempotent)."""
+    for name in names:
+        current = getattr(module, name)
+        if getattr(current, "_analysis_routed", False):
+            continue
+        routed = wrap(current)
+        routed._analysis_routed = True
+        setattr(module, name, routed)
 
 
 def _rms(self, x, residual=None, prenorm=False, residual_in_fp32=False):
@@ -235,24 +251,17 @@ _installed = False
 
 
 def install() -> None:
-    """Patch fla once per process (idempotent). Imports fla, so call it lazily."""
+    """Patch fla's shared modules once per process (idempotent); each family's adapter routes its own
+    recurrence entry points (`route`). Imports fla, so call it lazily."""
     global _installed
     if _installed:
         return
     import fla  # noqa: F401  (registers the model types; needs triton installed)
-    import fla.layers.delta_net as dn
-    import fla.layers.gated_deltanet as gdn
     import fla.modules.mlp as mlp
     from fla.modules import FusedCrossEntropyLoss, FusedRMSNormGated, RMSNorm, ShortConvolution
 
     if not getattr(fla, "__all__", None):
         raise ImportError("fla imported without its models: install triton (fla's [cpu] extra)")
-    dn.chunk_delta_rule = _by_device(dn.chunk_delta_rule)
-    dn.fused_recurrent_delta_rule = _by_device(dn.fused_recurrent_delta_rule)
-    gdn.chunk_gated_delta_rule = _by_device(gdn.chunk_gated_delta_rule)
-    gdn.fused_recurrent_gated_delta_rule = _by_device(gdn.fused_recurrent_gated_delta_rule)
-    _functional_conv.__wrapped__ = gdn.causal_conv1d
-    gdn.causal_conv1d = _functional_conv
     _swiglu.__wrapped__ = mlp.swiglu
     mlp.swiglu = _swiglu
     _wrap_method(ShortConvolution, "forward", _short_conv)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from analysis.cpu_ops.delta_rule import chunked_delta_rule
 from analysis import limits
 from analysis.errors import AnalysisError
-from analysis.models import TILE_ROWS
+from analysis.archs.kernels import KERNELS, TILE_ROWS, kernel_spec  # noqa: F401  (KERNELS re-exported)
 
 NOISY_SPREAD = 0.2      # IQR / median above this: the measurement is flagged as noisy
 CPU_THREADS = 1         # default intra-op threads for CPU timings (stated with every number)
@@ -111,23 +111,6 @@ def time_call(fn, device: str | torch.device = "cpu", threads: int | None = None
                      f"{threads} CPU thread{'s' if threads != 1 else ''}"}
 
 
-# The kernels `latency` can time, by the name an adapter gives (`Adapter.kernel`): label, decay-gate shape
-# (analysis.archs.base.GATES) and fla's CUDA entry point (module, function); on CPU the project's chunked path.
-KERNELS = {
-    "delta_rule": {"label": "delta rule", "gate": "none", "cuda": ("fla.ops.delta_rule", "chunk_delta_rule")},
-    "gated_delta_rule": {"label": "gated delta rule", "gate": "head",
-                         "cuda": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule")},
-    "kda": {"label": "Kimi delta attention (per-channel gated delta rule)", "gate": "channel",
-            "cuda": ("fla.ops.kda", "chunk_kda")},
-}
-
-
-def kernel_spec(kernel: str) -> dict:
-    if kernel not in KERNELS:
-        raise AnalysisError(f"No latency kernel named {kernel!r}; known: {', '.join(KERNELS)}.")
-    return KERNELS[kernel]
-
-
 def _inputs(B, T, H, dk, dv, device, dtype, gate, gen):
     q = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(device, dtype)
     k = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(device, dtype)
@@ -147,22 +130,22 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
                    device: str = "cpu", dtype: torch.dtype | None = None, kernel: str = "delta_rule",
                    threads: int | None = None, min_run_time: float = 0.0, repeats: int | None = None):
     """Yield one timing dict per key dim (a generator, so a page can plot point by point) of the named kernel
-    (the model's `Adapter.kernel`; see KERNELS)."""
+    (the model's `Adapter.kernel`; see analysis.archs.kernels)."""
     spec = kernel_spec(kernel)
     device = torch.device(device)
+    spec.check_key_dims(key_dims, device.type)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise AnalysisError("CUDA latency was requested but this machine has no usable GPU; use the CPU.")
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    # the caller's dtype (the model's), except one the GPU kernel refuses: then the kernel's default, labelled below
+    asked = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
+    dtype = getattr(torch, spec.timing_dtype(asked, device.type))
     gen = torch.Generator().manual_seed(0)
-    for dk in key_dims:
-        if not 1 <= dk <= 256:
-            raise AnalysisError(f"Key dim {dk} is outside fla's supported 1..256.")
     limits.check_kernel(batch, tokens, heads, max(key_dims, default=1), value_dim, device)
     for dk in key_dims:
-        q, k, v, beta, g = _inputs(batch, tokens, heads, dk, value_dim, device, dtype, spec["gate"], gen)
+        q, k, v, beta, g = _inputs(batch, tokens, heads, dk, value_dim, device, dtype, spec.gate, gen)
         if device.type == "cuda":
             import importlib
-            op = getattr(importlib.import_module(spec["cuda"][0]), spec["cuda"][1])
+            op = getattr(importlib.import_module(spec.cuda_op[0]), spec.cuda_op[1])
             gate = {} if g is None else {"g": g.to(dtype)}
             fn = lambda: op(q=q, k=k, v=v, beta=beta, **gate)  # noqa: E731
             path = "fla Triton chunk kernel"
@@ -175,7 +158,7 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
                "timer": f"{stats['timer']} ({path})", "device": str(device),
                "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
                "dtype": str(dtype).replace("torch.", ""), "batch": batch, "tokens": tokens, "heads": heads,
-               "value_dim": value_dim, "op": spec["label"], "kernel": kernel}
+               "value_dim": value_dim, "op": spec.label, "kernel": kernel}
 
 
 def model_latency(model, batch: int = 4, tokens: int = 256, threads: int | None = None,

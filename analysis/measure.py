@@ -30,9 +30,7 @@ def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_
     else:
         out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=progress)
     if latency:
-        param = next(model.parameters())
-        # fla's DeltaNet chunk kernel refuses fp32 on GPU: time it in its default half precision there
-        dtype = None if param.device.type == "cuda" and param.dtype == torch.float32 else param.dtype
+        dtype = next(model.parameters()).dtype   # on a GPU, kernel_latency swaps a dtype its kernel refuses
         out["kernel"] = next(kernel_latency([info.head_k_dims[0]], heads=info.value_heads, value_dim=info.head_v_dim,
                                             device=info.device, dtype=dtype, kernel=adapter_for(model).kernel,
                                             min_run_time=0.2, **LATENCY_SHAPE))

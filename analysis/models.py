@@ -11,11 +11,11 @@ import torch
 
 from analysis import checkpoint, limits
 from analysis.archs import adapter_for, family_of, get_adapter
+from analysis.archs.kernels import TILE_ROWS  # noqa: F401  (re-exported: the pages draw tile boundaries)
 from analysis.errors import AnalysisError
 from analysis import samples as _samples
 from analysis.samples import REPO_ROOT, SAMPLES_DIR, SampleInfo  # noqa: F401
 
-TILE_ROWS = 64  # fla's chunk kernel keeps the state in 64-row tiles of the key dimension
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -45,15 +45,16 @@ def resolve_device(device: str = "auto") -> torch.device:
     raise AnalysisError(f"Unknown device {device!r}; use auto, cpu or cuda.")
 
 
-def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
-    if dtype is None or dtype == "auto":
-        # fla's DeltaNet chunk kernel refuses fp32 on GPU; the CPU path is exact in fp32.
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+def resolve_dtype(dtype, device: torch.device, kernel=None) -> torch.dtype:
+    """float32 on CPU (the torch path is exact there); on a GPU the dtype the family's kernel takes
+    (`kernel`: its KernelSpec; its default for "auto", one sentence for a dtype it refuses)."""
     if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in DTYPES:
+        dtype = str(dtype).removeprefix("torch.")
+    if dtype not in (None, "auto") and dtype not in DTYPES:
         raise AnalysisError(f"Unknown dtype {dtype!r}; use one of float32, bfloat16, float16.")
-    return DTYPES[dtype]
+    if device.type == "cuda":
+        dtype = kernel.gpu_dtype(dtype) if kernel is not None else dtype if dtype not in (None, "auto") else "bfloat16"
+    return DTYPES[dtype if dtype not in (None, "auto") else "float32"]
 
 
 def resolve_source(source: str) -> Path:
@@ -182,9 +183,10 @@ def load_model(source: str, device: str = "auto", dtype=None):
 
     path = resolve_source(source)
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
+    adapter = adapter_for(read_config(path))
+    dt = resolve_dtype(dtype, dev, adapter.kernel_spec)
     check_loadable(path, dt, dev)
-    adapter_for(read_config(path)).install_routing()
+    adapter.install_routing()
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, use_safetensors=True,
                                                      trust_remote_code=False)
@@ -193,6 +195,8 @@ def load_model(source: str, device: str = "auto", dtype=None):
         raise AnalysisError(f"Loading {path} failed ({type(exc).__name__}: {first}); "
                             "check that the weights match config.json.") from None
     model = model.to(dev).eval()
+    # a pruned model whose key dims the family's GPU kernel cannot run: one sentence here, not a kernel crash later
+    adapter.check_key_dims([adapter.key_dim(layer) for layer in adapter.linear_layers(model)], dev.type)
     model.analysis_source = str(path)
     model.analysis_name = Path(source).name if (SAMPLES_DIR / str(source)).exists() else str(source)
     return model

@@ -19,7 +19,6 @@ from analysis.defaults import RESCALES  # defined there: the CLI's --help stays 
 from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS, linear_layers
-from analysis.pruned_models import MAX_KERNEL_KEY_DIM
 from analysis.io.model_dir import save_model_dir
 from analysis.strategies import Selection, get_strategy
 
@@ -113,8 +112,7 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
     dims = [s.kept for s in selections]
     if len(selections) != len(layers):
         raise AnalysisError(f"Got {len(selections)} selections for {len(layers)} linear-attention layers.")
-    if max(dims) > MAX_KERNEL_KEY_DIM:
-        raise AnalysisError(f"Key dim {max(dims)} exceeds fla's kernel limit of {MAX_KERNEL_KEY_DIM}.")
+    adapter.check_key_dims(dims, next(model.parameters()).device.type)  # e.g. KDA's GPU minimum
     readout = adapter.readout_key_dims(model) if rescale == "original" else None
     new = adapter.pruned_model(model, dims, readout)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}

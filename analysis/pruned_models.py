@@ -3,6 +3,6 @@
 Importing this module registers them with transformers' Auto classes, so saved pruned models load with
 `AutoModelForCausalLM.from_pretrained` after `analysis.ready()`.
 """
-from analysis.archs.fla_pruned import (MAX_KERNEL_KEY_DIM, PrunedDeltaNetConfig,  # noqa: F401
+from analysis.archs.fla_pruned import (PrunedDeltaNetConfig,  # noqa: F401
                                        PrunedDeltaNetForCausalLM, PrunedGatedDeltaNetConfig,
                                        PrunedGatedDeltaNetForCausalLM, keep_readout_scale, set_key_dim)

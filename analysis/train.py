@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from analysis.archs import TRAINABLE, get_adapter
 from analysis.errors import AnalysisError
 from analysis.io.model_dir import save_model_dir
 from analysis.io.writes import check_new_dir, os_errors
@@ -24,15 +25,15 @@ from analysis.io.trainer_state import load_trainer_state, save_trainer_state
 @dataclass
 class TrainConfig:
     out: str
-    arch: str = "delta_net"            # or gated_deltanet, qwen3_5 (transformers' Qwen3.5 text: GDN + full attention)
+    arch: str = TRAINABLE[0]           # a family in analysis.archs.TRAINABLE
     task: str = "lm"                   # or recall
     hidden_size: int = 256
     layers: int = 4
     heads: int = 4
     head_dim: int = 64
-    key_heads: int | None = None       # qwen3_5: GDN key heads (heads = value heads); default heads // 2
-    intermediate_size: int | None = None  # qwen3_5: MLP width; default 2 × hidden
-    full_attention_interval: int = 4   # qwen3_5: every 4th block is softmax attention (3 linear : 1 full)
+    key_heads: int | None = None       # hybrids: linear-attention key heads (heads = value heads); default heads // 2
+    intermediate_size: int | None = None  # hybrids: MLP width; default 2 × hidden
+    full_attention_interval: int = 4   # hybrids: every 4th block is softmax attention (3 linear : 1 full)
     seq_len: int = 256
     batch: int = 8
     steps: int = 1000
@@ -55,44 +56,15 @@ class TrainConfig:
 
 
 def build_model(cfg: TrainConfig, vocab_size: int):
+    """A freshly initialised model of the family `cfg.arch` (its adapter builds the config), seeded."""
     from analysis.runtime import ready
     ready()  # the CPU path for fla's ops and the project's model types
-    from fla.models import DeltaNetConfig, GatedDeltaNetConfig
     from transformers import AutoModelForCausalLM
-    common = dict(hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers, num_heads=cfg.heads,
-                  vocab_size=vocab_size, tie_word_embeddings=True, max_position_embeddings=cfg.seq_len,
-                  bos_token_id=0, eos_token_id=0)
-    if cfg.arch == "delta_net":
-        config = DeltaNetConfig(expand_k=cfg.heads * cfg.head_dim / cfg.hidden_size,
-                                expand_v=cfg.heads * cfg.head_dim / cfg.hidden_size, **common)
-    elif cfg.arch == "gated_deltanet":
-        config = GatedDeltaNetConfig(head_dim=cfg.head_dim, expand_v=1.0, **common)
-    elif cfg.arch == "qwen3_5":
-        config = _qwen3_5_config(cfg, vocab_size)
-    else:
-        raise AnalysisError(f"Unknown architecture {cfg.arch!r}; use delta_net, gated_deltanet or qwen3_5.")
+    if cfg.arch not in TRAINABLE:
+        raise AnalysisError(f"Unknown architecture {cfg.arch!r}; use one of {', '.join(TRAINABLE)}.")
+    config = get_adapter(cfg.arch).training_config(cfg, vocab_size)
     torch.manual_seed(cfg.seed)
     return AutoModelForCausalLM.from_config(config)
-
-
-def _qwen3_5_config(cfg: TrainConfig, vocab_size: int):
-    """transformers' Qwen3.5 text model: Gated DeltaNet blocks with every `full_attention_interval`-th block
-    softmax attention; `heads` value heads and `key_heads` key heads of `head_dim` channels each; the softmax
-    blocks use `key_heads` query heads sharing max(1, key_heads // 2) key/value heads of the same width."""
-    from transformers.models.qwen3_5 import Qwen3_5TextConfig
-    key_heads = cfg.key_heads or max(1, cfg.heads // 2)
-    if cfg.heads % key_heads:
-        raise AnalysisError(f"--heads ({cfg.heads}) must be a multiple of --key-heads ({key_heads}): each key head "
-                            "serves the same number of value heads.")
-    every = cfg.full_attention_interval
-    return Qwen3_5TextConfig(
-        vocab_size=vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers,
-        intermediate_size=cfg.intermediate_size or 2 * cfg.hidden_size,
-        num_attention_heads=key_heads, num_key_value_heads=max(1, key_heads // 2), head_dim=cfg.head_dim,
-        linear_num_key_heads=key_heads, linear_num_value_heads=cfg.heads, linear_key_head_dim=cfg.head_dim,
-        linear_value_head_dim=cfg.head_dim, max_position_embeddings=cfg.seq_len, tie_word_embeddings=True,
-        layer_types=["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(cfg.layers)],
-        bos_token_id=0, eos_token_id=0)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -165,9 +137,6 @@ def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None) -> t
     with os_errors("create the work directory", out):
         out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(cfg.device)
-    if cfg.arch == "qwen3_5":  # transformers would call fla's Triton kernels on CPU tensors too
-        from analysis.archs.qwen3_5 import ADAPTER
-        ADAPTER.install_routing()
     dataset = _LMData(cfg) if cfg.task == "lm" else _RecallData(cfg)
     vocab = len(dataset.tokenizer) if cfg.task == "lm" else dataset.task.vocab_size
     gen = torch.Generator().manual_seed(cfg.seed)

@@ -69,7 +69,8 @@ columns = st.columns(min(3, len(chosen)))
 for i, name in enumerate(chosen):
     scores = report["scores"][name][layer][head]
     kept = report["kept"][name][layer][head] if name in report["kept"] else [kept_dk]
-    fig = shrink_figures.score_bars(scores, kept, name, shrink.strategy_label(name), shrink.strategy_label(name))
+    fig = shrink_figures.score_bars(scores, kept, shrink.strategy_label(name), shrink.strategy_label(name),
+                                    STRATEGIES[name].score_unit, STRATEGIES[name].axis_aligned)
     with columns[i % len(columns)]:
         st.plotly_chart(fig, key=f"scores_{name}")
 st.caption(caption(prov, f"layer {layer}, head {head}; coloured = kept at ρ = {ratio:.2f}"))
@@ -80,9 +81,9 @@ if aligned:
     masks = {shrink.strategy_label(n): report["kept"][n][layer][head] for n in aligned}
     st.plotly_chart(shrink_figures.kept_mask_heatmap(masks, f"Kept channels, layer {layer}, head {head}"),
                     key="kept_masks")
-if "pca" in chosen:
-    st.caption(f"PCA ({shrink_figures.PCA_NOTE}) keeps the top {kept_dk} principal directions, a rotation of all "
-               f"{dk} channels, so it has no channel mask and is left out of the masks, the agreement and the energy.")
+for name in (n for n in chosen if not STRATEGIES[n].axis_aligned):
+    st.caption(f"{shrink.strategy_label(name)} keeps the top {kept_dk} directions, a rotation of all {dk} channels, "
+               "so it has no channel mask and is left out of the masks, the agreement and the energy.")
 
 left, right = st.columns(2)
 with left:

@@ -2,6 +2,7 @@
 import pandas as pd
 import streamlit as st
 
+from analysis.archs.kernels import kernel_spec
 from analysis.models import TILE_ROWS
 from ui import figures, frame
 from ui.blocks import blocks_frame
@@ -57,11 +58,12 @@ with right:
     else:
         st.markdown("- On this GPU fla's Triton kernels run unchanged (chunk mode beyond 64 tokens, "
                     "fused recurrent below).")
-    if info.kernel == "delta_rule":
-        note = "- DeltaNet's chunk kernel needs bf16 (or fp16) on GPU: it refuses fp32."
-        if ctx.key.device != "cpu" and ctx.key.dtype == "float32":
-            st.warning(note[2:] + " Pick bfloat16 in the sidebar.")
-        else:
-            st.markdown(note)
+    spec = kernel_spec(info.kernel)
+    if "float32" not in spec.gpu_dtypes:
+        st.markdown(f"- fla's {spec.label} GPU kernel needs {' or '.join(spec.gpu_dtypes)}: it refuses float32 "
+                    "(loading in float32 on a GPU is refused in one sentence; the CPU path is exact in float32).")
+    if spec.min_key_dim > 1:
+        st.markdown(f"- fla's {spec.label} GPU kernel runs key dims of at least {spec.min_key_dim} "
+                    f"({spec.min_reason}); a smaller pruned key dim is refused on a GPU, never a kernel crash.")
     st.plotly_chart(figures.key_dim_bars(info.head_k_dims, TILE_ROWS), key="dk_bars")
     st.caption(f"{ctx.name} · architecture read from the loaded modules · device {info.device} · dtype {info.dtype}")

@@ -2,7 +2,6 @@
 import json
 
 import streamlit as st
-import torch
 
 from analysis import data
 from analysis import latency as latencies
@@ -178,7 +177,8 @@ else:
 st.header("Kernel latency vs key dim")
 info = ctx.info
 kernel = info.kernel
-kernel_label = latencies.KERNELS[kernel]["label"]
+spec = latencies.kernel_spec(kernel)
+kernel_label = spec.label
 l1, l2, l3, l4 = st.columns([3, 1, 1, 1])
 dim_text = l1.text_input("Key dims dk (comma-separated)", key=state.remembered("latency_dims", "16, 32, 48, 64, 96, 128"))
 state.remember("latency_dims")
@@ -192,12 +192,11 @@ threads = int(l4.number_input("CPU threads", 1, 256, key=state.remembered("laten
                                    "machine; more threads than free cores make the times scatter."))
 state.remember("latency_threads")
 with guard():
-    key_dims = sorted(number_list(dim_text, "key dims", 1, 257, integer=True))
-dtype = getattr(torch, ctx.key.dtype)
-if ctx.key.device != "cpu" and dtype == torch.float32:
-    dtype = None  # fla's DeltaNet chunk kernel refuses fp32 on GPU: time it in bf16 and say so
+    key_dims = sorted(number_list(dim_text, "key dims", 1, spec.max_key_dim + 1, integer=True))
+    spec.check_key_dims(key_dims, "cpu" if ctx.key.device == "cpu" else "cuda")
+dtype = spec.timing_dtype(ctx.key.dtype, "cpu" if ctx.key.device == "cpu" else "cuda")  # a refused one: its default
 lat_settings = {"key_dims": key_dims, "batch": batch, "tokens": tokens, "heads": info.value_heads,
-                "value_dim": info.head_v_dim, "device": ctx.key.device, "dtype": str(dtype or "bf16"),
+                "value_dim": info.head_v_dim, "device": ctx.key.device, "dtype": dtype,
                 "kernel": kernel, "threads": threads}
 lat_key = json.dumps({**lat_settings, "path": ctx.key.path}, sort_keys=True)
 lat_points = st.session_state.setdefault("latency_results", {}).setdefault(lat_key, [])
@@ -251,7 +250,7 @@ first = lat_points[0] if lat_points else None
 st.caption(f"{kernel_label} kernel · B{batch} T{tokens} H{info.value_heads} "
            f"dv{info.head_v_dim} · device {ctx.key.device}"
            + (f" ({first['device_name']}) · dtype {first['dtype']} · {first['timer']}" if first else
-              f" · dtype {str(dtype).replace('torch.', '') if dtype else 'bfloat16'}"
+              f" · dtype {dtype}"
               + (f" · {threads} CPU thread{'s' if threads != 1 else ''}" if ctx.key.device == "cpu" else ""))
            + " · error bars: interquartile range of the repeats · dotted lines: 64-row tile boundaries")
 noisy = [p["key_dim"] for p in lat_points if p["noisy"]]

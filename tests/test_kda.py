@@ -242,7 +242,7 @@ def test_adapter_structure_and_channel_rows():
 
 def test_bad_key_dims_and_configs_get_one_sentence():
     model = make_model()
-    with pytest.raises(AnalysisError, match="key dims from 1 to 256"):
+    with pytest.raises(AnalysisError, match="outside 1..256"):
         ADAPTER.pruned_model(model, [300, 16], None)
     with pytest.raises(AnalysisError, match="one per KDA layer"):
         ADAPTER.pruned_model(model, [16], None)

@@ -34,3 +34,36 @@ def test_requirements_are_exact_pins():
              if l.strip() and not l.startswith("#")]
     assert lines and all("==" in l for l in lines)
     assert lines[0] == "torch==2.13.0"
+
+
+FAMILY_PARAMETERS = {"q_conv1d", "k_conv1d", "in_proj_qkv", "in_proj_qkvz", "f_a_proj", "f_b_proj", "dt_bias", "A_log"}
+FAMILY_MODULES = ("fla.layers", "fla.models", "fla.ops", "transformers.models")
+
+
+def outside_archs() -> list[Path]:
+    files = [ROOT / "app.py", *(ROOT / "ui").rglob("*.py"), *(ROOT / "pages").rglob("*.py")]
+    return files + [p for p in (ROOT / "analysis").rglob("*.py") if "archs" not in p.relative_to(ROOT).parts]
+
+
+def test_family_knowledge_lives_in_the_adapters():
+    """Issue 20: no model type, family key, family parameter name or family module import outside analysis/archs/,
+    no `model_type ==`, and no strategy singled out by name (a strategy says what it is: `axis_aligned`)."""
+    from analysis.archs import FAMILIES, supported_model_types
+    from analysis.strategies import STRATEGIES
+    family_words = set(FAMILIES) | set(supported_model_types()) | FAMILY_PARAMETERS
+    offenders = []
+    for path in outside_archs():
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in family_words:
+                offenders.append(f"{where}:{node.lineno} {node.value!r}")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                offenders += [f"{where}:{node.lineno} import {n}" for n in names if n.startswith(FAMILY_MODULES)]
+            elif isinstance(node, ast.Compare):
+                parts = [node.left, *node.comparators]
+                if any(isinstance(p, ast.Attribute) and p.attr == "model_type" for p in parts):
+                    offenders.append(f"{where}:{node.lineno} compares model_type")
+                offenders += [f"{where}:{node.lineno} compares with strategy {p.value!r}" for p in parts
+                              if isinstance(p, ast.Constant) and p.value in STRATEGIES]
+    assert offenders == []

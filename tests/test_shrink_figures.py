@@ -4,22 +4,25 @@ import json
 import pytest
 
 from analysis.errors import AnalysisError
+from analysis.strategies import get_strategy
 from ui import shrink_figures as sf
 from ui.parse import number_list
 from ui.shrink_report import before_after_table, latency_table, points_csv, points_json, recovery_verdict, sweep_table
 
 
 def test_score_bars_split_kept_and_pruned_channels():
-    fig = sf.score_bars([0.5, 2.0, 1.0, 3.0], [0, 1, 0, 1], "l1", "L1 magnitude", "L1 magnitude")
+    unit = get_strategy("l1").score_unit
+    fig = sf.score_bars([0.5, 2.0, 1.0, 3.0], [0, 1, 0, 1], "L1 magnitude", "L1 magnitude", unit)
     kept, pruned = fig.data
     assert (kept.name, list(kept.x), list(kept.y)) == ("kept channels", [1, 3], [2.0, 3.0])
     assert (pruned.name, list(pruned.x)) == ("pruned channels", [0, 2])
     assert fig.layout.xaxis.title.text == "query/key channel index within the head"
-    assert fig.layout.yaxis.title.text == sf.SCORE_UNITS["l1"]
+    assert fig.layout.yaxis.title.text == unit
 
 
 def test_pca_bars_are_directions_labelled_as_a_rotation():
-    fig = sf.score_bars([3.0, 2.0, 1.0], [2], "pca", "PCA", "PCA (rotation, not axis-aligned)")
+    pca = get_strategy("pca")
+    fig = sf.score_bars([3.0, 2.0, 1.0], [2], "PCA", "PCA (rotation, not axis-aligned)", pca.score_unit, pca.axis_aligned)
     assert list(fig.data[0].x) == [0, 1] and fig.data[0].name == "kept directions"
     assert "rotation, not axis-aligned" in fig.layout.xaxis.title.text
     assert "explained variance" in fig.layout.yaxis.title.text

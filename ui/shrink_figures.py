@@ -15,24 +15,15 @@ from ui.figures import PALETTE, RANDOM_COLOR, _layout, _list
 KEPT_COLOR, DROPPED_COLOR = PALETTE[0], "#c8c8c8"
 PCA_NOTE = "rotation, not axis-aligned"
 
-# What each strategy's score measures, for the y axis (units differ: the bars compare channels, not strategies).
-SCORE_UNITS = {
-    "random": "uniform draw (unitless)",
-    "l1": "Σ_j |W_q| + |W_k| (weight units)",
-    "wanda": "Σ_j (|W_q| + |W_k|)·‖X_j‖ (weight × input RMS)",
-    "grad": "Σ |W ⊙ ∇_W L| (nats, first order)",
-    "pca": "explained variance (eigenvalue of the key covariance)",
-    "drrqr": "RRQR pivot order (dk = first pivot)",
-}
+def score_bars(scores: Sequence[float], kept: Sequence[int] | None, label: str, title: str, unit: str = "score",
+               axis_aligned: bool = True) -> go.Figure:
+    """One head's channel scores, kept channels coloured (`unit`: the strategy's score_unit); a rotating
+    strategy (PCA): its score per direction, the first k kept.
 
-
-def score_bars(scores: Sequence[float], kept: Sequence[int] | None, name: str, label: str, title: str) -> go.Figure:
-    """One head's channel scores, kept channels coloured; PCA: explained variance per principal direction.
-
-    kept: 0/1 per channel (axis-aligned strategies) or the number of kept directions as [k] for PCA.
+    kept: 0/1 per channel (axis-aligned strategies) or the number of kept directions as [k] for a rotation.
     """
     values = _list(scores)
-    if name == "pca":
+    if not axis_aligned:
         k = int(kept[0]) if kept else 0
         mask = [i < k for i in range(len(values))]
         x_title, what = f"principal direction ({PCA_NOTE})", "direction"
@@ -45,7 +36,7 @@ def score_bars(scores: Sequence[float], kept: Sequence[int] | None, name: str, l
         fig.add_trace(go.Bar(x=x, y=[values[i] for i in x], name=f"{suffix} {what}s", marker_color=color,
                              hovertemplate=f"{what} %{{x}}: %{{y:.4g}}<extra>{suffix}</extra>"))
     fig.update_layout(barmode="overlay", bargap=0.1)
-    return _layout(fig, title or label, x_title, SCORE_UNITS.get(name, "score"))
+    return _layout(fig, title or label, x_title, unit)
 
 
 def kept_mask_heatmap(masks: dict[str, Sequence[int]], title: str) -> go.Figure:

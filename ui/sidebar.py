@@ -74,7 +74,8 @@ def _device_and_dtype() -> tuple[str, str]:
         st.caption("GPU unavailable: torch.cuda.is_available() is False here (CPU-only torch build or no "
                    "driver), so the project's pure-torch path runs the model on CPU.")
     dtype = st.selectbox("dtype", DTYPES, key=remembered("dtype", "auto", DTYPES),
-                         help="auto: float32 on CPU, bfloat16 on GPU (fla's DeltaNet chunk kernel refuses fp32).")
+                         help="auto: float32 on CPU; on a GPU the family kernel's default (bfloat16; fla's DeltaNet "
+                              "chunk kernel refuses float32).")
     remember("dtype")
     return DEVICES[label], dtype
 

@@ -22,6 +22,9 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kimi_linear": ("analysis.archs.kimi_linear", ("kimi_linear", "pruned_kimi_linear")),
 }
 
+# families `python -m analysis train` can build from scratch (their adapters implement `training_config`)
+TRAINABLE = ("delta_net", "gated_deltanet", "qwen3_5")
+
 
 def model_type_of(model_or_config) -> str:
     config = getattr(model_or_config, "config", model_or_config)

@@ -18,8 +18,10 @@ Conventions shared by every family:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch.nn as nn
+if TYPE_CHECKING:  # annotations only: the registry and the kernel specs import no torch (fast `--help`)
+    import torch.nn as nn
 
 GATES = ("none", "head", "channel")   # log-decay g: absent, one per (token, head), one per (token, head, key channel)
 KINDS = ("linear", "softmax", "other")
@@ -63,6 +65,12 @@ class Adapter:
     kernel: str = ""                     # the kernel `latency` times for this family, e.g. "gated_delta_rule"
     rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel
 
+    @property
+    def kernel_spec(self):
+        """What this family's GPU kernel accepts (key dims, tile rows, dtypes): analysis.archs.kernels."""
+        from analysis.archs.kernels import kernel_spec
+        return kernel_spec(self.kernel)
+
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
         """Every block in model order, linear and softmax alike."""
@@ -93,6 +101,10 @@ class Adapter:
         raise NotImplementedError
 
     # --- pruning ---------------------------------------------------------------------------------
+    def check_key_dims(self, dims, device_type: str = "cpu") -> None:
+        """One sentence for a key dim this family's kernel cannot run (on CPU only the maximum applies)."""
+        self.kernel_spec.check_key_dims(dims, device_type)
+
     def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
         """A NEW model of the same architecture with `key_dims[l]` channels per key head in linear layer l,
         on the model's device and dtype, weights not yet loaded (the core loads the reduced state dict
@@ -103,6 +115,12 @@ class Adapter:
 
     def readout_key_dims(self, model) -> list[int]:
         """Per linear layer, the key dim whose ^-1/2 the readout effectively uses (its own dk unless pruned)."""
+        raise NotImplementedError
+
+    # --- training --------------------------------------------------------------------------------
+    def training_config(self, cfg, vocab_size: int):
+        """A fresh config of this family for `python -m analysis train` (`cfg`: analysis.train.TrainConfig);
+        only families in analysis.archs.TRAINABLE implement it."""
         raise NotImplementedError
 
     # --- devices ---------------------------------------------------------------------------------

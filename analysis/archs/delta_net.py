@@ -1,7 +1,7 @@
 """fla DeltaNet (`delta_net`; per-layer pruned `pruned_delta_net`; hybrids via the config's `attn`): no decay gate."""
 from __future__ import annotations
 
-from analysis.archs.fla_common import FlaAdapter
+from analysis.archs.fla_common import FlaAdapter, fla_training_kwargs
 
 
 class DeltaNetAdapter(FlaAdapter):
@@ -18,6 +18,17 @@ class DeltaNetAdapter(FlaAdapter):
     def pruned_config_class(self) -> type:
         from analysis.archs.fla_pruned import PrunedDeltaNetConfig
         return PrunedDeltaNetConfig
+
+    def training_config(self, cfg, vocab_size: int):
+        from fla.models import DeltaNetConfig
+        expand = cfg.heads * cfg.head_dim / cfg.hidden_size
+        return DeltaNetConfig(expand_k=expand, expand_v=expand, **fla_training_kwargs(cfg, vocab_size))
+
+    def install_routing(self) -> None:
+        super().install_routing()
+        from analysis import backend
+        import fla.layers.delta_net as layer_file
+        backend.route(layer_file, ("chunk_delta_rule", "fused_recurrent_delta_rule"))
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):
         """DeltaNet's key dim is hidden_size·expand_k / num_heads: expressible when that rounds back exactly."""

@@ -24,8 +24,6 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from analysis.archs.fla_common import install_fla_routing, softmax_layer_indices
 
-MAX_KERNEL_KEY_DIM = 256  # fla's chunk kernels assert K <= 256
-
 
 def set_key_dim(attn: nn.Module, head_k_dim: int) -> None:
     """Re-create one attention layer's q/k projections and convolutions for `head_k_dim` channels."""

@@ -3,7 +3,7 @@
 One log-decay per (token, value head); value heads may outnumber key heads (`num_v_heads`): grouped."""
 from __future__ import annotations
 
-from analysis.archs.fla_common import FlaAdapter
+from analysis.archs.fla_common import FlaAdapter, fla_training_kwargs
 
 
 class GatedDeltaNetAdapter(FlaAdapter):
@@ -20,6 +20,17 @@ class GatedDeltaNetAdapter(FlaAdapter):
     def pruned_config_class(self) -> type:
         from analysis.archs.fla_pruned import PrunedGatedDeltaNetConfig
         return PrunedGatedDeltaNetConfig
+
+    def training_config(self, cfg, vocab_size: int):
+        from fla.models import GatedDeltaNetConfig
+        return GatedDeltaNetConfig(head_dim=cfg.head_dim, expand_v=1.0, **fla_training_kwargs(cfg, vocab_size))
+
+    def install_routing(self) -> None:
+        super().install_routing()
+        from analysis import backend
+        import fla.layers.gated_deltanet as layer_file
+        backend.route(layer_file, ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"))
+        backend.route(layer_file, ("causal_conv1d",), wrap=backend.conv_by_device)  # its fused q|k|v conv path
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):
         """Gated DeltaNet's config holds the key dim itself (head_dim); the value dim is head_dim·expand_v, so

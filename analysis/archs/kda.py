@@ -20,8 +20,6 @@ import torch.nn as nn
 from analysis.archs.base import Adapter, Block, ChannelRows, classify_blocks
 from analysis.errors import AnalysisError
 
-MAX_KERNEL_KEY_DIM = 256   # fla's chunk_kda asserts K <= 256
-
 
 class KDAAdapter(Adapter):
     family = "kda"
@@ -70,12 +68,6 @@ class KDAAdapter(Adapter):
         return 2 * kept * module.num_kv_heads * module.head_dim * dtype_bytes
 
     # --- pruning ---------------------------------------------------------------------------------
-    def check_key_dims(self, dims: list[int]) -> None:
-        """One sentence for key dims fla's KDA kernels cannot run."""
-        for layer, dk in enumerate(dims):
-            if not 1 <= int(dk) <= MAX_KERNEL_KEY_DIM:
-                raise AnalysisError(f"KDA layer {layer} has key dim {dk}: fla's KDA kernels take key dims from 1 "
-                                    f"to {MAX_KERNEL_KEY_DIM} per head (chunk_kda asserts K ≤ {MAX_KERNEL_KEY_DIM}).")
 
     def check_config(self, config) -> None:
         """One sentence for a KDA config the kernels (or fla's layer) cannot hold."""
@@ -123,7 +115,7 @@ class KDAAdapter(Adapter):
 
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
-        """chunk_kda / fused_recurrent_kda, as fla/layers/kda.py looks them up, go through _by_device.
+        """chunk_kda / fused_recurrent_kda, as fla/layers/kda.py looks them up, go through backend.by_device.
 
         The layer's other ops (ShortConvolution, FusedRMSNormGated with sigmoid, RMSNorm, SwiGLU, fused
         cross-entropy) are the ones analysis.backend.install() already routes."""
@@ -131,12 +123,7 @@ class KDAAdapter(Adapter):
         from analysis.archs import kda_pruned  # noqa: F401  (registers pruned_kda with transformers)
         backend.install()
         import fla.layers.kda as kda_layer
-        for name in ("chunk_kda", "fused_recurrent_kda"):
-            op = getattr(kda_layer, name)
-            if not getattr(op, "_analysis_routed", False):
-                routed = backend._by_device(op)
-                routed._analysis_routed = True
-                setattr(kda_layer, name, routed)
+        backend.route(kda_layer, ("chunk_kda", "fused_recurrent_kda"))
 
 
 ADAPTER = KDAAdapter()

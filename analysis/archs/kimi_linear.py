@@ -34,7 +34,6 @@ from analysis.errors import AnalysisError
 
 MODELING = "transformers.models.kimi_linear.modeling_kimi_linear"
 ENTRY_POINTS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
-MAX_KERNEL_KEY_DIM = 256   # fla's chunk_kda asserts K <= 256
 
 
 class KimiLinearAdapter(Adapter):
@@ -77,11 +76,6 @@ class KimiLinearAdapter(Adapter):
         return tokens * (module.kv_lora_rank + module.qk_rope_head_dim) * dtype_bytes
 
     # --- pruning ---------------------------------------------------------------------------------
-    def check_key_dims(self, dims: list[int]) -> None:
-        for layer, dk in enumerate(dims):
-            if not 1 <= int(dk) <= MAX_KERNEL_KEY_DIM:
-                raise AnalysisError(f"KDA layer {layer} has key dim {dk}: fla's KDA kernels take key dims from 1 "
-                                    f"to {MAX_KERNEL_KEY_DIM} per head (chunk_kda asserts K ≤ {MAX_KERNEL_KEY_DIM}).")
 
     def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
         from analysis.archs.kimi_linear_pruned import PrunedKimiLinearConfig, PrunedKimiLinearForCausalLM

@@ -226,6 +226,27 @@ class Qwen35Adapter(Adapter):
         kept = getattr(model.config, "readout_key_dims", None)
         return [int(d) for d in kept] if kept is not None else [int(l.head_k_dim) for l in self.linear_layers(model)]
 
+    # --- training --------------------------------------------------------------------------------
+    def training_config(self, cfg, vocab_size: int):
+        """transformers' Qwen3.5 text model: Gated DeltaNet blocks with every `full_attention_interval`-th block
+        softmax attention; `heads` value heads and `key_heads` key heads of `head_dim` channels each; the softmax
+        blocks use `key_heads` query heads sharing max(1, key_heads // 2) key/value heads of the same width."""
+        from transformers.models.qwen3_5 import Qwen3_5TextConfig
+        key_heads = cfg.key_heads or max(1, cfg.heads // 2)
+        if cfg.heads % key_heads:
+            raise AnalysisError(f"--heads ({cfg.heads}) must be a multiple of --key-heads ({key_heads}): each key "
+                                "head serves the same number of value heads.")
+        every = cfg.full_attention_interval
+        return Qwen3_5TextConfig(
+            vocab_size=vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers,
+            intermediate_size=cfg.intermediate_size or 2 * cfg.hidden_size,
+            num_attention_heads=key_heads, num_key_value_heads=max(1, key_heads // 2), head_dim=cfg.head_dim,
+            linear_num_key_heads=key_heads, linear_num_value_heads=cfg.heads, linear_key_head_dim=cfg.head_dim,
+            linear_value_head_dim=cfg.head_dim, max_position_embeddings=cfg.seq_len, tie_word_embeddings=True,
+            layer_types=["full_attention" if (i + 1) % every == 0 else "linear_attention"
+                         for i in range(cfg.layers)],
+            bos_token_id=0, eos_token_id=0)
+
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
         from analysis.archs import qwen3_5_routing

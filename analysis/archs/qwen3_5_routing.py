@@ -24,7 +24,7 @@ ENTRY_POINTS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rul
 
 def _fla_named(bound_kernel):
     """transformers' entry point called with fla's argument names (q, k, v, g, beta, ...), which is what
-    `backend._by_device` binds; transformers' own wrapper still filters the keyword arguments for its kernel."""
+    `backend.by_device` binds; transformers' own wrapper still filters the keyword arguments for its kernel."""
     def entry(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
               use_qk_l2norm_in_kernel=False, cu_seqlens=None, **kwargs):
         return bound_kernel(q, k, v, g=g, beta=beta, initial_state=initial_state,
@@ -55,11 +55,8 @@ def install() -> None:
 def route(module, names) -> None:
     """Replace the entry points `names` of a transformers modeling module by device-routed versions
     (idempotent); also used for Kimi Linear's KDA entry points, which take the same arguments."""
-    for name in names:
-        current = getattr(module, name)
-        if getattr(current, "_analysis_routed", False):
-            continue
-        routed = backend._by_device(_fla_named(current))
-        routed._analysis_routed = True
+    def wrap(current):
+        routed = backend.by_device(_fla_named(current))
         routed.__wrapped__ = current
-        setattr(module, name, routed)
+        return routed
+    backend.route(module, names, wrap)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 
+from analysis.archs.kernels import MAX_KEY_DIM
 from analysis.commands.checks import number_list, real, whole
 from analysis.commands.common import emit, load, require_text_model
 from analysis.commands.progress import bar, fraction, say, set_done
@@ -167,8 +168,9 @@ def run_ppl(args) -> None:
 
 
 def _setup_latency(p):
-    p.add_argument("--key-dims", type=number_list(1, 256, integer=True), default=[16, 32, 48, 64],
-                   help="comma-separated key dims for the kernel sweep (1..256)")
+    p.add_argument("--key-dims", type=number_list(1, MAX_KEY_DIM, integer=True), default=[16, 32, 48, 64],
+                   help=f"comma-separated key dims for the kernel sweep (1..{MAX_KEY_DIM}; the model's kernel "
+                        "may allow fewer, e.g. a minimum on GPU)")
     p.add_argument("--batch", type=whole(1), default=4)
     p.add_argument("--tokens", type=whole(1), default=1024)
     p.add_argument("--threads", type=whole(1, 1024), default=None,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analysis.archs import TRAINABLE
 from analysis.commands.checks import real, whole
 from analysis.commands.common import emit
 from analysis.commands.progress import counted, say
@@ -12,7 +13,7 @@ def _setup_train(p):
     p.add_argument("--out", required=True, help="directory for the final model (must not exist; with --resume it may be "
                    "one this tool wrote, which is then replaced)")
     p.add_argument("--work", help="checkpoint directory (default: runs/<out name>)")
-    p.add_argument("--arch", default="delta_net", choices=["delta_net", "gated_deltanet", "qwen3_5"])
+    p.add_argument("--arch", default=TRAINABLE[0], choices=TRAINABLE)
     p.add_argument("--task", default="lm", choices=["lm", "recall"])
     for name, kind, default in [("hidden-size", whole(1), 256), ("layers", whole(1), 4), ("heads", whole(1), 4),
                                 ("head-dim", whole(1, 256), 64), ("seq-len", whole(2), 256), ("batch", whole(1), 8),
@@ -20,11 +21,11 @@ def _setup_train(p):
                                 ("eval-every", whole(1), 100), ("checkpoint-every", whole(1), 200),
                                 ("seed", whole(0), 0), ("recall-pairs", whole(1), 16), ("recall-keys", whole(1), 128)]:
         p.add_argument(f"--{name}", type=kind, default=default)
-    p.add_argument("--key-heads", type=whole(1), default=None, help="qwen3_5: Gated DeltaNet key heads "
+    p.add_argument("--key-heads", type=whole(1), default=None, help="hybrids (Qwen3.5): linear-attention key heads "
                    "(--heads counts value heads; default heads // 2)")
-    p.add_argument("--intermediate-size", type=whole(1), default=None, help="qwen3_5: MLP width (default 2 × hidden)")
+    p.add_argument("--intermediate-size", type=whole(1), default=None, help="hybrids (Qwen3.5): MLP width (default 2 × hidden)")
     p.add_argument("--full-attention-interval", type=whole(1), default=4,
-                   help="qwen3_5: every N-th block is softmax attention (default 4: three linear blocks per full one)")
+                   help="hybrids (Qwen3.5): every N-th block is softmax attention (default 4: three linear blocks per full one)")
     p.add_argument("--max-minutes", type=real(1e-6), default=None, help="stop cleanly after this much training time")
     p.add_argument("--stop-at", type=whole(1), default=None, help="stop cleanly after this step; the learning-rate "
                    "schedule still follows --steps, so --resume can continue the same run (or shorten it)")

@@ -32,7 +32,8 @@ class Strategy:
     name: str = ""
     label: str = ""
     description: str = ""
-    axis_aligned: bool = True
+    axis_aligned: bool = True          # False: keeps rotated directions, not channels (no mask, no agreement)
+    score_unit: str = "score"          # what one channel's score measures (a chart's y axis)
     needs_calibration: bool = True
     needs_gradients: bool = False
 

@@ -13,6 +13,7 @@ RRQR_F = 1.5
 
 class DRRQRStrategy(Strategy):
     name, label = "drrqr", "DRRQR (strong RRQR)"
+    score_unit = "RRQR pivot order (dk = first pivot)"
     description = ("Columns of the stacked post-conv query/key activations [A_q; A_k] chosen by strong RRQR "
                    "(f = 1.5): the kept channels have well-conditioned activations.")
 

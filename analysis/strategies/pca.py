@@ -14,6 +14,7 @@ from analysis.strategies.base import Selection, Strategy
 
 class PCAStrategy(Strategy):
     name, label = "pca", "PCA (rotation, not axis-aligned)"
+    score_unit = "explained variance (eigenvalue of the key covariance)"
     description = ("Projects queries and keys onto the top principal directions of the normalised keys; "
                    "a rotation, so the per-channel convolutions are only approximately absorbed.")
     axis_aligned = False

@@ -9,6 +9,7 @@ from analysis.strategies.base import Strategy, key_head_block, qk_rows, qk_weigh
 
 class RandomStrategy(Strategy):
     name, label = "random", "Random"
+    score_unit = "uniform draw (unitless)"
     description = "Uniformly random channels per head (seeded); the baseline every method must beat."
     needs_calibration = False
 
@@ -19,6 +20,7 @@ class RandomStrategy(Strategy):
 
 class L1Strategy(Strategy):
     name, label = "l1", "L1 magnitude"
+    score_unit = "Σ_j |W_q| + |W_k| (weight units)"
     description = "Row L1 norms of W_q plus W_k: Σ_j |W_q[c,j]| + |W_k[c,j]| (data-free)."
     needs_calibration = False
 
@@ -28,6 +30,7 @@ class L1Strategy(Strategy):
 
 class WandaStrategy(Strategy):
     name, label = "wanda", "Wanda"
+    score_unit = "Σ_j (|W_q| + |W_k|)·‖X_j‖ (weight × input RMS)"
     description = "Σ_j (|W_q[c,j]| + |W_k[c,j]|)·‖X_j‖ with X the attention input (feature-wise RMS)."
 
     def scores(self, model, calib, seed=0):
@@ -37,6 +40,7 @@ class WandaStrategy(Strategy):
 
 class GradientStrategy(Strategy):
     name, label = "grad", "Gradient (Taylor)"
+    score_unit = "Σ |W ⊙ ∇_W L| (nats, first order)"
     description = "First-order Taylor |W ⊙ ∇_W L| summed per channel over W_q and W_k (calibration loss)."
     needs_gradients = True
 

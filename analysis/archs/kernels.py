@@ -1,0 +1,76 @@
+"""What each family's GPU kernel accepts: the one place for key-dim limits, tile rows and GPU dtypes.
+
+An adapter names its kernel (`Adapter.kernel`); `kernel_spec(name)` gives the spec that `latency` times,
+`prune` checks a plan against, and `models` uses to pick (or refuse) a dtype on a GPU. On CPU the project's
+chunked torch path runs every key dim and dtype, so the limits below apply to CUDA only, except the maximum,
+which every saved model keeps so that it still runs on a GPU later.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analysis.errors import AnalysisError
+
+GPU_DTYPES = ("bfloat16", "float16", "float32")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str                              # what adapters name in `Adapter.kernel`
+    label: str                             # for people: "gated delta rule"
+    gate: str                              # decay-gate shape it takes (analysis.archs.base.GATES)
+    cuda_op: tuple[str, str]               # fla's CUDA entry point (module, function)
+    min_key_dim: int = 1                   # smallest key dim the CUDA kernel runs
+    max_key_dim: int = 256                 # fla's chunk kernels assert K <= 256
+    tile_rows: int = 64                    # the chunk kernel holds the state in tiles of this many key rows
+    gpu_dtypes: tuple[str, ...] = GPU_DTYPES   # dtypes its CUDA kernel accepts; the first is the GPU default
+    min_reason: str = ""                   # why min_key_dim, for the sentence that refuses below it
+
+    def key_dim_problem(self, dk: int, device_type: str) -> str | None:
+        if not 1 <= dk <= self.max_key_dim:
+            return f"key dim {dk} is outside 1..{self.max_key_dim}, the range fla's {self.label} kernels support"
+        if device_type == "cuda" and dk < self.min_key_dim:
+            return (f"key dim {dk} is below {self.min_key_dim}: fla's {self.label} GPU kernel runs key dims of at "
+                    f"least {self.min_key_dim} ({self.min_reason}); prune less, round the plan up to a multiple of "
+                    "16, or run on the CPU")
+        return None
+
+    def check_key_dims(self, dims, device_type: str = "cpu") -> None:
+        """One sentence for the first key dim this kernel cannot run on `device_type` ("cpu" or "cuda")."""
+        for dk in dims:
+            problem = self.key_dim_problem(int(dk), device_type)
+            if problem:
+                raise AnalysisError(problem[0].upper() + problem[1:] + ".")
+
+    def gpu_dtype(self, dtype: str | None) -> str:
+        """The dtype to run on a GPU: the spec's default for None/"auto", else `dtype` if the kernel takes it."""
+        if dtype in (None, "auto"):
+            return self.gpu_dtypes[0]
+        if dtype not in self.gpu_dtypes:
+            raise AnalysisError(f"fla's {self.label} GPU kernel refuses {dtype}; use "
+                                f"{' or '.join(self.gpu_dtypes)} on a GPU (float32 stays exact on the CPU).")
+        return dtype
+
+    def timing_dtype(self, dtype: str, device_type: str) -> str:
+        """The dtype to time this kernel in: the model's own, except one its GPU kernel refuses (then its default)."""
+        return dtype if device_type != "cuda" or dtype in self.gpu_dtypes else self.gpu_dtypes[0]
+
+
+KERNELS = {spec.name: spec for spec in (
+    KernelSpec("delta_rule", "delta rule", "none", ("fla.ops.delta_rule", "chunk_delta_rule"),
+               gpu_dtypes=("bfloat16", "float16")),  # ChunkDeltaRuleFunction asserts dtype != float32
+    KernelSpec("gated_delta_rule", "gated delta rule", "head",
+               ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule")),
+    # chunk_intra.py feeds BK = next_power_of_2(K), with no floor of 16, into tl.dot (which needs >= 16): K <= 8 fails
+    KernelSpec("kda", "Kimi delta attention (per-channel gated delta rule)", "channel", ("fla.ops.kda", "chunk_kda"),
+               min_key_dim=9, min_reason="its intra-chunk kernel needs a key block of at least 16"),
+)}
+MAX_KEY_DIM = max(spec.max_key_dim for spec in KERNELS.values())   # the widest any family's kernel runs
+TILE_ROWS = 64   # every fla chunk kernel above (the one number the pages draw as tile boundaries)
+assert all(spec.tile_rows == TILE_ROWS for spec in KERNELS.values())
+
+
+def kernel_spec(name: str) -> KernelSpec:
+    if name not in KERNELS:
+        raise AnalysisError(f"No latency kernel named {name!r}; known: {', '.join(KERNELS)}.")
+    return KERNELS[name]
