@@ -38,11 +38,13 @@ def validate_config(config, path: Path, supported=None) -> dict:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise AnalysisError(f"{name} in {where} must be a whole number ≥ 1, not {value!r}; "
                                 "fix the config or re-save the model.")
-    dims = config.get("head_k_dims")
-    if dims is not None and not (isinstance(dims, list) and 1 <= len(dims) <= config["num_hidden_layers"]
-                                 and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)):
-        raise AnalysisError(f"head_k_dims in {where} must list one whole key dim ≥ 1 per linear-attention layer "
-                            f"(at most {config['num_hidden_layers']}), not {str(dims)[:80]}; re-save the model.")
+    from analysis.archs import adapter_for
+    for key in (adapter_for(config).key_dims_config_key, "readout_key_dims"):  # the pruned types' per-layer lists
+        dims = config.get(key)
+        if dims is not None and not (isinstance(dims, list) and 1 <= len(dims) <= config["num_hidden_layers"]
+                                     and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)):
+            raise AnalysisError(f"{key} in {where} must list one whole key dim ≥ 1 per linear-attention layer "
+                                f"(at most {config['num_hidden_layers']}), not {str(dims)[:80]}; re-save the model.")
     return config
 
 

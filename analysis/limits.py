@@ -73,9 +73,11 @@ def parameter_count(config: dict) -> int:
 
 
 def _with_layers(config: dict, n: int) -> dict:
+    from analysis.archs import adapter_for
     out = {**config, "num_hidden_layers": n}
-    if isinstance(config.get("head_k_dims"), list) and config["head_k_dims"]:
-        out["head_k_dims"] = [max(config["head_k_dims"])] * n
+    for key in (adapter_for(config).key_dims_config_key, "readout_key_dims"):  # per-layer lists: the widest, n times
+        if isinstance(config.get(key), list) and config[key]:
+            out[key] = [max(config[key])] * n
     return out
 
 

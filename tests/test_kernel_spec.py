@@ -51,3 +51,16 @@ def test_gpu_dtypes_come_from_the_spec():
     assert resolve_dtype("float32", cuda, gated) == torch.float32
     assert resolve_dtype("float32", cpu, delta) == torch.float32
     assert delta.timing_dtype("float32", "cuda") == "bfloat16" and delta.timing_dtype("float32", "cpu") == "float32"
+
+
+@pytest.mark.parametrize("model_type, key", [("pruned_delta_net", "head_k_dims"),
+                                             ("pruned_qwen3_5_text", "linear_key_head_dims"),
+                                             ("pruned_kimi_linear", "linear_key_head_dims")])
+def test_each_family_s_per_layer_key_dims_are_validated(model_type, key, tmp_path):
+    """The adapter names its pruned config's per-layer key-dims key, so Qwen and Kimi configs are checked too."""
+    from analysis.checkpoint import validate_config
+    config = {"model_type": model_type, "num_hidden_layers": 2, "hidden_size": 64, "vocab_size": 100}
+    assert validate_config({**config, key: [16, 32]}, tmp_path)
+    for bad in ([0, 16], [16, 16, 16], "16", [16.5]):
+        with pytest.raises(AnalysisError, match=f"{key} in .* must list one whole key dim"):
+            validate_config({**config, key: bad}, tmp_path)

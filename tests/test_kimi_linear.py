@@ -168,7 +168,7 @@ def test_pca_and_bad_key_dims_are_one_sentence(model):
         _prune(model, [8, 8, 8], strategy="pca")
     with pytest.raises(AnalysisError, match="3 KDA layers"):
         ADAPTER.pruned_model(model, [8, 8], None)
-    with pytest.raises(AnalysisError, match="key dim 0"):
+    with pytest.raises(AnalysisError, match="Key dim 0 is outside 1..256"):
         ADAPTER.pruned_model(model, [8, 0, 8], None)
 
 

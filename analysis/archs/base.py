@@ -64,6 +64,7 @@ class Adapter:
     gate: str = "none"                   # one of GATES
     kernel: str = ""                     # the kernel `latency` times for this family, e.g. "gated_delta_rule"
     rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel
+    key_dims_config_key: str = "head_k_dims"   # where a pruned config lists one key dim per linear layer
 
     @property
     def kernel_spec(self):

@@ -151,6 +151,7 @@ class Qwen35Adapter(Adapter):
                    *(PRUNED_PREFIX + t for t in _BASES))
     gate = "head"
     kernel = "gated_delta_rule"
+    key_dims_config_key = "linear_key_head_dims"
     rotations = True
 
     # --- structure -------------------------------------------------------------------------------
