@@ -18,7 +18,7 @@ import torch
 from analysis import inputs
 from analysis.backend import observe_recurrences
 from analysis.errors import AnalysisError
-from analysis.models import attention_layers, linear_layers
+from analysis.layers import attention_layers, linear_layers, qk_rows
 
 DRRQR_ROWS = 5000  # sampled rows of [A_q; A_k] per head, as in the reference method
 
@@ -125,7 +125,6 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
 
 def _qk_gradients(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Gradients for q/k projections only, on a private copy (the shared model is never touched)."""
-    from analysis.strategies.base import qk_rows
     work = copy.deepcopy(model).float()
     work.requires_grad_(False)
     params = []

@@ -109,7 +109,7 @@ def _shape(model) -> dict:
     cfg = model.config
     hidden = int(cfg.hidden_size)
     inter = getattr(cfg, "intermediate_size", None) or int(hidden * getattr(cfg, "hidden_ratio", 4) or 4)
-    from analysis.models import linear_layers
+    from analysis.layers import linear_layers
     layers = linear_layers(model)
     return dict(hidden=hidden, inter=int(inter), vocab=int(cfg.vocab_size), layers=len(layers),
                 heads=max(layer.value_heads for layer in layers),

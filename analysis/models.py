@@ -11,6 +11,7 @@ import torch
 
 from analysis import checkpoint, limits
 from analysis.archs import adapter_for, family_of, get_adapter
+from analysis.layers import LinearLayer, attention_layers, linear_layers  # noqa: F401  (re-exported)
 from analysis.archs.kernels import TILE_ROWS  # noqa: F401  (re-exported: the pages draw tile boundaries)
 from analysis.errors import AnalysisError
 from analysis import samples as _samples
@@ -218,40 +219,6 @@ def type_label(model_type: str) -> str:
         return model_type
     label = get_adapter(family).label
     return f"{label} (per-layer key dims)" if model_type.startswith("pruned_") else label
-
-
-@dataclass(frozen=True)
-class LinearLayer:
-    """One linear-attention layer as the adapter sees it."""
-    index: int            # among the linear layers (what per-layer ratios and key dims count)
-    block: int            # position among all blocks
-    module: object
-    key_heads: int
-    value_heads: int
-    key_dim: int
-    value_dim: int
-
-
-def linear_layers(model) -> list[LinearLayer]:
-    """Every linear-attention layer in model order (a hybrid's softmax blocks left out); one sentence when none."""
-    adapter = adapter_for(model)
-    blocks = adapter.blocks(model)
-    out = []
-    for block in blocks:
-        if block.kind == "linear":
-            m = block.module
-            out.append(LinearLayer(len(out), block.index, m, adapter.key_heads(m), adapter.value_heads(m),
-                                   adapter.key_dim(m), adapter.value_dim(m)))
-    if not out:
-        raise AnalysisError(f"This {adapter.label} model has no linear-attention layer (its {len(blocks)} blocks are "
-                            "all softmax attention or other mixers), so it has no recurrent state to analyse or "
-                            "prune; pick a model with at least one linear-attention layer.")
-    return out
-
-
-def attention_layers(model) -> list:
-    """The linear-attention modules, in order (kept name: the core hooks these)."""
-    return [layer.module for layer in linear_layers(model)]
 
 
 @dataclass

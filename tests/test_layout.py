@@ -67,3 +67,48 @@ def test_family_knowledge_lives_in_the_adapters():
                 offenders += [f"{where}:{node.lineno} compares with strategy {p.value!r}" for p in parts
                               if isinstance(p, ast.Constant) and p.value in STRATEGIES]
     assert offenders == []
+
+
+def project_modules() -> dict[str, Path]:
+    mods = {"app": ROOT / "app.py"}
+    for top in ("analysis", "ui", "pages"):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return mods
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> project modules it imports anywhere in its body (function-local imports count too)."""
+    mods = project_modules()
+    graph = {m: set() for m in mods}
+    for module, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in mods]
+                targets = subs if len(subs) == len(node.names) else [node.module, *subs]
+            else:
+                continue
+            graph[module] |= {t for t in targets if t in mods and t != module}
+    return graph
+
+
+def test_no_import_cycles():
+    """Issue 20: the core's layers import downwards only; a cycle held together by a function-local import
+    is still a cycle (depth-first search over every import, local ones included)."""
+    graph, state, cycles = import_graph(), {}, []
+
+    def visit(module, path):
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append(path[path.index(target):] + [target] if target in path else [module, target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = "done"
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []

@@ -66,3 +66,12 @@ def emit(args, payload: dict, human: str) -> None:
         write_json(payload, args.json)
     if args.json != "-":
         print(human)
+
+
+def add_calib_args(p):
+    """--calib-sequences, --calib-tokens, --seed: the calibration every strategy that reads data uses."""
+    p.add_argument("--calib-sequences", type=whole(1), default=16,
+                   help="Shakespeare train-split windows for calibration (recall models: synthetic recall "
+                        "sequences of the model's task; wanda, grad, pca, drrqr; random and l1 use no data)")
+    p.add_argument("--calib-tokens", type=whole(1), default=256, help="tokens per calibration window")
+    p.add_argument("--seed", type=whole(0), default=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from analysis.archs.kernels import MAX_KEY_DIM
 from analysis.commands.checks import number_list, real, whole
-from analysis.commands.common import emit, load, require_text_model
+from analysis.commands.common import add_calib_args, emit, load, require_text_model
 from analysis.commands.progress import bar, fraction, say, set_done
 from analysis.errors import AnalysisError
 
@@ -25,14 +25,6 @@ def _ratios(args):
     return (None, args.ratios) if args.ratios is not None else (args.ratio, None)
 
 
-def _calib_args(p):
-    p.add_argument("--calib-sequences", type=whole(1), default=16,
-                   help="Shakespeare train-split windows for calibration (recall models: synthetic recall "
-                        "sequences of the model's task; wanda, grad, pca, drrqr; random and l1 use no data)")
-    p.add_argument("--calib-tokens", type=whole(1), default=256, help="tokens per calibration window")
-    p.add_argument("--seed", type=whole(0), default=0)
-
-
 def _rescale_arg(p):
     from analysis.defaults import RESCALES
     p.add_argument("--rescale", choices=list(RESCALES), default="original",
@@ -42,7 +34,7 @@ def _rescale_arg(p):
 def _setup_importance(p):
     p.add_argument("--strategies", default="random,l1,wanda,grad,pca,drrqr")
     p.add_argument("--ratio", type=RATIO, default=0.5, help="ratio at which kept sets are compared")
-    _calib_args(p)
+    add_calib_args(p)
 
 
 def run_importance(args) -> None:
@@ -76,7 +68,7 @@ def _setup_prune(p):
     p.add_argument("--recover-steps", type=whole(0), default=0, help="fine-tune q/k for this many steps afterwards")
     p.add_argument("--eval-tokens", type=whole(1), default=8192, help="test tokens for the before/after perplexity")
     _rescale_arg(p)
-    _calib_args(p)
+    add_calib_args(p)
     from analysis.commands.sensitivity_cmds import add_allocate_args
     add_allocate_args(p)
 
@@ -224,7 +216,7 @@ def _setup_sweep(p):
     p.add_argument("--address", help="with --executor ray: the cluster to join (host:port from `ray start --head`, "
                                      "ray://host:port, or auto)")
     _rescale_arg(p)
-    _calib_args(p)
+    add_calib_args(p)
 
 
 def run_sweep(args) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis.commands.common import emit, load
+from analysis.commands.common import add_calib_args, emit, load
 from analysis.commands.progress import bar, say
 from analysis.errors import AnalysisError
 
@@ -45,12 +45,11 @@ def map_settings(args, model, strategy: str, ratios, prefix: str = ""):
 
 
 def _setup_sensitivity(p):
-    from analysis.commands.prune_cmds import _calib_args
     p.add_argument("--strategy", required=True)
     p.add_argument("--ratios", default="0.25,0.5,0.75", help="comma-separated ratios; each layer alone at each")
     add_map_args(p)
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
-    _calib_args(p)
+    add_calib_args(p)
 
 
 def run_sensitivity(args) -> None:

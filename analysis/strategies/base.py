@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from analysis.calibration import Calibration
-from analysis.archs import adapter_for
-from analysis.models import linear_layers
+from analysis.layers import qk_rows  # noqa: F401  (re-exported for the strategies)
 
 
 @dataclass
@@ -45,19 +44,6 @@ class Strategy:
         """Per layer, the `dims[l]` channels of every head with the highest scores (sorted indices)."""
         return [Selection(indices=torch.topk(s, k, dim=-1).indices.sort(dim=-1).values)
                 for s, k in zip(self.scores(model, calib, seed), dims)]
-
-
-def qk_rows(model) -> list[tuple]:
-    """Per linear layer (layer, ChannelRows of the query projection, ChannelRows of the key projection)."""
-    adapter = adapter_for(model)
-    out = []
-    for layer in linear_layers(model):
-        found = {}
-        for rows in adapter.channel_rows(layer.module):
-            if not rows.conv and rows.role in ("q", "k") and rows.param.endswith("weight"):
-                found.setdefault(rows.role, rows)
-        out.append((layer, found["q"], found["k"]))
-    return out
 
 
 def key_head_block(tensor: torch.Tensor, rows, layer) -> torch.Tensor:

@@ -1,0 +1,58 @@
+"""The linear-attention layers of a model as its adapter sees them: heads, key/value dims, q/k rows.
+
+Below `models`, `limits`, `calibration` and the strategies (it asks only the adapter registry), so each of
+them can read a model's geometry without importing the others.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analysis.archs import adapter_for
+from analysis.errors import AnalysisError
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """One linear-attention layer as the adapter sees it."""
+    index: int            # among the linear layers (what per-layer ratios and key dims count)
+    block: int            # position among all blocks
+    module: object
+    key_heads: int
+    value_heads: int
+    key_dim: int
+    value_dim: int
+
+
+def linear_layers(model) -> list[LinearLayer]:
+    """Every linear-attention layer in model order (a hybrid's softmax blocks left out); one sentence when none."""
+    adapter = adapter_for(model)
+    blocks = adapter.blocks(model)
+    out = []
+    for block in blocks:
+        if block.kind == "linear":
+            m = block.module
+            out.append(LinearLayer(len(out), block.index, m, adapter.key_heads(m), adapter.value_heads(m),
+                                   adapter.key_dim(m), adapter.value_dim(m)))
+    if not out:
+        raise AnalysisError(f"This {adapter.label} model has no linear-attention layer (its {len(blocks)} blocks are "
+                            "all softmax attention or other mixers), so it has no recurrent state to analyse or "
+                            "prune; pick a model with at least one linear-attention layer.")
+    return out
+
+
+def attention_layers(model) -> list:
+    """The linear-attention modules, in order (kept name: the core hooks these)."""
+    return [layer.module for layer in linear_layers(model)]
+
+
+def qk_rows(model) -> list[tuple]:
+    """Per linear layer (layer, ChannelRows of the query projection, ChannelRows of the key projection)."""
+    adapter = adapter_for(model)
+    out = []
+    for layer in linear_layers(model):
+        found = {}
+        for rows in adapter.channel_rows(layer.module):
+            if not rows.conv and rows.role in ("q", "k") and rows.param.endswith("weight"):
+                found.setdefault(rows.role, rows)
+        out.append((layer, found["q"], found["k"]))
+    return out
