@@ -29,15 +29,14 @@ change, with a reason in the commit:
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from analysis.cli import main
+from golden_compare import mismatches, numbers
 
 GOLDEN = Path(__file__).parent / "golden"
 REGENERATE = os.environ.get("GOLDEN_REGENERATE") == "1"
@@ -79,41 +78,6 @@ def weights_summary(path: Path) -> dict:
     return summary
 
 
-def numbers(obj, path: str = "") -> dict:
-    """{json path: value} for every number, bool and null of a JSON document (strings left out)."""
-    if isinstance(obj, dict):
-        return {k: v for key, val in obj.items() for k, v in numbers(val, f"{path}.{key}").items()}
-    if isinstance(obj, list):
-        return {k: v for i, val in enumerate(obj) for k, v in numbers(val, f"{path}[{i}]").items()}
-    return {} if isinstance(obj, str) else {path: obj}
-
-
-REL_TOL = 1e-5     # floats: see the module docstring
-SCALE_TOL = 1e-6   # x the largest magnitude among the floats of the same list
-
-
-def _group(path: str) -> str:
-    """The list a number belongs to: its path with the innermost index dropped."""
-    return re.sub(r"\[\d+\]$", "[]", path)
-
-
-def mismatches(expected: dict, got: dict) -> list:
-    scale: dict = {}
-    for key, value in expected.items():
-        if isinstance(value, float):
-            scale[_group(key)] = max(scale.get(_group(key), 0.0), abs(value))
-    bad = []
-    for key, want in expected.items():
-        have = got[key]
-        if isinstance(want, float) and isinstance(have, (int, float)) and not isinstance(have, bool):
-            ok = math.isclose(want, have, rel_tol=REL_TOL, abs_tol=SCALE_TOL * scale[_group(key)])
-        else:  # ints, bools, null: exact
-            ok = type(want) is type(have) and want == have
-        if not ok:
-            bad.append((key, want, have))
-    return bad
-
-
 def check_or_store(name: str, document: dict) -> None:
     file = GOLDEN / f"{name}.json"
     if REGENERATE:
@@ -135,6 +99,7 @@ def run_cli(argv: list[str], tmp_path: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.golden
 @pytest.mark.parametrize("case", list(CLI_CASES))
 @pytest.mark.parametrize("sample", list(TEXT_SAMPLES))
 def test_text_samples_reproduce_the_pre_adapter_json(sample, case, tmp_path):
@@ -152,6 +117,7 @@ def test_text_samples_reproduce_the_pre_adapter_json(sample, case, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.golden
 def test_recall_sample_reproduces_the_pre_adapter_numbers(tmp_path):
     """The recall model through the core on its own recall sequences: rank, importance, an l1 and a wanda prune."""
     from analysis import models
@@ -190,3 +156,7 @@ def test_the_comparison_takes_last_bit_rounding_but_not_a_real_change():
     for key, value in ((".ppl", 120.2), (".score[0]", 0.0098), (".kept[0]", 4), (".axis_aligned", False),
                        (".cond", 1.0), (".kept[0]", 3.0)):
         assert [k for k, *_ in mismatches(expected, {**amd, key: value})] == [key]
+    # a difference of close numbers is compared absolutely (its relative error is not that of its inputs)
+    deltas = {".points[0].loss": 0.00026822090148905805}
+    assert mismatches(deltas, {".points[0].loss": 0.00026822090148905805 + 5e-7}) == []
+    assert mismatches(deltas, {".points[0].loss": 0.0003}) != []
