@@ -119,7 +119,7 @@ def allocation_for(args, model, tokenizer):
     """
     from analysis.allocate import allocate, candidates, choose_plan
     from analysis.sensitivity import recall_task
-    from analysis.sensitivity import compute_map, load_shipped, weights_digest
+    from analysis.sensitivity import compute_map, load_shipped, same_weights
     if args.ratio is not None or args.ratios:
         raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio/--ratios and give --budget.")
     budget = parse_budget(args.budget)
@@ -133,7 +133,7 @@ def allocation_for(args, model, tokenizer):
         if smap.get("strategy") != args.strategy:
             raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {args.strategy!r}; "
                                 "prune with the map's strategy or measure a map for this one.")
-        if smap.get("weights_sha256") != weights_digest(model):
+        if not same_weights(smap, model):
             raise AnalysisError("The map was measured on other weights than this model's; measure a map for it.")
     else:
         s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
