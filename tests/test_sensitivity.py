@@ -250,3 +250,15 @@ def test_shipped_maps_name_their_sample_by_the_point_cache_identity():
             assert "weights_sha256" not in smap and smap["model_identity"] == model_identity(model)
             assert same_weights(smap, model)
             assert not same_weights({**smap, "model_identity": "0" * 32}, model)
+
+
+def test_a_map_written_before_model_identity_is_still_matched_by_its_file_digest():
+    """Maps saved by `sensitivity --json` before maps carried model_identity name their weights by the sha256
+    of the safetensors files; `--map` still accepts them for the same weights, and only for those."""
+    import hashlib
+    from analysis.models import SAMPLES_DIR, load_model
+    from analysis.sensitivity import same_weights
+    model = load_model("deltanet-recall", device="cpu")
+    digest = hashlib.sha256((SAMPLES_DIR / "deltanet-recall" / "model.safetensors").read_bytes()).hexdigest()[:16]
+    assert same_weights({"weights_sha256": digest}, model)
+    assert not same_weights({"weights_sha256": "0" * 16}, model) and not same_weights({}, model)

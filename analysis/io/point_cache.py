@@ -66,7 +66,7 @@ def lookup(key: dict, schema: dict, expect: dict | None = None) -> dict | None:
             return None
         result = _verify(text, json.loads(_canonical(full_key(key))), schema, expect or {})  # tuples → lists
     except _Untrusted as problem:
-        warnings.warn_explicit(f"Cache entry {path.name} is not used ({problem}); recomputing that point.",
+        warnings.warn_explicit(f"Cache entry {path.name} is not used: {problem}; recomputing that point.",
                                CacheWarning, "<point cache>", 0)  # "<…>": linecache never opens it
         return None
     return {**result, "cached": True}
@@ -160,13 +160,13 @@ def _verify(text: str, key: dict, schema: dict, expect: dict) -> dict:
     try:
         entry = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: deeply nested brackets
-        raise _Untrusted("it is not valid JSON (truncated or corrupt)") from None
+        raise _Untrusted("it is not valid JSON, so it is truncated or corrupt") from None
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or not isinstance(entry.get("result"), dict):
         raise _Untrusted("it is not a cache entry of this version")
     if entry.get("key") != key:
         raise _Untrusted("it holds the result of another point or another model")
     if entry.get("sha256") != entry_checksum(entry["key"], entry["result"]):
-        raise _Untrusted("its checksum does not match its content (edited or damaged)")
+        raise _Untrusted("its checksum does not match its content, so it was edited or damaged")
     result = entry["result"]
     for name, kind in schema.items():
         if name not in result:
