@@ -180,6 +180,7 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     computed, not served from the cache); by default `calibration_for` with the map's settings.
     """
     check_settings(model, s, task)
+    point_cache.check_writable()  # an unwritable cache is one sentence before the first point, not after it
     measure = _Measure(tokenizer, s, task)
     param = next(model.parameters())
     base_key = {"kind": "sensitivity", "model": model_identity(model),
