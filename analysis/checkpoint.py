@@ -4,12 +4,18 @@ random-initialise missing ones and ignore unexpected ones: wrong results with ex
 """
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from pathlib import Path
 
 import torch
 
 from analysis.errors import AnalysisError
+from analysis.io import reads
+
+MAX_HEADER_BYTES = 100_000_000  # safetensors itself refuses larger headers; checked before one byte is read
 
 # config fields that must be whole numbers ≥ 1 when present (None means "use fla's default")
 POSITIVE_FIELDS = ("num_hidden_layers", "hidden_size", "num_heads", "vocab_size", "head_dim", "conv_size",
@@ -50,13 +56,24 @@ def validate_config(config, path: Path, supported=None) -> dict:
 
 def read_header(file: Path) -> dict:
     """{tensor name: shape} from a safetensors header; corrupt, truncated or unreadable files are one sentence."""
+    hint = "re-save or re-download the model"
     try:
-        size = file.stat().st_size
-        with open(file, "rb") as fh:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO must not hang
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            if not stat.S_ISREG(info.st_mode):
+                raise AnalysisError(f"{file} is not a regular file (it is {reads.kind_of(info.st_mode)}); {hint}.")
+            size = info.st_size
             header_len = int.from_bytes(fh.read(8), "little")
+            if header_len > MAX_HEADER_BYTES:
+                raise AnalysisError(f"{file} declares a {header_len:,}-byte safetensors header, more than the "
+                                    f"{MAX_HEADER_BYTES:,} safetensors allows; it is not a valid model file, so "
+                                    f"{hint}.")
             if header_len <= 0 or 8 + header_len > size:
                 raise ValueError("header length does not fit the file")
-            header = json.loads(fh.read(header_len))
+            header = reads.loads(fh.read(header_len), f"The safetensors header of {file}", hint)
         if not isinstance(header, dict):
             raise ValueError(f"the header is a JSON {type(header).__name__}, not an object")
         tensors = {k: t for k, t in header.items() if k != "__metadata__"}

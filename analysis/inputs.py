@@ -17,6 +17,7 @@ import torch
 
 from analysis import data
 from analysis.errors import AnalysisError, count
+from analysis.io import reads
 from analysis.recall import RecallTask, recall_batch
 
 FIRST_READ = 64 * 1024          # bytes of a file read up front to check that it is text
@@ -58,8 +59,11 @@ def _file_source(path: Path) -> TextSource:
     try:
         if path.is_dir():
             raise AnalysisError(f"{_short(path)} is a directory, not a text file; pass a UTF-8 text file.")
-        if not path.is_file():
+        if not path.exists():
             raise AnalysisError(f"Text file {_short(path)} does not exist; pass an existing UTF-8 text file.")
+        if not path.is_file():  # a FIFO would hang the read, /dev/zero would never end
+            raise AnalysisError(f"Text file {_short(path)} is not a regular file (it is "
+                                f"{reads.kind_of(path.stat().st_mode)}); pass a UTF-8 text file.")
         content, complete = _read_text(path, FIRST_READ)
     except OSError as exc:
         raise AnalysisError(f"Text file {_short(path)} cannot be read ({exc.strerror or exc}); "

@@ -12,7 +12,7 @@ from analysis import data
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity, unigram_baseline
 from analysis.models import describe, load_model, load_tokenizer
-from analysis.io.writes import record_written, write_text
+from analysis.io import card_files
 from analysis.states import collect_states
 
 CARD_CONTEXT = 256
@@ -50,8 +50,9 @@ def read_training(path: Path) -> dict:
     return training
 
 
-def build_card(source: str) -> dict:
-    model = load_model(source, device="cpu")
+def build_card(source) -> dict:
+    """The card's numbers; `source` is a model name/directory or a model already loaded (on CPU)."""
+    model = load_model(source, device="cpu") if isinstance(source, (str, Path)) else source
     info = describe(model)
     training = read_training(Path(model.analysis_source))
     card = {"name": Path(model.analysis_source).name, "architecture": info.as_dict(), "training": {
@@ -120,10 +121,13 @@ def render(card: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_card(source: str) -> dict:
-    card = build_card(source)
-    path = Path(load_model(source, device="cpu").analysis_source)
-    write_text(path / "card.json", json.dumps(card, indent=2), label="the model card")
-    write_text(path / "README.md", render(card), label="the model card")
-    record_written(path, ["card.json", "README.md"])  # still a directory this project wrote, replaceable
-    return card
+def write_card(source: str, out=None) -> tuple[dict, Path]:
+    """Measure the model and write README.md + card.json into its directory (only one this tool wrote) or
+    into `out`; the card and where it went. Where it may go is checked before anything is measured."""
+    model = load_model(source, device="cpu")
+    path = Path(model.analysis_source)
+    read_training(path)  # a model without a training run has no card, wherever it would go
+    folder = card_files.check_destination(path, out)
+    card = build_card(model)
+    card_files.write_card_files(folder, {"card.json": json.dumps(card, indent=2), "README.md": render(card)})
+    return card, folder

@@ -1,7 +1,6 @@
 """Find, validate and load fla models (bundled samples, local HF directories, hub ids) on CPU or GPU."""
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -14,9 +13,12 @@ from analysis.archs import adapter_for, family_of, get_adapter
 from analysis.layers import LinearLayer, attention_layers, linear_layers  # noqa: F401  (re-exported)
 from analysis.archs.kernels import TILE_ROWS  # noqa: F401  (re-exported: the pages draw tile boundaries)
 from analysis.errors import AnalysisError
+from analysis.io import reads
 from analysis import samples as _samples
 from analysis.samples import REPO_ROOT, SAMPLES_DIR, SampleInfo  # noqa: F401
 
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KiB; a bigger one is not a config
+READ_SUFFIXES = (".json", ".safetensors", ".txt", ".model")  # files a load may open: none may be a FIFO or device
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -133,8 +135,11 @@ def _download_from_hub(repo_id: str) -> Path:
 
 def read_config(path: Path) -> dict:
     """config.json as a dict whose model_type and sizes have been checked (one sentence otherwise)."""
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    where = path / "config.json"
+    hint = "re-save the model with save_pretrained"
+    try:  # bounded, regular files only: a FIFO or a link to /dev/zero named config.json is one sentence
+        config = reads.loads(reads.read_bytes(where, MAX_CONFIG_BYTES, "The config", hint).decode("utf-8"),
+                             str(where), hint)
     except (OSError, ValueError) as exc:  # also JSONDecodeError and UnicodeDecodeError
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise AnalysisError(f"{path / 'config.json'} cannot be read as JSON ({reason}); "
@@ -149,6 +154,9 @@ def _validate_directory(path: Path) -> dict:
     if not (path / "config.json").exists():
         raise AnalysisError(f"{path} has no config.json, so it is not a Hugging Face model directory; "
                             "pass a folder written by save_pretrained.")
+    for file in sorted(path.iterdir()):  # every file a load reads (config, weights, tokenizer, training.json)
+        if file.suffix in READ_SUFFIXES:
+            reads.check_regular(file, "Model file", "remove it or pass a folder written by save_pretrained")
     read_config(path)
     weights = sorted(path.glob("*.safetensors"))
     if not weights:

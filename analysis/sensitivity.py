@@ -2,7 +2,7 @@
 
 For a language model the loss of a point is Δ log perplexity (nats per scored token, additive over
 layers under the allocator's model); for a recall-trained model it is the drop in recall accuracy.
-Points come from a generator through the sweep's on-disk cache (`analysis.sweep._cached`), so a map
+Points come from a generator through the one point cache (`analysis.io.point_cache`), so a map
 is resumable and a rerun is instant. Each layer also carries its rank utilization (final state of the
 calibration sequences, mean over sequences and heads) and its fp32 state bytes per sequence.
 
@@ -23,11 +23,12 @@ from analysis.calibration import calibrate
 from analysis.defaults import SENSITIVITY_EVAL_TOKENS, SENSITIVITY_RATIOS
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
+from analysis.io import point_cache
+from analysis.io.point_identity import model_identity
 from analysis.models import REPO_ROOT, describe, linear_layers
 from analysis.prune import key_dims, plan_key_dims, prune
 from analysis.recall import RecallTask, recall_accuracy, recall_batch
 from analysis.strategies import get_strategy
-from analysis.sweep import _cached, fingerprint
 
 METRICS = ("ppl", "recall")
 RESULTS_DIR = REPO_ROOT / "sample_models" / "results"
@@ -36,7 +37,12 @@ DEFAULT_RATIOS, DEFAULT_EVAL_TOKENS = SENSITIVITY_RATIOS, SENSITIVITY_EVAL_TOKEN
 MAX_EVAL_TOKENS = 1_000_000
 MAX_RECALL_SEQUENCES = 16_384
 PROFILE_SEQUENCES = 4  # rank utilization of the final state: the first calibration sequences suffice
-POINT_FIELDS = ("layer", "ratio", "value")  # what a cached map point must hold to be served from the cache
+# what a cached map point must hold, typed, to be served from the cache (analysis.io.point_cache checks it)
+BASE_FIELDS = {"layer": point_cache.OPTIONAL_INT, "ratio": point_cache.NUMBER, "value": point_cache.NUMBER,
+               "head_k_dims": point_cache.INT_LIST}
+POINT_FIELDS = {**BASE_FIELDS, "layer": point_cache.INT, "head_k_dim": point_cache.INT, "loss": point_cache.NUMBER}
+PPL_FIELDS = {"perplexity": point_cache.NUMBER, "tokens": point_cache.INT, "stride": point_cache.INT,
+              "dataset": point_cache.TEXT}
 
 
 @dataclass(frozen=True)
@@ -121,15 +127,6 @@ def layer_profile(model, input_ids: torch.Tensor) -> list[dict]:
     return rows
 
 
-def _code_version() -> str:
-    """Cached points depend on the pruning code, not only on the weights: a fix to it must not be served stale."""
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for path in [here / "prune.py", here / "pruned_models.py", *sorted((here / "strategies").glob("*.py"))]:
-        h.update(path.read_bytes())
-    return h.hexdigest()[:12]
-
-
 class _Measure:
     """The map's quality measurement: perplexity of the split's first tokens, or recall accuracy."""
 
@@ -183,14 +180,16 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     computed, not served from the cache); by default `calibration_for` with the map's settings.
     """
     check_settings(model, s, task)
+    point_cache.check_writable()  # an unwritable cache is one sentence before the first point, not after it
     measure = _Measure(tokenizer, s, task)
     param = next(model.parameters())
-    base_key = {"kind": "sensitivity", "model": fingerprint(model), "code": _code_version(),
+    base_key = {"kind": "sensitivity", "model": model_identity(model),
                 "device": str(param.device), "dtype": str(param.dtype),
                 **{k: v for k, v in s.as_dict().items() if k not in ("strategy", "ratios")}}
-    baseline = _cached({**base_key, "point": "unpruned"}, use_cache,
-                       lambda: {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model), **measure(model)},
-                       required=POINT_FIELDS)
+    measured = PPL_FIELDS if task is None else {"recall_accuracy": point_cache.NUMBER}
+    baseline = point_cache.cached({**base_key, "point": "unpruned"}, use_cache,
+                                  lambda: {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model), **measure(model)},
+                                  {**BASE_FIELDS, **measured}, expect={"layer": None, "ratio": 0.0})
     yield baseline
     n_layers = len(key_dims(model))
     calib = None
@@ -205,8 +204,8 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                 out = measure(pruned)
                 return {"layer": layer, "ratio": ratio, "head_k_dim": dims[layer], "head_k_dims": dims, **out,
                         "loss": measure.loss(out["value"], baseline["value"])}
-            yield _cached({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, use_cache, compute,
-                          required=POINT_FIELDS + ("loss",))
+            yield point_cache.cached({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, use_cache,
+                                     compute, {**POINT_FIELDS, **measured}, expect={"layer": layer, "ratio": ratio})
 
 
 def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], task: RecallTask | None = None,
@@ -218,7 +217,7 @@ def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], ta
     cells = [{k: p[k] for k in ("layer", "ratio", "head_k_dim", "value", "loss")} for p in points
              if p.get("layer") is not None]
     return {"kind": "sensitivity-map", "model": name or getattr(model, "analysis_name", None),
-            "weights_sha256": weights_digest(model), "model_type": info.model_type, "strategy": s.strategy,
+            "model_identity": model_identity(model), "model_type": info.model_type, "strategy": s.strategy,
             "metric": s.metric, "measure": measure.label(None if base is None else base.get("tokens")),
             "loss": "delta log perplexity (nats per token)" if s.metric == "ppl" else "drop in recall accuracy",
             "settings": s.as_dict(), "device": info.device, "dtype": info.dtype,
@@ -226,8 +225,16 @@ def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], ta
             "complete": len(cells) == len(s.ratios) * info.layers}
 
 
-def weights_digest(model) -> str | None:
-    """sha256 of the safetensors files the model was loaded from (None for a model built in memory)."""
+def same_weights(smap: dict, model) -> bool:
+    """Was `smap` measured on this model's weights and config? By the point cache's model identity; a map
+    written before maps carried it names its weights by the sha256 of the safetensors files (still read)."""
+    if "model_identity" in smap:
+        return smap["model_identity"] == model_identity(model)
+    return smap.get("weights_sha256") is not None and smap.get("weights_sha256") == _legacy_file_digest(model)
+
+
+def _legacy_file_digest(model) -> str | None:
+    """sha256 of the safetensors files the model was loaded from, as maps written before model_identity name it."""
     source = getattr(model, "analysis_source", None)
     files = sorted(Path(source).glob("*.safetensors")) if source and Path(source).is_dir() else []
     if not files:
@@ -274,7 +281,7 @@ def load_shipped(model, name: str, s: MapSettings) -> dict | None:
     except (OSError, json.JSONDecodeError):
         return None
     info = describe(model)
-    same = (smap.get("settings") == s.as_dict() and smap.get("weights_sha256") == weights_digest(model)
+    same = (smap.get("settings") == s.as_dict() and same_weights(smap, model)
             and smap.get("device") == info.device and smap.get("dtype") == info.dtype)
     return smap if same else None
 

@@ -2,7 +2,8 @@
 
 Each result: strategy, ratio, key dims, tiles, perplexity (dataset/split/context/stride/tokens), Δ vs
 the unpruned model, parameters, state bytes per sequence, kernel latency at the layer-0 key dim. A
-rerun with the same model weights and settings is served from the cache instantly.
+rerun with the same model weights, settings and code is served from the cache (`analysis.io.point_cache`)
+instantly; an entry that does not prove itself is recomputed.
 
 Executors: "in-process" (default) computes the points one after another here; "ray" runs one Ray task
 per point (analysis.ray_executor) and yields the results as they finish. Both write the same cache
@@ -10,82 +11,39 @@ entries under the same keys, so either resumes what the other started.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
-import warnings
-from pathlib import Path
-
-import torch
-
 from analysis import ray_executor
-from analysis.io import writes
+from analysis.io import point_cache
+from analysis.io.point_identity import model_identity
 from analysis.archs import adapter_for
 from analysis.calibration import calibrate
-from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
 from analysis.latency import kernel_latency
-from analysis.models import REPO_ROOT, describe
+from analysis.models import describe
 from analysis.prune import RESCALES, check_rescale, plan_key_dims, prune, tiles
 from analysis.recovery import recover
 from analysis.strategies import get_strategy
 
 TIMING = "repeats-iqr-1thread"  # in the cache key: points timed the older way (one median, all threads) are redone
-CACHE_DIR = Path(os.environ.get("STATE_RANK_CACHE", REPO_ROOT / ".cache" / "sweeps"))
+# what a cached result must hold, typed, to be served (analysis.io.point_cache checks it)
+BASE_FIELDS = {"strategy": point_cache.TEXT, "ratio": point_cache.NUMBER, "perplexity": point_cache.NUMBER,
+               "bits_per_byte": point_cache.NUMBER, "head_k_dims": point_cache.INT_LIST,
+               "tiles": point_cache.INT_LIST, "parameters": point_cache.INT, "state_bytes_per_sequence": point_cache.INT,
+               "context": point_cache.INT, "stride": point_cache.INT, "tokens": point_cache.INT,
+               "dataset": point_cache.TEXT, "split": point_cache.TEXT}
+LATENCY_FIELDS = {"kernel_ms": point_cache.NUMBER, "kernel": point_cache.DICT, "kernel_timer": point_cache.TEXT}
+POINT_FIELDS = {"delta_vs_unpruned": point_cache.NUMBER, "rescale": point_cache.TEXT,
+                "calibration": point_cache.TEXT}
+RECOVERY_FIELDS = {"recovered_perplexity": point_cache.NUMBER, "recovered_delta_vs_unpruned": point_cache.NUMBER}
 
 
-def fingerprint(model) -> str:
-    """Hash of the weights themselves (not the path): every byte of every tensor, its name, dtype and shape,
-    plus the config (which holds settings such as the readout scale), so any change gets a new key."""
-    h = hashlib.blake2b(digest_size=16)
-    config = {k: v for k, v in model.config.to_dict().items() if not k.startswith("_") and k != "transformers_version"}
-    h.update(json.dumps(config, sort_keys=True, default=str).encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
-    return h.hexdigest()
-
-
-def _cache_path(key: dict) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-    return CACHE_DIR / f"{digest}.json"
-
-
-def _write_atomic(path: Path, payload: dict) -> None:
-    """One cache entry, through the project's one atomic writer (normal permissions)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise AnalysisError(f"Cannot write the sweep cache in {path.parent} ({exc.strerror or exc}); set "
-                            "STATE_RANK_CACHE to a writable directory.") from None
-    writes.write_text(path, json.dumps(payload), label="the sweep cache")
-
-
-def _check_cache_dir() -> None:
-    """Fail in one sentence before any work when the cache directory cannot be written (a private,
-    uniquely named probe file, removed on close: nothing else in the folder is touched)."""
-    try:
-        CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=CACHE_DIR, prefix=".probe-"):
-            pass
-    except OSError as exc:
-        raise AnalysisError(f"Cannot write the sweep cache in {CACHE_DIR} ({exc.strerror or exc}); set "
-                            "STATE_RANK_CACHE to a writable directory.") from None
-
-
-def _read_cached(path: Path, required: tuple[str, ...]) -> dict | None:
-    """A cached result, or None (with a warning) when the file is truncated or corrupt: it is recomputed."""
-    try:
-        result = json.loads(path.read_text())
-        if isinstance(result, dict) and all(k in result for k in required):
-            return result
-        problem = "it does not hold a sweep result"
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        problem = f"{type(exc).__name__}: {exc}"
-    warnings.warn(f"Sweep cache file {path} is unreadable ({problem}); recomputing that point.", stacklevel=3)
-    return None
+def _checks(key: dict) -> tuple[dict, dict]:
+    """(schema, expected values) a cached result for `key` must satisfy: right fields, right types, this point."""
+    schema = {**BASE_FIELDS, **(LATENCY_FIELDS if key["latency"] else {})}
+    expect = {"split": key["split"], "context": key["context"]}
+    if key.get("point") == "unpruned":
+        return schema, {**expect, "strategy": "unpruned", "ratio": 0.0}
+    schema = {**schema, **POINT_FIELDS, **(RECOVERY_FIELDS if key["recover_steps"] else {})}
+    return schema, {**expect, "strategy": key["strategy"], "ratio": key["ratio"], "rescale": key["rescale"]}
 
 
 def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: str = "test", context: int = 256,
@@ -105,8 +63,8 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
     check_rescale(rescale)
     ray_executor.check_executor(executor)
     ray = ray_executor.connect(address, num_cpus) if executor == "ray" else None  # before anything is written
-    _check_cache_dir()
-    settings = {"model": fingerprint(model), "split": split, "context": context, "eval_tokens": eval_tokens,
+    point_cache.check_writable()
+    settings = {"model": model_identity(model), "split": split, "context": context, "eval_tokens": eval_tokens,
                 "recover_steps": recover_steps, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
                 "seed": seed, "device": str(next(model.parameters()).device),
                 "latency": TIMING if latency else False}
@@ -197,25 +155,17 @@ def _point_task(model, tokenizer, calib, baseline, opts, name, ratio):
     return _point(model, tokenizer, calib, baseline, opts, name, ratio)
 
 
-def _lookup(key: dict, use_cache: bool, required: tuple[str, ...] = ("perplexity", "strategy")) -> dict | None:
-    """The cached result for `key` (marked cached), or None; `required` are the fields it must hold."""
-    path = _cache_path(key)
-    if use_cache and path.exists():
-        cached = _read_cached(path, required)
-        if cached is not None:
-            return {**cached, "cached": True}
-    return None
+def _lookup(key: dict, use_cache: bool) -> dict | None:
+    """The cached result for `key` (marked cached), or None: missing, or not believed (one warning)."""
+    return point_cache.lookup(key, *_checks(key)) if use_cache else None
 
 
 def _store(key: dict, result: dict) -> dict:
-    _write_atomic(_cache_path(key), result)
-    return {**result, "cached": False}
+    return point_cache.store(key, result)
 
 
-def _cached(key: dict, use_cache: bool, compute, required: tuple[str, ...] = ("perplexity", "strategy")) -> dict:
-    """compute() once per key; `required` are the fields a cached result must hold to be trusted."""
-    hit = _lookup(key, use_cache, required)
-    return hit if hit is not None else _store(key, compute())
+def _cached(key: dict, use_cache: bool, compute) -> dict:
+    return point_cache.cached(key, use_cache, compute, *_checks(key))
 
 
 def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline) -> dict:

@@ -7,6 +7,7 @@ from analysis import data
 from analysis import latency as latencies
 from analysis import sweep as sweeps
 from analysis.errors import AnalysisError
+from analysis.io import point_cache
 from analysis.ray_executor import EXECUTORS
 from analysis.strategies import STRATEGIES
 from ui import cache, frame, jobs, shrink, shrink_figures, state
@@ -168,7 +169,7 @@ else:
         st.caption(f"{ctx.name} · {base['dataset']} · context {base['context']}, stride {base['stride']}, "
                    f"{'' if points else 'up to '}{base['tokens']:,} scored tokens · calibration {calib_n} train-split "
                    f"sequences × 256 tokens · device {base['device']} · dtype {base['dtype']} · "
-                   f"Δ% = perplexity / unpruned − 1 · results cached in {sweeps.CACHE_DIR}")
+                   f"Δ% = perplexity / unpruned − 1 · results cached in {point_cache.CACHE_DIR}")
         if points:
             if len(points) < expected and not (job is not None and job.running):
                 st.info(f"Stopped after {len(points)} of {expected} points; **Resume sweep** continues from the cache.")

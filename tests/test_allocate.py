@@ -10,6 +10,7 @@ import torch
 from analysis.allocate import (allocate, candidates, choose, knapsack, options, paired_difference, uniform_budget,
                                verify)
 from analysis.errors import AnalysisError
+from analysis.io import point_cache
 from analysis.sensitivity import MapSettings, compute_map
 
 
@@ -148,9 +149,8 @@ def test_allocator_picks_the_insensitive_layer_of_a_model_with_a_fragile_layer(t
     """deltanet-recall stores its pairs in layer 0's state (fragile); layer 1 tolerates pruning. A copy with
     layer 1's readout switched off (o_proj = 0) makes that layer exactly free to prune."""
     from analysis import models
-    from analysis import sweep as sweep_mod
     from analysis.sensitivity import recall_task
-    monkeypatch.setattr(sweep_mod, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path)
     model = models.load_model("deltanet-recall", device="cpu")
     task = recall_task(model)
     s = MapSettings("l1", (0.25, 0.5, 0.875), metric="recall", recall_sequences=32, calib_sequences=8)

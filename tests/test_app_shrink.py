@@ -3,6 +3,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import analysis.sweep
+from analysis.io import point_cache
 from test_app import APP, charts, lm_dir, navigation_only, recall_dir  # noqa: F401  (fixtures by import)
 from ui import jobs
 from ui_fixtures import one_torch_thread  # noqa: F401
@@ -14,8 +15,8 @@ SMALL = {"calib_sequences": 2, "calib_tokens": 64, "eval_context": 64, "eval_tok
 
 @pytest.fixture(autouse=True)
 def sweep_cache(tmp_path, monkeypatch):
-    """Each test gets its own on-disk sweep cache (the page reads analysis.sweep.CACHE_DIR)."""
-    monkeypatch.setattr(analysis.sweep, "CACHE_DIR", tmp_path / "sweeps")
+    """Each test gets its own on-disk sweep cache (the page reads analysis.io.point_cache.CACHE_DIR)."""
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "sweeps")
 
 
 def open_page(monkeypatch, model_dir, page: str) -> AppTest:

@@ -6,6 +6,7 @@ import pytest
 
 from analysis.cli import main
 from analysis.commands import progress
+from analysis.io import point_cache
 
 
 @pytest.fixture(autouse=True)
@@ -32,8 +33,7 @@ def test_rank_bar_per_layer_and_quiet(tiny_dirs, capsys):
 
 
 def test_sweep_bar_per_point_keeps_json_stdout_clean(tiny_dirs, tmp_path, monkeypatch, capsys):
-    import analysis.sweep
-    monkeypatch.setattr(analysis.sweep, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
     args = ["sweep", str(tiny_dirs["delta_net"]), "--strategies", "l1,random", "--ratios", "0.5", "--eval-tokens", "64",
             "--context", "32", "--no-latency", "--device", "cpu"]
     out, err = _run(capsys, *args, "--json", "-")

@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-import analysis.sweep
 from analysis import data
 from analysis.cli import main
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
+from analysis.io import point_cache
 from analysis.prune import prune
 from analysis.sensitivity import MapSettings, build_map, compute_map, grid, sensitivity_points
 from conftest import build_tiny
@@ -20,7 +20,7 @@ SMALL = MapSettings("l1", (0.5,), eval_tokens=256, calib_sequences=2, calib_toke
 
 @pytest.fixture(autouse=True)
 def sweep_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(analysis.sweep, "CACHE_DIR", tmp_path / "sweeps")
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "sweeps")
 
 
 def test_each_point_prunes_one_layer_alone_and_matches_an_independent_evaluation():
@@ -215,3 +215,50 @@ def test_the_measure_names_the_tokens_scored_when_the_split_is_shorter_than_aske
     smap = compute_map(model, tok, asked)
     assert f"the whole split ({scored:,} tokens scored; 100,000 asked), context 256" in smap["measure"], smap["measure"]
     assert "first 100,000 tokens" not in smap["measure"]
+
+
+def test_map_points_are_believed_only_when_they_prove_themselves(tmp_path):
+    """The map shares the sweep's point cache: an edited value or another layer's point is recomputed."""
+    import shutil
+    import warnings
+    model, tok = build_tiny("delta_net"), data.load_tokenizer()
+    first = list(sensitivity_points(model, tok, SMALL))
+    base, layer0, layer1 = sorted((tmp_path / "sweeps").glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    shutil.copyfile(layer0, layer1)                              # layer 1's entry holds layer 0's point
+    entry = json.loads(layer0.read_text())
+    entry["result"]["value"] = 1.5                               # edited, checksum left as it was
+    layer0.write_text(json.dumps(entry))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = list(sensitivity_points(model, tok, SMALL))
+    assert [w.category for w in caught] == [point_cache.CacheWarning] * 2
+    assert [(p["layer"], p["cached"]) for p in again] == [(None, True), (0, False), (1, False)]
+    assert [p["value"] for p in again] == pytest.approx([p["value"] for p in first], rel=1e-6)
+
+
+def test_shipped_maps_name_their_sample_by_the_point_cache_identity():
+    """The bundled maps carry model_identity (the point cache's), equal to the bundled weights' identity today."""
+    from analysis.io.point_identity import model_identity
+    from analysis.models import load_model
+    from analysis.sensitivity import RESULTS_DIR, same_weights
+    maps = [json.loads(p.read_text()) for p in sorted(RESULTS_DIR.glob("sensitivity-*.json"))]
+    maps = [m for m in maps if m.get("kind") == "sensitivity-map"]
+    assert maps
+    for name in sorted({m["model"] for m in maps}):
+        model = load_model(name, device="cpu")
+        for smap in (m for m in maps if m["model"] == name):
+            assert "weights_sha256" not in smap and smap["model_identity"] == model_identity(model)
+            assert same_weights(smap, model)
+            assert not same_weights({**smap, "model_identity": "0" * 32}, model)
+
+
+def test_a_map_written_before_model_identity_is_still_matched_by_its_file_digest():
+    """Maps saved by `sensitivity --json` before maps carried model_identity name their weights by the sha256
+    of the safetensors files; `--map` still accepts them for the same weights, and only for those."""
+    import hashlib
+    from analysis.models import SAMPLES_DIR, load_model
+    from analysis.sensitivity import same_weights
+    model = load_model("deltanet-recall", device="cpu")
+    digest = hashlib.sha256((SAMPLES_DIR / "deltanet-recall" / "model.safetensors").read_bytes()).hexdigest()[:16]
+    assert same_weights({"weights_sha256": digest}, model)
+    assert not same_weights({"weights_sha256": "0" * 16}, model) and not same_weights({}, model)

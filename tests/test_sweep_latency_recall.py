@@ -2,6 +2,7 @@
 import torch
 
 from analysis import data
+from analysis.io import point_cache
 from analysis.latency import kernel_latency, model_latency
 from analysis.rank_trace import collect_utilization_trace
 from analysis.recall import RecallTask, recall_accuracy, recall_batch
@@ -11,7 +12,7 @@ from conftest import build_tiny
 
 def test_sweep_yields_points_and_reruns_from_cache(tmp_path, monkeypatch):
     from analysis import sweep as sweep_mod
-    monkeypatch.setattr(sweep_mod, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path)
     model, tok = build_tiny("delta_net"), data.load_tokenizer()
     kwargs = dict(strategies=["random", "l1"], ratios=[0.5], eval_tokens=512, calib_sequences=2, latency=False)
     first = list(sweep_mod.sweep(model, tok, **kwargs))

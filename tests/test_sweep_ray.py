@@ -14,6 +14,7 @@ import analysis.sweep as sweep_mod
 from analysis import models, ray_executor
 from analysis.cli import main
 from analysis.errors import AnalysisError
+from analysis.io import point_cache
 
 STRATEGIES = ["random", "l1", "wanda", "grad", "pca", "drrqr"]
 RATIOS = [0.25, 0.5, 0.75]
@@ -22,7 +23,7 @@ VOLATILE = {"cached"}
 
 
 def _run(model, tok, cache: Path, monkeypatch, **kwargs):
-    monkeypatch.setattr(sweep_mod, "CACHE_DIR", cache)
+    monkeypatch.setattr(point_cache, "CACHE_DIR", cache)
     return list(sweep_mod.sweep(model, tok, STRATEGIES, RATIOS, **SMALL, **kwargs))
 
 
@@ -85,7 +86,7 @@ def test_ray_sweep_equals_in_process_survives_a_killed_worker_and_resumes(local_
 
 def test_unreachable_address_is_one_sentence_and_writes_nothing(tiny_model_dir, tmp_path, monkeypatch, capsys):
     cache = tmp_path / "cache"
-    monkeypatch.setattr(sweep_mod, "CACHE_DIR", cache)
+    monkeypatch.setattr(point_cache, "CACHE_DIR", cache)
     code = main(["sweep", str(tiny_model_dir), "--strategies", "l1", "--ratios", "0.5", "--no-latency",
                  "--eval-tokens", "64", "--context", "32", "--executor", "ray", "--address", "127.0.0.1:9",
                  "--quiet"])
@@ -105,7 +106,7 @@ def test_bad_address_and_address_without_ray(tiny_model_dir, capsys):
 
 def test_ray_not_installed_says_how_to_install(tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
-    monkeypatch.setattr(sweep_mod, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
     assert main(["sweep", str(tiny_model_dir), "--strategies", "l1", "--ratios", "0.5", "--no-latency",
                  "--executor", "ray", "--quiet"]) == 2
     err = capsys.readouterr().err

@@ -1,12 +1,14 @@
 """sensitivity: the layer × ratio map; plus the `prune --allocate sensitivity --budget ...` hook."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from analysis.commands.common import add_calib_args, emit, load
 from analysis.commands.progress import bar, say
 from analysis.errors import AnalysisError
+from analysis.io import reads
+
+MAX_MAP_BYTES = 64 << 20  # a map is tens of KiB; far bigger is not one
 
 
 def _number_list(text: str, what: str) -> tuple[float, ...]:
@@ -118,21 +120,23 @@ def allocation_for(args, model, tokenizer):
     """
     from analysis.allocate import allocate, candidates, choose_plan
     from analysis.sensitivity import recall_task
-    from analysis.sensitivity import compute_map, load_shipped, weights_digest
+    from analysis.sensitivity import compute_map, load_shipped, same_weights
     if args.ratio is not None or args.ratios:
         raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio/--ratios and give --budget.")
     budget = parse_budget(args.budget)
     if args.map:
-        try:
-            smap = json.loads(Path(args.map).expanduser().read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        hint = "write one with `sensitivity --json`"
+        try:  # a regular file of sane size (a FIFO would hang, /dev/zero never ends), any nesting refused
+            raw = reads.read_bytes(Path(args.map).expanduser(), MAX_MAP_BYTES, "--map", hint)
+            smap = reads.loads(raw.decode("utf-8"), f"--map {args.map}", hint)
+        except (OSError, ValueError) as exc:  # also JSONDecodeError and UnicodeDecodeError
             raise AnalysisError(f"--map {args.map} cannot be read as a sensitivity map JSON ({exc}).") from None
-        if smap.get("kind") != "sensitivity-map":
+        if not isinstance(smap, dict) or smap.get("kind") != "sensitivity-map":
             raise AnalysisError(f"--map {args.map} is not a sensitivity map; write one with `sensitivity --json`.")
         if smap.get("strategy") != args.strategy:
             raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {args.strategy!r}; "
                                 "prune with the map's strategy or measure a map for this one.")
-        if smap.get("weights_sha256") != weights_digest(model):
+        if not same_weights(smap, model):
             raise AnalysisError("The map was measured on other weights than this model's; measure a map for it.")
     else:
         s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")

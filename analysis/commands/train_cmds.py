@@ -86,12 +86,15 @@ COMMANDS = {"train": ("train a small DeltaNet / Gated DeltaNet (language modelli
 def _setup_card(p):
     p.add_argument("model", help="a trained model directory or bundled sample name (must hold training.json)")
     p.add_argument("--json", metavar="PATH|-", help="also write the card's numbers to PATH, or stdout with -")
+    p.add_argument("--out", metavar="DIR", help="write README.md and card.json into DIR (a new directory) "
+                                                "instead of the model's directory, which must be one this tool wrote")
 
 
 def run_card(args) -> None:
     from analysis.model_card import write_card
-    card = write_card(args.model)
-    emit(args, card, f"wrote README.md and card.json for {card['name']}")
+    card, folder = write_card(args.model, args.out)
+    where = "" if args.out is None else f" in {folder}"
+    emit(args, card, f"wrote README.md and card.json for {card['name']}{where}")
 
 
 COMMANDS["card"] = ("measure a trained model and write its model card (README.md + card.json)", _setup_card, run_card)

@@ -5,4 +5,6 @@
 - `model_dir`: a model (+ tokenizer + JSON side files) saved as one atomic directory.
 - `trainer_state`: a training checkpoint's optimizer/RNG state as safetensors + JSON (never a pickle).
 - `export`: a saved model as a zip for download.
+- `point_cache`: the one cache of computed points (sweep, sensitivity map); entries are believed only when
+  they prove themselves. `point_identity`: its key parts, the model identity and the code hash.
 """
