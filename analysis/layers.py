@@ -5,6 +5,7 @@ them can read a model's geometry without importing the others.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from analysis.archs import adapter_for
@@ -23,8 +24,20 @@ class LinearLayer:
     value_dim: int
 
 
+# model -> its linear layers, read once: a model's structure never changes after it is built (a prune makes a
+# new model), so the adapter is asked once per model instead of on every call down a prune or a measurement.
+_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def linear_layers(model) -> list[LinearLayer]:
     """Every linear-attention layer in model order (a hybrid's softmax blocks left out); one sentence when none."""
+    known = _LAYERS.get(model)
+    if known is None:
+        known = _LAYERS[model] = tuple(_read_layers(model))
+    return list(known)
+
+
+def _read_layers(model) -> list[LinearLayer]:
     adapter = adapter_for(model)
     blocks = adapter.blocks(model)
     out = []

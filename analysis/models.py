@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -268,8 +269,21 @@ class ArchitectureInfo:
         return asdict(self)
 
 
+_DESCRIBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> ((device, dtype), its summary)
+
+
 def describe(model) -> ArchitectureInfo:
-    """Architecture summary read from the modules themselves (so per-layer key dims are exact)."""
+    """Architecture summary read from the modules themselves (so per-layer key dims are exact); computed once
+    per model and device/dtype (a model's structure never changes after it is built). Read it, never edit it."""
+    param = next(model.parameters())
+    where = (str(param.device), param.dtype)
+    known = _DESCRIBED.get(model)
+    if known is None or known[0] != where:
+        known = _DESCRIBED[model] = (where, _describe(model))
+    return known[1]
+
+
+def _describe(model) -> ArchitectureInfo:
     adapter = adapter_for(model)
     layers = linear_layers(model)
     param = next(model.parameters())
