@@ -112,27 +112,31 @@ prune_key = json.dumps({"model": list(ctx.key), "strategy": strategy, "dims": pl
                         "context": context, "tokens": max_tokens, "pairs": pairs, "recall": recall_sequences,
                         "timed": timed, "rescale": rescale})  # the job belongs to these inputs
 if jobs.controls("prune", prune_key, "Prune", run_key="prune_run"):
-    model, key, needs = ctx.model, ctx.key, STRATEGIES[strategy]
+    # resolved here, in the script run: the job's thread gets plain objects and never calls Streamlit
+    model, key, needs, use = ctx.model, ctx.key, STRATEGIES[strategy], shrink.using(ctx.key)
+    calibrated = shrink.calibration.bind(key, settings, _using=use)
+    measured_before = shrink.baseline.bind(key, context, max_tokens, pairs, recall_sequences, timed, _using=use)
 
     def prune_work(job):
         calib = None
         if needs.needs_calibration:
             what = f"calibrating on {settings.sequences} sequences × {settings.tokens} tokens"
             job.report(0.02, f"{what}…")
-            calib = shrink.calibration(key, settings, progress=lambda f, text: job.report(0.02 + 0.13 * f,
-                                                                                          f"{what}: {text}"))
+            calib = calibrated(progress=lambda f, text: job.report(0.02 + 0.13 * f, f"{what}: {text}"),
+                               cancel=job.cancelled)
             if needs.needs_gradients:
                 job.report(0.15, "backward pass: gradients of the query/key projections for the Taylor scores…")
-                shrink.gradients(key, settings)
+                with use.lock:
+                    calib.gradients(cancel=job.cancelled)  # kept on the shared calibration, as the memo did
         job.report(0.25, "choosing channels and building a new model (the shared model is not changed)…")
-        with cache.compute_lock():
+        with use.lock:
             result = prune(model, strategy, planned, calib, seed=settings.seed, rescale=rescale)
         result.model.analysis_source = key.path  # recall models find their task beside the source
         job.report(0.4, "measuring the unpruned model (cached per setting)…")
-        before = shrink.baseline(key, context, max_tokens, pairs, recall_sequences, timed)
+        before = measured_before(progress=lambda f, text: job.report(0.4 + 0.15 * f, text), cancel=job.cancelled)
         job.report(0.55, "measuring the pruned model…")
         after = measure(result.model, tok, "test", context, max_tokens, recall_pairs=pairs,
-                        recall_sequences=recall_sequences, latency=timed,
+                        recall_sequences=recall_sequences, latency=timed, cancel=job.cancelled,
                         progress=lambda f: job.report(0.55 + 0.45 * f, f"perplexity of the pruned model: {f:.0%}"))
         return {"key": key, "id": uuid.uuid4().hex, "result": result, "ratios": ratios or ratio, "before": before,
                 "after": after, "recovered": None, "calib": calib and calib.label}
@@ -198,11 +202,11 @@ else:
 
         def recover_work(job):
             model, losses = recover(pruned_model, tok, steps=steps, lr=lr, batch=batch, seq_len=seq_len,
-                                    seed=settings.seed,
+                                    seed=settings.seed, cancel=job.cancelled,
                                     progress=lambda s, n, loss: job.report(0.8 * s / n, f"step {s}/{n}, loss {loss:.3f}"))
             model.analysis_source = source
             job.report(0.8, "measuring the recovered model…")
-            measured = measure(model, tok, "test", context, max_tokens, latency=False,
+            measured = measure(model, tok, "test", context, max_tokens, latency=False, cancel=job.cancelled,
                                progress=lambda f: job.report(0.8 + 0.2 * f, f"perplexity after recovery: {f:.0%}"))
             return {"for": run_id, "model": model, "measure": measured, "steps": steps, "final_loss": losses[-1]}
 
