@@ -181,7 +181,7 @@ def _watch() -> None:
             if _session_alive(job.session_id):
                 gone_since.pop(job, None)
             elif now - gone_since.setdefault(job, now) >= SESSION_GRACE and not job.cancelled():
-                log.info("stopping the %s job (%s): its session ended", job.name, job.label)
+                log.warning("Stopping the %s job (%s): its session ended.", job.name, job.label)
                 job.stop()
         for job in set(gone_since) - set(jobs_now):
             del gone_since[job]
