@@ -13,7 +13,7 @@ from analysis.models import TILE_ROWS
 from analysis.prune import RESCALES, ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
 from analysis.recovery import recover
 from analysis.strategies import STRATEGIES
-from ui import cache, frame, jobs, sensitivity_view, shrink, shrink_figures, state
+from ui import cache, frame, jobs, save_guard, sensitivity_view, shrink, shrink_figures, state
 from ui.context import current
 from ui.errors import guard
 from ui.explain import explainer
@@ -252,8 +252,12 @@ overwrite = s2.checkbox("Overwrite if it exists", key="prune_overwrite",
                         help="Replaces only a model folder this tool saved; nothing else is ever replaced.")
 st.caption(f"Relative paths are saved under {root}; any local path is allowed ({writes.LOCAL_ENV}=1)." if local
            else f"Models are saved under {root} (set {writes.OUTPUT_ROOT_ENV} to change it).")
+seen = save_guard.shown("prune", target, local)  # what the previous run showed there (Overwrite replaces only that)
 if st.button("Save", key="prune_save"):
     with guard():
-        out = save_model(final, writes.output_target(target, local), tokenizer=tok, metadata=metadata,
-                         overwrite=overwrite, extra=lambda folder: carry_recall_task(ctx.key.path, folder))
+        dest = writes.output_target(target, local)
+        with save_guard.unchanged(dest, seen, overwrite):
+            out = save_model(final, dest, tokenizer=tok, metadata=metadata, overwrite=overwrite,
+                             extra=lambda folder: carry_recall_task(ctx.key.path, folder))
+    save_guard.saved("prune", out)
     st.success(f"Saved to {out} (safetensors; loads with AutoModelForCausalLM.from_pretrained after `import analysis; analysis.ready()`).")

@@ -93,3 +93,27 @@ def test_shutdown_stops_every_job_and_waits_for_its_thread():
     running = [_spinning_job(None), _spinning_job(None)]
     assert jobs.shutdown(timeout=5) == 2
     assert all(j.state == "stopped" and not j._thread.is_alive() for j in running)
+
+
+def test_overwrite_refuses_a_folder_another_session_saved_since_the_page_showed_it(monkeypatch, lm_dir, tmp_path):
+    """Defect 11: the page showed the Save form, another session then saved the same name; Overwrite asks again
+    instead of silently replacing that model, and the next press replaces it."""
+    from analysis.prune import save_model
+    from conftest import build_tiny
+    monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))
+    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
+    at.selectbox(key="w:prune_strategy").set_value("l1").run()
+    click(at, "prune_run")
+    at.text_input(key="w:prune_out").set_value("shared-name")
+    at.checkbox(key="prune_overwrite").check().run()
+    click(at, "prune_save")  # saved: this session has seen its own save
+    assert [s.value for s in at.success][-1].startswith(f"Saved to {tmp_path / 'shared-name'}")
+    at.run()
+    save_model(build_tiny("delta_net", seed=1), tmp_path / "shared-name", overwrite=True)  # the other session
+    theirs = (tmp_path / "shared-name" / "model.safetensors").read_bytes()
+    at.button(key="prune_save").click().run()
+    assert [e.value for e in at.error] == [f"{tmp_path / 'shared-name'} was saved again (by another session) since "
+                                           "this page showed it; press Save again to replace it."]
+    assert (tmp_path / "shared-name" / "model.safetensors").read_bytes() == theirs  # untouched
+    click(at, "prune_save")  # asked again: now it replaces the folder it has seen
+    assert (tmp_path / "shared-name" / "model.safetensors").read_bytes() != theirs
