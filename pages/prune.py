@@ -105,6 +105,9 @@ with st.expander("Evaluation settings (test split; kernel timing)"):
         state.remember("recall_sequences_eval")
     timed = e3.checkbox("Time the kernel at the layer-0 key dim", key=state.remembered("prune_latency", True))
     state.remember("prune_latency")
+    if ctx.task is None:  # a typed value outside a field's range is shown in red and not applied: say what is used
+        st.caption(f"In use: context {context}, {max_tokens:,} tokens to score (a field accepts context 16–4,096 "
+                   "and 64–1,000,000 tokens; a red value outside that is not applied).")
 pairs = shrink.recall_pairs(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)
 

@@ -151,3 +151,19 @@ def test_sigterm_during_a_job_exits_0(server, browser):
     assert code == 0, log[-2000:]
     assert "terminate called" not in log
     assert time.time() - sent < 10
+
+
+def test_an_out_of_range_typed_number_says_so(server, browser):
+    """Build 8: a number field holding a typed value above its maximum says so (the page keeps the last valid
+    value, which the field shows again once it loses focus)."""
+    page = new_page(browser, server["url"])
+    open_page(page, "Prune")
+    main = page.locator("[data-testid='stMain']")
+    main.get_by_text("Evaluation settings (test split; kernel timing)").click()
+    field = main.get_by_label("Tokens to score")
+    field.fill("2000000")
+    field.press("Enter")
+    page.wait_for_timeout(500)
+    assert field.get_attribute("aria-invalid") == "true" or \
+        page.get_by_text("Number is outside the allowed range").count() > 0  # Streamlit's own flag on the field
+    assert "In use: context 256, 4,096 tokens to score" in main.inner_text()  # and the page states what it uses
