@@ -15,9 +15,6 @@ closed, session expired; a watchdog thread polls the runtime), set the job's can
 checks inside every window, batch and step, so the work ends within about a second. At most `max_jobs()`
 run on one server at once. On shutdown (SIGTERM) `shutdown()` stops them all and waits for their threads,
 so the interpreter never exits under a running torch op.
-
-Session flags (`start`, `stop`, `active`, `buttons`, `steps`): the older, in-script form kept for pages
-that step through a generator inside the script run.
 """
 from __future__ import annotations
 
@@ -27,7 +24,7 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -268,41 +265,3 @@ def follow(job: Job, draw: Callable[[Job], None], interval: float = 0.3) -> None
         time.sleep(interval)
     draw(job)
     job.settled = True
-
-
-# --- session flags: work stepped inside the script run -------------------------------------------------
-
-def _flag(name: str) -> str:
-    return f"job:{name}"
-
-
-def start(name: str) -> None:
-    st.session_state[_flag(name)] = True
-
-
-def stop(name: str) -> None:
-    st.session_state[_flag(name)] = False
-
-
-def active(name: str) -> bool:
-    return bool(st.session_state.get(_flag(name), False))
-
-
-def buttons(name: str, run_label: str, disabled: bool = False, container=st) -> None:
-    """Run (or Resume) and Stop, side by side; Stop is live only while the job runs."""
-    left, right, _ = container.columns([1, 1, 4])
-    left.button(run_label, key=f"{name}:run", on_click=start, args=(name,), disabled=disabled, type="primary")
-    right.button("Stop", key=f"{name}:stop", on_click=stop, args=(name,), disabled=not active(name))
-
-
-def steps(name: str, items: Iterable) -> Iterator:
-    """Yield while the job is active; the flag is cleared when the items run out or a step fails."""
-    try:
-        for item in items:
-            yield item
-            if not active(name):
-                return
-    except AnalysisError:
-        stop(name)
-        raise
-    stop(name)
