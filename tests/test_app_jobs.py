@@ -66,7 +66,8 @@ def test_a_busy_server_refuses_another_job_in_one_line(monkeypatch, lm_dir):
     monkeypatch.setattr(jobs, "_running", {other})
     at = open_page(monkeypatch, lm_dir, "pages/prune.py")
     at.button(key="prune_run").click().run()
-    assert [e.value for e in at.error] == ["The server is busy: 1 jobs are running; try again when one ends."]
+    assert [e.value for e in at.error] == ["The server is busy: 1 job is running; try again when one ends."]
+    assert jobs.busy_message(2) == "The server is busy: 2 jobs are running; try again when one ends."
     assert jobs.max_jobs() == 1
 
 

@@ -30,7 +30,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from analysis.cancel import Cancelled  # the core's: raised by Job.report and inside the core's loops
-from analysis.errors import AnalysisError
+from analysis.errors import AnalysisError, count
 
 log = logging.getLogger(__name__)
 _local = threading.local()
@@ -52,7 +52,7 @@ def max_jobs() -> int:
 
 
 def busy_message(n: int) -> str:
-    return f"The server is busy: {n} jobs are running; try again when one ends."
+    return f"The server is busy: {count(n, 'job')} {'is' if n == 1 else 'are'} running; try again when one ends."
 
 
 class Job:
