@@ -14,7 +14,10 @@ pytestmark = pytest.mark.browser
 
 IDLE_CPU = 0.1    # cores: an idle server (its script threads poll a few times a second) stays well below
 BUSY_CPU = 0.3    # cores: a job on a shared 2-core box gets at least this much (alone: about 1)
-IDLE_WITHIN = 5.0  # seconds from the click (or the closed tab) to idle
+# seconds from the click (or the closed tab) to idle: the job ends within one window or recovery step, and the
+# page then redraws itself once or twice (on a loaded shared 2-core box that alone can take a few seconds);
+# before the fix it was 45-70 s
+IDLE_WITHIN = 10.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -112,8 +115,10 @@ def test_stop_inside_a_sweep_point_idles_the_server_and_caches_nothing(server, b
     assert busy > BUSY_CPU, "the sweep point was not running"
     main.get_by_role("button", name="Stop").first.click()
     clicked = time.time()
+    page.wait_for_selector("text=/Stopped after 1 of 2 points/", timeout=TIMEOUT_MS)
+    shown = time.time() - clicked  # the job ended and the page redrew its end state
     took = seconds_until_idle(pid, clicked)
-    print(f"\nStop inside a sweep point: idle {took:.1f} s after the click")
+    print(f"\nStop inside a sweep point: 'Stopped' shown {shown:.1f} s, server idle {took:.1f} s after the click")
     assert took < IDLE_WITHIN
     time.sleep(2)
     assert written_after(server["cache"], clicked) == []
