@@ -17,6 +17,7 @@ import torch
 
 from analysis import inputs
 from analysis.backend import observe_recurrences
+from analysis.cancel import check
 from analysis.errors import AnalysisError
 from analysis.layers import attention_layers, linear_layers, qk_rows
 
@@ -40,12 +41,12 @@ class Calibration:
     _model: object = field(default=None, repr=False)
     _grads: list | None = field(default=None, repr=False)
 
-    def gradients(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def gradients(self, cancel=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """∇ w.r.t. (the parameter holding the query rows, the one holding the key rows), per linear layer, of
         Σ over calibration sequences of each sequence's mean next-token loss (every sequence weighs the same).
         Whole parameters: slice them with strategies.base.key_head_block (a fused q|k|v is the same twice)."""
         if self._grads is None:
-            self._grads = _qk_gradients(self._model, self.input_ids)
+            self._grads = _qk_gradients(self._model, self.input_ids, cancel)
         return self._grads
 
     def drrqr_matrix(self, layer: int, head: int, seed: int = 0) -> torch.Tensor:
@@ -71,9 +72,10 @@ def _check_enough(model, attns, input_ids: torch.Tensor) -> None:
 
 
 def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed: int = 0,
-              input_ids: torch.Tensor | None = None, label: str | None = None) -> Calibration:
+              input_ids: torch.Tensor | None = None, label: str | None = None, cancel=None) -> Calibration:
     """Collect statistics on `n_sequences` random train-split windows (a recall model: recall sequences of
-    the seed; see analysis.inputs.calibration_batch), or on the given ids described by `label`."""
+    the seed; see analysis.inputs.calibration_batch), or on the given ids described by `label`.
+    cancel: checked before every batch (analysis.cancel)."""
     if input_ids is None:
         if n_sequences < 1 or seq_len < 2:
             raise AnalysisError("Calibration needs at least one sequence of at least two tokens.")
@@ -107,6 +109,7 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
     try:
         with torch.no_grad(), observe_recurrences(observe):
             for batch in input_ids.split(8):
+                check(cancel)
                 model(batch.to(device), use_cache=False)
     finally:
         for h in hooks:
@@ -123,7 +126,7 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
     return Calibration(input_ids=input_ids, layers=layers, label=label, _model=model)
 
 
-def _qk_gradients(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _qk_gradients(model, input_ids: torch.Tensor, cancel=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Gradients for q/k projections only, on a private copy (the shared model is never touched)."""
     work = copy.deepcopy(model).float()
     work.requires_grad_(False)
@@ -135,6 +138,7 @@ def _qk_gradients(model, input_ids: torch.Tensor) -> list[tuple[torch.Tensor, to
             params.append(weight)
     device = next(work.parameters()).device
     for seq in input_ids.split(4):
+        check(cancel)
         seq = seq.to(device)
         # The loss is a mean over the batch's equal-length sequences: × batch size gives Σ of per-sequence
         # losses, so every sequence weighs the same whatever the split (a short last batch included).

@@ -13,6 +13,7 @@ import math
 import torch
 
 from analysis import data, limits
+from analysis.cancel import check
 from analysis.errors import AnalysisError, count
 
 
@@ -33,11 +34,12 @@ def _scored_windows(n_ids: int, context: int, stride: int):
 @torch.no_grad()
 def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride: int | None = None,
                max_tokens: int | None = None, text: str | None = None, batch: int = 8, progress=None,
-               per_window: bool = False) -> dict:
+               per_window: bool = False, cancel=None) -> dict:
     """Perplexity of `model` on a bundled split (or given text) with dataset/split/context/stride/tokens.
 
     per_window adds `window_losses`: each window's mean nats per scored token, in order (for paired
-    comparisons of two models on the same tokens)."""
+    comparisons of two models on the same tokens). cancel: checked before every batch of windows
+    (analysis.cancel)."""
     stride = context if stride is None else stride
     if context < 1 or stride < 1 or stride > context:
         raise AnalysisError(f"Need 1 ≤ stride ≤ context, got context {context} and stride {stride}.")
@@ -56,6 +58,7 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
     windows = list(_scored_windows(len(ids), context, stride))
     total_nats, scored, window_losses = 0.0, [], []
     for i in range(0, len(windows), batch):
+        check(cancel)
         group = windows[i:i + batch]
         width = max(e - s for s, e, _ in group)
         inputs = torch.zeros(len(group), width, dtype=torch.long)

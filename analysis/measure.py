@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from analysis.archs import adapter_for
+from analysis.cancel import check
 from analysis.evaluate import perplexity
 from analysis.latency import kernel_latency
 from analysis.models import describe
@@ -20,7 +21,7 @@ LATENCY_SHAPE = dict(batch=2, tokens=512)  # as the sweep times it, so the two p
 
 def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_tokens: int | None = 4096,
             recall_pairs: tuple[int, ...] | None = None, recall_sequences: int = 64, latency: bool = True,
-            progress=None) -> dict:
+            progress=None, cancel=None) -> dict:
     """Architecture figures plus perplexity (or recall accuracy when `recall_pairs` is given) and latency."""
     info = describe(model)
     out = {"head_k_dims": info.head_k_dims, "tiles": tiles(info.head_k_dims), "parameters": info.parameters,
@@ -28,8 +29,10 @@ def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_
     if recall_pairs is not None:
         out["recall"] = recall_report(model, pairs=tuple(recall_pairs), n_sequences=recall_sequences)
     else:
-        out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=progress)
+        out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=progress,
+                                       cancel=cancel)
     if latency:
+        check(cancel)
         dtype = next(model.parameters()).dtype   # on a GPU, kernel_latency swaps a dtype its kernel refuses
         out["kernel"] = next(kernel_latency([info.head_k_dims[0]], heads=info.value_heads, value_dim=info.head_v_dim,
                                             device=info.device, dtype=dtype, kernel=adapter_for(model).kernel,

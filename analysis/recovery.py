@@ -8,14 +8,16 @@ import math
 import torch
 
 from analysis import data, limits
+from analysis.cancel import check
 from analysis.errors import AnalysisError
 from analysis.archs import adapter_for
 from analysis.models import attention_layers
 
 
 def recover(model, tokenizer, steps: int = 100, lr: float = 1e-3, batch: int = 8, seq_len: int = 256,
-            seed: int = 0, progress=None):
-    """A fine-tuned COPY of `model` (AdamW, cosine to 10%, clip 1.0) on train-split windows."""
+            seed: int = 0, progress=None, cancel=None):
+    """A fine-tuned COPY of `model` (AdamW, cosine to 10%, clip 1.0) on train-split windows; `cancel` is
+    checked before every step (analysis.cancel)."""
     if steps < 1:
         raise AnalysisError(f"Recovery needs at least one step, got {steps}.")
     limits.check_training(model, batch, seq_len, "Recovery fine-tuning", "use a smaller batch or shorter sequences")
@@ -35,6 +37,7 @@ def recover(model, tokenizer, steps: int = 100, lr: float = 1e-3, batch: int = 8
     device = next(work.parameters()).device
     losses = []
     for step in range(steps):
+        check(cancel)
         for group in optimizer.param_groups:
             group["lr"] = lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
         starts = torch.randint(0, len(train_ids) - seq_len, (batch,), generator=gen).tolist()

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from analysis.calibration import calibrate
+from analysis.cancel import check
 from analysis.defaults import SENSITIVITY_EVAL_TOKENS, SENSITIVITY_RATIOS
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
@@ -130,8 +131,8 @@ def layer_profile(model, input_ids: torch.Tensor) -> list[dict]:
 class _Measure:
     """The map's quality measurement: perplexity of the split's first tokens, or recall accuracy."""
 
-    def __init__(self, tokenizer, s: MapSettings, task: RecallTask | None):
-        self.tokenizer, self.s = tokenizer, s
+    def __init__(self, tokenizer, s: MapSettings, task: RecallTask | None, cancel=None):
+        self.tokenizer, self.s, self.cancel = tokenizer, s, cancel
         self.scored = None  # tokens the last perplexity scored (fewer than asked when the split is shorter)
         self.task = None if task is None else RecallTask(task.n_keys, task.n_values, s.recall_pairs or task.n_pairs,
                                                          s.recall_pairs or task.n_pairs)
@@ -142,7 +143,7 @@ class _Measure:
             acc = recall_accuracy(model, self.task, self.s.recall_sequences, seed=MAP_RECALL_SEED)
             return {"value": acc, "recall_accuracy": acc}
         ppl = perplexity(model, self.tokenizer, self.s.split, self.s.context, max_tokens=self.s.eval_tokens,
-                         per_window=per_window)
+                         per_window=per_window, cancel=self.cancel)
         self.scored = ppl["tokens"]
         out = {"value": ppl["perplexity"], "perplexity": ppl["perplexity"], "dataset": ppl["dataset"],
                "tokens": ppl["tokens"], "stride": ppl["stride"]}
@@ -167,21 +168,22 @@ class _Measure:
         return f"perplexity, {dataset_label(self.s.split)}, {tokens}, context {self.s.context}"
 
 
-def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None):
+def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None, cancel=None):
     """Train-split windows (recall models: synthetic sequences of the calibration seed; calibrate chooses)."""
-    return calibrate(model, tokenizer, s.calib_sequences, s.calib_tokens, s.seed)
+    return calibrate(model, tokenizer, s.calib_sequences, s.calib_tokens, s.seed, cancel=cancel)
 
 
 def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
-                       get_calibration=None):
+                       get_calibration=None, cancel=None):
     """Yield the unpruned baseline, then one point per (ratio, layer): that layer pruned alone at that ratio.
 
     get_calibration: a zero-argument callable returning the calibration (called only when a point is
     computed, not served from the cache); by default `calibration_for` with the map's settings.
+    cancel (analysis.cancel): checked inside every point; a cancelled point is not cached.
     """
     check_settings(model, s, task)
     point_cache.check_writable()  # an unwritable cache is one sentence before the first point, not after it
-    measure = _Measure(tokenizer, s, task)
+    measure = _Measure(tokenizer, s, task, cancel)
     param = next(model.parameters())
     base_key = {"kind": "sensitivity", "model": model_identity(model),
                 "device": str(param.device), "dtype": str(param.dtype),
@@ -195,10 +197,12 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     calib = None
     for ratio in s.ratios:
         for layer in range(n_layers):
+            check(cancel)
+
             def compute(layer=layer, ratio=ratio):
                 nonlocal calib
                 if calib is None and get_strategy(s.strategy).needs_calibration:
-                    calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task)
+                    calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task, cancel)
                 dims = plan_key_dims(model, ratios=[ratio if i == layer else 0.0 for i in range(n_layers)])
                 pruned = prune(model, s.strategy, dims, calib, seed=s.seed).model
                 out = measure(pruned)

@@ -16,6 +16,8 @@ from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
 from analysis.archs import adapter_for
 from analysis.calibration import calibrate
+from analysis.cancel import check
+from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
 from analysis.latency import kernel_latency
 from analysis.models import describe
@@ -49,7 +51,7 @@ def _checks(key: dict) -> tuple[dict, dict]:
 def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: str = "test", context: int = 256,
           eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, calib_tokens: int = 256,
           seed: int = 0, latency: bool = True, use_cache: bool = True, rescale: str = "original", calibration=None,
-          executor: str = "in-process", address: str | None = None, num_cpus: int | None = None):
+          executor: str = "in-process", address: str | None = None, num_cpus: int | None = None, cancel=None):
     """Yield the unpruned baseline first, then one result per (strategy, ratio).
 
     calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × `calib_tokens`
@@ -57,6 +59,8 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
     its pages); by default it is computed here, once, when the first strategy needs it.
     executor "ray": the points run as Ray tasks on the cluster at `address` (default: a local Ray with
     `num_cpus` cores, all of them by default) and arrive in the order they finish, cached ones first.
+    cancel (analysis.cancel): checked inside every point (windows, batches, recovery steps); a cancelled
+    point raises Cancelled before its cache entry is written (on Ray: closing the generator cancels the tasks).
     """
     for name in strategies:
         get_strategy(name)  # validate up front, before any work
@@ -76,20 +80,22 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
 
     def calibrated():
         return calibration() if calibration is not None else \
-            calibrate(model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed)
+            calibrate(model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed, cancel=cancel)
     if ray is not None:
-        yield from _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts)
+        yield from _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts)  # a token cannot travel to Ray
         return
     baseline = _cached(base_key, use_cache, lambda: _evaluate(model, tokenizer, "unpruned", 0.0, split, context,
-                                                              eval_tokens, latency, None))
+                                                              eval_tokens, latency, None, cancel))
     yield baseline
     calib = None
     for key, name, ratio in points:
+        check(cancel)
+
         def compute():
             nonlocal calib
             if calib is None and get_strategy(name).needs_calibration:
                 calib = calibrated()
-            return _point(model, tokenizer, calib, baseline, opts, name, ratio)
+            return _point(model, tokenizer, calib, baseline, {**opts, "cancel": cancel}, name, ratio)
         yield _cached(key, use_cache, compute)
 
 
@@ -100,12 +106,15 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
                                                                     "rescale"))
     dims = plan_key_dims(model, ratio=ratio)
     pruned = prune(model, name, dims, calib if strategy.needs_calibration else None, seed=seed, rescale=rescale).model
-    result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, opts["latency"], baseline)
+    cancel = opts.get("cancel")
+    check(cancel)
+    result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, opts["latency"], baseline,
+                       cancel)
     result["rescale"], result["readout"] = rescale, RESCALES[rescale]
     result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
     if opts["recover_steps"]:
-        recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed)
-        after = perplexity(recovered, tokenizer, split, context, max_tokens=eval_tokens)
+        recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed, cancel=cancel)
+        after = perplexity(recovered, tokenizer, split, context, max_tokens=eval_tokens, cancel=cancel)
         result["recovered_perplexity"] = after["perplexity"]
         result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1
     return result
@@ -168,9 +177,9 @@ def _cached(key: dict, use_cache: bool, compute) -> dict:
     return point_cache.cached(key, use_cache, compute, *_checks(key))
 
 
-def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline) -> dict:
+def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline, cancel=None) -> dict:
     info = describe(model)
-    ppl = perplexity(model, tokenizer, split, context, max_tokens=eval_tokens)
+    ppl = perplexity(model, tokenizer, split, context, max_tokens=eval_tokens, cancel=cancel)
     result = {"strategy": strategy, "ratio": ratio, "head_k_dims": info.head_k_dims, "tiles": tiles(info.head_k_dims),
               "perplexity": ppl["perplexity"], "bits_per_byte": ppl["bits_per_byte"], "dataset": ppl["dataset"],
               "split": split, "context": context, "stride": ppl["stride"], "tokens": ppl["tokens"],
@@ -179,6 +188,7 @@ def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, la
     if baseline is not None:
         result["delta_vs_unpruned"] = ppl["perplexity"] / baseline["perplexity"] - 1
     if latency:
+        check(cancel)
         point = next(kernel_latency([info.head_k_dims[0]], batch=2, tokens=512, heads=info.value_heads,
                                     value_dim=info.head_v_dim, device=info.device,
                                     kernel=adapter_for(model).kernel, min_run_time=0.2))

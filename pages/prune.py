@@ -13,7 +13,7 @@ from analysis.models import TILE_ROWS
 from analysis.prune import RESCALES, ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
 from analysis.recovery import recover
 from analysis.strategies import STRATEGIES
-from ui import cache, frame, jobs, sensitivity_view, shrink, shrink_figures, state
+from ui import cache, frame, jobs, save_guard, sensitivity_view, shrink, shrink_figures, state
 from ui.context import current
 from ui.errors import guard
 from ui.explain import explainer
@@ -105,6 +105,9 @@ with st.expander("Evaluation settings (test split; kernel timing)"):
         state.remember("recall_sequences_eval")
     timed = e3.checkbox("Time the kernel at the layer-0 key dim", key=state.remembered("prune_latency", True))
     state.remember("prune_latency")
+    if ctx.task is None:  # a typed value outside a field's range is shown in red and not applied: say what is used
+        st.caption(f"In use: context {context}, {max_tokens:,} tokens to score (a field accepts context 16–4,096 "
+                   "and 64–1,000,000 tokens; a red value outside that is not applied).")
 pairs = shrink.recall_pairs(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)
 
@@ -112,27 +115,31 @@ prune_key = json.dumps({"model": list(ctx.key), "strategy": strategy, "dims": pl
                         "context": context, "tokens": max_tokens, "pairs": pairs, "recall": recall_sequences,
                         "timed": timed, "rescale": rescale})  # the job belongs to these inputs
 if jobs.controls("prune", prune_key, "Prune", run_key="prune_run"):
-    model, key, needs = ctx.model, ctx.key, STRATEGIES[strategy]
+    # resolved here, in the script run: the job's thread gets plain objects and never calls Streamlit
+    model, key, needs, use = ctx.model, ctx.key, STRATEGIES[strategy], shrink.using(ctx.key)
+    calibrated = shrink.calibration.bind(key, settings, _using=use)
+    measured_before = shrink.baseline.bind(key, context, max_tokens, pairs, recall_sequences, timed, _using=use)
 
     def prune_work(job):
         calib = None
         if needs.needs_calibration:
             what = f"calibrating on {settings.sequences} sequences × {settings.tokens} tokens"
             job.report(0.02, f"{what}…")
-            calib = shrink.calibration(key, settings, progress=lambda f, text: job.report(0.02 + 0.13 * f,
-                                                                                          f"{what}: {text}"))
+            calib = calibrated(progress=lambda f, text: job.report(0.02 + 0.13 * f, f"{what}: {text}"),
+                               cancel=job.cancelled)
             if needs.needs_gradients:
                 job.report(0.15, "backward pass: gradients of the query/key projections for the Taylor scores…")
-                shrink.gradients(key, settings)
+                with use.lock:
+                    calib.gradients(cancel=job.cancelled)  # kept on the shared calibration, as the memo did
         job.report(0.25, "choosing channels and building a new model (the shared model is not changed)…")
-        with cache.compute_lock():
+        with use.lock:
             result = prune(model, strategy, planned, calib, seed=settings.seed, rescale=rescale)
         result.model.analysis_source = key.path  # recall models find their task beside the source
         job.report(0.4, "measuring the unpruned model (cached per setting)…")
-        before = shrink.baseline(key, context, max_tokens, pairs, recall_sequences, timed)
+        before = measured_before(progress=lambda f, text: job.report(0.4 + 0.15 * f, text), cancel=job.cancelled)
         job.report(0.55, "measuring the pruned model…")
         after = measure(result.model, tok, "test", context, max_tokens, recall_pairs=pairs,
-                        recall_sequences=recall_sequences, latency=timed,
+                        recall_sequences=recall_sequences, latency=timed, cancel=job.cancelled,
                         progress=lambda f: job.report(0.55 + 0.45 * f, f"perplexity of the pruned model: {f:.0%}"))
         return {"key": key, "id": uuid.uuid4().hex, "result": result, "ratios": ratios or ratio, "before": before,
                 "after": after, "recovered": None, "calib": calib and calib.label}
@@ -198,11 +205,11 @@ else:
 
         def recover_work(job):
             model, losses = recover(pruned_model, tok, steps=steps, lr=lr, batch=batch, seq_len=seq_len,
-                                    seed=settings.seed,
+                                    seed=settings.seed, cancel=job.cancelled,
                                     progress=lambda s, n, loss: job.report(0.8 * s / n, f"step {s}/{n}, loss {loss:.3f}"))
             model.analysis_source = source
             job.report(0.8, "measuring the recovered model…")
-            measured = measure(model, tok, "test", context, max_tokens, latency=False,
+            measured = measure(model, tok, "test", context, max_tokens, latency=False, cancel=job.cancelled,
                                progress=lambda f: job.report(0.8 + 0.2 * f, f"perplexity after recovery: {f:.0%}"))
             return {"for": run_id, "model": model, "measure": measured, "steps": steps, "final_loss": losses[-1]}
 
@@ -248,8 +255,12 @@ overwrite = s2.checkbox("Overwrite if it exists", key="prune_overwrite",
                         help="Replaces only a model folder this tool saved; nothing else is ever replaced.")
 st.caption(f"Relative paths are saved under {root}; any local path is allowed ({writes.LOCAL_ENV}=1)." if local
            else f"Models are saved under {root} (set {writes.OUTPUT_ROOT_ENV} to change it).")
+seen = save_guard.shown("prune", target, local)  # what the previous run showed there (Overwrite replaces only that)
 if st.button("Save", key="prune_save"):
     with guard():
-        out = save_model(final, writes.output_target(target, local), tokenizer=tok, metadata=metadata,
-                         overwrite=overwrite, extra=lambda folder: carry_recall_task(ctx.key.path, folder))
+        dest = writes.output_target(target, local)
+        with save_guard.unchanged(dest, seen, overwrite):
+            out = save_model(final, dest, tokenizer=tok, metadata=metadata, overwrite=overwrite,
+                             extra=lambda folder: carry_recall_task(ctx.key.path, folder))
+    save_guard.saved("prune", out)
     st.success(f"Saved to {out} (safetensors; loads with AutoModelForCausalLM.from_pretrained after `import analysis; analysis.ready()`).")

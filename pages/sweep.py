@@ -29,8 +29,9 @@ explainer(
     "after warm-up, with its interquartile range as error bars and the repeat count in the table (on CPU at a "
     "fixed thread count, 1 by default); a point whose IQR exceeds 20 % of its median is ringed as **noisy**. "
     "Points appear one by one while the work runs, and the work goes on if you open another page (come back to "
-    "watch it); **Stop** takes effect between points, and sweep results are cached on disk, so a stopped sweep "
-    "resumes where it left off. Changing the model or settings never starts or resumes anything without a click.",
+    "watch it); **Stop** takes effect within about a second, inside a point too (a stopped point is not "
+    "cached), and finished points are cached on disk, so a stopped sweep resumes where it left off. "
+    "Changing the model or settings never starts or resumes anything without a click.",
     [r"\mathrm{PPL} = \exp\Big(-\frac{1}{N}\sum_{t} \log p(x_t \mid x_{<t})\Big),\qquad "
      r"\Delta = \mathrm{PPL}_\rho / \mathrm{PPL}_0 - 1",
      r"d_k' = \lfloor d_k\,(1-\rho) \rfloor,\qquad "
@@ -118,19 +119,21 @@ else:
         label = "Run sweep" if not points else "Resume sweep" if len(points) < expected else "Run again (cached)"
         if jobs.controls("sweep", key, label):
             with guard():
-                tok = cache.tokenizer(ctx.key.path)
-                model = ctx.model
+                # resolved here, in the script run: the job's thread gets plain objects and never calls Streamlit
+                tok, model, lock = cache.tokenizer(ctx.key.path), ctx.model, cache.compute_lock()
+                shared = shrink.shared_calibration(ctx.key, calib_n)  # the calibration Importance and Prune use
 
                 def work(job):
-                    # the calibration Importance and Prune use; its first computation reports its passes here
-                    calibration = shrink.shared_calibration(ctx.key, calib_n, progress=lambda _f, text: job.report(
-                        len(points) / expected, f"{len(points)} of {expected} points; calibration: {text}"))
+                    # its first computation reports its passes here
+                    calibration = lambda: shared(progress=lambda _f, text: job.report(  # noqa: E731
+                        len(points) / expected, f"{len(points)} of {expected} points; calibration: {text}"),
+                        cancel=job.cancelled)
                     gen = sweeps.sweep(model, tok, chosen, ratios, split="test", context=context,
                                        eval_tokens=eval_tokens, recover_steps=recover_steps, calib_sequences=calib_n,
                                        calibration=calibration, latency=per_point, executor=executor,
-                                       address=(address or None) if executor == "ray" else None)
+                                       address=(address or None) if executor == "ray" else None, cancel=job.cancelled)
                     job.report(0.0, f"0 of {expected} points (unpruned baseline first)")
-                    for point in shrink.locked(gen):
+                    for point in shrink.locked(gen, lock):
                         merged(points, point, lambda a, b: (a["strategy"], a["ratio"]) == (b["strategy"], b["ratio"]))
                         job.items = points
                         job.report(len(points) / expected, f"{len(points)} of {expected} points")
@@ -208,12 +211,14 @@ if jobs.controls("latency", lat_key, lat_label):
     if len(todo) == len(key_dims):
         lat_points.clear()
 
+    lock = cache.compute_lock()  # resolved in the script run, for the job's thread
+
     def time_kernels(job):
         gen = latencies.kernel_latency(todo, batch=batch, tokens=tokens, heads=info.value_heads,
                                        value_dim=info.head_v_dim, device=ctx.key.device, dtype=dtype, kernel=kernel,
                                        threads=threads)
         job.report(0.0, f"timing dk {todo[0]}")
-        for point in shrink.locked(gen):
+        for point in shrink.locked(gen, lock):
             merged(lat_points, point, lambda a, b: a["key_dim"] == b["key_dim"])
             job.items = lat_points
             job.report(len(lat_points) / len(key_dims), f"{len(lat_points)} of {len(key_dims)} key dims timed")

@@ -46,6 +46,13 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 180) -> None
 @contextlib.contextmanager
 def streamlit_server(env: dict, log_path: Path, launch: tuple[str, ...] = LAUNCH):
     """The dashboard on a free port until the block ends (as `make run` starts it); yields the base URL."""
+    with server_process(env, log_path, launch) as (url, _proc):
+        yield url
+
+
+@contextlib.contextmanager
+def server_process(env: dict, log_path: Path, launch: tuple[str, ...] = LAUNCH):
+    """As streamlit_server, yielding (base URL, the server's Popen) for tests that watch or signal the process."""
     port = free_port()
     log = open(log_path, "w+")
     proc = subprocess.Popen([sys.executable, "-m", *launch, "--server.headless", "true",
@@ -54,7 +61,7 @@ def streamlit_server(env: dict, log_path: Path, launch: tuple[str, ...] = LAUNCH
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, proc)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:

@@ -84,3 +84,11 @@ def test_save_goes_under_the_output_root_and_bad_paths_are_one_sentence(monkeypa
     [message] = save(at, str(user), overwrite=True)
     assert "was not written by this tool" in message and (user / "data.csv").read_text() == "1,2"
     assert save(at, str(tmp_path / "anywhere" / "model")) == [] and (tmp_path / "anywhere" / "model").is_dir()
+
+
+def test_remote_clients_never_see_a_traceback():
+    """Issue 25 Build 8: tracebacks stay in the server log ("none": the client is told only that an error happened)."""
+    from streamlit import config as st_config
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["client"]["showErrorDetails"] == "none"
+    assert "none" in {v.value for v in st_config.ShowErrorDetailsConfigOptions}

@@ -173,7 +173,7 @@ def test_section_stops_and_resumes(monkeypatch, lm_dir):
         for point in real(*args, **kwargs):
             calls.append(point["cached"])
             if len(calls) == 2:
-                jobs.stop("sensitivity")  # the Stop click of a real browser, between points
+                jobs.this_job().stop()  # the Stop click of a real browser, between points
             yield point
     monkeypatch.setattr(sensitivity_view, "sensitivity_points", stop_after_first_point)
     at = _page(monkeypatch, lm_dir)

@@ -7,36 +7,60 @@ only by a click, and keyed by the model + settings it was started with. The page
 only the following, never the work. Coming back to the page shows the job where it is (or its result).
 A page whose current model or settings differ from a running job's key never adopts that job (and
 never starts one): it says that the job is running for other inputs and offers Stop. One job per kind
-(name) per session; the thread never calls Streamlit (it only reads shared caches and fills the job).
+(name) per session. The thread never calls Streamlit: the page resolves every shared object (model,
+tokenizer, lock, cache stores) in its script run and hands the work plain objects.
 
-Session flags (`start`, `stop`, `active`, `buttons`, `steps`): the older, in-script form kept for pages
-that step through a generator inside the script run.
+Jobs belong to their session and to the server: Stop, and the end of the session that started a job (tab
+closed, session expired; a watchdog thread polls the runtime), set the job's cancel token, which the core
+checks inside every window, batch and step, so the work ends within about a second. At most `max_jobs()`
+run on one server at once. On shutdown (SIGTERM) `shutdown()` stops them all and waits for their threads,
+so the interpreter never exits under a running torch op.
 """
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from analysis.errors import AnalysisError
+from analysis.cancel import Cancelled  # the core's: raised by Job.report and inside the core's loops
+from analysis.errors import AnalysisError, count
 
 log = logging.getLogger(__name__)
 _local = threading.local()
 
+MAX_JOBS_ENV = "STATE_RANK_MAX_JOBS"
+MAX_JOBS = 2           # jobs running at once on one server: each keeps a core busy, and this machine has 2
+SESSION_GRACE = 0.5    # seconds a session may be disconnected before its jobs stop (a tab closed or expired)
+WATCH_EVERY = 0.25     # the watchdog's poll interval: a job of a closed tab stops within about a second
+_running: set = set()  # every running job of this server process, whatever its session
+_running_lock = threading.Lock()
 
-class Cancelled(Exception):
-    """Raised inside a job's thread (by `Job.report`) once Stop was pressed."""
+
+def max_jobs() -> int:
+    """The cap on jobs running at once (STATE_RANK_MAX_JOBS overrides the default of 2)."""
+    try:
+        return max(1, int(os.environ.get(MAX_JOBS_ENV, MAX_JOBS)))
+    except ValueError:
+        return MAX_JOBS
+
+
+def busy_message(n: int) -> str:
+    return f"The server is busy: {count(n, 'job')} {'is' if n == 1 else 'are'} running; try again when one ends."
 
 
 class Job:
     """One piece of background work: its key, label, progress, partial items, result or error."""
 
-    def __init__(self, name: str, key: str, label: str):
+    def __init__(self, name: str, key: str, label: str, session_id: str | None = None):
         self.name, self.key, self.label = name, key, label
+        self.session_id = session_id      # the session that started it: the job ends with it
         self.state = "running"            # running | done | stopped | failed
         self.fraction, self.text = 0.0, "starting…"
         self.items: list = []             # partial results (points), in order
@@ -56,6 +80,8 @@ class Job:
         self._cancel.set()
 
     def cancelled(self) -> bool:
+        """The cancel token the core's loops take (`cancel=job.cancelled`): True once Stop or the end of the
+        session (or of the server) asked the work to end."""
         return self._cancel.is_set()
 
     def report(self, fraction: float, text: str) -> None:
@@ -80,6 +106,8 @@ class Job:
             self.state = "failed"
         finally:
             self.fraction = 1.0 if self.state == "done" else self.fraction
+            with _running_lock:
+                _running.discard(self)
 
 
 def this_job() -> Job | None:
@@ -108,16 +136,81 @@ def busy_elsewhere(name: str, key: str) -> Job | None:
     return job if job is not None and job.running and job.key != key else None
 
 
-def launch(name: str, key: str, label: str, work: Callable[[Job], object]) -> Job:
-    """Start `work(job)` in a daemon thread (call only on a click). Refused while another one runs."""
+def launch(name: str, key: str, label: str, work: Callable[[Job], object]) -> Job | None:
+    """Start `work(job)` in a daemon thread (call only on a click). Refused while another one of this kind runs
+    in this session; when the server already runs `max_jobs()`, one line says so and nothing starts (None)."""
     old = get(name)
     if old is not None and old.running:
         raise AnalysisError(f"A {name} is already running ({old.label}); stop it first.")
-    job = Job(name, key, label)
+    ctx = get_script_run_ctx(suppress_warning=True)
+    job = Job(name, key, label, ctx.session_id if ctx is not None else None)
+    with _running_lock:
+        if len(_running) >= max_jobs():
+            st.error(busy_message(len(_running)))
+            return None
+        _running.add(job)
     job._thread = threading.Thread(target=job._run, args=(work,), name=f"job-{name}", daemon=True)
     st.session_state[_slot(name)] = job
+    _start_watchdog()
     job._thread.start()
     return job
+
+
+def running_jobs() -> list[Job]:
+    with _running_lock:
+        return list(_running)
+
+
+def _session_alive(session_id: str | None) -> bool:
+    """False once the session that started a job is no longer connected (tab closed, session expired)."""
+    from streamlit.runtime import Runtime
+    if session_id is None or not Runtime.exists():  # AppTest has no runtime: its sessions never end
+        return True
+    return Runtime.instance().is_active_session(session_id)
+
+
+def _watch() -> None:
+    gone_since: dict = {}
+    while True:
+        time.sleep(WATCH_EVERY)
+        now, jobs_now = time.monotonic(), running_jobs()
+        for job in jobs_now:
+            if _session_alive(job.session_id):
+                gone_since.pop(job, None)
+            elif now - gone_since.setdefault(job, now) >= SESSION_GRACE and not job.cancelled():
+                log.warning("Stopping the %s job (%s): its session ended.", job.name, job.label)
+                job.stop()
+        for job in set(gone_since) - set(jobs_now):
+            del gone_since[job]
+
+
+_watchdog: list = []
+
+
+def _start_watchdog() -> None:
+    with _running_lock:
+        if not _watchdog:
+            _watchdog.append(threading.Thread(target=_watch, name="job-watchdog", daemon=True))
+            _watchdog[0].start()
+
+
+def shutdown(timeout: float = 20.0) -> int:
+    """Stop every running job and wait (up to `timeout` s in all) for its thread; the number stopped.
+
+    Called when the server stops (ui.launch after SIGTERM, and at exit): a daemon thread left inside a torch
+    op while the interpreter finalizes aborts the process ("terminate called without an active exception").
+    """
+    jobs_now = running_jobs()
+    for job in jobs_now:
+        job.stop()
+    deadline = time.monotonic() + timeout
+    for job in jobs_now:
+        if job._thread is not None:
+            job._thread.join(max(0.0, deadline - time.monotonic()))
+    return len(jobs_now)
+
+
+atexit.register(shutdown)
 
 
 def stop_job(name: str) -> None:
@@ -172,41 +265,3 @@ def follow(job: Job, draw: Callable[[Job], None], interval: float = 0.3) -> None
         time.sleep(interval)
     draw(job)
     job.settled = True
-
-
-# --- session flags: work stepped inside the script run -------------------------------------------------
-
-def _flag(name: str) -> str:
-    return f"job:{name}"
-
-
-def start(name: str) -> None:
-    st.session_state[_flag(name)] = True
-
-
-def stop(name: str) -> None:
-    st.session_state[_flag(name)] = False
-
-
-def active(name: str) -> bool:
-    return bool(st.session_state.get(_flag(name), False))
-
-
-def buttons(name: str, run_label: str, disabled: bool = False, container=st) -> None:
-    """Run (or Resume) and Stop, side by side; Stop is live only while the job runs."""
-    left, right, _ = container.columns([1, 1, 4])
-    left.button(run_label, key=f"{name}:run", on_click=start, args=(name,), disabled=disabled, type="primary")
-    right.button("Stop", key=f"{name}:stop", on_click=stop, args=(name,), disabled=not active(name))
-
-
-def steps(name: str, items: Iterable) -> Iterator:
-    """Yield while the job is active; the flag is cleared when the items run out or a step fails."""
-    try:
-        for item in items:
-            yield item
-            if not active(name):
-                return
-    except AnalysisError:
-        stop(name)
-        raise
-    stop(name)

@@ -34,7 +34,22 @@ def main(argv: list[str]) -> int:
     print(import_core(), file=sys.stderr, flush=True)
     from streamlit.web import cli
     sys.argv = ["streamlit", "run", str(APP), *argv]
-    return cli.main()
+    try:
+        return cli.main()
+    finally:  # the server stopped (SIGTERM, Ctrl-C): end the background jobs before the interpreter does
+        stop_jobs()
+
+
+def stop_jobs() -> None:
+    """Stop the dashboard's running jobs and wait for their threads (a Save runs in its script thread, which
+    the interpreter waits for anyway). Without this a job thread is killed inside a torch op at exit and the
+    process aborts with exit 134."""
+    jobs = sys.modules.get("ui.jobs")  # imported only once a page ran: no jobs otherwise
+    if jobs is not None:
+        stopped = jobs.shutdown()
+        if stopped:
+            print(f"Stopped {stopped} running job{'s' if stopped != 1 else ''} before exiting.",
+                  file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -57,23 +57,42 @@ def store(name: str, max_entries: int) -> Store:
 def memoized(name: str, max_entries: int = 16):
     """Decorator: `fn(*args, progress=None)` computed once per args; `fn.is_cached(*args)` asks without computing.
 
-    `progress` is never part of the key: it only receives (fraction, step text) while the work runs.
+    `progress` is never part of the key: it only receives (fraction, step text) while the work runs; nor are
+    `cancel` and arguments whose name starts with "_" (objects the work uses, not what it computes).
+    `fn.bind(*args)` resolves the store in the script run and returns a plain `run(progress=None, cancel=None)`
+    for a job thread, which must not call Streamlit (the store is an st.cache_resource).
     """
     def decorate(fn):
         signature = inspect.signature(fn)
 
-        def key_of(args, kwargs) -> tuple:
-            bound = signature.bind(*args, **kwargs, progress=None)
+        def bind_all(args, kwargs, progress=None):
+            bound = signature.bind(*args, **kwargs, progress=progress)
             bound.apply_defaults()  # f(a, b) and f(a, b, False) are one entry
-            return tuple(v for k, v in bound.arguments.items() if k != "progress")
+            key = tuple(v for k, v in bound.arguments.items()
+                        if k not in ("progress", "cancel") and not k.startswith("_"))
+            return key, bound
+
+        def compute(bound, progress):
+            bound.arguments["progress"] = progress or _silent
+            return lambda: fn(*bound.args, **bound.kwargs)
 
         @functools.wraps(fn)
         def wrapper(*args, progress: Callable[[float, str], None] | None = None, **kwargs):
-            key = key_of(args, kwargs)
-            return store(name, max_entries).get(key, lambda: fn(*key, progress=progress or _silent))
+            key, bound = bind_all(args, kwargs)
+            return store(name, max_entries).get(key, compute(bound, progress))
 
-        wrapper.is_cached = lambda *args, **kwargs: key_of(args, kwargs) in store(name, max_entries)
+        def bind(*args, **kwargs):
+            where = store(name, max_entries)  # here, in the script run
+
+            def run(progress: Callable[[float, str], None] | None = None, cancel=None):
+                extra = {"cancel": cancel} if "cancel" in signature.parameters else {}
+                key, bound = bind_all(args, {**kwargs, **extra})
+                return where.get(key, compute(bound, progress))
+            return run
+
+        wrapper.is_cached = lambda *args, **kwargs: bind_all(args, kwargs)[0] in store(name, max_entries)
         wrapper.clear = lambda: store(name, max_entries).clear()
+        wrapper.bind = bind
         return wrapper
     return decorate
 

@@ -127,7 +127,13 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                 "above to see one at once, or run this one.")
     expected = 1 + ctx.info.layers * len(ratios)
     label = "Run map" if not points else "Resume map" if len(points) < expected else "Run again (cached)"
-    jobs.buttons(JOB, label)
+    job_key = json.dumps({"model": list(ctx.key), **s.as_dict()}, sort_keys=True)  # the job belongs to these inputs
+    if jobs.controls(JOB, job_key, label):
+        _launch(ctx, s, calib, entry, expected, job_key)
+    other = jobs.busy_elsewhere(JOB, job_key)
+    if other is not None:
+        st.info(jobs.other_inputs_note(other))
+    job = jobs.mine(JOB, job_key)
     progress = st.empty()
     left, right = st.columns([3, 2])
     chart, table = left.empty(), right.empty()
@@ -154,28 +160,12 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         return smap
 
     smap = draw()
-    if jobs.active(JOB):
-        try:
-            tok = None if recall else cache.tokenizer(ctx.key.path)
-            if entry["profile"] is None:
-                with cache.compute_lock():
-                    entry["profile"] = layer_profile(ctx.model, profile_inputs(ctx.model, tok, s, ctx.task))
-                draw()
-            needs = STRATEGIES[strategy]
-            gen = sensitivity_points(ctx.model, tok, s, ctx.task,
-                                     get_calibration=lambda: shrink.calibration(ctx.key, calib) if needs.needs_calibration
-                                     else None)
-            for point in jobs.steps(JOB, shrink.locked(gen)):
-                _merge(points, point)
-                entry["source"] = "measured in this session (cached on disk)"
-                progress.progress(min(1.0, len(points) / expected),
-                                  text=f"{len(points)} of {expected} points (unpruned first)")
-                draw()
-        except AnalysisError as exc:
-            jobs.stop(JOB)
-            st.error(str(exc))
-            return
-        st.rerun()
+    if jobs.unsettled(job):
+        jobs.follow(job, lambda j: (progress.progress(j.fraction, text=j.text), draw()))
+        st.rerun()  # finished or stopped: redraw the buttons and captions for the new results
+    if job is not None and job.error:
+        st.error(job.error)
+        return
     if points and len(points) < expected:
         st.info(f"Stopped after {len(points)} of {expected} points; **Resume map** continues from the cache.")
     if smap:
@@ -189,6 +179,32 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                            mime="application/json", on_click="ignore", key="sens_json")
     _allocation_check(ctx, calib)
     _evidence()
+
+
+def _launch(ctx: Context, s: MapSettings, calib: shrink.CalibSettings, entry: dict, expected: int,
+            key: str) -> None:
+    """The map as a background job (stoppable inside a point, ends with its session); what its thread uses is
+    resolved here, in the script run, so the thread never calls Streamlit."""
+    use, model, task, points = shrink.using(ctx.key), ctx.model, ctx.task, entry["points"]
+    calibrated = shrink.calibration.bind(ctx.key, calib, _using=use) if STRATEGIES[s.strategy].needs_calibration \
+        else None
+
+    def work(job):
+        if entry["profile"] is None:
+            job.report(0.0, "rank utilization of every layer (calibration sequences)…")
+            with use.lock:
+                entry["profile"] = layer_profile(model, profile_inputs(model, use.tokenizer, s, task))
+        gen = sensitivity_points(model, use.tokenizer, s, task, cancel=job.cancelled,
+                                 get_calibration=calibrated and (lambda: calibrated(cancel=job.cancelled)))
+        job.report(0.0, f"0 of {expected} points (unpruned first)")
+        for point in shrink.locked(gen, use.lock):
+            _merge(points, point)
+            entry["source"] = "measured in this session (cached on disk)"
+            job.items = points
+            job.report(min(1.0, len(points) / expected), f"{len(points)} of {expected} points (unpruned first)")
+
+    jobs.launch(JOB, key, f"{ctx.name}, {STRATEGIES[s.strategy].label} at ρ = "
+                f"{', '.join(f'{r:g}' for r in s.ratios)}", work)
 
 
 def _allocation_check(ctx: Context, calib: shrink.CalibSettings) -> None:

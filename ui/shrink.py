@@ -3,6 +3,8 @@
 Calibration is computed once per (model, settings) and shared by every session, like the model itself
 (ui.memo, so its first run can show per-layer progress; read-only afterwards: the strategies only read it). Work on the shared model
 runs under ui.cache.compute_lock; pruning always builds a new model, so the shared one never changes.
+A job's thread never calls Streamlit: the page resolves `using(key)` and `fn.bind(...)` in its script run
+and the thread works with those plain objects.
 """
 from __future__ import annotations
 
@@ -28,6 +30,18 @@ CALIBRATION_USE = (
     "|W ⊙ ∇W L|, every sequence weighted equally), PCA (key covariance) and DRRQR (post-convolution q/k "
     "activations, at most 5,000 rows per head) use these windows: 16 × 256 tokens by default; raise them here "
     "for the strategy you run.")
+
+
+class Using(NamedTuple):
+    """The shared objects work on a model needs, resolved in a script run (st caches) for a job's thread."""
+    model: object
+    tokenizer: object  # None for a recall model
+    lock: object       # ui.cache.compute_lock()
+
+
+def using(key: ModelKey) -> Using:
+    tok = None if cache.recall_task(key) is not None else cache.tokenizer(key.path)
+    return Using(cache.shared_model(key), tok, cache.compute_lock())
 
 
 class CalibSettings(NamedTuple):
@@ -72,19 +86,19 @@ def rescale_control() -> str:
 
 
 @memo.memoized("calibration", max_entries=4)
-def calibration(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.Report) -> Calibration:
+def calibration(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.Report, _using: Using | None = None,
+                cancel=None) -> Calibration:
     """Train-split statistics (recall models: synthetic sequences, a seed apart from the evaluation's).
 
     Computed once per (model, settings) for the whole process and shared read-only by Channel importance,
     Prune and Sweep; the first run reports each layer of each forward pass to `progress`.
     """
-    model = cache.shared_model(key)
-    tokenizer = None if cache.recall_task(key) is not None else cache.tokenizer(key.path)
+    model, tokenizer, lock = _using or using(key)  # a job passes them resolved (its thread never calls st)
     passes = -(-settings.sequences // CALIB_BATCH)
     progress(0.0, "drawing the calibration sequences")
-    with cache.compute_lock(), progress_ui.per_layer(model, progress, "activations entering the recurrence",
-                                                     passes=passes):
-        return calibrate(model, tokenizer, settings.sequences, settings.tokens, settings.seed)  # core picks the input
+    with lock, progress_ui.per_layer(model, progress, "activations entering the recurrence", passes=passes):
+        return calibrate(model, tokenizer, settings.sequences, settings.tokens, settings.seed,  # core picks the input
+                         cancel=cancel)
 
 
 @memo.memoized("calibration_gradients", max_entries=4)
@@ -98,8 +112,10 @@ def gradients(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.R
 def shared_calibration(key: ModelKey, sequences: int, seed: int = 0, progress: progress_ui.Report | None = None):
     """For analysis.sweep(calibration=...): the very Calibration Channel importance and Prune use for these
     settings (train split, 256 tokens per sequence, as the sweep's own default), computed at most once
-    (reporting each pass and layer to `progress` when it is computed)."""
-    return lambda: calibration(key, CalibSettings(int(sequences), 256, int(seed)), progress=progress)
+    (reporting each pass and layer to `progress` when it is computed). Resolved here, in the script run: the
+    callable it returns (which also takes `progress` and a `cancel` token) is safe in a job's thread."""
+    run = calibration.bind(key, CalibSettings(int(sequences), 256, int(seed)), _using=using(key))
+    return lambda progress=progress, cancel=None: run(progress=progress, cancel=cancel)
 
 
 def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Calibration:
@@ -144,14 +160,15 @@ def recall_pairs(ctx: Context) -> tuple[int, ...] | None:
     return tuple(sorted({p for p in RECALL_PAIRS if p <= ctx.task.n_keys} | {ctx.task.n_pairs}))
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+@memo.memoized("baseline", max_entries=16)
 def baseline(key: ModelKey, context: int, max_tokens: int, pairs: tuple | None, recall_sequences: int,
-             latency: bool) -> dict:
-    """The unpruned model measured once per setting (test split)."""
-    tok = None if pairs is not None else cache.tokenizer(key.path)
-    with cache.compute_lock():
-        return measure(cache.shared_model(key), tok, "test", context, max_tokens, recall_pairs=pairs,
-                       recall_sequences=recall_sequences, latency=latency)
+             latency: bool, *, progress: progress_ui.Report, _using: Using | None = None, cancel=None) -> dict:
+    """The unpruned model measured once per setting (test split); shared: callers must not mutate it."""
+    model, tok, lock = _using or using(key)
+    with lock:
+        return measure(model, None if pairs is not None else tok, "test", context, max_tokens, recall_pairs=pairs,
+                       recall_sequences=recall_sequences, latency=latency, cancel=cancel,
+                       progress=lambda f: progress(f, f"perplexity of the unpruned model: {f:.0%}"))
 
 
 def rank_profile(ctx: Context) -> list[float]:
@@ -162,10 +179,15 @@ def rank_profile(ctx: Context) -> list[float]:
         return [float(np.nanmean(layer)) if np.isfinite(layer).any() else float("nan") for layer in u]
 
 
-def locked(generator):
-    """Advance a core generator one step at a time under the compute lock (other sessions run between steps)."""
+def locked(generator, lock=None):
+    """Advance a core generator one step at a time under the compute lock (other sessions run between steps).
+    The lock is resolved here, in the script run; a job passes `using(key).lock`."""
+    return _stepped(generator, lock if lock is not None else cache.compute_lock())
+
+
+def _stepped(generator, lock):
     while True:
-        with cache.compute_lock():
+        with lock:
             try:
                 item = next(generator)
             except StopIteration:

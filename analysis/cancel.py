@@ -1,0 +1,35 @@
+"""Cooperative cancellation for the core's long loops (evaluation windows, calibration batches, recovery
+steps, sweep and sensitivity points).
+
+A caller (the dashboard's job, a test) passes `cancel`: a zero-argument callable that returns True once the
+work should end, or an object with `is_set()` (a `threading.Event`). The loops call `check(cancel)` before
+each step, so a stop takes effect within one step rather than at the end of a point; `Cancelled` then
+unwinds the work, and nothing half-done is cached or written (writes happen only after a step returns).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, Union
+
+
+class _Event(Protocol):
+    def is_set(self) -> bool: ...
+
+
+Token = Union[Callable[[], bool], _Event, None]
+
+
+class Cancelled(Exception):
+    """The caller asked the work to stop (not an error: nothing is reported to the user as failed)."""
+
+
+def is_cancelled(cancel: Token) -> bool:
+    if cancel is None:
+        return False
+    return bool(cancel.is_set() if hasattr(cancel, "is_set") else cancel())
+
+
+def check(cancel: Token) -> None:
+    """Raise Cancelled when `cancel` says so (a no-op for None)."""
+    if is_cancelled(cancel):
+        raise Cancelled

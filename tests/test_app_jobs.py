@@ -1,0 +1,130 @@
+"""Dashboard jobs (issue 25 defect 9, issue 20 item 7): a job's thread gets plain objects and never calls a
+Streamlit cache; the server caps its running jobs; a job whose session ended, or of a server that stops, ends
+within about a second."""
+import threading
+import time
+
+import pytest
+from streamlit.runtime.caching.cache_utils import CachedFunc
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from analysis.cancel import check
+from test_app import lm_dir  # noqa: F401  (fixture by import)
+from test_app_shrink import click, open_page, sweep_cache, sweep_page, sweep_points  # noqa: F401
+from ui import jobs
+from ui_fixtures import one_torch_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture
+def caches_only_in_script_runs(monkeypatch):
+    """Any st.cache_data / st.cache_resource call (ui.memo's stores included) from a thread without a script
+    run context fails, and is recorded (a job catches the error, so the test checks the record too)."""
+    outside = []
+    real = CachedFunc.__call__
+
+    def checked(self, *args, **kwargs):
+        if get_script_run_ctx(suppress_warning=True) is None:
+            outside.append(f"{self._info.func.__qualname__} from thread {threading.current_thread().name}")
+            raise RuntimeError(f"Streamlit cache {self._info.func.__qualname__} called outside a script run")
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(CachedFunc, "__call__", checked)
+    yield outside
+    assert outside == []
+
+
+def test_prune_job_calls_no_streamlit_cache_from_its_thread(monkeypatch, lm_dir, caches_only_in_script_runs):
+    """Gradient scores: calibration, its backward pass, the prune, the cached baseline, all in the job."""
+    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
+    at.selectbox(key="w:prune_strategy").set_value("grad").run()
+    click(at, "prune_run")
+    assert at.table[1].value.columns[0] == "before"
+    assert caches_only_in_script_runs == []
+
+
+def test_sweep_job_calls_no_streamlit_cache_from_its_thread(monkeypatch, lm_dir, caches_only_in_script_runs):
+    at = sweep_page(monkeypatch, lm_dir)
+    at.multiselect(key="w:sweep_strategies").set_value(["wanda"]).run()
+    click(at, "sweep:run")
+    assert sweep_points(at)[0] == {"Wanda": [0.5]}
+
+
+def test_sensitivity_map_is_a_job_that_calls_no_streamlit_cache_from_its_thread(monkeypatch, lm_dir,
+                                                                               caches_only_in_script_runs):
+    from test_sensitivity import _map_chart, _page
+    at = _page(monkeypatch, lm_dir)
+    at.selectbox(key="w:prune_strategy").set_value("wanda").run()  # needs the shared calibration
+    click(at, "sensitivity:run")
+    assert all(v is not None for row in _map_chart(at) for v in row)
+    assert at.session_state["bgjob:sensitivity"].state == "done"
+
+
+def test_a_busy_server_refuses_another_job_in_one_line(monkeypatch, lm_dir):
+    monkeypatch.setenv(jobs.MAX_JOBS_ENV, "1")
+    other = jobs.Job("sweep", "another session's", "a long sweep")
+    monkeypatch.setattr(jobs, "_running", {other})
+    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
+    at.button(key="prune_run").click().run()
+    assert [e.value for e in at.error] == ["The server is busy: 1 job is running; try again when one ends."]
+    assert jobs.busy_message(2) == "The server is busy: 2 jobs are running; try again when one ends."
+    assert jobs.max_jobs() == 1
+
+
+def _spinning_job(session_id: str | None) -> jobs.Job:
+    """A job whose work checks its cancel token as the core's loops do, until cancelled."""
+    job = jobs.Job("test", "k", "spins until cancelled", session_id)
+
+    def work(j):
+        while True:
+            check(j.cancelled)
+            time.sleep(0.01)
+    with jobs._running_lock:
+        jobs._running.add(job)
+    job._thread = threading.Thread(target=job._run, args=(work,), daemon=True)
+    job._thread.start()
+    return job
+
+
+def test_a_job_stops_within_a_second_once_its_session_ended(monkeypatch):
+    ended = {"gone"}
+    monkeypatch.setattr(jobs, "_session_alive", lambda sid: sid not in ended)
+    mine, others = _spinning_job("gone"), _spinning_job("still here")
+    start = time.monotonic()
+    jobs._start_watchdog()
+    mine._thread.join(5)
+    assert mine.state == "stopped" and time.monotonic() - start < 1.5
+    assert others.running  # another session's job goes on
+    others.stop()
+    others._thread.join(5)
+    assert jobs.running_jobs() == []
+
+
+def test_shutdown_stops_every_job_and_waits_for_its_thread():
+    running = [_spinning_job(None), _spinning_job(None)]
+    assert jobs.shutdown(timeout=5) == 2
+    assert all(j.state == "stopped" and not j._thread.is_alive() for j in running)
+
+
+def test_overwrite_refuses_a_folder_another_session_saved_since_the_page_showed_it(monkeypatch, lm_dir, tmp_path):
+    """Defect 11: the page showed the Save form, another session then saved the same name; Overwrite asks again
+    instead of silently replacing that model, and the next press replaces it."""
+    from analysis.prune import save_model
+    from conftest import build_tiny
+    monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))
+    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
+    at.selectbox(key="w:prune_strategy").set_value("l1").run()
+    click(at, "prune_run")
+    at.text_input(key="w:prune_out").set_value("shared-name")
+    at.checkbox(key="prune_overwrite").check().run()
+    click(at, "prune_save")  # saved: this session has seen its own save
+    assert [s.value for s in at.success][-1].startswith(f"Saved to {tmp_path / 'shared-name'}")
+    at.run()
+    save_model(build_tiny("delta_net", seed=1), tmp_path / "shared-name", overwrite=True)  # the other session
+    theirs = (tmp_path / "shared-name" / "model.safetensors").read_bytes()
+    at.button(key="prune_save").click().run()
+    assert [e.value for e in at.error] == [f"{tmp_path / 'shared-name'} was saved again (by another session) since "
+                                           "this page showed it; press Save again to replace it."]
+    assert (tmp_path / "shared-name" / "model.safetensors").read_bytes() == theirs  # untouched
+    click(at, "prune_save")  # asked again: now it replaces the folder it has seen
+    assert (tmp_path / "shared-name" / "model.safetensors").read_bytes() != theirs

@@ -1,0 +1,108 @@
+"""Cancel tokens in the core's long loops: a stop takes effect within one window / batch / step, and a
+cancelled sweep or sensitivity point writes nothing to the point cache."""
+import threading
+
+import pytest
+
+from analysis import data
+from analysis import sweep as sweep_mod
+from analysis.io import point_cache
+from analysis.calibration import calibrate
+from analysis.cancel import Cancelled, check
+from analysis.evaluate import perplexity
+from analysis.recovery import recover
+from analysis.sensitivity import MapSettings, sensitivity_points
+from conftest import build_tiny
+from ui_fixtures import one_torch_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+class After:
+    """A cancel callable that turns True on its n-th call (and counts the calls after that)."""
+
+    def __init__(self, n: int):
+        self.n, self.calls = n, 0
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        return self.calls >= self.n
+
+
+@pytest.fixture(scope="module")
+def model_tok():
+    return build_tiny("delta_net"), data.load_tokenizer()
+
+
+def test_check_takes_an_event_or_a_callable():
+    check(None)
+    check(lambda: False)
+    event = threading.Event()
+    check(event)
+    event.set()
+    with pytest.raises(Cancelled):
+        check(event)
+    with pytest.raises(Cancelled):
+        check(lambda: True)
+
+
+def test_perplexity_stops_between_windows(model_tok):
+    model, tok = model_tok
+    done = []
+    with pytest.raises(Cancelled):
+        perplexity(model, tok, "test", 32, max_tokens=32 * 40, batch=2, progress=done.append, cancel=After(3))
+    assert len(done) == 2  # two batches of windows ran, the third was never started (of 20)
+
+
+def test_calibration_stops_between_batches(model_tok):
+    model, tok = model_tok
+    event = threading.Event()
+    event.set()
+    with pytest.raises(Cancelled):
+        calibrate(model, tok, n_sequences=16, seq_len=32, cancel=event)
+
+
+def test_recovery_stops_between_steps(model_tok):
+    model, tok = model_tok
+    steps = []
+    with pytest.raises(Cancelled):
+        recover(model, tok, steps=50, batch=1, seq_len=16, progress=lambda s, n, loss: steps.append(s),
+                cancel=After(3))
+    assert steps == [1, 2]
+
+
+def test_a_cancelled_sweep_point_writes_nothing(model_tok, tmp_path, monkeypatch):
+    """Stop during a point's recovery steps: Cancelled within a step, and only the baseline is cached."""
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
+    model, tok = model_tok
+    stop = threading.Event()
+    gen = sweep_mod.sweep(model, tok, ["l1"], [0.5], context=32, eval_tokens=64, recover_steps=200, latency=False,
+                          cancel=lambda: stop.is_set())
+    next(gen)  # the baseline, cached
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+    import analysis.recovery as recovery_mod
+    real = recovery_mod.recover
+
+    def stop_at_step_3(*args, progress=None, **kwargs):
+        def tick(s, n, loss):
+            if s == 3:
+                stop.set()
+        return real(*args, progress=tick, **kwargs)
+    monkeypatch.setattr(sweep_mod, "recover", stop_at_step_3)
+    with pytest.raises(Cancelled):
+        next(gen)
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1  # no entry for the stopped point
+
+
+def test_a_cancelled_sensitivity_point_writes_nothing(model_tok, tmp_path, monkeypatch):
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
+    model, tok = model_tok
+    calls = After(10**9)
+    s = MapSettings("l1", (0.5,), context=32, eval_tokens=32 * 8)
+    gen = sensitivity_points(model, tok, s, cancel=calls)
+    next(gen)  # baseline
+    cached = len(list((tmp_path / "cache").glob("*.json")))
+    calls.n = calls.calls + 2  # the point's first window runs, the second is refused
+    with pytest.raises(Cancelled):
+        next(gen)
+    assert len(list((tmp_path / "cache").glob("*.json"))) == cached
