@@ -26,7 +26,7 @@ from functools import reduce
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS
 from analysis.prune import ROUNDINGS, plan_key_dims, prune
-from analysis.sensitivity import MapSettings, _Measure, calibration_for
+from analysis.sensitivity import MapSettings, MapMeasure, calibration_for
 
 CHOICE_TOKEN_FACTOR = 4  # candidate plans are measured on 4× the map's tokens of its split (4,096 → 16,384)
 SIGNIFICANCE = 2.0       # paired standard errors by which a plan must beat uniform to replace it
@@ -190,7 +190,7 @@ def measure_plan(model, tokenizer, smap: dict, ratios: list[float], strategy: st
     if calibration is None and _needs_calibration(strategy):
         calibration = calibration_for(model, tokenizer, s, task)
     pruned = prune(model, strategy, dims, calibration, seed=s.seed).model
-    measure = _Measure(tokenizer, s, task)
+    measure = MapMeasure(tokenizer, s, task)
     value = measure(pruned)["value"]
     return {"value": value, "loss": measure.loss(value, baseline), "measure": measure.label(), "dims": dims,
             "model": pruned}
@@ -256,7 +256,7 @@ def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, 
     s = choice_settings(smap)
     if calibration is None and _needs_calibration(strategy):
         calibration = calibration_for(model, tokenizer, s, task)
-    measure = _Measure(tokenizer, s, task)
+    measure = MapMeasure(tokenizer, s, task)
     base = measure(model, per_window=True)
 
     def evaluate(plan):

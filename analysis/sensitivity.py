@@ -128,7 +128,7 @@ def layer_profile(model, input_ids: torch.Tensor) -> list[dict]:
     return rows
 
 
-class _Measure:
+class MapMeasure:
     """The map's quality measurement: perplexity of the split's first tokens, or recall accuracy."""
 
     def __init__(self, tokenizer, s: MapSettings, task: RecallTask | None, cancel=None):
@@ -183,7 +183,7 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     """
     check_settings(model, s, task)
     point_cache.check_writable()  # an unwritable cache is one sentence before the first point, not after it
-    measure = _Measure(tokenizer, s, task, cancel)
+    measure = MapMeasure(tokenizer, s, task, cancel)
     param = next(model.parameters())
     base_key = {"kind": "sensitivity", "model": model_identity(model),
                 "device": str(param.device), "dtype": str(param.dtype),
@@ -216,7 +216,7 @@ def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], ta
               name: str | None = None) -> dict:
     """The map as JSON-ready data: settings, strategy, per-layer profile and every finished point."""
     info = describe(model)
-    measure = _Measure(None, s, task)
+    measure = MapMeasure(None, s, task)
     base = next((p for p in points if p.get("layer") is None), None)
     cells = [{k: p[k] for k in ("layer", "ratio", "head_k_dim", "value", "loss")} for p in points
              if p.get("layer") is not None]

@@ -112,3 +112,15 @@ def test_no_import_cycles():
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def test_no_private_names_imported_across_modules():
+    """Issue 20: a module's `_private` names are its own; another module that needs one gets a public name."""
+    mods = project_modules()
+    offenders = []
+    for module, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("analysis", "ui"):
+                offenders += [f"{module}: from {node.module} import {a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    assert offenders == []

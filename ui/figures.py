@@ -16,7 +16,7 @@ PALETTE = qualitative.Plotly
 RANDOM_COLOR = "#7f7f7f"
 
 
-def _list(x) -> list:
+def as_list(x) -> list:
     """Floats with NaN/inf as None (a gap in the line)."""
     return [None if v is None or not math.isfinite(v) else float(v) for v in np.asarray(x, dtype=float).ravel()]
 
@@ -50,7 +50,7 @@ def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
     return "<br>".join(lines)
 
 
-def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, **kwargs) -> go.Figure:
+def axes_layout(fig: go.Figure, title: str, x_title: str, y_title: str, **kwargs) -> go.Figure:
     """Axis titles, a legend below, and a left-aligned title that wraps and pushes the margin down as needed.
 
     The toolbar stands vertically at the right edge, so it never covers the title.
@@ -76,7 +76,7 @@ def key_dim_bars(head_k_dims: Sequence[int], tile_rows: int = 64) -> go.Figure:
         fig.add_hline(y=boundary, line_dash="dash", line_color=RANDOM_COLOR,
                       annotation_text=f"{boundary // tile_rows}×{tile_rows} rows", annotation_position="top left")
     fig.update_xaxes(dtick=1)
-    return _layout(fig, f"Key dimension per head, by layer (tiles of {tile_rows} rows)", "layer",
+    return axes_layout(fig, f"Key dimension per head, by layer (tiles of {tile_rows} rows)", "layer",
                    "key dim dk per head (channels)")
 
 
@@ -95,7 +95,7 @@ def layer_head_heatmap(values, z_title: str, title: str, selected: tuple[int, in
     n_layers, n_heads = z.shape
     zmin, zmax = zrange if zrange is not None else (None, None)
     text = n_layers * n_heads <= MAX_TEXT_CELLS
-    fig = go.Figure(go.Heatmap(z=[_list(row) for row in z], x=list(range(n_heads)), y=list(range(n_layers)),
+    fig = go.Figure(go.Heatmap(z=[as_list(row) for row in z], x=list(range(n_heads)), y=list(range(n_layers)),
                                zmin=zmin, zmax=zmax, texttemplate="%{z:.3g}" if text else None,
                                colorscale="Viridis", colorbar=dict(title=dict(text=z_title, side="right")),
                                hovertemplate="layer %{y}, head %{x}: %{z:.4g} (click to inspect)<extra></extra>"))
@@ -112,15 +112,15 @@ def layer_head_heatmap(values, z_title: str, title: str, selected: tuple[int, in
                       line=dict(color="white", width=3))
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(dtick=1, autorange="reversed")
-    return _layout(fig, title, "head", "layer", clickmode="event+select", height=min(640, 180 + 60 * n_layers))
+    return axes_layout(fig, title, "head", "layer", clickmode="event+select", height=min(640, 180 + 60 * n_layers))
 
 
 def _band(fig: go.Figure, x, mean, spread, name: str, color: str, dash: str = "solid") -> None:
     x, mean, spread = list(x), np.asarray(mean, float), np.asarray(spread, float)
-    upper, lower = _list(mean + spread), _list(mean - spread)
+    upper, lower = as_list(mean + spread), as_list(mean - spread)
     fig.add_trace(go.Scatter(x=x + x[::-1], y=upper + lower[::-1], fill="toself", fillcolor=color, opacity=0.2,
                              line=dict(width=0), hoverinfo="skip", name=f"{name} ± 1 std", showlegend=True))
-    fig.add_trace(go.Scatter(x=x, y=_list(mean), mode="lines", name=f"{name} (mean)",
+    fig.add_trace(go.Scatter(x=x, y=as_list(mean), mode="lines", name=f"{name} (mean)",
                              line=dict(color=color, dash=dash)))
 
 
@@ -131,7 +131,7 @@ def metric_over_positions(positions, mean, spread, y_title: str, title: str,
     _band(fig, positions, mean, spread, "trained", PALETTE[0])
     if random is not None:
         _band(fig, positions, random[0], random[1], "random init", RANDOM_COLOR, dash="dash")
-    return _layout(fig, title, "token position t (state after token t)", y_title)
+    return axes_layout(fig, title, "token position t (state after token t)", y_title)
 
 
 def singular_spectrum(curves: dict[str, Sequence[float]], title: str,
@@ -139,20 +139,20 @@ def singular_spectrum(curves: dict[str, Sequence[float]], title: str,
     """Singular values s_i (log y) against their index i, one line per position label."""
     fig = go.Figure()
     for n, (name, s) in enumerate(curves.items()):
-        s = _list(s)
+        s = as_list(s)
         fig.add_trace(go.Scatter(x=list(range(1, len(s) + 1)), y=s, mode="lines+markers", name=name,
                                  line=dict(color=PALETTE[n % len(PALETTE)]), marker=dict(size=4)))
     for n, (name, s) in enumerate((random_curves or {}).items()):
-        s = _list(s)
+        s = as_list(s)
         fig.add_trace(go.Scatter(x=list(range(1, len(s) + 1)), y=s, mode="lines", name=f"{name} (random init)",
                                  line=dict(color=PALETTE[n % len(PALETTE)], dash="dot")))
     fig.update_yaxes(**LOG_AXIS)
-    return _layout(fig, title, "singular value index i (1 = largest)", "singular value s_i (state units, log)")
+    return axes_layout(fig, title, "singular value index i (1 = largest)", "singular value s_i (state units, log)")
 
 
 def _valid_only(values, valid) -> list:
     """A prediction drawn only where it is valid: a gap elsewhere (never shown outside its range)."""
-    return [v if ok else None for v, ok in zip(_list(values), valid)]
+    return [v if ok else None for v, ok in zip(as_list(values), valid)]
 
 
 def _valid_label(start) -> str:
@@ -161,8 +161,8 @@ def _valid_label(start) -> str:
 
 def _iqr_bars(summary: dict) -> dict:
     """error_y of a median with its interquartile range (asymmetric bars)."""
-    med, lo, hi = (np.asarray(_list(summary[k]), dtype=float) for k in ("median", "q25", "q75"))
-    return dict(type="data", symmetric=False, array=_list(hi - med), arrayminus=_list(med - lo), thickness=1)
+    med, lo, hi = (np.asarray(as_list(summary[k]), dtype=float) for k in ("median", "q25", "q75"))
+    return dict(type="data", symmetric=False, array=as_list(hi - med), arrayminus=as_list(med - lo), thickness=1)
 
 
 def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: str) -> go.Figure:
@@ -180,7 +180,7 @@ def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: s
                  ("second_order", "re-normalised: 2nd order", "dot", "second_order"),
                  ("first_order", "re-normalised: 1st order", "dashdot", "first_order"))
         for key, label, dash, order in lines:
-            y = _list(probe[key]["median"])
+            y = as_list(probe[key]["median"])
             if order is not None:
                 y = _valid_only(y, probe[f"{order}_valid"])
                 label = f"{label} ({_valid_label(probe[f'{order}_valid_from_snr_db'])})"
@@ -188,11 +188,11 @@ def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: s
                                      line=dict(color=color, dash=dash, width=1 if order == "first_order" else 2)))
         for key, label, symbol in (("mc_raw_rms", "raw query", "circle"), ("mc_rms", "re-normalised", "diamond-open")):
             if key in probe:
-                fig.add_trace(go.Scatter(x=x, y=_list(probe[key]["median"]), mode="markers", legendgroup=name,
+                fig.add_trace(go.Scatter(x=x, y=as_list(probe[key]["median"]), mode="markers", legendgroup=name,
                                          name=f"{name}, {label}: Monte Carlo", error_y=_iqr_bars(probe[key]),
                                          marker=dict(color=color, symbol=symbol, size=8)))
     fig.update_yaxes(**LOG_AXIS)
-    return _layout(fig, title, "SNR = ‖k‖² / (dk σ²) (dB)",
+    return axes_layout(fig, title, "SNR = ‖k‖² / (dk σ²) (dB)",
                    "relative retrieval error ‖Sᵀ(q−k)‖/‖Sᵀk‖ (RMS; median over sequences)",
                    legend=dict(orientation="v", x=1.02, y=1))
 
@@ -200,11 +200,11 @@ def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: s
 def recall_accuracy_vs_snr(snr_db: Sequence[float], accuracy: Sequence[float], clean: float, title: str,
                            chance: float | None = None) -> go.Figure:
     """Recall accuracy with noisy queries against SNR, with the clean accuracy (and chance) as reference lines."""
-    fig = go.Figure(go.Scatter(x=[float(s) for s in snr_db], y=_list(accuracy), mode="lines+markers",
+    fig = go.Figure(go.Scatter(x=[float(s) for s in snr_db], y=as_list(accuracy), mode="lines+markers",
                                name="noisy queries", hovertemplate="%{x} dB: %{y:.3f}<extra></extra>"))
     fig.add_hline(y=float(clean), line_dash="dash", line_color=PALETTE[2], annotation_text=f"clean {clean:.3f}")
     if chance is not None:
         fig.add_hline(y=float(chance), line_dash="dot", line_color=RANDOM_COLOR,
                       annotation_text=f"chance {chance:.3f}")
     fig.update_yaxes(range=[0, 1.05])
-    return _layout(fig, title, "query SNR = ‖q‖² / (dk σ²) (dB)", "recall accuracy (fraction of queried values)")
+    return axes_layout(fig, title, "query SNR = ‖q‖² / (dk σ²) (dB)", "recall accuracy (fraction of queried values)")

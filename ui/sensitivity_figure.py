@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from ui.figures import _layout
+from ui.figures import axes_layout
 
 
 def sensitivity_heatmap(ratios: Sequence[float], losses: Sequence[Sequence[float | None]],
@@ -22,4 +22,4 @@ def sensitivity_heatmap(ratios: Sequence[float], losses: Sequence[Sequence[float
         hovertemplate=f"%{{y}} alone at %{{x}} (dk' %{{customdata[0]}}): {value_label} %{{customdata[1]}}, "
                       f"loss %{{z:.4g}}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title, "pruning ratio of that one layer (all others intact)", "layer")
+    return axes_layout(fig, title, "pruning ratio of that one layer (all others intact)", "layer")

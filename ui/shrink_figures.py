@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from ui.figures import PALETTE, RANDOM_COLOR, _layout, _list
+from ui.figures import PALETTE, RANDOM_COLOR, axes_layout, as_list
 
 KEPT_COLOR, DROPPED_COLOR = PALETTE[0], "#c8c8c8"
 PCA_NOTE = "rotation, not axis-aligned"
@@ -22,7 +22,7 @@ def score_bars(scores: Sequence[float], kept: Sequence[int] | None, label: str, 
 
     kept: 0/1 per channel (axis-aligned strategies) or the number of kept directions as [k] for a rotation.
     """
-    values = _list(scores)
+    values = as_list(scores)
     if not axis_aligned:
         k = int(kept[0]) if kept else 0
         mask = [i < k for i in range(len(values))]
@@ -36,7 +36,7 @@ def score_bars(scores: Sequence[float], kept: Sequence[int] | None, label: str, 
         fig.add_trace(go.Bar(x=x, y=[values[i] for i in x], name=f"{suffix} {what}s", marker_color=color,
                              hovertemplate=f"{what} %{{x}}: %{{y:.4g}}<extra>{suffix}</extra>"))
     fig.update_layout(barmode="overlay", bargap=0.1)
-    return _layout(fig, title or label, x_title, unit)
+    return axes_layout(fig, title or label, x_title, unit)
 
 
 def kept_mask_heatmap(masks: dict[str, Sequence[int]], title: str) -> go.Figure:
@@ -49,31 +49,31 @@ def kept_mask_heatmap(masks: dict[str, Sequence[int]], title: str) -> go.Figure:
                                              tickvals=[0, 1], ticktext=["pruned", "kept"]),
                                xgap=1, ygap=2, hovertemplate="%{y}, channel %{x}: %{z}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title, "query/key channel index within the head", "strategy")
+    return axes_layout(fig, title, "query/key channel index within the head", "strategy")
 
 
 def agreement_heatmap(labels: Sequence[str], matrix: Sequence[Sequence[float]], title: str) -> go.Figure:
     """Jaccard |A∩B|/|A∪B| of kept sets between strategies, values written in the cells."""
-    z = [_list(row) for row in matrix]
+    z = [as_list(row) for row in matrix]
     fig = go.Figure(go.Heatmap(z=z, x=list(labels), y=list(labels), zmin=0, zmax=1, colorscale="Blues",
                                text=[[f"{v:.2f}" if v is not None else "" for v in row] for row in z],
                                texttemplate="%{text}", colorbar=dict(title=dict(text="Jaccard (fraction)", side="right")),
                                hovertemplate="%{y} vs %{x}: %{z:.3f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title, "strategy", "strategy")
+    return axes_layout(fig, title, "strategy", "strategy")
 
 
 def kept_energy_bars(energy: dict[str, Sequence[float]], which: str, title: str) -> go.Figure:
     """Per layer, the fraction of the post-conv {query, key} activation energy on the kept channels."""
     fig = go.Figure()
     for n, (label, per_layer) in enumerate(energy.items()):
-        values = _list(per_layer)
+        values = as_list(per_layer)
         fig.add_trace(go.Bar(x=list(range(len(values))), y=values, name=label, marker_color=PALETTE[n % len(PALETTE)],
                              hovertemplate=f"{label}, layer %{{x}}: %{{y:.3f}}<extra></extra>"))
     fig.update_layout(barmode="group")
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(range=[0, 1.05])
-    return _layout(fig, title, "layer", f"kept {which} energy ‖P x‖² / ‖x‖² (fraction)")
+    return axes_layout(fig, title, "layer", f"kept {which} energy ‖P x‖² / ‖x‖² (fraction)")
 
 
 def key_dim_plan(original: Sequence[int], planned: Sequence[int], tile_rows: int = 64) -> go.Figure:
@@ -92,7 +92,7 @@ def key_dim_plan(original: Sequence[int], planned: Sequence[int], tile_rows: int
                       annotation_text=f"{boundary // tile_rows}×{tile_rows} rows", annotation_position="top left")
     fig.update_layout(barmode="group")
     fig.update_xaxes(dtick=1)
-    return _layout(fig, f"Planned key dim per head (kernel tiles of {tile_rows} rows)", "layer",
+    return axes_layout(fig, f"Planned key dim per head (kernel tiles of {tile_rows} rows)", "layer",
                    "key dim per head (channels)")
 
 
@@ -113,7 +113,7 @@ def sweep_figure(points: Sequence[dict], labels: dict[str, str], title: str, y_t
         rows = sorted((p for p in points if p["strategy"] == name), key=lambda p: p["ratio"])
         color, label = PALETTE[n % len(PALETTE)], labels.get(name, name)
         dash, symbol = DASHES[n % len(DASHES)], SYMBOLS[n % len(SYMBOLS)]
-        fig.add_trace(go.Scatter(x=[p["ratio"] for p in rows], y=_list([p["perplexity"] for p in rows]),
+        fig.add_trace(go.Scatter(x=[p["ratio"] for p in rows], y=as_list([p["perplexity"] for p in rows]),
                                  mode="lines+markers", name=label, line=dict(color=color, dash=dash, width=2.5),
                                  marker=dict(symbol=symbol, size=max(6, 14 - 2 * n), color=color,
                                              line=dict(width=1, color="white")),
@@ -123,7 +123,7 @@ def sweep_figure(points: Sequence[dict], labels: dict[str, str], title: str, y_t
         recovered = [p for p in rows if "recovered_perplexity" in p]
         if recovered:
             fig.add_trace(go.Scatter(x=[p["ratio"] for p in recovered],
-                                     y=_list([p["recovered_perplexity"] for p in recovered]), mode="lines+markers",
+                                     y=as_list([p["recovered_perplexity"] for p in recovered]), mode="lines+markers",
                                      name=f"{label}, after recovery", line=dict(color=color, dash=dash, width=1),
                                      marker=dict(symbol=f"{symbol}-open", size=10, color=color)))
     for p in points:
@@ -131,7 +131,7 @@ def sweep_figure(points: Sequence[dict], labels: dict[str, str], title: str, y_t
             fig.add_hline(y=float(p["perplexity"]), line_dash="dash", line_color=RANDOM_COLOR,
                           annotation_text=f"unpruned {p['perplexity']:.3f}", annotation_position="top left")
     fig.update_xaxes(range=[-0.02, 1.0])
-    return _layout(fig, title, "pruning ratio ρ (fraction of key channels removed)", y_title)
+    return axes_layout(fig, title, "pruning ratio ρ (fraction of key channels removed)", y_title)
 
 
 def _pct(x) -> str:
@@ -151,7 +151,7 @@ def latency_figure(points: Sequence[dict], title: str, tile_rows: int = 64,
     rows = sorted(points, key=lambda p: p["key_dim"])
     med = [p["median_ms"] for p in rows]
     fig = go.Figure(go.Scatter(
-        x=[p["key_dim"] for p in rows], y=_list(med), mode="lines+markers", name="median (bars: IQR)",
+        x=[p["key_dim"] for p in rows], y=as_list(med), mode="lines+markers", name="median (bars: IQR)",
         error_y=dict(type="data", symmetric=False, array=[p["spread"]["q3_ms"] - m for p, m in zip(rows, med)],
                      arrayminus=[m - p["spread"]["q1_ms"] for p, m in zip(rows, med)], thickness=1.5, width=6),
         customdata=[[p["tiles"], p["spread"]["q1_ms"], p["spread"]["q3_ms"], p["spread"]["min_ms"],
@@ -161,7 +161,7 @@ def latency_figure(points: Sequence[dict], title: str, tile_rows: int = 64,
                       "%{customdata[5]} repeats%{customdata[6]}<extra></extra>"))
     noisy = [p for p in rows if p["noisy"]]
     if noisy:
-        fig.add_trace(go.Scatter(x=[p["key_dim"] for p in noisy], y=_list([p["median_ms"] for p in noisy]),
+        fig.add_trace(go.Scatter(x=[p["key_dim"] for p in noisy], y=as_list([p["median_ms"] for p in noisy]),
                                  mode="markers", name="noisy: IQR > 20 % of median",
                                  marker=dict(symbol="circle-open", size=16, color=NOISY_COLOR, line=dict(width=2)),
                                  hoverinfo="skip"))
@@ -171,4 +171,4 @@ def latency_figure(points: Sequence[dict], title: str, tile_rows: int = 64,
                       annotation_text=f"tile boundary {boundary}", annotation_position="top")
     fig.update_xaxes(range=[0, top * 1.05])
     fig.update_yaxes(rangemode="tozero")
-    return _layout(fig, title, "key dim dk per head (channels)", "kernel time (ms, median; bars: IQR)")
+    return axes_layout(fig, title, "key dim dk per head (channels)", "kernel time (ms, median; bars: IQR)")
