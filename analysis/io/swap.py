@@ -150,10 +150,10 @@ def _finish(journal: Path, record: dict) -> str | None:
     target, new, old = (parent / record[k] for k in ("target", "new", "old"))
     if os.path.lexists(target):
         done = "finished: the new one is in place" if not os.path.lexists(new) else "rolled back: the old one is kept"
-    elif _marker(new) is not None and _marker(new).get("state") != "partial":
+    elif marker_of(new) is not None and marker_of(new).get("state") != "partial":
         os.rename(new, target)
         done = "finished: the new one is in place"
-    elif _marker(old) is not None:
+    elif marker_of(old) is not None:
         os.rename(old, target)
         done = "rolled back: the old one is back"
     else:
@@ -200,7 +200,8 @@ def recover_journals(parent: Path, name: str | None = None) -> list[str]:
 
 # ---- leftovers ---------------------------------------------------------------------------------------
 
-def _marker(folder: Path) -> dict | None:
+def marker_of(folder: Path) -> dict | None:
+    """The tool's marker record in `folder`, or None (absent, torn, or not ours)."""
     try:
         record = json.loads((folder / MARKER).read_text())
         return record if isinstance(record, dict) and record.get("written_by") == WRITER else None
@@ -217,7 +218,7 @@ def reclaimable(folder: Path) -> bool:
     """A hidden temporary/moved-aside directory of ours: it carries the marker (a half-written one: any
     content; a complete one: only the files it lists), or it holds nothing but a torn marker."""
     names = set(os.listdir(folder))
-    record = _marker(folder)
+    record = marker_of(folder)
     if record is None:
         return names <= {MARKER}  # empty, or killed while the first marker was written
     if record.get("state") == "partial":
