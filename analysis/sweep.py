@@ -65,11 +65,10 @@ def _write_atomic(path: Path, payload: dict) -> None:
 
 def _check_cache_dir() -> None:
     """Fail in one sentence before any work when the cache directory cannot be written (a private,
-    uniquely named probe file, removed on close: nothing else in the folder is touched)."""
+    uniquely named empty probe folder, removed at once: nothing else in the folder is touched)."""
     try:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=CACHE_DIR, prefix=".probe-"):
-            pass
+        os.rmdir(tempfile.mkdtemp(dir=CACHE_DIR, prefix=".state-rank-probe-"))  # killed between: reclaimed later
     except OSError as exc:
         raise AnalysisError(f"Cannot write the sweep cache in {CACHE_DIR} ({exc.strerror or exc}); set "
                             "STATE_RANK_CACHE to a writable directory.") from None

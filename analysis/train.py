@@ -231,6 +231,8 @@ def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None, note
     state = _resume_state(cfg, ckpt) if resume else None  # refuses contradicting settings before any work
     with os_errors("create the work directory", out):
         out.mkdir(parents=True, exist_ok=True)
+        from analysis.io.swap import tidy
+        tidy(out, keep={"checkpoint"})  # leftovers of a killed checkpoint save (after any was recovered above)
     device = resolve_device(cfg.device)
     if cfg.arch == "qwen3_5":  # transformers would call fla's Triton kernels on CPU tensors too
         from analysis.archs.qwen3_5 import ADAPTER
@@ -259,7 +261,7 @@ def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None, note
         optimizer.load_state_dict(state["optimizer"])
     t0 = time.time()
     elapsed_before = cfg.history[-1]["elapsed_s"] if cfg.history else 0.0
-    step = start_step
+    step = start_step - 1  # a run resumed at its last step trains no more: steps_done stays start_step
     for step in range(start_step, cfg.steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
