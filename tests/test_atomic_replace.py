@@ -83,7 +83,7 @@ def test_an_interrupted_journal_swap_is_finished_or_rolled_back_by_the_next_comm
 def test_loading_a_model_finishes_its_interrupted_swap(tmp_path, model, monkeypatch, capsys):
     from analysis.models import load_model
     out = save_model(model, tmp_path / "m", metadata={"n": 1})
-    new = save_model(model, tmp_path / ".m.x1.partial", metadata={"n": 2})
+    new = save_model(model, tmp_path / ".m.x1234567.partial", metadata={"n": 2})
     aside = tmp_path / ".m.replaced-00000000"
     os.rename(out, aside)                                  # killed between the two renames
     swap.journal_path(out).write_text(json.dumps({"written_by": writes.WRITER, "target": "m", "new": new.name,
@@ -96,18 +96,18 @@ def test_leftovers_with_the_marker_are_reclaimed_and_nothing_else(tmp_path, mode
     def saved(name):  # (saved elsewhere and moved in: a save into tmp_path would already reclaim the others)
         os.rename(save_model(model, tmp_path / "elsewhere" / name, metadata={"n": 1}), tmp_path / name)
         return tmp_path / name
-    saved(".a.abc.partial")                                                     # complete, never published
+    saved(".a.abc12345.partial")                                                     # complete, never published
     saved(".a.replaced-1234abcd")                                               # an old one never removed
-    half = tmp_path / ".b.xyz.partial"                                          # killed while filling
+    half = tmp_path / ".b.xyz12345.partial"                                          # killed while filling
     half.mkdir()
     (half / writes.MARKER).write_text(json.dumps({"written_by": writes.WRITER, "state": "partial", "files": []}))
     (half / "model.safetensors").write_bytes(b"half")
-    (tmp_path / ".c.q.partial").mkdir()                                         # killed right after mkdtemp
-    (tmp_path / ".d.json.k2.state-rank-tmp").write_text("{")                    # a killed write_text
-    user = tmp_path / ".mine.partial"                                           # the user's, no marker
+    (tmp_path / ".c.q1234567.partial").mkdir()                                         # killed right after mkdtemp
+    (tmp_path / ".d.json.k2345678.state-rank-tmp").write_text("{")                    # a killed write_text
+    user = tmp_path / ".mine.abcd1234.partial"  # the user's, no marker
     user.mkdir()
     (user / "thesis.tex").write_text("years")
-    faked = saved(".e.replaced-x")                                              # a marker, plus a foreign file
+    faked = saved(".e.replaced-0000000e")  # a marker, plus a foreign file
     (faked / "diary.txt").write_text("mine")
     (tmp_path / "keep.partial").write_text("not hidden: not ours")
     (tmp_path / "elsewhere").rmdir()
@@ -115,12 +115,12 @@ def test_leftovers_with_the_marker_are_reclaimed_and_nothing_else(tmp_path, mode
     save_model(model, tmp_path / "new", metadata={"n": 1})
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "removed 5 leftover(s)" in err, err
-    assert listing(tmp_path) == [".e.replaced-x", ".mine.partial", "keep.partial", "new"]
+    assert listing(tmp_path) == [".e.replaced-0000000e", ".mine.abcd1234.partial", "keep.partial", "new"]
     assert (user / "thesis.tex").read_text() == "years" and (faked / "diary.txt").read_text() == "mine"
 
 
 def test_a_leftover_in_use_by_a_live_writer_is_left_alone(tmp_path, model):
-    live = tmp_path / ".a.live.partial"
+    live = tmp_path / ".a.live1234.partial"
     live.mkdir()
     fd = swap.locked_dir(live)
     try:

@@ -150,11 +150,11 @@ def plant_foreign(folder: Path, target: str) -> set[str]:
     (folder / "notes.txt").write_text("the user's notes")
     (folder / "user-model").mkdir()
     (folder / "user-model" / "weights.bin").write_bytes(b"\x01" * 64)
-    mine = folder / f".{target}.mine.partial"
+    mine = folder / f".{target}.mine0000.partial"
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work")
-    (folder / f".{target}.replaced-user").write_text("a file, not ours")
-    return {"notes.txt", "user-model", mine.name, f".{target}.replaced-user"}
+    (folder / f".{target}.replaced-0000beef").write_text("a file, not ours")
+    return {"notes.txt", "user-model", mine.name, f".{target}.replaced-0000beef"}
 
 
 def whole_model(folder: Path) -> bool:
@@ -258,6 +258,7 @@ def one_thread_and_cached_text():
             memo[key] = real(text, tokenizer)
         return memo[key].clone()
     data.encode = encode
+    encode(data.load_text("test"), data.load_tokenizer())  # in the parent, so every fork inherits it
     yield
     data.encode = real
     torch.set_num_threads(threads)

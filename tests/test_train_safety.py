@@ -134,7 +134,7 @@ def test_resume_finishes_a_checkpoint_left_complete_under_its_temporary_name(tmp
     monkeypatch.chdir(tmp_path)
     assert train(tmp_path, "run", 2) == 0
     work = tmp_path / "run" / "work"
-    (work / "checkpoint").rename(work / ".checkpoint.k1ll3d.partial")   # killed between fill and rename
+    (work / "checkpoint").rename(work / ".checkpoint.k1ll3d00.partial")   # killed between fill and rename
     capsys.readouterr()
     assert train(tmp_path, "run", 4, "--resume") == 0
     out, err = capsys.readouterr()

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import uuid
@@ -209,9 +210,13 @@ def marker_of(folder: Path) -> dict | None:
         return None
 
 
+# the names this tool gives its temporary things (mkdtemp/mkstemp add 8 characters, uuid 8 hex digits)
+_LEFTOVER_DIR = re.compile(r"\..+\.[a-z0-9_]{8}\.partial|\..+\.replaced-[0-9a-f]{8}|\.state-rank-probe-[a-z0-9_]{8}")
+_LEFTOVER_FILE = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(TMP_FILE_SUFFIX))
+
+
 def _leftover_dir(name: str) -> bool:
-    return name.startswith(".") and (name.endswith(".partial") or ".replaced-" in name
-                                     or name.startswith(".state-rank-probe-"))
+    return _LEFTOVER_DIR.fullmatch(name) is not None
 
 
 def reclaimable(folder: Path) -> bool:
@@ -261,8 +266,7 @@ def reclaim(parent: Path, keep: set[str] = frozenset()) -> list[str]:
                         removed.append(entry.name)
                 finally:
                     os.close(fd)
-            elif entry.name.startswith(".") and entry.name.endswith(TMP_FILE_SUFFIX) \
-                    and entry.is_file(follow_symlinks=False):
+            elif _LEFTOVER_FILE.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
                 fd = os.open(entry.path, os.O_RDONLY)
                 try:
                     if lock(fd):
