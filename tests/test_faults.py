@@ -72,6 +72,8 @@ class Injector:
                 self.step(f"open {os.path.basename(os.fsdecode(path))}")
         elif event in STEP_EVENTS:
             dir_fd = args[-1] if event in ("os.remove", "os.rmdir", "os.mkdir", "os.chmod") else None
+            if event == "os.mkdir" and dir_fd in (None, -1) and os.path.isdir(args[0]):
+                return  # makedirs(exist_ok=True) on a folder that exists: changes nothing, so not a step
             if self._ours(args[0], dir_fd):
                 self.step(f"{event} {os.path.basename(os.fsdecode(args[0]))}")
 
