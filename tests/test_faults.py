@@ -270,6 +270,7 @@ def one_thread_and_cached_text():
 def source(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("source") / "tiny"
     build_tiny("delta_net").save_pretrained(path)
+    assert main(prune_args(path, path.parent / "warm-up", "0.5")) == 0  # lazy imports done once, not per fork
     return path
 
 
