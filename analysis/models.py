@@ -191,6 +191,8 @@ def load_model(source: str, device: str = "auto", dtype=None):
     ready()  # the CPU path for fla's ops and the project's model types
     from transformers import AutoModelForCausalLM
 
+    from analysis.io.swap import recover_target
+    recover_target(source)  # a replace of this folder that was interrupted is finished (or undone) first
     path = resolve_source(source)
     dev = resolve_device(device)
     adapter = adapter_for(read_config(path))

@@ -125,43 +125,112 @@ def _save_checkpoint(out: Path, model, optimizer, step, gen, cfg):
                    overwrite=True, kind="training checkpoint")
 
 
-def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None) -> tuple:
-    """Train and return (model, cfg) with cfg.history filled; the caller saves the final model.
-    progress(steps_done, steps) is called after every step."""
+# settings a resumed run must share with its checkpoint: the model's shape, the data stream and the schedule
+RESUME_FIXED = ("arch", "task", "hidden_size", "layers", "heads", "head_dim", "key_heads", "intermediate_size",
+                "full_attention_interval", "seq_len", "batch", "lr", "warmup", "seed", "recall_pairs", "recall_keys")
+
+
+def _resume_state(cfg: TrainConfig, ckpt: Path) -> dict | None:
+    """The trainer state to resume from (None: no checkpoint), after finishing an interrupted checkpoint swap;
+    settings that contradict the checkpoint are one sentence."""
+    if not ckpt.exists():
+        _promote_interrupted(ckpt)
+    if not ckpt.exists():
+        return None
+    try:
+        saved = json.loads((ckpt / "train_config.json").read_text())
+        assert isinstance(saved, dict) and isinstance(saved.get("history"), list)
+    except (OSError, ValueError, AssertionError):
+        raise AnalysisError(f"{ckpt} has no readable train_config.json; start without --resume "
+                            "or restore the checkpoint.") from None
+    for name in RESUME_FIXED:
+        if name in saved and saved[name] != getattr(cfg, name):
+            raise AnalysisError(f"--{name.replace('_', '-')} {getattr(cfg, name)} contradicts the checkpoint in "
+                                f"{ckpt} (trained with {saved[name]}); resume with the checkpoint's settings "
+                                "or start a new --work directory.")
+    return load_trainer_state(ckpt)
+
+
+def _promote_interrupted(ckpt: Path) -> None:
+    """A checkpoint whose first save was killed after it was complete but before it took its name: use it."""
+    import os
+    import sys
+    from analysis.io import swap
+    best = None
+    for tmp in ckpt.parent.glob(f".{ckpt.name}.*.partial") if ckpt.parent.is_dir() else []:
+        marker = swap.marker_of(tmp)
+        if marker is None or marker.get("state") == "partial" or not (tmp / "trainer_state.json").is_file():
+            continue
+        try:
+            step = int(json.loads((tmp / "trainer_state.json").read_text())["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if best is None or step > best[0]:
+            best = (step, tmp)
+    if best is not None:
+        with os_errors("recover the checkpoint in", ckpt.parent):
+            if not swap.renameat2(best[1], ckpt, swap.RENAME_NOREPLACE):
+                os.rename(best[1], ckpt)
+        print(f"note: recovered the complete checkpoint of step {best[0]} that an interrupted save left in "
+              f"{best[1].name}.", file=sys.stderr)
+
+
+def _load_checkpoint_model(ckpt: Path):
+    """The checkpoint's weights, safetensors only: a pytorch_model.bin (a pickle) is never opened."""
     from transformers import AutoModelForCausalLM
+    if not [p for p in ckpt.glob("*.safetensors") if not p.name.startswith("trainer_state")]:
+        raise AnalysisError(f"{ckpt} has no .safetensors weights (pickled .bin files are never loaded); "
+                            "start without --resume.")
+    try:
+        return AutoModelForCausalLM.from_pretrained(ckpt, use_safetensors=True, trust_remote_code=False)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "no message"
+        raise AnalysisError(f"The checkpoint in {ckpt} cannot be loaded ({type(exc).__name__}: {first}); "
+                            "start without --resume or restore it.") from None
+
+
+def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None, note=None) -> tuple:
+    """Train and return (model, cfg) with cfg.history filled; the caller saves the final model.
+    progress(steps_done, steps) is called after every step; note(line) gets the line saying where training
+    starts (default: log)."""
     from analysis.models import resolve_device
     from analysis.runtime import ready
     ready()  # a resumed checkpoint is loaded below: fla's model types and the CPU path first
+    note = note or log
     out = Path(cfg.out)
     check_new_dir(out / "checkpoint", overwrite=True)  # before any work: a foreign checkpoint/ is never replaced
+    ckpt = out / "checkpoint"
+    state = _resume_state(cfg, ckpt) if resume else None  # refuses contradicting settings before any work
     with os_errors("create the work directory", out):
         out.mkdir(parents=True, exist_ok=True)
+        from analysis.io.swap import tidy
+        tidy(out, keep={"checkpoint"})  # leftovers of a killed checkpoint save (after any was recovered above)
     device = resolve_device(cfg.device)
     dataset = _LMData(cfg) if cfg.task == "lm" else _RecallData(cfg)
     vocab = len(dataset.tokenizer) if cfg.task == "lm" else dataset.task.vocab_size
     gen = torch.Generator().manual_seed(cfg.seed)
     start_step = 0
-    ckpt = out / "checkpoint"
-    if resume and ckpt.exists():
-        state = load_trainer_state(ckpt)
-        model = AutoModelForCausalLM.from_pretrained(ckpt)
+    if state is not None:
+        model = _load_checkpoint_model(ckpt)
         cfg.history = json.loads((ckpt / "train_config.json").read_text())["history"]
         start_step = state["step"]
         gen.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
-        log(f"resumed from step {start_step}")
+        note(f"resumed from step {start_step} (checkpoint {ckpt})")
     else:
+        if resume:
+            note(f"no checkpoint in {out}: starting at step 0")
         model = build_model(cfg, vocab)
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embeddings" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embeddings" not in n)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=cfg.betas)
-    if start_step:
+    if state is not None:
         optimizer.load_state_dict(state["optimizer"])
     t0 = time.time()
     elapsed_before = cfg.history[-1]["elapsed_s"] if cfg.history else 0.0
-    step = start_step
+    step = start_step - 1  # a run resumed at its last step trains no more: steps_done stays start_step
     for step in range(start_step, cfg.steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)

@@ -116,3 +116,59 @@ def test_no_torch_load_without_weights_only_in_the_tree():
             if not match.group().startswith("torch.load") or not re.search(r"weights_only\s*=\s*True", call):
                 offenders.append(f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}: {call}")
     assert not offenders, "\n".join(offenders)
+
+
+# ---- issue 25: resume recovers an interrupted checkpoint swap, says where it starts, refuses contradictions ----
+
+def test_resume_always_says_where_it_starts(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert train(tmp_path, "empty", 2, "--resume") == 0      # an empty --work: said, not silent
+    assert f"no checkpoint in {tmp_path / 'empty' / 'work'}: starting at step 0" in capsys.readouterr().out
+    assert train(tmp_path, "empty", 4, "--resume", "--json", "-") == 0
+    err = capsys.readouterr().err
+    assert f"resumed from step 2 (checkpoint {tmp_path / 'empty' / 'work' / 'checkpoint'})" in err, err
+
+
+def test_resume_finishes_a_checkpoint_left_complete_under_its_temporary_name(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert train(tmp_path, "run", 2) == 0
+    work = tmp_path / "run" / "work"
+    (work / "checkpoint").rename(work / ".checkpoint.k1ll3d00.partial")   # killed between fill and rename
+    capsys.readouterr()
+    assert train(tmp_path, "run", 4, "--resume") == 0
+    out, err = capsys.readouterr()
+    assert "resumed from step 2" in out and "recovered the complete checkpoint of step 2" in err, (out, err)
+    assert sorted(p.name for p in work.iterdir()) == ["checkpoint"]
+
+
+def test_resume_refuses_settings_that_contradict_the_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert train(tmp_path, "run", 2) == 0
+    before = (tmp_path / "run" / "work" / "checkpoint" / "model.safetensors").read_bytes()
+    for flag, value in [("--hidden-size", "48"), ("--layers", "2"), ("--heads", "2"), ("--arch", "gated_deltanet")]:
+        capsys.readouterr()
+        assert main(["train", "--out", str(tmp_path / "run" / "final"), "--work", str(tmp_path / "run" / "work"),
+                     "--steps", "4", *TINY, flag, value, "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {flag} {value} contradicts the checkpoint") and err.count("\n") == 1, err
+    assert (tmp_path / "run" / "work" / "checkpoint" / "model.safetensors").read_bytes() == before
+
+
+def test_resume_never_opens_a_pickled_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert train(tmp_path, "run", 2) == 0
+    checkpoint = tmp_path / "run" / "work" / "checkpoint"
+    weights = load_file(checkpoint / "model.safetensors")
+    (checkpoint / "model.safetensors").unlink()
+    torch.save(weights, checkpoint / "pytorch_model.bin")
+    marker = json.loads((checkpoint / MARKER).read_text())     # as an attacker would, so only the loader stands
+    marker["files"] = sorted(set(marker["files"]) - {"model.safetensors"} | {"pytorch_model.bin"})
+    (checkpoint / MARKER).write_text(json.dumps(marker))
+    opened = []
+    monkeypatch.setattr(torch, "load", lambda *a, **k: opened.append(a) or (_ for _ in ()).throw(AssertionError))
+    capsys.readouterr()
+    assert train(tmp_path, "run", 4, "--resume") == 2
+    err = capsys.readouterr().err
+    assert opened == [] and err.count("\n") == 1 and "pickled .bin files are never loaded" in err, err
+

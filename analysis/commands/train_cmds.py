@@ -1,6 +1,7 @@
 """train: fit a small model reproducibly (CPU torch path, or fla's kernels on GPU)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from analysis.archs import TRAINABLE
@@ -52,7 +53,9 @@ def run_train(args) -> None:
                       intermediate_size=args.intermediate_size,
                       full_attention_interval=args.full_attention_interval)
     with counted(args, "train: steps", "step") as progress:  # the log lines are in the --json history too
-        model, cfg = train(cfg, resume=args.resume, log=lambda line: say(args, line), progress=progress)
+        model, cfg = train(cfg, resume=args.resume, log=lambda line: say(args, line), progress=progress,
+                           note=lambda line: say(args, line) if args.json != "-" else
+                           print(line, file=sys.stderr))  # where training starts is always said
 
     # --resume may replace an earlier final model, but only one this project wrote (analysis.io.writes)
     save_model_dir(model, out, tokenizer=data.load_tokenizer() if args.task == "lm" else None,

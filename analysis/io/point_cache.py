@@ -44,11 +44,11 @@ def entry_path(key: dict) -> Path:
 
 def check_writable() -> None:
     """Fail in one sentence before any work when the cache directory cannot be written (a private,
-    uniquely named probe file, removed on close: nothing else in the folder is touched)."""
+    uniquely named empty probe folder, removed at once: nothing else in the folder is touched; one left by a
+    kill in between is reclaimed by the next write there)."""
     try:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=CACHE_DIR, prefix=".probe-"):
-            pass
+        os.rmdir(tempfile.mkdtemp(dir=CACHE_DIR, prefix=".state-rank-probe-"))
     except OSError as exc:
         raise AnalysisError(f"Cannot write the sweep cache in {CACHE_DIR} ({exc.strerror or exc}); set "
                             "STATE_RANK_CACHE to a writable directory.") from None

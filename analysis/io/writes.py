@@ -4,22 +4,37 @@ Rules (never destroy what the project did not write):
 - A directory is replaced only if this project wrote it as a model: it holds the marker file
   `MARKER` (which lists the files written), config.json and *.safetensors, and nothing else.
   Never the working directory or a parent of it, the project tree or a bundled sample.
-- A model is written into a temporary sibling first; an old model is moved aside and removed only
-  after the new one is complete and renamed into place.
 - Files get normal permissions (0666 & ~umask; an existing file keeps its mode). An existing symlink is
   written through to its target; a FIFO or device is written to, never replaced.
-- Every refusal and every OS error is one sentence (AnalysisError), checked before expensive work.
+- Every refusal and every OS error is one sentence (AnalysisError), checked before expensive work; a full
+  disk while safetensors writes weights is the same sentence as for any other file.
+
+Replacing a directory (`write_model_dir`; mechanics in `analysis.io.swap`):
+1. The new directory is written as a hidden sibling `.NAME.<random>.partial` whose first file is a marker
+   saying "partial"; the writer holds an flock on it, so no other command takes it for a leftover.
+2. Files are fsynced, then the marker is replaced (atomically) by the final one listing every file.
+3. No old NAME: `renameat2(RENAME_NOREPLACE)` publishes it. An old NAME: on Linux `renameat2(RENAME_EXCHANGE)`
+   swaps the two names in one step, so NAME always holds a whole model, the old one or the new one.
+4. The old model, now under the temporary name, is removed with its marker last.
+Where RENAME_EXCHANGE is unavailable (another OS, some file systems) a journal `.NAME.state-rank-swap.json`
+is written (and fsynced) beside NAME before two plain renames (NAME → `.NAME.replaced-<hex>`, new → NAME)
+and removed after them. For the instant between them NAME is missing; the next command that writes into
+the folder, or loads NAME, finishes the swap (or rolls it back when the new one is incomplete) and says so.
+Every write first reclaims the folder's leftovers of interrupted writes — `.partial`, `.replaced-*` and
+probe directories that carry the marker (or hold nothing but a torn one), and `write_text`'s own
+`.*.state-rank-tmp` files — unless a live writer holds their lock; one stderr line lists what went.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
-import uuid
 from pathlib import Path
 
 from analysis.errors import AnalysisError
@@ -32,6 +47,7 @@ NAME_MAX = 255     # bytes per path component (Linux)
 PATH_MAX = 4095    # bytes per whole path, without the final NUL
 OUTPUT_ROOT_ENV = "STATE_RANK_OUTPUT_ROOT"   # where the dashboard saves (default <repo>/outputs)
 LOCAL_ENV = "STATE_RANK_LOCAL"               # 1: the dashboard may save to any local path
+TMP_FILE_SUFFIX = ".state-rank-tmp"          # write_text's temporary files (reclaimed when a write was killed)
 
 _REASONS = {
     errno.ENOENT: "a folder on the way does not exist",
@@ -62,11 +78,25 @@ def os_error_sentence(exc: OSError, action: str, path) -> str:
 
 @contextlib.contextmanager
 def os_errors(action: str, path):
-    """`with os_errors("save the model to", out): ...` — any OSError becomes one sentence."""
+    """`with os_errors("save the model to", out): ...` — any OSError becomes one sentence, and so does the
+    same failure inside safetensors or tokenizers (Rust), which raise their own types with the OS code inside."""
     try:
         yield
     except OSError as exc:
         raise AnalysisError(os_error_sentence(exc, action, path)) from None
+    except Exception as exc:
+        code = _rust_os_error(exc)
+        if code is None:
+            raise
+        raise AnalysisError(os_error_sentence(OSError(code, os.strerror(code)), action, path)) from None
+
+
+def _rust_os_error(exc: Exception) -> int | None:
+    """The errno inside a SafetensorError ("IoError(Os { code: 28, ...") or a tokenizers error ("(os error 28)")."""
+    if type(exc).__name__ != "SafetensorError" and type(exc) is not Exception:
+        return None
+    found = re.search(r"Os \{ code: (\d+)|\(os error (\d+)\)", str(exc))
+    return int(found.group(1) or found.group(2)) if found else None
 
 
 def _umask() -> int:
@@ -152,10 +182,15 @@ def replace_refusal(path) -> str | None:
     for base, dirs, names in os.walk(path):
         entries |= {os.path.relpath(os.path.join(base, n), path) for n in dirs + names}
     allowed = listed | {MARKER} | {str(Path(f).parent) for f in listed if Path(f).parent != Path(".")}
-    foreign = sorted(entries - allowed)
+    foreign = sorted(e for e in entries - allowed if not _own_temp_file(e))
     if foreign:
         return f"holds files this tool did not write ({', '.join(show(f, 30) for f in foreign[:3])})"
     return None
+
+
+def _own_temp_file(name: str) -> bool:
+    """A write_text temporary left by a killed write (e.g. of a model card): ours, removed with the folder."""
+    return os.path.basename(name).startswith(".") and name.endswith(TMP_FILE_SUFFIX)
 
 
 def can_replace(path) -> bool:
@@ -186,6 +221,8 @@ def check_new_dir(out, overwrite: bool = False,
         raise AnalysisError("No output directory given; name a new directory to save the model in.")
     path = _absolute(out)
     _check_lengths(path)
+    from analysis.io import swap
+    swap.recover_target(path)  # an interrupted replace of this very name is finished (or undone) first
     reason = protected_reason(path) if os.path.lexists(path) else None  # new folders may go anywhere writable
     if reason:
         raise AnalysisError(f"Refusing to write the model to {show(path)}: it {reason}; choose a new directory.")
@@ -211,8 +248,24 @@ def check_replaceable(path) -> None:
 
 
 def _write_marker(folder: Path, kind: str) -> None:
+    """The final marker, listing every file, replacing the "partial" one atomically."""
     record = {"written_by": WRITER, "kind": kind, "files": _written_files(folder)}
-    (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n")
+    tmp = folder / f"{MARKER}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(record, indent=2) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, file_mode())
+    os.replace(tmp, folder / MARKER)
+
+
+def _start_marker(folder: Path, kind: str) -> None:
+    """The first file of a new directory: it says "ours, half-written", so a killed write can be reclaimed."""
+    fd = os.open(folder / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode())
+    try:
+        os.write(fd, json.dumps({"written_by": WRITER, "kind": kind, "state": "partial", "files": []}).encode())
+    finally:
+        os.close(fd)
 
 
 def record_written(folder, names: list[str]) -> None:
@@ -228,53 +281,75 @@ def record_written(folder, names: list[str]) -> None:
 
 def write_model_dir(out, fill, overwrite: bool = False, kind: str = "model",
                     exists_hint: str = "choose a new directory or allow overwriting") -> Path:
-    """`fill(tmp)` writes the model into a temporary sibling; then it is marked and renamed to `out`.
-
-    An existing `out` is replaced only when `can_replace` allows it: moved aside, and removed only after
-    the new directory is in place (put back if the rename fails)."""
+    """`fill(tmp)` writes the model into a marked temporary sibling, which then takes the name `out` in one
+    step (see "Replacing a directory" above). An existing `out` is replaced only when `can_replace` allows it."""
+    from analysis.io import swap
     path = check_new_dir(out, overwrite, exists_hint)
     with os_errors("create the folder for", path):
         path.parent.mkdir(parents=True, exist_ok=True)
+        swap.tidy(path.parent, keep={path.name})
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".partial"))
+    lock = None
     try:
         with os_errors("write the model to", path):
+            lock = swap.locked_dir(tmp)  # held until the end: no other command reclaims it meanwhile
+            _start_marker(tmp, kind)
             fill(tmp)
             _normal_permissions(tmp)
+            _fsync_files(tmp)
             _write_marker(tmp, kind)
             _swap_in(tmp, path, overwrite, exists_hint)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # only ever our own temporary folder
+        with contextlib.suppress(OSError):
+            if os.path.isdir(tmp):
+                swap.remove_marked(tmp)  # only ever our own temporary folder (or the old model swapped into it)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
     return path
 
 
-def _normal_permissions(folder: Path) -> None:
-    """mkdtemp makes 0700 and safetensors writes 0600: a saved model gets the modes of any new file/folder."""
-    mask = _umask()
-    os.chmod(folder, 0o777 & ~mask)
+def _fsync_files(folder: Path) -> None:
+    """Data on disk before the name points at it (a power cut after the swap must not leave empty files)."""
     for base, dirs, files in os.walk(folder):
-        for name in dirs:
-            os.chmod(os.path.join(base, name), 0o777 & ~mask)
         for name in files:
-            if not os.path.islink(os.path.join(base, name)):
-                os.chmod(os.path.join(base, name), 0o666 & ~mask)
+            fd = os.open(os.path.join(base, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _normal_permissions(folder: Path) -> None:
+    """mkdtemp makes 0700 and safetensors writes 0600: a saved model gets the modes of any new file/folder
+    (only what differs is changed)."""
+    mask = _umask()
+    for base, dirs, files in os.walk(folder):
+        for name, mode in [(base, 0o777)] + [(os.path.join(base, d), 0o777) for d in dirs] + \
+                          [(os.path.join(base, f), 0o666) for f in files]:
+            if not os.path.islink(name) and stat.S_IMODE(os.stat(name).st_mode) != mode & ~mask:
+                os.chmod(name, mode & ~mask)
 
 
 def _swap_in(tmp: Path, path: Path, overwrite: bool, exists_hint: str) -> None:
+    """Publish `tmp` as `path`: a new name in one rename, an existing one exchanged in one step (or journalled)."""
+    from analysis.io import swap
     if not os.path.lexists(path):
-        os.rename(tmp, path)
+        if not swap.renameat2(tmp, path, swap.RENAME_NOREPLACE):
+            if os.path.lexists(path):  # (no RENAME_NOREPLACE here: check, then rename)
+                raise AnalysisError(f"{path} already exists; {exists_hint}.")
+            os.rename(tmp, path)
+        swap.fsync_dir(path.parent)
         return
     if not overwrite:
         raise AnalysisError(f"{path} already exists; {exists_hint}.")
     check_replaceable(path)  # again: it may have changed while the model was written
-    aside = path.with_name(f".{path.name[:64]}.replaced-{uuid.uuid4().hex[:8]}")
-    os.rename(path, aside)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        os.rename(aside, path)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)  # verified above to be a model this project wrote
+    if swap.renameat2(tmp, path, swap.RENAME_EXCHANGE):
+        swap.fsync_dir(path.parent)
+        swap.remove_old(tmp)  # the old model, now under the temporary name, verified above to be ours
+    else:
+        swap.journal_swap(tmp, path)
 
 
 def check_file_destination(destination, label: str = "--json") -> None:
@@ -320,12 +395,17 @@ def write_text(destination, text: str, label: str = "--json") -> Path:
         target = Path(os.path.realpath(path)) if path.is_symlink() else path  # keep the link, write its target
         target.parent.mkdir(parents=True, exist_ok=True)
         mode = stat.S_IMODE(info.st_mode) if info is not None else file_mode()
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:64]}.", suffix=".tmp")
+        from analysis.io import swap
+        swap.tidy(target.parent, keep={target.name})
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:64]}.", suffix=TMP_FILE_SUFFIX)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # live: never taken for a leftover (the lock goes with the fd)
             os.fchmod(fd, mode)
             with os.fdopen(fd, "w") as fh:
                 fh.write(text)
-            os.replace(tmp, target)
+                fh.flush()
+                os.fsync(fh.fileno())
+                os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
