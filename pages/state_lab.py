@@ -106,8 +106,11 @@ def scrubber() -> None:
         state.choose("lab_t", (int(st.session_state[wkey]) + 1) % T)
     t = st.slider("Token t (the state after token t)", 0, max(T - 1, 1), key=wkey, disabled=T == 1)
     t = min(int(state.remember("lab_t")), T - 1)
-    strip = " ".join(f"<mark>{html.escape(tok)}</mark>" if i == t else html.escape(tok) for i, tok in enumerate(tokens))
-    st.markdown(f"<div style='font-family:monospace;line-height:1.8'>{strip}</div>", unsafe_allow_html=True)
+    # tokens carry their own spaces: join them as they are, a faint underline marks where each one ends
+    strip = "".join(f"<mark>{html.escape(tok)}</mark>" if i == t else
+                    f"<span style='border-bottom:1px solid #ccc'>{html.escape(tok)}</span>" for i, tok in enumerate(tokens))
+    st.markdown(f"<div style='font-family:monospace;line-height:1.9;white-space:pre-wrap'>{strip}</div>",
+                unsafe_allow_html=True)
     rank = int(tr.numerical_rank[t])
     left, right = st.columns(2)
     with left:

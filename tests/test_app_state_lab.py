@@ -106,3 +106,13 @@ def test_every_page_formula_uses_the_k_first_delta_rule(monkeypatch, tiny_lm, pa
         assert any(re.search(r"o_t\s*=\s*\\mathrm\{scale\}\\cdot\s*S_t\^\\top\s*q_t", f) for f in formulas)
     if page == "pages/model.py":
         assert [p.label.split(".")[0] for p in at.get("page_link")] == [str(i) for i in range(1, 8)]
+
+
+def test_play_advances_one_token_per_run(lab_page):
+    at = lab_page
+    scrubber(at).set_value(2).run()
+    at.toggle(key="lab_play").set_value(True).run()
+    clean(at)
+    assert scrubber(at).value == 3
+    at.toggle(key="lab_play").set_value(False).run()
+    assert scrubber(at).value == 3

@@ -75,6 +75,6 @@ def noise_curves(probe: dict, snr_db: float, title: str, first_label: str, secon
         fig.add_trace(go.Scatter(x=x, y=_list(probe[key]), mode="lines", name=name, line=dict(color=color, dash=dash)))
     fig.add_vline(x=snr_db, line_color="black", line_width=1, annotation_text=f"{snr_db:g} dB",
                   annotation_position="top")
-    fig.update_yaxes(**LOG_AXIS)
+    fig.update_yaxes(**LOG_AXIS, dtick=1)  # one label per decade: no bare "2"/"5" minor labels
     return _layout(fig, title, "SNR = ‖k‖²/(dk σ²) (dB)", "relative error ‖Sᵀ(q−k)‖/‖Sᵀk‖ (RMS, log)",
                    height=420)
