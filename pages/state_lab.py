@@ -49,7 +49,10 @@ if mode == REAL:
                           on_change=lambda: state.choose("lab_text", data.PREPARED[st.session_state["w:lab_prepared"]]))
     state.remember("lab_prepared")
     layers, heads = range(ctx.info.layers), range(ctx.info.value_heads)
-    layer = c2.selectbox("Layer", list(layers), key=state.remembered("lab_layer", 0, layers))
+    block_of = {b.linear_layer: b.block for b in ctx.info.blocks if b.linear_layer is not None}
+    hybrid = len(ctx.info.blocks) > ctx.info.layers  # softmax blocks hold no state: count the linear ones only
+    layer = c2.selectbox("Layer", list(layers), key=state.remembered("lab_layer", 0, layers),
+                         format_func=lambda i: f"{i} (block {block_of.get(i, i)})" if hybrid else str(i))
     state.remember("lab_layer")
     head = c3.selectbox("Head", list(heads), key=state.remembered("lab_head", 0, heads))
     state.remember("lab_head")
@@ -64,8 +67,10 @@ if mode == REAL:
         result = data.head_traces(*args, progress=report)
         obs = data.observation(ctx.key, text)
     tokens = obs.tokens
-    short = text if len(text) <= 40 else text[:37] + "…"
-    where = (f"{ctx.name} · “{short}” ({len(tokens)} tokens) · layer {layer}, head {head} · "
+    short = "“" + (text if len(text) <= 40 else text[:37] + "…") + "”" if ctx.task is None else "a recall sequence"
+    kh = lab.key_head_of(obs, int(layer), int(head))
+    head_text = f"head {head}" if kh == head else f"value head {head} (key head {kh})"
+    where = (f"{ctx.name} · {short} ({len(tokens)} tokens) · layer {layer}, {head_text} · "
              f"device {ctx.key.device} · dtype {ctx.key.dtype} (lab in fp32)")
 else:
     c1, c2, c3, c4, c5 = st.columns(5)

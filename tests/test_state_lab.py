@@ -160,3 +160,27 @@ def test_noise_probe_matches_the_exact_raw_bound(small):
     lower = lab.noise_probe(S, x.k[-2], 30.0)["at"]["mc_raw"]
     assert lower < p["at"]["mc_raw"]
     assert "valid" in lab.validity_label(p["at"]["second_valid"], p["second_valid_from_db"])
+
+
+def test_a_projection_onto_basis_rows_equals_keeping_those_channels(small):
+    model, tok = small
+    obs = lab.observe(model, lab.text_ids(tok, "Rotations and index sets agree on basis vectors."))
+    x = lab.head_inputs(obs, 0, 1)
+    idx = torch.tensor([0, 5, 9, 33])
+    by_index = lab.pruned_inputs(x, idx, "index")
+    by_rotation = lab.pruned_inputs(x, torch.eye(x.dims[0])[idx], "rotation")
+    assert close(lab.run_rule("model", by_rotation), lab.run_rule("model", by_index), 1e-6)
+
+
+def test_lab_figures_mark_the_rank_the_token_and_label_log_axes_by_decade():
+    from ui import state_lab_figures as figs
+    spec = figs.spectrum([4.0, 2.0, 1e-5, 0.0], 2, 1e-3, "t").to_plotly_json()
+    assert spec["layout"]["yaxis"]["type"] == "log"
+    assert any(s.get("x0") == 2.5 for s in spec["layout"]["shapes"])            # numerical rank 2
+    assert spec["data"][0]["y"][3] is None                                       # a zero is a gap on a log axis
+    curves = figs.over_tokens({"delta x": [0.1, 0.2]}, 1, ["a", " b"], "t", "y").to_plotly_json()
+    assert curves["layout"]["shapes"][0]["x0"] == 1 and list(curves["data"][0]["text"]) == ["0: 'a'", "1: ' b'"]
+    x = lab.synthetic_inputs("orthogonal", 4)
+    p = lab.noise_probe(lab.run_rule("delta", x)[-1], x.k[0], 10.0, n_samples=16)
+    noise = figs.noise_curves(p, 10.0, "t", "a", "b").to_plotly_json()
+    assert noise["layout"]["yaxis"]["dtick"] == 1
