@@ -71,7 +71,7 @@ if mode == REAL:
     kh = lab.key_head_of(obs, int(layer), int(head))
     head_text = f"head {head}" if kh == head else f"value head {head} (key head {kh})"
     where = (f"{ctx.name} · {short} ({len(tokens)} tokens) · layer {layer}, {head_text} · "
-             f"device {ctx.key.device} · dtype {ctx.key.dtype} (lab in fp32)")
+             f"device {ctx.key.device} · dtype {ctx.key.dtype} · rules re-run in fp32 on the CPU")
 else:
     c1, c2, c3, c4, c5 = st.columns(5)
     pattern = c1.selectbox("Keys", lab.PATTERNS, key=state.remembered("lab_pattern", lab.PATTERNS[0], lab.PATTERNS))

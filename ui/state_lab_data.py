@@ -36,7 +36,7 @@ def observation(key: ModelKey, text: str, *, progress) -> lab.Observation:
         return lab.observe(model, ids, names)
 
 
-@memo.memoized("state_lab_head", max_entries=32)
+@memo.memoized("state_lab_head", max_entries=8)  # up to ~30 MB each at 512 tokens (3 rules × T states)
 def head_traces(key: ModelKey, text: str, layer: int, head: int, *, progress) -> dict:
     obs = observation(key, text, progress=progress)
     progress(0.6, f"layer {layer}, head {head}: the state after every token under three rules, spectra, retrieval")
@@ -49,7 +49,7 @@ def synthetic_traces(pattern: str, dk: int, n_tokens: int, beta: float, decay: f
     return {"inputs": x, "traces": lab.trace_head(x)}
 
 
-@memo.memoized("state_lab_pruned", max_entries=32)
+@memo.memoized("state_lab_pruned", max_entries=8)
 def pruned_traces(key: ModelKey, text: str, layer: int, head: int, strategy: str, ratio: float, *, progress) -> dict:
     """The same head with dk′ = round(dk(1 − ratio)) channels kept by `strategy` (its calibration if it needs one)."""
     obs = observation(key, text, progress=progress)
