@@ -87,8 +87,8 @@ else:
     with guard():
         result = data.synthetic_traces(pattern, int(dk), int(n), float(beta), float(decay))
     x = result["inputs"]
-    tokens = [f"k=e{int(k.argmax())} v=e{int(v.argmax())}" if pattern != "nearly parallel" else f"v=e{int(v.argmax())}"
-              for k, v in zip(x.k, x.v)]
+    tokens = [(f"k=e{int(k.argmax())} v=e{int(v.argmax())}" if pattern != "nearly parallel" else f"v=e{int(v.argmax())}")
+              + " " for k, v in zip(x.k, x.v)]  # a trailing space: the strip joins tokens as they are
     where = f"{x.label} · no model · device cpu · dtype float32"
 
 x, traces = result["inputs"], result["traces"]

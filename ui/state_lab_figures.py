@@ -41,7 +41,7 @@ def spectrum(values, rank: int, tau: float, title: str, pruned: Sequence[float] 
                       annotation_text=f"τ·s₁ (τ = {tau:g})", annotation_position="bottom left")
         fig.add_vline(x=rank + 0.5, line_dash="dash", line_color=PALETTE[1],
                       annotation_text=f"numerical rank {rank}", annotation_position="top right")
-    fig.update_yaxes(**LOG_AXIS)
+    fig.update_yaxes(**LOG_AXIS, dtick=1)  # one label per decade: no bare "2"/"5" minor labels
     return _layout(fig, title, "index i (descending)", "singular value s_i (log)", height=420)
 
 
