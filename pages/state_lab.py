@@ -187,6 +187,16 @@ def pruned_view(t: int) -> None:
     dk_p = pruned["inputs"].dims[0]
     left, right = st.columns(2)
     with left:
+        st.plotly_chart(figs.state_heatmap(pt.states[t].tolist(), f"Pruned state S_t after token {t}: dk′ = {dk_p}"),
+                        key="lab_pruned_state")
+    with right:
+        rank_p = int(pt.numerical_rank[t])
+        st.plotly_chart(figs.spectrum(pt.singular_values[t].tolist(), rank_p, lab.TAU,
+                                      f"Singular values, dk′ = {dk_p}: numerical rank {rank_p}",
+                                      tr.singular_values[t].tolist(), f"original dk = {x.dims[0]}"),
+                        key="lab_pruned_spectrum")
+    left, right = st.columns(2)
+    with left:
         curves = {f"{rule} dk = {x.dims[0]}": tr.numerical_rank.tolist(),
                   f"{rule} dk′ = {dk_p}": pt.numerical_rank.tolist()}
         st.plotly_chart(figs.over_tokens(curves, t, tokens, f"Numerical rank, original vs pruned ({strategy})",

@@ -116,3 +116,13 @@ def test_play_advances_one_token_per_run(lab_page):
     assert scrubber(at).value == 3
     at.toggle(key="lab_play").set_value(False).run()
     assert scrubber(at).value == 3
+
+
+def test_what_if_dk_were_smaller_shows_the_pruned_head(lab_page):
+    at = lab_page
+    assert len(chart(at, "lab_pruned_state")["data"][0]["z"]) == 32          # ρ = 0.5 of dk = 64, l1 by default
+    next(s for s in at.slider if s.label.startswith("Pruning ratio")).set_value(0.75).run()
+    clean(at)
+    assert len(chart(at, "lab_pruned_state")["data"][0]["z"]) == 16
+    names = [d["name"] for d in chart(at, "lab_pruned_spectrum")["data"]]
+    assert names == ["s_i", "original dk = 64"]

@@ -26,16 +26,17 @@ def state_heatmap(S, title: str) -> go.Figure:
     return _layout(fig, title, "value channel j (dv)", "key channel i (dk)", height=420)
 
 
-def spectrum(values, rank: int, tau: float, title: str, pruned: Sequence[float] | None = None) -> go.Figure:
+def spectrum(values, rank: int, tau: float, title: str, other: Sequence[float] | None = None,
+             other_name: str = "") -> go.Figure:
     """Singular values (log y) by index, the numerical rank as a vertical line, τ·s1 as a horizontal one."""
     s = np.asarray(values, dtype=float)
     pos = [v if v > 0 else None for v in _list(s)]  # log axis: zeros are gaps
     fig = go.Figure(go.Scatter(x=list(range(1, len(s) + 1)), y=pos, mode="lines+markers", name="s_i",
                                line=dict(color=PALETTE[0]), hovertemplate="s_%{x} = %{y:.3g}<extra></extra>"))
-    if pruned is not None:
-        p = [v if v > 0 else None for v in _list(pruned)]
-        fig.add_trace(go.Scatter(x=list(range(1, len(p) + 1)), y=p, mode="lines+markers", name="pruned head",
-                                 line=dict(color=PALETTE[3], dash="dash")))
+    if other is not None:  # e.g. the unpruned head, for comparison
+        p = [v if v > 0 else None for v in _list(other)]
+        fig.add_trace(go.Scatter(x=list(range(1, len(p) + 1)), y=p, mode="lines", name=other_name,
+                                 line=dict(color=RANDOM_COLOR, dash="dash")))
     if s.size and s[0] > 0:
         fig.add_hline(y=tau * float(s[0]), line_dash="dot", line_color=RANDOM_COLOR,
                       annotation_text=f"τ·s₁ (τ = {tau:g})", annotation_position="bottom left")
