@@ -99,6 +99,8 @@ rule = st.radio("Update rule shown in the heatmap, spectrum and noise probe", li
 state.remember("lab_rule")
 T = x.tokens
 tr = traces[rule]
+COLORS = [figs.RULE_COLORS[r] for r in lab.RULES]  # one colour per rule on every chart
+DASHED = [lab.RULES["delta"]]  # dashed, so the model's own rule stays visible where the two coincide (no gate)
 
 play = st.toggle("▶ Play (one token per second)", key="lab_play")
 
@@ -121,8 +123,8 @@ def scrubber() -> None:
     with left:
         st.plotly_chart(figs.state_heatmap(tr.states[t].tolist(), f"State S_t after token {t} ({lab.RULES[rule]})"),
                         key="lab_state")
-        st.caption(f"{where} · {lab.RULES[rule]}. Notice: each token adds a (rank-one) key row pattern; the delta "
-                   "rule also erases what the key held.")
+        st.caption(f"{where} · {lab.RULES[rule]}. Notice: each token adds one rank-one term k uᵀ; the delta rule "
+                   "first erases what the key held.")
     with right:
         st.plotly_chart(figs.spectrum(tr.singular_values[t].tolist(), rank, lab.TAU,
                                       f"Singular values of S_t, t = {t}: numerical rank {rank}"), key="lab_spectrum")
@@ -130,13 +132,15 @@ def scrubber() -> None:
     left, right = st.columns(2)
     with left:
         util = {name: traces[r].rank_utilization.tolist() for r, name in lab.RULES.items()}
-        st.plotly_chart(figs.over_tokens(util, t, tokens, "Rank utilization u(S_t) by rule", "stable rank / min(dk, dv)"),
+        st.plotly_chart(figs.over_tokens(util, t, tokens, "Rank utilization u(S_t) by rule", "stable rank / min(dk, dv)",
+                                         colors=COLORS, dashed=DASHED),
                         key="lab_utilization")
         st.caption(f"{where}. Notice: plain linear attention piles every write onto the same few directions.")
     with right:
         errors = {name: traces[r].retrieval_error[t, :t + 1].tolist() for r, name in lab.RULES.items()}
         st.plotly_chart(figs.over_tokens(errors, t, tokens[:t + 1], f"What S_t remembers: retrieval error of each "
-                                         f"earlier token j ≤ {t}", "‖S_tᵀk_j − w_j‖ / ‖w_j‖"), key="lab_retrieval")
+                                         f"earlier token j ≤ {t}", "‖S_tᵀk_j − w_j‖ / ‖w_j‖", colors=COLORS, dashed=DASHED),
+                        key="lab_retrieval")
         st.caption(f"{where}. Notice: 0 = read back exactly; old tokens fade under a decay, get overwritten "
                    "under the delta rule, interfere under linear attention.")
     noise_probe(t)
@@ -200,13 +204,15 @@ def pruned_view(t: int) -> None:
         curves = {f"{rule} dk = {x.dims[0]}": tr.numerical_rank.tolist(),
                   f"{rule} dk′ = {dk_p}": pt.numerical_rank.tolist()}
         st.plotly_chart(figs.over_tokens(curves, t, tokens, f"Numerical rank, original vs pruned ({strategy})",
-                                         "numerical rank (directions)", dashed=[f"{rule} dk′ = {dk_p}"]),
+                                         "numerical rank (directions)", dashed=[f"{rule} dk′ = {dk_p}"],
+                                         colors=[figs.RULE_COLORS[rule]] * 2),
                         key="lab_pruned_utilization")
     with right:
         errs = {f"{rule} dk = {x.dims[0]}": tr.retrieval_error[t, :t + 1].tolist(),
                 f"{rule} dk′ = {dk_p}": pt.retrieval_error[t, :t + 1].tolist()}
         st.plotly_chart(figs.over_tokens(errs, t, tokens[:t + 1], f"Retrieval error at t = {t}, original vs pruned",
-                                         "‖S_tᵀk_j − w_j‖ / ‖w_j‖", dashed=[f"{rule} dk′ = {dk_p}"]),
+                                         "‖S_tᵀk_j − w_j‖ / ‖w_j‖", dashed=[f"{rule} dk′ = {dk_p}"],
+                                         colors=[figs.RULE_COLORS[rule]] * 2),
                         key="lab_pruned_retrieval")
     st.caption(f"{where} · {lab.RULES[rule]} · {STRATEGIES[strategy].label}, ρ = {ratio:g}: channels zeroed after "
                "the convolution, keys re-normalised, readout scale unchanged. Notice: fewer key rows, fewer "

@@ -47,12 +47,12 @@ def spectrum(values, rank: int, tau: float, title: str, other: Sequence[float] |
 
 
 def over_tokens(curves: dict[str, Sequence[float]], t: int, tokens: Sequence[str], title: str, y_title: str,
-                log: bool = False, dashed: Sequence[str] = ()) -> go.Figure:
+                log: bool = False, dashed: Sequence[str] = (), colors: Sequence[str] = ()) -> go.Figure:
     """One line per name over token position, the current token t marked (hover shows each token's text)."""
     fig = go.Figure()
     hover = _hover_tokens(tokens)
     for i, (name, ys) in enumerate(curves.items()):
-        color = RULE_COLORS.get(name.split(" ")[0], PALETTE[(i + 3) % len(PALETTE)])
+        color = colors[i] if i < len(colors) else PALETTE[i % len(PALETTE)]
         y = _list(ys)
         fig.add_trace(go.Scatter(x=list(range(len(y))), y=y, mode="lines+markers", name=name, text=hover[:len(y)],
                                  marker=dict(size=4), line=dict(color=color, dash="dash" if name in dashed else None),
