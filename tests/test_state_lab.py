@@ -85,6 +85,9 @@ def test_lab_states_rules_and_retrieval_match_the_definitions(family):
         sv = torch.linalg.svdvals(want[-1])
         assert torch.allclose(tr.singular_values[-1].double(), sv[:m], rtol=1e-3, atol=1e-5 * float(sv[0]))
         assert tr.numerical_rank[-1] == float((sv > lab.TAU * sv[0]).sum())  # small ints, no BLAS rounding at stake
+    # keeping every key channel reproduces the head: k_raw, its key head and the re-normalisation are right
+    kept_all = lab.pruned_inputs(x, torch.arange(x.dims[0]), "all channels kept")
+    assert close(lab.run_rule("model", kept_all), traces["model"].states)
     if x.g is None:  # no gate: the model's own rule is the delta rule
         assert close(traces["model"].states, traces["delta"].states, 1e-6)
 

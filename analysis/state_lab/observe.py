@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from analysis.backend import RecurrenceInputs, observe_recurrences
+from analysis.backend import L2_EPS, RecurrenceInputs, observe_recurrences
 from analysis.data import encode
 from analysis.errors import AnalysisError, count
 from analysis.layers import attention_layers
@@ -32,6 +32,11 @@ class Observation:
 
     def heads(self, layer: int) -> int:
         return self.layers[layer].k.shape[2]
+
+
+def l2_normalise(x: torch.Tensor) -> torch.Tensor:
+    """fla's in-kernel l2 norm, x / sqrt(Σx² + 1e-6): the eps matters for the small post-conv keys of tiny models."""
+    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + L2_EPS)
 
 
 def text_ids(tokenizer, text: str, max_tokens: int = MAX_TOKENS) -> torch.Tensor:
@@ -93,9 +98,11 @@ def head_inputs(obs: Observation, layer: int, head: int, label: str = "") -> Hea
     kh = head // (heads // key_heads)                     # the key head this value head reads
     g = None if r.g is None else r.g[0, :, head]
     k = r.k[0, :, head]
-    unit = bool(((k.norm(dim=-1) - 1).abs() < 1e-3).all())
+    k_raw = None if r.k_raw is None else r.k_raw[0, :, kh]
+    # the keys are the l2 norm of k_raw (in the kernel or the layer): a pruned key must be re-normalised the same way
+    unit = k_raw is not None and bool(torch.allclose(k, l2_normalise(k_raw), rtol=1e-4, atol=1e-6))
     return HeadInputs(q=r.q[0, :, head], k=k, v=r.v[0, :, head], beta=r.beta[0, :, head], g=g, scale=float(r.scale),
-                      k_raw=None if r.k_raw is None else r.k_raw[0, :, kh],
+                      k_raw=k_raw,
                       q_raw=None if r.q_raw is None else r.q_raw[0, :, kh],
                       unit_keys=unit, label=label or f"layer {layer}, head {head}")
 

@@ -12,7 +12,8 @@ What "v_j" means in the retrieval error ‖S_tᵀk_j − w_j‖/‖w_j‖: w_j i
 state that holds nothing at k_j, i.e. what S_jᵀk_j reads back right after a clean write:
     delta rules  w_j = β_j ‖k_j‖² v_j    (β-scaled: a β < 1 write stores only part of v_j)
     linear       w_j = ‖k_j‖² v_j
-(‖k_j‖ = 1 for the l2-normalised keys of every supported family). Any error above 0 at t = j is interference
+(‖k_j‖ ≈ 1 for the l2-normalised keys of every supported family; the norm's eps leaves tiny keys a little short,
+hence the factor). Any error above 0 at t = j is interference
 from what was stored before; growth for t > j is decay or overwriting.
 """
 from __future__ import annotations

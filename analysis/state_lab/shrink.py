@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from analysis.archs import adapter_for
-from analysis.backend import L2_EPS
 from analysis.errors import AnalysisError
 from analysis.layers import linear_layers
+from analysis.state_lab.observe import l2_normalise
 from analysis.state_lab.rules import HeadInputs
 from analysis.strategies import get_strategy
 
@@ -21,10 +21,6 @@ def kept_dim(dk: int, ratio: float) -> int:
     if not 0.0 <= float(ratio) < 1.0:
         raise AnalysisError(f"The pruning ratio must lie in [0, 1), got {ratio}.")
     return max(1, round(dk * (1.0 - float(ratio))))
-
-
-def _l2(x: torch.Tensor) -> torch.Tensor:
-    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + L2_EPS)
 
 
 def head_selection(model, strategy: str, ratio: float, layer: int, key_head: int, calibration=None,
@@ -56,5 +52,5 @@ def pruned_inputs(x: HeadInputs, selection: torch.Tensor, label: str) -> HeadInp
             raise AnalysisError("A rotation cannot keep per-channel decays; pick an axis-aligned strategy.")
         k, q, g = x.k_raw @ P.T, x.q_raw @ P.T, x.g
     if x.unit_keys:
-        k, q = _l2(k), _l2(q)
+        k, q = l2_normalise(k), l2_normalise(q)
     return x.with_keys(q=q, k=k, g=g, label=label)
