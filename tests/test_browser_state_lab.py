@@ -70,5 +70,13 @@ def test_type_scrub_switch_rule_and_snr(server):
         page.wait_for_function("([el, old]) => el.innerText !== old", arg=[error.element_handle(), before],
                                timeout=TIMEOUT_MS)
         assert float(error.inner_text()) < float(before)                 # less noise, smaller retrieval error
+        # play: the scrubber's fragment advances one token per second until paused
+        current = page.locator("mark").first.inner_text()
+        page.get_by_text("Play (one token per second)").click()
+        page.wait_for_function("old => document.querySelector('mark') && document.querySelector('mark').innerText !== old",
+                               arg=current, timeout=20_000)
+        page.get_by_text("Play (one token per second)").click()
+        idle(page)
+        no_exception(page)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         full_screenshot(page, ARTIFACTS / "state_lab.png")
