@@ -157,15 +157,19 @@ def noise_probe(t: int) -> None:
     snr = c2.slider("SNR (dB)", -10, 40, key=state.remembered("lab_snr", 10))
     state.remember("lab_snr")
     with guard():
-        p = lab.noise_probe(tr.states[t], x.k[j], float(snr))
+        p = lab.noise_probe(tr.states[t], x.k[j], float(snr), written=tr.written[j])
     at = p["at"]
     first = lab.validity_label(at["first_valid"], p["first_valid_from_db"])
     second = lab.validity_label(at["second_valid"], p["second_valid_from_db"])
-    m1, m2, m3, m4 = st.columns(4)
+    m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("Monte Carlo error, q = k + ε", f"{at['mc_raw']:.3g}")
     m2.metric("exact RMS σ‖S‖_F/‖Sᵀk‖", f"{at['bound_raw']:.3g}")
     m3.metric("Monte Carlo, re-normalised q̂", f"{at['mc_renorm']:.3g}")
     m4.metric("second-order prediction, q̂", f"{at['second_order']:.3g}", help=second)
+    if "retrieval_raw" in at:
+        m5.metric(f"error vs w_{j} with this noise", f"{at['retrieval_raw']:.3g}",
+                  help=f"exact RMS of ‖Sᵀq − w_j‖/‖w_j‖: sqrt(e² + σ²‖S‖_F²/‖w_j‖²), e = {tr.retrieval_error[t, j]:.3g} "
+                       "without noise")
     st.plotly_chart(figs.noise_curves(p, float(snr), f"Reading token {j} from S_{t}: relative error vs SNR",
                                       first, second), key="lab_noise")
     st.caption(f"{where} · {lab.RULES[rule]} · 256 draws, seed 0 · first order {first}, second order {second}. "

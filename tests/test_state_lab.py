@@ -187,3 +187,16 @@ def test_lab_figures_mark_the_rank_the_token_and_label_log_axes_by_decade():
     p = lab.noise_probe(lab.run_rule("delta", x)[-1], x.k[0], 10.0, n_samples=16)
     noise = figs.noise_curves(p, 10.0, "t", "a", "b").to_plotly_json()
     assert noise["layout"]["yaxis"]["dtick"] == 1
+
+
+def test_noisy_retrieval_error_against_the_written_value_is_exact():
+    """E‖Sᵀ(k+ε) − w‖² = ‖Sᵀk − w‖² + σ²‖S‖_F²: checked by sampling (4096 draws, within 5 %)."""
+    x = lab.synthetic_inputs("nearly parallel", 6, beta=0.7)
+    tr = lab.trace_rule("delta", x)
+    S, k, w = tr.states[-1].double(), x.k[2].double(), tr.written[2].double()
+    p = lab.noise_probe(tr.states[-1], x.k[2], 6.0, n_samples=16, written=tr.written[2])
+    sigma = float(k.norm()) * 10 ** (-6.0 / 20) / 6 ** 0.5
+    eps = sigma * torch.randn(4096, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    mc = ((((k + eps) @ S) - w).norm(dim=-1).square().mean().sqrt() / w.norm()).item()
+    assert abs(p["at"]["retrieval_raw"] - mc) <= 0.05 * mc
+    assert p["retrieval_raw"][-1] >= float(tr.retrieval_error[-1, 2]) - 1e-9  # noise only adds error
