@@ -84,8 +84,13 @@ else:
     state.remember("lab_beta")
     decay = c5.slider("Decay α (model rule)", 0.5, 1.0, key=state.remembered("lab_decay", 1.0), step=0.05)
     state.remember("lab_decay")
+    overlap = 0.9
+    if pattern == "nearly parallel":
+        overlap = st.slider("Key overlap c (cosine between two keys = c²)", 0.0, 0.99,
+                            key=state.remembered("lab_overlap", 0.9), step=0.01)
+        state.remember("lab_overlap")
     with guard():
-        result = data.synthetic_traces(pattern, int(dk), int(n), float(beta), float(decay))
+        result = data.synthetic_traces(pattern, int(dk), int(n), float(beta), float(decay), float(overlap))
     x = result["inputs"]
     tokens = [(f"k=e{int(k.argmax())} v=e{int(v.argmax())}" if pattern != "nearly parallel" else f"v=e{int(v.argmax())}")
               + " " for k, v in zip(x.k, x.v)]  # a trailing space: the strip joins tokens as they are

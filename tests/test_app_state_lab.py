@@ -126,3 +126,15 @@ def test_what_if_dk_were_smaller_shows_the_pruned_head(lab_page):
     assert len(chart(at, "lab_pruned_state")["data"][0]["z"]) == 16
     names = [d["name"] for d in chart(at, "lab_pruned_spectrum")["data"]]
     assert names == ["s_i", "original dk = 64"]
+
+
+def test_synthetic_nearly_parallel_keys_interfere_under_linear_attention(lab_page):
+    at = lab_page
+    at.radio(key="w:lab_mode").set_value("synthetic").run()
+    at.selectbox(key="w:lab_pattern").set_value("nearly parallel").run()
+    clean(at)
+    at.slider(key="w:lab_overlap").set_value(0.5).run()
+    clean(at)
+    assert any("(c = 0.5)" in c.value for c in at.caption)
+    errors = {d["name"]: d["y"] for d in chart(at, "lab_retrieval")["data"]}
+    assert sum(errors["plain linear attention"]) > sum(errors["delta rule, no gate"])  # the delta rule corrects

@@ -44,8 +44,9 @@ def head_traces(key: ModelKey, text: str, layer: int, head: int, *, progress) ->
 
 
 @memo.memoized("state_lab_synthetic", max_entries=32)
-def synthetic_traces(pattern: str, dk: int, n_tokens: int, beta: float, decay: float, *, progress) -> dict:
-    x = lab.synthetic_inputs(pattern, dk, n_tokens, beta, decay)
+def synthetic_traces(pattern: str, dk: int, n_tokens: int, beta: float, decay: float, overlap: float = 0.9, *,
+                     progress) -> dict:
+    x = lab.synthetic_inputs(pattern, dk, n_tokens, beta, decay, overlap)
     return {"inputs": x, "traces": lab.trace_head(x)}
 
 

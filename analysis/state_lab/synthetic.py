@@ -51,4 +51,5 @@ def synthetic_inputs(pattern: str = "orthogonal", dk: int = 6, n_tokens: int | N
     g = None if decay == 1.0 else torch.full((n_tokens,), math.log(decay))
     return HeadInputs(q=k.clone(), k=k, v=v, beta=torch.full((n_tokens,), float(beta)), g=g, scale=dk ** -0.5,
                       k_raw=k.clone(), q_raw=k.clone(), unit_keys=True,
-                      label=f"synthetic: {pattern} keys, dk = dv = {dk}, β = {beta:g}, α = {decay:g}")
+                      label=f"synthetic: {pattern} keys{f' (c = {overlap:g})' if pattern == 'nearly parallel' else ''}, "
+                            f"dk = dv = {dk}, β = {beta:g}, α = {decay:g}")
