@@ -17,6 +17,7 @@ with frame.active():
             st.Page("pages/model.py", title="Model", icon=":material/view_in_ar:", default=True),
             st.Page("pages/states.py", title="States & rank", icon=":material/grid_on:"),
             st.Page("pages/query_noise.py", title="Query noise", icon=":material/graphic_eq:"),
+            st.Page("pages/state_lab.py", title="State lab", icon=":material/science:"),
         ],
         "Shrink": [
             st.Page("pages/importance.py", title="Channel importance", icon=":material/balance:"),

@@ -1,0 +1,105 @@
+"""The three update rules the State lab compares, on one head's inputs, token by token (K-first S ∈ ℝ^{dk×dv}).
+
+    model   S_t = (I − β_t k_t k_tᵀ) D_t S_{t−1} + β_t k_t v_tᵀ   the layer's own rule: D_t = e^{g_t} (one decay per
+                                                                 head), Diag(e^{g_t}) (per key channel, KDA) or I
+    delta   S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ       the delta rule with the gate removed
+    linear  S_t = S_{t−1} + k_t v_tᵀ                               plain linear attention: no β, no delta, no gate
+
+Readout o_t = scale · S_tᵀ q_t. A plain loop (not the chunked form the model runs): a head of a teaching text is
+a few hundred tokens, and the loop is the definition itself, shared by the model's inputs and the synthetic ones.
+
+What "v_j" means in the retrieval error ‖S_tᵀk_j − w_j‖/‖w_j‖: w_j is what the rule writes for token j into a
+state that holds nothing at k_j, i.e. what S_jᵀk_j reads back right after a clean write:
+    delta rules  w_j = β_j ‖k_j‖² v_j    (β-scaled: a β < 1 write stores only part of v_j)
+    linear       w_j = ‖k_j‖² v_j
+(‖k_j‖ ≈ 1 for the l2-normalised keys of every supported family; the norm's eps leaves tiny keys a little short,
+hence the factor). Any error above 0 at t = j is interference
+from what was stored before; growth for t > j is decay or overwriting.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from analysis.errors import AnalysisError
+
+RULES = {"model": "the model's own rule", "delta": "delta rule, no gate", "linear": "plain linear attention"}
+
+
+@dataclass(frozen=True)
+class HeadInputs:
+    """One head's prepared recurrence inputs (fp32, CPU), as the kernel receives them."""
+    q: torch.Tensor            # [T, dk]
+    k: torch.Tensor            # [T, dk]
+    v: torch.Tensor            # [T, dv]
+    beta: torch.Tensor         # [T]
+    g: torch.Tensor | None     # log-decay [T] (per head), [T, dk] (per key channel) or None
+    scale: float
+    k_raw: torch.Tensor | None = None   # [T, dk] post-conv, before the l2 norm (what pruning zeroes)
+    q_raw: torch.Tensor | None = None
+    unit_keys: bool = True              # the keys entering the recurrence are l2-normalised
+    label: str = ""                     # where they came from, for captions
+
+    @property
+    def tokens(self) -> int:
+        return self.k.shape[0]
+
+    @property
+    def dims(self) -> tuple[int, int]:
+        return self.k.shape[1], self.v.shape[1]
+
+    def with_keys(self, q: torch.Tensor, k: torch.Tensor, g: torch.Tensor | None, label: str) -> "HeadInputs":
+        return replace(self, q=q, k=k, g=g, k_raw=None, q_raw=None, label=label)
+
+
+def check_rule(rule: str) -> str:
+    if rule not in RULES:
+        raise AnalysisError(f"Unknown update rule {rule!r}; choose one of {', '.join(RULES)}.")
+    return rule
+
+
+def step(rule: str, S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
+         g: torch.Tensor | None) -> torch.Tensor:
+    """One token of `rule`: S [dk, dv], k [dk], v [dv], beta [], g None, [] or [dk]."""
+    if rule == "linear":
+        return S + torch.outer(k, v)
+    if rule == "model" and g is not None:
+        S = S * (g.exp()[:, None] if g.dim() == 1 else g.exp())  # decay first, then the delta update (as fla)
+    return S + torch.outer(k, beta * (v - S.T @ k))
+
+
+def run_rule(rule: str, x: HeadInputs, S0: torch.Tensor | None = None) -> torch.Tensor:
+    """The state after every token, [T, dk, dv] fp32."""
+    check_rule(rule)
+    dk, dv = x.dims
+    S = torch.zeros(dk, dv) if S0 is None else S0.float().clone()
+    states = torch.empty(x.tokens, dk, dv)
+    for t in range(x.tokens):
+        S = step(rule, S, x.k[t], x.v[t], x.beta[t], None if x.g is None else x.g[t])
+        states[t] = S
+    return states
+
+
+def written_values(rule: str, x: HeadInputs) -> torch.Tensor:
+    """w_j [T, dv]: what a clean write of token j reads back (module docstring)."""
+    gain = x.k.square().sum(-1)
+    if check_rule(rule) != "linear":
+        gain = gain * x.beta
+    return gain[:, None] * x.v
+
+
+RETRIEVAL_BLOCK = 64  # states per einsum: bounds the [block, T, dv] readouts to a few MB
+
+
+def retrieval_errors(states: torch.Tensor, k: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+    """E[t, j] = ‖S_tᵀk_j − w_j‖/‖w_j‖ for j ≤ t, NaN above the diagonal and where w_j = 0 (nothing written)."""
+    T = states.shape[0]
+    norm = written.norm(dim=-1)
+    out = torch.full((T, T), float("nan"))
+    for a in range(0, T, RETRIEVAL_BLOCK):
+        b = min(T, a + RETRIEVAL_BLOCK)
+        read = torch.einsum("tkv,jk->tjv", states[a:b], k)               # [block, T, dv]
+        out[a:b] = (read - written[None]).norm(dim=-1) / norm[None]
+    later = torch.arange(T)[None, :] > torch.arange(T)[:, None]
+    return out.masked_fill(later | (norm == 0)[None, :], float("nan"))

@@ -1,0 +1,140 @@
+"""Issue 23 under AppTest: the State lab page on the bundled deltanet-small, and every page's formulas."""
+import json
+import re
+
+import pytest
+
+from test_app import APP, PAGES, navigation_only, start  # noqa: F401  (fixture re-used)
+from ui_fixtures import one_torch_thread, save_tiny_lm  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+LAB = "pages/state_lab.py"
+
+
+def chart(at, key: str) -> dict:
+    return next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if json.loads(c.proto.spec) and
+                key in c.proto.id)
+
+
+def heatmap(at) -> list:
+    return chart(at, "lab_state")["data"][0]["z"]
+
+
+def scrubber(at):
+    return next(s for s in at.slider if s.label.startswith("Token t"))
+
+
+def clean(at):
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+@pytest.fixture
+def lab_page(monkeypatch):
+    at = start(monkeypatch, "deltanet-small")
+    at.switch_page(LAB).run()
+    clean(at)
+    return at
+
+
+def test_state_lab_opens_on_deltanet_small_and_the_scrubber_moves_the_state(lab_page):
+    at = lab_page
+    assert at.title[0].value == "State lab"
+    assert any("deltanet-small" in c.value and "layer 0, head 0" in c.value and "device cpu" in c.value
+               and "dtype float32" in c.value for c in at.caption)
+    before = heatmap(at)
+    assert len(before) == 64 and len(before[0]) == 64  # S_t is dk × dv, K-first
+    scrubber(at).set_value(3).run()
+    clean(at)
+    after = heatmap(at)
+    assert max(abs(a - b) for ra, rb in zip(before, after) for a, b in zip(ra, rb)) > 1e-6
+    assert "<mark>" in next(m.value for m in at.markdown if "<mark>" in m.value)
+    # the rank curves of the three rules are on one chart; the plain linear-attention one differs
+    util = {d["name"]: d["y"] for d in chart(at, "lab_utilization")["data"]}
+    assert set(util) == set(["the model's own rule", "delta rule, no gate", "plain linear attention"])
+    assert util["plain linear attention"] != util["the model's own rule"]
+
+
+def test_state_lab_rule_switch_snr_and_synthetic_mode(lab_page):
+    at = lab_page
+    z = heatmap(at)
+    at.radio(key="w:lab_rule").set_value("linear").run()
+    clean(at)
+    assert heatmap(at) != z
+    snr = next(s for s in at.slider if s.label == "SNR (dB)")
+    first = at.metric[0].value
+    snr.set_value(30).run()
+    assert at.metric[0].value != first
+    at.radio(key="w:lab_mode").set_value("synthetic").run()
+    clean(at)
+    assert len(heatmap(at)) == 6  # dk = dv = 6 by default
+    assert any("synthetic: orthogonal keys" in c.value for c in at.caption)
+
+
+def test_state_lab_bad_input_is_one_sentence_and_the_page_keeps_working(lab_page):
+    at = lab_page
+    for text, words in (("", "empty"), ("word " * 10_000, "more than the 512")):
+        at.text_area[0].set_value(text).run()
+        assert not at.exception
+        [error] = at.error
+        assert words in error.value and error.value.count(". ") == 0 and error.value.endswith(".")
+    at.text_area[0].set_value("The cat sat on the mat.").run()
+    clean(at)
+    assert len(heatmap(at)) == 64 and scrubber(at).value == scrubber(at).max  # back on the new text's last token
+
+
+DELTA_UPDATE = re.compile(r"S_t\s*=\s*\(I\s*-\s*\\beta_t\s*k_t\s*k_t\^\\top\)")
+WRONG_SIDE = re.compile(r"S_\{t-1\}\s*\\?,?\s*\(I\s*-")  # S_{t−1}(I − βkkᵀ): only type-checks when dk = dv
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    return save_tiny_lm(tmp_path_factory.mktemp("tiny-lm-formulas"))
+
+
+@pytest.mark.parametrize("page", [*PAGES, LAB])
+def test_every_page_formula_uses_the_k_first_delta_rule(monkeypatch, tiny_lm, page):
+    """Issue 23 item 5: with S ∈ ℝ^{dk×dv} the update is (I − βkkᵀ)S_{t−1} + βkvᵀ and the readout o = Sᵀq."""
+    at = start(monkeypatch, tiny_lm)
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    formulas = [el.value for el in at.latex] + [el.value for el in at.markdown]
+    assert formulas
+    assert not [f for f in formulas if WRONG_SIDE.search(f)]
+    if page in ("pages/model.py", LAB):
+        assert any(DELTA_UPDATE.search(f) for f in formulas)
+        assert any(re.search(r"o_t\s*=\s*\\mathrm\{scale\}\\cdot\s*S_t\^\\top\s*q_t", f) for f in formulas)
+    if page == "pages/model.py":
+        assert [p.label.split(".")[0] for p in at.get("page_link")] == [str(i) for i in range(1, 8)]
+
+
+def test_play_advances_one_token_per_run(lab_page):
+    at = lab_page
+    scrubber(at).set_value(2).run()
+    at.toggle(key="lab_play").set_value(True).run()
+    clean(at)
+    assert scrubber(at).value == 3
+    at.toggle(key="lab_play").set_value(False).run()
+    assert scrubber(at).value == 3
+
+
+def test_what_if_dk_were_smaller_shows_the_pruned_head(lab_page):
+    at = lab_page
+    assert len(chart(at, "lab_pruned_state")["data"][0]["z"]) == 32          # ρ = 0.5 of dk = 64, l1 by default
+    next(s for s in at.slider if s.label.startswith("Pruning ratio")).set_value(0.75).run()
+    clean(at)
+    assert len(chart(at, "lab_pruned_state")["data"][0]["z"]) == 16
+    names = [d["name"] for d in chart(at, "lab_pruned_spectrum")["data"]]
+    assert names == ["s_i", "original dk = 64"]
+
+
+def test_synthetic_nearly_parallel_keys_interfere_under_linear_attention(lab_page):
+    at = lab_page
+    at.radio(key="w:lab_mode").set_value("synthetic").run()
+    at.selectbox(key="w:lab_pattern").set_value("nearly parallel").run()
+    clean(at)
+    at.slider(key="w:lab_overlap").set_value(0.5).run()
+    clean(at)
+    assert any("(c = 0.5)" in c.value for c in at.caption)
+    errors = {d["name"]: d["y"] for d in chart(at, "lab_retrieval")["data"]}
+    assert sum(errors["plain linear attention"]) > sum(errors["delta rule, no gate"])  # the delta rule corrects
