@@ -18,7 +18,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from analysis.io.writes import MARKER, TMP_FILE_SUFFIX, WRITER, show
+from analysis.io.marker import MARKER, TMP_FILE_SUFFIX, WRITER, show
 
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 AT_FDCWD = -100

@@ -38,16 +38,14 @@ import tempfile
 from pathlib import Path
 
 from analysis.errors import AnalysisError
+from analysis.io.marker import MARKER, TMP_FILE_SUFFIX, WRITER, show  # noqa: F401  (re-exported)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES_DIR = REPO_ROOT / "sample_models"
-MARKER = ".state-rank-model.json"
-WRITER = "state-rank (python -m analysis / the dashboard)"
 NAME_MAX = 255     # bytes per path component (Linux)
 PATH_MAX = 4095    # bytes per whole path, without the final NUL
 OUTPUT_ROOT_ENV = "STATE_RANK_OUTPUT_ROOT"   # where the dashboard saves (default <repo>/outputs)
 LOCAL_ENV = "STATE_RANK_LOCAL"               # 1: the dashboard may save to any local path
-TMP_FILE_SUFFIX = ".state-rank-tmp"          # write_text's temporary files (reclaimed when a write was killed)
 
 _REASONS = {
     errno.ENOENT: "a folder on the way does not exist",
@@ -63,12 +61,6 @@ _REASONS = {
     errno.EXDEV: "it is on another file system",
     errno.ENXIO: "nothing is reading from it",
 }
-
-
-def show(path, limit: int = 80) -> str:
-    """A path short enough for one sentence (a 5,000-character name is cut in the middle)."""
-    text = str(path)
-    return text if len(text) <= limit else f"{text[:limit // 2]}…{text[-(limit // 2):]}"
 
 
 def os_error_sentence(exc: OSError, action: str, path) -> str:
