@@ -15,7 +15,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-PAGES = [("Model", True), ("States & rank", True), ("Query noise", True), ("Channel importance", False),
+PAGES = [("Model", True), ("States & rank", True), ("Query noise", True), ("State lab", True), ("Channel importance", False),
          ("Prune", False), ("Sweep & latency", False)]  # (navigation label = page title, draws a chart)
 TIMEOUT_MS = 240_000
 LAUNCH = ("ui.launch",)  # `python -m ui.launch`, as `make run` and the Docker images start it

@@ -10,7 +10,8 @@ from ui_fixtures import one_torch_thread, save_tiny_lm, save_tiny_recall  # noqa
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {"pages/model.py": "Model", "pages/states.py": "States & rank", "pages/query_noise.py": "Query noise",
-         "pages/importance.py": "Channel importance", "pages/prune.py": "Prune", "pages/sweep.py": "Sweep & latency"}
+         "pages/state_lab.py": "State lab", "pages/importance.py": "Channel importance", "pages/prune.py": "Prune",
+         "pages/sweep.py": "Sweep & latency"}
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -92,7 +92,7 @@ def tiny_lm(tmp_path_factory):
     return save_tiny_lm(tmp_path_factory.mktemp("tiny-lm-formulas"))
 
 
-@pytest.mark.parametrize("page", [*PAGES, LAB])
+@pytest.mark.parametrize("page", list(PAGES))  # the State lab is one of them
 def test_every_page_formula_uses_the_k_first_delta_rule(monkeypatch, tiny_lm, page):
     """Issue 23 item 5: with S ∈ ℝ^{dk×dv} the update is (I − βkkᵀ)S_{t−1} + βkvᵀ and the readout o = Sᵀq."""
     at = start(monkeypatch, tiny_lm)

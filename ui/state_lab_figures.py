@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from ui.figures import LOG_AXIS, PALETTE, RANDOM_COLOR, _layout, _list
+from ui.figures import LOG_AXIS, PALETTE, RANDOM_COLOR, axes_layout, as_list
 
 RULE_COLORS = {"model": PALETTE[0], "delta": PALETTE[2], "linear": PALETTE[1]}
 
@@ -19,22 +19,22 @@ def state_heatmap(S, title: str) -> go.Figure:
     """S_t [dk, dv] with a colour scale symmetric about 0 (red +, blue −)."""
     z = np.asarray(S, dtype=float)
     top = float(np.abs(z).max()) or 1.0
-    fig = go.Figure(go.Heatmap(z=[_list(row) for row in z], zmin=-top, zmax=top, zmid=0, colorscale="RdBu_r",
+    fig = go.Figure(go.Heatmap(z=[as_list(row) for row in z], zmin=-top, zmax=top, zmid=0, colorscale="RdBu_r",
                                colorbar=dict(title=dict(text="S[i, j]", side="right")),
                                hovertemplate="key row %{y}, value col %{x}: %{z:.4g}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title, "value channel j (dv)", "key channel i (dk)", height=420)
+    return axes_layout(fig, title, "value channel j (dv)", "key channel i (dk)", height=420)
 
 
 def spectrum(values, rank: int, tau: float, title: str, other: Sequence[float] | None = None,
              other_name: str = "") -> go.Figure:
     """Singular values (log y) by index, the numerical rank as a vertical line, τ·s1 as a horizontal one."""
     s = np.asarray(values, dtype=float)
-    pos = [v if v > 0 else None for v in _list(s)]  # log axis: zeros are gaps
+    pos = [v if v > 0 else None for v in as_list(s)]  # log axis: zeros are gaps
     fig = go.Figure(go.Scatter(x=list(range(1, len(s) + 1)), y=pos, mode="lines+markers", name="s_i",
                                line=dict(color=PALETTE[0]), hovertemplate="s_%{x} = %{y:.3g}<extra></extra>"))
     if other is not None:  # e.g. the unpruned head, for comparison
-        p = [v if v > 0 else None for v in _list(other)]
+        p = [v if v > 0 else None for v in as_list(other)]
         fig.add_trace(go.Scatter(x=list(range(1, len(p) + 1)), y=p, mode="lines", name=other_name,
                                  line=dict(color=RANDOM_COLOR, dash="dash")))
     if s.size and s[0] > 0:
@@ -43,7 +43,7 @@ def spectrum(values, rank: int, tau: float, title: str, other: Sequence[float] |
         fig.add_vline(x=rank + 0.5, line_dash="dash", line_color=PALETTE[1],
                       annotation_text=f"numerical rank {rank}", annotation_position="top right")
     fig.update_yaxes(**LOG_AXIS, dtick=1)  # one label per decade: no bare "2"/"5" minor labels
-    return _layout(fig, title, "index i (descending)", "singular value s_i (log)", height=420)
+    return axes_layout(fig, title, "index i (descending)", "singular value s_i (log)", height=420)
 
 
 def over_tokens(curves: dict[str, Sequence[float]], t: int, tokens: Sequence[str], title: str, y_title: str,
@@ -53,14 +53,14 @@ def over_tokens(curves: dict[str, Sequence[float]], t: int, tokens: Sequence[str
     hover = _hover_tokens(tokens)
     for i, (name, ys) in enumerate(curves.items()):
         color = colors[i] if i < len(colors) else PALETTE[i % len(PALETTE)]
-        y = _list(ys)
+        y = as_list(ys)
         fig.add_trace(go.Scatter(x=list(range(len(y))), y=y, mode="lines+markers", name=name, text=hover[:len(y)],
                                  marker=dict(size=4), line=dict(color=color, dash="dash" if name in dashed else None),
                                  hovertemplate="token %{text}: %{y:.4g}<extra>" + name + "</extra>"))
     fig.add_vline(x=t, line_color="black", line_width=1, annotation_text=f"t = {t}", annotation_position="top")
     if log:
         fig.update_yaxes(**LOG_AXIS)
-    return _layout(fig, title, "token position (hover: the token)", y_title, height=400)
+    return axes_layout(fig, title, "token position (hover: the token)", y_title, height=400)
 
 
 def noise_curves(probe: dict, snr_db: float, title: str, first_label: str, second_label: str) -> go.Figure:
@@ -75,9 +75,9 @@ def noise_curves(probe: dict, snr_db: float, title: str, first_label: str, secon
     if "retrieval_raw" in probe:
         lines.append(("vs w_j: ‖Sᵀq − w_j‖/‖w_j‖ (exact RMS)", "retrieval_raw", "#000000", "dashdot"))
     for name, key, color, dash in lines:
-        fig.add_trace(go.Scatter(x=x, y=_list(probe[key]), mode="lines", name=name, line=dict(color=color, dash=dash)))
+        fig.add_trace(go.Scatter(x=x, y=as_list(probe[key]), mode="lines", name=name, line=dict(color=color, dash=dash)))
     fig.add_vline(x=snr_db, line_color="black", line_width=1, annotation_text=f"{snr_db:g} dB",
                   annotation_position="top")
     fig.update_yaxes(**LOG_AXIS, dtick=1)  # one label per decade: no bare "2"/"5" minor labels
-    return _layout(fig, title, "SNR = ‖k‖²/(dk σ²) (dB)", "relative error (RMS, log)",
+    return axes_layout(fig, title, "SNR = ‖k‖²/(dk σ²) (dB)", "relative error (RMS, log)",
                    height=420)
