@@ -91,7 +91,8 @@ def _read_cached(path: Path, required: tuple[str, ...]) -> dict | None:
 def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: str = "test", context: int = 256,
           eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, calib_tokens: int = 256,
           seed: int = 0, latency: bool = True, use_cache: bool = True, rescale: str = "original", calibration=None,
-          executor: str = "in-process", address: str | None = None, num_cpus: int | None = None):
+          executor: str = "in-process", address: str | None = None, num_cpus: int | None = None,
+          yes: bool = False, say=None):
     """Yield the unpruned baseline first, then one result per (strategy, ratio).
 
     calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × `calib_tokens`
@@ -99,6 +100,7 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
     its pages); by default it is computed here, once, when the first strategy needs it.
     executor "ray": the points run as Ray tasks on the cluster at `address` (default: a local Ray with
     `num_cpus` cores, all of them by default) and arrive in the order they finish, cached ones first.
+    yes / say: the whole sweep's estimated time is refused past an hour unless `yes`; `say` gets its line.
     """
     for name in strategies:
         get_strategy(name)  # validate up front, before any work
@@ -106,13 +108,16 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
     ray_executor.check_executor(executor)
     ray = ray_executor.connect(address, num_cpus) if executor == "ray" else None  # before anything is written
     _check_cache_dir()
+    _check_size(model, len(strategies) * len(ratios), context, eval_tokens, recover_steps, calib_sequences,
+                calib_tokens, calibration is None and any(get_strategy(n).needs_calibration for n in strategies),
+                yes, say)
     settings = {"model": fingerprint(model), "split": split, "context": context, "eval_tokens": eval_tokens,
                 "recover_steps": recover_steps, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
                 "seed": seed, "device": str(next(model.parameters()).device),
                 "latency": TIMING if latency else False}
     base_key = {**settings, "point": "unpruned"}
     opts = {"split": split, "context": context, "eval_tokens": eval_tokens, "latency": latency,
-            "recover_steps": recover_steps, "seed": seed, "rescale": rescale}
+            "recover_steps": recover_steps, "seed": seed, "rescale": rescale, "confirmed": True}
     points = [({**settings, "strategy": name, "ratio": ratio, "rescale": rescale}, name, ratio)
               for name in strategies for ratio in ratios]
 
@@ -135,6 +140,21 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
         yield _cached(key, use_cache, compute)
 
 
+def _check_size(model, points: int, context: int, eval_tokens: int, recover_steps: int, calib_sequences: int,
+                calib_tokens: int, calibrates: bool, yes: bool, say) -> None:
+    """Memory of the calibration and recovery, and the time of every point, before the first point runs."""
+    from analysis import limits, workload
+    from analysis.calibration import check_size
+    if calibrates:
+        check_size(model, calib_sequences, calib_tokens)
+    if recover_steps:
+        limits.check_recovery(model, 8, 256)  # recover()'s defaults, as _point calls it
+    evals = -(-workload.windows(eval_tokens + 1, context, context) // 8)
+    parts = [(evals * (2 if recover_steps else 1), 8, context, 1.0), (recover_steps, 8, 256, workload.TRAIN_STEP)]
+    workload.check_points("The sweep", points + 1, model, parts, "use fewer strategies, ratios, tokens to score "
+                          "or recovery steps", yes, say)
+
+
 def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio: float) -> dict:
     """One (strategy, ratio) point: prune, score (and recover): the same function in-process and on Ray."""
     strategy = get_strategy(name)
@@ -146,7 +166,8 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
     result["rescale"], result["readout"] = rescale, RESCALES[rescale]
     result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
     if opts["recover_steps"]:
-        recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed)
+        recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed,
+                               yes=opts.get("confirmed", False))  # the whole sweep was estimated up front
         after = perplexity(recovered, tokenizer, split, context, max_tokens=eval_tokens)
         result["recovered_perplexity"] = after["perplexity"]
         result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis.commands.common import emit, load
+from analysis.commands.common import announce, emit, load
 from analysis.commands.progress import bar, say
 from analysis.errors import AnalysisError
 
@@ -51,6 +51,8 @@ def _setup_sensitivity(p):
     add_map_args(p)
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
     _calib_args(p)
+    from analysis.commands.common import add_yes_arg
+    add_yes_arg(p)
 
 
 def run_sensitivity(args) -> None:
@@ -70,7 +72,8 @@ def run_sensitivity(args) -> None:
                           f"(loss {p['loss']:+.4f}){tag}")
             b.update()
 
-        smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show)
+        smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show, yes=args.yes,
+                           say=announce)
     smap["model"] = meta["model"]
     lines = [f"{meta['model']} ({meta['device']}, {meta['dtype']}), strategy {s.strategy}: {smap['measure']}; "
              f"unpruned {smap['baseline']:.4f}; loss = {smap['loss']}",
@@ -137,7 +140,8 @@ def allocation_for(args, model, tokenizer):
             raise AnalysisError("The map was measured on other weights than this model's; measure a map for it.")
     else:
         s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
-        smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task)
+        smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task,
+                                                                          yes=args.yes, say=announce)
     alloc = allocate(smap, round_to=args.round_to, **budget)
     task = recall_task(model)
     plans = candidates(smap, alloc, round_to=args.round_to, mean_ratio=budget.get("mean_ratio"))
