@@ -84,7 +84,7 @@ def _setup_prune(p):
 def run_prune(args) -> None:
     from analysis.calibration import calibrate
     from analysis.evaluate import perplexity
-    from analysis.prune import RESCALES, plan_key_dims, prune, pruning_metadata, save_model, tiles
+    from analysis.prune import RESCALES, plan_key_dims, prune, pruning_metadata, save_model, tiles, unchanged_plan
     from analysis.recovery import recover
     from analysis.io.writes import check_new_dir
     from analysis.strategies import get_strategy
@@ -100,6 +100,9 @@ def run_prune(args) -> None:
         allocation = allocation_for(args, model, tokenizer)
         ratio, ratios = None, allocation[2]["ratios"]  # the plan that measured best (validation split)
     dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
+    unchanged = unchanged_plan(model, dims, ratio, ratios, args.round_to)
+    if unchanged:  # refused, not warned: a saved copy labelled "pruned" would mislead whoever loads it
+        raise AnalysisError(unchanged)
     with bar(args, "prune: calibration and pruning", total=2, unit="step") as b:
         calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
             if strategy.needs_calibration else None
