@@ -58,6 +58,9 @@ def _file_source(path: Path) -> TextSource:
     try:
         if path.is_dir():
             raise AnalysisError(f"{_short(path)} is a directory, not a text file; pass a UTF-8 text file.")
+        if path.exists() and not path.is_file():  # a FIFO would block, a device never ends
+            raise AnalysisError(f"{_short(path)} is not a regular file (a device, FIFO or socket); pass a UTF-8 "
+                                "text file.")
         if not path.is_file():
             raise AnalysisError(f"Text file {_short(path)} does not exist; pass an existing UTF-8 text file.")
         content, complete = _read_text(path, FIRST_READ)

@@ -7,13 +7,14 @@ from pathlib import Path
 from analysis.commands.common import announce, emit, load
 from analysis.commands.progress import bar, say
 from analysis.errors import AnalysisError
+from analysis.io.writes import show
 
 
 def _number_list(text: str, what: str) -> tuple[float, ...]:
     try:
         return tuple(float(r) for r in text.split(",") if r.strip())
     except ValueError:
-        raise AnalysisError(f"{what} must be comma-separated numbers, got {text!r}.") from None
+        raise AnalysisError(f"{what} must be comma-separated numbers, got {show(text, 60)!r}.") from None
 
 
 def add_map_args(p, prefix: str = "") -> None:
@@ -105,11 +106,11 @@ def parse_budget(text: str | None) -> dict:
     except ValueError:
         number = None
     if kind not in ("mean", "bytes", "tiles") or number is None or number < 0:
-        raise AnalysisError(f"--budget {text!r} is not a mean ratio (0.5), bytes:N or tiles:N; write it that way.")
+        raise AnalysisError(f"--budget {show(text, 60)!r} is not a mean ratio (0.5), bytes:N or tiles:N; write it that way.")
     if kind == "mean":
         return {"mean_ratio": number}
     if number != int(number):
-        raise AnalysisError(f"--budget {text!r} must be a whole number of {kind}.")
+        raise AnalysisError(f"--budget {show(text, 60)!r} must be a whole number of {kind}.")
     return {"state_bytes": int(number)} if kind == "bytes" else {"tiles": int(number)}
 
 
@@ -134,7 +135,7 @@ def allocation_for(args, model, tokenizer):
         if smap.get("kind") != "sensitivity-map":
             raise AnalysisError(f"--map {args.map} is not a sensitivity map; write one with `sensitivity --json`.")
         if smap.get("strategy") != args.strategy:
-            raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {args.strategy!r}; "
+            raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {show(args.strategy, 60)!r}; "
                                 "prune with the map's strategy or measure a map for this one.")
         if smap.get("weights_sha256") != weights_digest(model):
             raise AnalysisError("The map was measured on other weights than this model's; measure a map for it.")
