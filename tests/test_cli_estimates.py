@@ -73,16 +73,17 @@ def test_absurd_size_is_one_sentence_before_any_work(probe, args, message, tiny_
 
 
 def test_stride_1_prints_its_estimate_and_runs_with_yes(tiny_dirs, monkeypatch, capsys):
-    """2,000 tokens at stride 1 = 1,937 windows = 243 forwards of 8 × 64: at 20 s each, 81 minutes."""
-    monkeypatch.setattr(workload, "forward_seconds", lambda model, batch, tokens: 20.0)
-    argv = ["ppl", tiny_dirs["delta_net"], "--stride", "1", "--context", "64", "--max-tokens", "2000", "--quiet"]
+    """300 tokens at stride 1 = 285 windows = 36 forwards of 8 × 16: at 110 s each, 66 minutes."""
+    monkeypatch.setattr(workload, "forward_seconds", lambda model, batch, tokens: 110.0)
+    argv = ["ppl", tiny_dirs["delta_net"], "--stride", "1", "--context", "16", "--max-tokens", "300", "--quiet"]
     code, out, err = run(argv, capsys)
-    assert code == 2 and "243 forward passes of 8 × 64 tokens × 20.0 s (measured) ≈ 81 min" in err, err
+    one_line = "36 forward passes of 8 × 16 tokens × 110.0 s (measured) ≈ 66 min"
+    assert code == 2 and one_line in err and "pass --yes" in err, err
     code, out, err = run(argv + ["--yes"], capsys)
     assert code == 0, err
     line = [x for x in err.splitlines() if x.startswith("estimate: ")]
-    assert len(line) == 1 and "243 forward passes" in line[0] and "≈ 81 min" in line[0], err
-    assert "stride 1" in out and "2000 tokens" in out
+    assert len(line) == 1 and one_line in line[0], err
+    assert "stride 1" in out and "300 tokens" in out
 
 
 def test_short_work_starts_without_an_estimate_line(tiny_dirs, capsys):
