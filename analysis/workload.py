@@ -88,6 +88,36 @@ def check_points(what: str, points: int, model, parts: list[tuple[int, int, int,
         say(f"estimate: {line}.")
 
 
+@torch.no_grad()
+def flops_per_second(device: str = "cpu") -> float:
+    """This machine's fp32 matmul rate now (one 512³ product after a warm-up): the basis of modelled times."""
+    key = ("flops", str(device))
+    if key not in _timed:
+        a = torch.randn(512, 512, device=device)
+        a @ a
+        sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+        sync()
+        start = time.perf_counter()
+        a @ a
+        sync()
+        _timed[key] = 2 * 512**3 / max(time.perf_counter() - start, 1e-9)
+    return _timed[key]
+
+
+def check_modelled(what: str, steps: int, flops_per_step: float, advice: str, yes: bool = False, say=None,
+                   device: str = "cpu") -> None:
+    """Like `check` for work with no model to time yet (training from scratch): FLOPs / the matmul rate here.
+    A lower bound (small models spend much of their time outside matmuls), so it refuses only the absurd."""
+    total = int(steps) * flops_per_step / flops_per_second(device)
+    line = f"{what}: {int(steps):,} steps × {duration(total / max(int(steps), 1))} (modelled from FLOPs) " \
+           f"≈ at least {duration(total)} here"
+    if total > MAX_S and not yes:
+        raise AnalysisError(f"{line}, more than the {duration(MAX_S)} a request may take unconfirmed; {advice} "
+                            "(or pass --yes to run it anyway).")
+    if total > ANNOUNCE_S and say is not None:
+        say(f"estimate: {line}.")
+
+
 def windows(n_tokens: int, context: int, stride: int) -> int:
     """Perplexity windows over n_tokens tokens (analysis.evaluate): one every `stride` tokens."""
     return max(1, math.ceil(max(0, n_tokens - context) / stride) + 1)

@@ -26,7 +26,7 @@ def fixed_machine(monkeypatch, tmp_path):
 
 
 MEMORY = r"needs about [\d.]+ [TGM]B of memory, more than the 8\.0 GB one request may use"
-TIME = r"≈ [\d.,]+ (min|h|days) here, more than the 60 min a request may take unconfirmed; .*pass --yes"
+TIME = r"≈ (at least )?[\d.,]+ (min|h|days) here, more than the 60 min a request may take unconfirmed; .*pass --yes"
 PROBES = [
     ("prune wanda --calib-sequences 1e9", ["prune", "{m}", "--strategy", "wanda", "--ratio", "0.5",
                                            "--calib-sequences", "1e9", "--out", "{tmp}/p"], "Calibration on 1,000,000,000 × 256 tokens " + MEMORY),
@@ -49,6 +49,8 @@ PROBES = [
     ("ppl --context 1e6", ["ppl", "{m}", "--context", "1000000"], "Scoring perplexity .*" + MEMORY),
     ("latency --tokens 1e7", ["latency", "{m}", "--tokens", "1e7"], MEMORY),
     ("rank --batch 1e9", ["rank", "{m}", "--batch", "1e9"], MEMORY),
+    ("train --steps 1e12", ["train", "--out", "{tmp}/p", "--steps", "1e12"],
+     "Training [\\d,]+ parameters: 1,000,000,000,000 steps .*modelled from FLOPs.*" + TIME),
 ]
 
 
