@@ -106,11 +106,11 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
         get_strategy(name)  # validate up front, before any work
     check_rescale(rescale)
     ray_executor.check_executor(executor)
-    ray = ray_executor.connect(address, num_cpus) if executor == "ray" else None  # before anything is written
-    _check_cache_dir()
     _check_size(model, len(strategies) * len(ratios), context, eval_tokens, recover_steps, calib_sequences,
                 calib_tokens, calibration is None and any(get_strategy(n).needs_calibration for n in strategies),
                 yes, say)
+    ray = ray_executor.connect(address, num_cpus) if executor == "ray" else None  # before anything is written
+    _check_cache_dir()
     settings = {"model": fingerprint(model), "split": split, "context": context, "eval_tokens": eval_tokens,
                 "recover_steps": recover_steps, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
                 "seed": seed, "device": str(next(model.parameters()).device),

@@ -20,6 +20,13 @@ from analysis.io.writes import output_target
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def quick_machine(monkeypatch):
+    """No timing forward (and so no estimate line on a busy machine): these tests are about other things."""
+    from analysis import workload
+    monkeypatch.setattr(workload, "forward_seconds", lambda model, batch, tokens: 0.001)
+
+
 def run(argv, capsys):
     code = main([str(a) for a in argv])
     captured = capsys.readouterr()
