@@ -6,7 +6,15 @@ Triton kernels, and registers the project's pruned model types. Every loader cal
 before building a model or `AutoModelForCausalLM.from_pretrained` on a pruned one. Never imports streamlit.
 """
 import os
-import warnings
+import sys
+
+if sys.argv[:1] == ["-m"]:  # being located by `python -m`: Ctrl-C from here on is "interrupted", exit 130
+    from analysis.interrupt import cli_run, exit_interrupted
+    if cli_run():
+        import signal
+        signal.signal(signal.SIGINT, exit_interrupted)
+
+import warnings  # noqa: E402  (after the handler: compiling the filters below takes a few ms)
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # fla warns at import that Triton has no CPU driver; that is expected here: the torch path takes over.

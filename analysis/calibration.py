@@ -61,14 +61,22 @@ class Calibration:
 
 def _check_enough(model, attns, input_ids: torch.Tensor) -> None:
     """Fewer activation rows than key channels leave PCA/DRRQR/Wanda statistics rank-deficient: refuse them;
-    and the gradient pass must fit in memory."""
+    and the kept activations and the gradient pass must fit in memory."""
     from analysis import limits
     n, t = input_ids.shape
     dk = max(layer.key_dim for layer in linear_layers(model))
     if n * t < dk:
         raise AnalysisError(f"Calibration with {n}×{t} = {n * t} tokens gives fewer activation rows than the key dim "
                             f"{dk}, so channel statistics would be rank-deficient; use at least {dk} tokens in all.")
-    limits.check_training(model, n, t, "Calibration", "use fewer calibration sequences or tokens")
+    limits.check_calibration(model, n, t)
+
+
+def check_size(model, n_sequences: int, seq_len: int) -> None:
+    """The memory a calibration of this size needs, checked before anything is drawn (a recall model's
+    sequences have its task's length, whatever seq_len says)."""
+    from analysis import limits
+    task = inputs.recall_task(model)
+    limits.check_calibration(model, n_sequences, task.seq_len if task is not None else seq_len)
 
 
 def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed: int = 0,
@@ -79,6 +87,7 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
     if input_ids is None:
         if n_sequences < 1 or seq_len < 2:
             raise AnalysisError("Calibration needs at least one sequence of at least two tokens.")
+        check_size(model, n_sequences, seq_len)  # before the batch is drawn: its ids alone may not fit
         batch = inputs.calibration_batch(model, tokenizer, n_sequences, seq_len, seed)
         input_ids, label = batch.ids, batch.label
     attns = attention_layers(model)

@@ -39,6 +39,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_json_outside_out(args) -> None:
+    """--json into the --out directory (or equal to it) would be refused, or clobbered, only after the work."""
+    import os
+    out = getattr(args, "out", None)
+    if not out or args.json == "-":
+        return
+    from analysis.io.writes import show
+    json_path = os.path.realpath(os.path.expanduser(args.json))
+    out_path = os.path.realpath(os.path.expanduser(out))
+    if json_path == out_path or json_path.startswith(out_path.rstrip(os.sep) + os.sep):
+        raise AnalysisError(f"--json {show(args.json)} is {'the same path as' if json_path == out_path else 'inside'} "
+                            f"--out {show(out)}, which the command writes as a whole; put the JSON elsewhere.")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -49,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "json", None):  # a bad --json path is refused before the work, not after it
             from analysis.io.writes import check_file_destination
             check_file_destination(args.json)
+            _check_json_outside_out(args)
         args.run(args)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from analysis import data, limits
+from analysis import data, limits, workload
 from analysis.cancel import check
 from analysis.errors import AnalysisError, count
 
@@ -34,12 +34,13 @@ def _scored_windows(n_ids: int, context: int, stride: int):
 @torch.no_grad()
 def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride: int | None = None,
                max_tokens: int | None = None, text: str | None = None, batch: int = 8, progress=None,
-               per_window: bool = False, cancel=None) -> dict:
+               per_window: bool = False, cancel=None, yes: bool = False, say=None) -> dict:
     """Perplexity of `model` on a bundled split (or given text) with dataset/split/context/stride/tokens.
 
     per_window adds `window_losses`: each window's mean nats per scored token, in order (for paired
     comparisons of two models on the same tokens). cancel: checked before every batch of windows
-    (analysis.cancel)."""
+    (analysis.cancel). Work past an hour here is refused unless `yes`; `say` gets a one-line estimate of
+    long work before it starts (analysis.workload)."""
     stride = context if stride is None else stride
     if context < 1 or stride < 1 or stride > context:
         raise AnalysisError(f"Need 1 ≤ stride ≤ context, got context {context} and stride {stride}.")
@@ -56,6 +57,8 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
 
     device = next(model.parameters()).device
     windows = list(_scored_windows(len(ids), context, stride))
+    workload.check(f"Scoring perplexity with stride {stride}", math.ceil(len(windows) / batch), model,
+                   min(batch, len(windows)), context, "use a larger stride or fewer tokens to score", yes, say)
     total_nats, scored, window_losses = 0.0, [], []
     for i in range(0, len(windows), batch):
         check(cancel)

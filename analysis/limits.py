@@ -154,14 +154,53 @@ def check_training(model, batch: int, tokens: int, what: str, advice: str) -> No
             next(model.parameters()).device)
 
 
+def parameter_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def calibration_bytes(model, sequences: int, tokens: int) -> int:
+    """Calibration (analysis.calibration): the ids and their index tensor, every layer's post-conv q and k
+    activations kept for all tokens (fp32), one forward of 8 sequences at a time, and the gradient pass
+    (an fp32 copy of the model, 4 sequences at a time with gradients)."""
+    s = _shape(model)
+    n_tokens = sequences * tokens
+    ids = 2 * 8 * n_tokens + 8 * sequences
+    kept = s["layers"] * n_tokens * s["heads"] * s["dk"] * 4 * 2
+    forward = forward_bytes(model, min(sequences, 8), tokens)
+    grads = 4 * sum(p.numel() for p in model.parameters()) + training_bytes(model, min(sequences, 4), tokens)
+    return ids + kept + max(forward, grads)
+
+
+def check_calibration(model, sequences: int, tokens: int) -> None:
+    """Checked before a calibration batch is drawn (a recall model's sequences have its task's length)."""
+    require(calibration_bytes(model, int(sequences), int(tokens)),
+            f"Calibration on {int(sequences):,} × {int(tokens):,} tokens",
+            "use fewer calibration sequences or tokens", next(model.parameters()).device)
+
+
+def recovery_bytes(model, batch: int, tokens: int) -> int:
+    """A recovery fine-tune: an fp32 copy of the model, AdamW moments and gradients of (at most) all of it,
+    and one training step over [batch, tokens]."""
+    params = sum(p.numel() for p in model.parameters())
+    return 16 * params + training_bytes(model, batch, tokens)
+
+
+def check_recovery(model, batch: int, tokens: int) -> None:
+    require(recovery_bytes(model, int(batch), int(tokens)),
+            f"Recovery fine-tuning on batches of {int(batch):,} × {int(tokens):,} tokens with gradients",
+            "use a smaller batch or shorter sequences", next(model.parameters()).device)
+
+
 def check_kernel(batch: int, tokens: int, heads: int, dk: int, dv: int, device) -> None:
     require(recurrence_bytes(batch, tokens, heads, dk, dv),
             f"Timing the recurrence at batch {batch} × {tokens} tokens × {heads} heads (dk {dk}, dv {dv})",
             "use fewer tokens or a smaller batch", device)
 
 
-def check_noise_samples(samples: int, snrs: int, dk: int, dv: int) -> None:
-    """The Monte Carlo holds, per key, float64 noise for every sample and SNR (see noise.monte_carlo_...)."""
-    need = 8 * (dk * dv + samples * dk + 3 * snrs * samples * (dk + dv))
-    require(need, f"The Monte Carlo with {samples:,} samples × {snrs} SNRs per key (dk {dk}, dv {dv})",
-            "use fewer --samples", "cpu")
+def check_noise_samples(samples: int, snrs: int, dk: int, dv: int, keys: int = 1, batch: int = 1) -> None:
+    """The Monte Carlo holds, per key, float64 noise for every sample and SNR (noise.monte_carlo_retrieval_error
+    works key by key beyond that), plus the states and four results per key and SNR for `keys` × `batch` keys."""
+    per_key = 8 * (dk * dv + samples * dk + 3 * snrs * samples * (dk + dv))
+    need = per_key + 8 * batch * dk * dv + 32 * batch * max(1, keys) * snrs
+    require(need, f"The Monte Carlo with {samples:,} samples × {snrs:,} SNRs per key (dk {dk}, dv {dv})",
+            "use fewer --samples or --snr values", "cpu")

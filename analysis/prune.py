@@ -55,6 +55,19 @@ def plan_key_dims(model, ratio: float | None = None, ratios: list[float] | None 
     return planned
 
 
+def unchanged_plan(model, planned: list[int], ratio: float | None = None, ratios: list[float] | None = None,
+                   round_to: int | None = None) -> str | None:
+    """One sentence when a plan asked to prune (some ratio > 0) keeps every key channel, e.g. ratio 0.9999
+    of 64 channels rounded up to a multiple of 64: the "pruned" model would be the original. None otherwise."""
+    asked = [ratio] if ratios is None else list(ratios)
+    if planned != key_dims(model) or not any(r and r > 0 for r in asked):
+        return None
+    why = f"after rounding to a multiple of {round_to}" if round_to else "at these ratios"
+    fix = "a smaller rounding (16 or 32) or none" if round_to else "a larger ratio"
+    return (f"This plan keeps every key channel {why} (key dims {planned}), so the pruned model would equal the "
+            f"original; use {fix}.")
+
+
 def tiles(dims: list[int]) -> list[int]:
     """64-row state tiles per head in fla's chunk kernel: the latency steps at multiples of 64."""
     return [-(-d // TILE_ROWS) for d in dims]

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Callable, Iterable, Iterator
 
 from analysis.errors import AnalysisError
+from analysis.io.writes import show  # echoed input stays short: a 3,000-character address is cut
 
 EXECUTORS = ("in-process", "ray")
 MAX_RETRIES = 3           # a task whose worker process dies (killed, out of memory) is run again this often
@@ -26,7 +27,7 @@ _started: dict = {}       # how this process's Ray was started: {"address": ...}
 
 def check_executor(name: str) -> None:
     if name not in EXECUTORS:
-        raise AnalysisError(f"Unknown executor {name!r}; use one of {', '.join(EXECUTORS)}.")
+        raise AnalysisError(f"Unknown executor {show(str(name), 60)!r}; use one of {', '.join(EXECUTORS)}.")
 
 
 def import_ray():
@@ -45,7 +46,7 @@ def _host_port(address: str) -> tuple[str, int] | None:
     rest = address.split("://", 1)[1] if "://" in address else address
     host, sep, port = rest.rstrip("/").rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise AnalysisError(f"Ray address {address!r} is not host:port (or ray://host:port, or auto); give the "
+        raise AnalysisError(f"Ray address {show(address)!r} is not host:port (or ray://host:port, or auto); give the "
                             "address `ray start --head` printed.")
     return host.strip("[]"), int(port)
 
@@ -59,7 +60,7 @@ def _probe(address: str) -> None:
             pass
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise AnalysisError(f"Cannot reach the Ray cluster at {address} ({reason}); start it there with "
+        raise AnalysisError(f"Cannot reach the Ray cluster at {show(address)} ({reason}); start it there with "
                             "`ray start --head`, check the host and port, or leave out --address to run a "
                             "local Ray on this machine.") from None
 
@@ -89,7 +90,7 @@ def connect(address: str | None = None, num_cpus: int | None = None):
         raise
     except Exception as exc:  # ConnectionError, version mismatch, a cluster that refused us: one sentence
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        where = f"the Ray cluster at {address}" if address else "a local Ray"
+        where = f"the Ray cluster at {show(address)}" if address else "a local Ray"
         raise AnalysisError(f"Could not start or join {where} ({first}); check the address and that the cluster "
                             "runs ray 2.60.0, or use the in-process executor.") from None
     _started.clear()

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from analysis import data, limits
+from analysis import data, limits, workload
 from analysis.cancel import check
 from analysis.errors import AnalysisError
 from analysis.archs import adapter_for
@@ -15,12 +15,15 @@ from analysis.models import attention_layers
 
 
 def recover(model, tokenizer, steps: int = 100, lr: float = 1e-3, batch: int = 8, seq_len: int = 256,
-            seed: int = 0, progress=None, cancel=None):
+            seed: int = 0, progress=None, cancel=None, yes: bool = False, say=None):
     """A fine-tuned COPY of `model` (AdamW, cosine to 10%, clip 1.0) on train-split windows; `cancel` is
-    checked before every step (analysis.cancel)."""
+    checked before every step (analysis.cancel); more than an hour of steps here is refused unless `yes`
+    (analysis.workload)."""
     if steps < 1:
         raise AnalysisError(f"Recovery needs at least one step, got {steps}.")
-    limits.check_training(model, batch, seq_len, "Recovery fine-tuning", "use a smaller batch or shorter sequences")
+    limits.check_recovery(model, batch, seq_len)
+    workload.check("Recovery fine-tuning", steps, model, batch, seq_len, "use fewer recovery steps", yes, say,
+                   per_forward=workload.TRAIN_STEP)
     work = copy.deepcopy(model).float().train()
     work.requires_grad_(False)
     params = []

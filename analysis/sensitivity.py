@@ -108,9 +108,23 @@ def check_settings(model, s: MapSettings, task: RecallTask | None) -> None:
                             f"got {s.recall_sequences}.")
     if task is not None and s.recall_pairs is not None and not 1 <= s.recall_pairs <= task.n_keys:
         raise AnalysisError(f"Recall pairs must be between 1 and the task's {task.n_keys} keys, got {s.recall_pairs}.")
+    from analysis.calibration import check_size
+    check_size(model, s.calib_sequences, s.calib_tokens or 256)  # the profile draws them even for l1/random
     for r in s.ratios:  # every ratio must leave at least one channel in every layer
         for layer in range(len(key_dims(model))):
             plan_key_dims(model, ratios=[r if i == layer else 0.0 for i in range(len(key_dims(model)))])
+
+
+def check_time(model, s: MapSettings, task: RecallTask | None, yes: bool = False, say=None) -> None:
+    """The whole map's time (every point measured as its metric measures), refused past an hour unless `yes`."""
+    from analysis import workload
+    if s.metric == "recall" and task is not None:
+        part = (-(-s.recall_sequences // 64), min(64, s.recall_sequences), 2 * 2 * (s.recall_pairs or task.n_pairs), 1.0)
+    else:
+        part = (-(-workload.windows(s.eval_tokens + 1, s.context, s.context) // 8), 8, s.context, 1.0)
+    points = 1 + len(key_dims(model)) * len(s.ratios)
+    workload.check_points("The sensitivity map", points, model, [part], "use fewer ratios or tokens per point",
+                          yes, say)
 
 
 def layer_profile(model, input_ids: torch.Tensor) -> list[dict]:
@@ -174,7 +188,7 @@ def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None, c
 
 
 def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
-                       get_calibration=None, cancel=None):
+                       get_calibration=None, cancel=None, yes: bool = False, say=None):
     """Yield the unpruned baseline, then one point per (ratio, layer): that layer pruned alone at that ratio.
 
     get_calibration: a zero-argument callable returning the calibration (called only when a point is
@@ -183,6 +197,7 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     """
     check_settings(model, s, task)
     point_cache.check_writable()  # an unwritable cache is one sentence before the first point, not after it
+    check_time(model, s, task, yes, say)
     measure = MapMeasure(tokenizer, s, task, cancel)
     param = next(model.parameters())
     base_key = {"kind": "sensitivity", "model": model_identity(model),
@@ -250,12 +265,14 @@ def _legacy_file_digest(model) -> str | None:
 
 
 def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
-                on_point=None) -> dict:
+                on_point=None, yes: bool = False, say=None) -> dict:
     """Run the whole map (cached points), calling on_point(point) as each finishes."""
+    check_settings(model, s, task)  # before the profile draws its calibration sequences
+    check_time(model, s, task, yes, say)
     calib_ids = profile_inputs(model, tokenizer, s, task)
     profile = layer_profile(model, calib_ids)
     points = []
-    for point in sensitivity_points(model, tokenizer, s, task, use_cache):
+    for point in sensitivity_points(model, tokenizer, s, task, use_cache, yes=True):  # estimated above
         points.append(point)
         if on_point:
             on_point(point)

@@ -51,7 +51,8 @@ def _checks(key: dict) -> tuple[dict, dict]:
 def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: str = "test", context: int = 256,
           eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, calib_tokens: int = 256,
           seed: int = 0, latency: bool = True, use_cache: bool = True, rescale: str = "original", calibration=None,
-          executor: str = "in-process", address: str | None = None, num_cpus: int | None = None, cancel=None):
+          executor: str = "in-process", address: str | None = None, num_cpus: int | None = None, cancel=None,
+          yes: bool = False, say=None):
     """Yield the unpruned baseline first, then one result per (strategy, ratio).
 
     calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × `calib_tokens`
@@ -61,11 +62,15 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
     `num_cpus` cores, all of them by default) and arrive in the order they finish, cached ones first.
     cancel (analysis.cancel): checked inside every point (windows, batches, recovery steps); a cancelled
     point raises Cancelled before its cache entry is written (on Ray: closing the generator cancels the tasks).
+    yes / say: the whole sweep's estimated time is refused past an hour unless `yes`; `say` gets its line.
     """
     for name in strategies:
         get_strategy(name)  # validate up front, before any work
     check_rescale(rescale)
     ray_executor.check_executor(executor)
+    _check_size(model, len(strategies) * len(ratios), context, eval_tokens, recover_steps, calib_sequences,
+                calib_tokens, calibration is None and any(get_strategy(n).needs_calibration for n in strategies),
+                yes, say)
     ray = ray_executor.connect(address, num_cpus) if executor == "ray" else None  # before anything is written
     point_cache.check_writable()
     settings = {"model": model_identity(model), "split": split, "context": context, "eval_tokens": eval_tokens,
@@ -74,7 +79,7 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
                 "latency": TIMING if latency else False}
     base_key = {**settings, "point": "unpruned"}
     opts = {"split": split, "context": context, "eval_tokens": eval_tokens, "latency": latency,
-            "recover_steps": recover_steps, "seed": seed, "rescale": rescale}
+            "recover_steps": recover_steps, "seed": seed, "rescale": rescale, "confirmed": True}
     points = [({**settings, "strategy": name, "ratio": ratio, "rescale": rescale}, name, ratio)
               for name in strategies for ratio in ratios]
 
@@ -99,6 +104,21 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
         yield _cached(key, use_cache, compute)
 
 
+def _check_size(model, points: int, context: int, eval_tokens: int, recover_steps: int, calib_sequences: int,
+                calib_tokens: int, calibrates: bool, yes: bool, say) -> None:
+    """Memory of the calibration and recovery, and the time of every point, before the first point runs."""
+    from analysis import limits, workload
+    from analysis.calibration import check_size
+    if calibrates:
+        check_size(model, calib_sequences, calib_tokens)
+    if recover_steps:
+        limits.check_recovery(model, 8, 256)  # recover()'s defaults, as _point calls it
+    evals = -(-workload.windows(eval_tokens + 1, context, context) // 8)
+    parts = [(evals * (2 if recover_steps else 1), 8, context, 1.0), (recover_steps, 8, 256, workload.TRAIN_STEP)]
+    workload.check_points("The sweep", points + 1, model, parts, "use fewer strategies, ratios, tokens to score "
+                          "or recovery steps", yes, say)
+
+
 def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio: float) -> dict:
     """One (strategy, ratio) point: prune, score (and recover): the same function in-process and on Ray."""
     strategy = get_strategy(name)
@@ -113,7 +133,8 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
     result["rescale"], result["readout"] = rescale, RESCALES[rescale]
     result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
     if opts["recover_steps"]:
-        recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed, cancel=cancel)
+        recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed, cancel=cancel,
+                               yes=opts.get("confirmed", False))  # the whole sweep was estimated up front
         after = perplexity(recovered, tokenizer, split, context, max_tokens=eval_tokens, cancel=cancel)
         result["recovered_perplexity"] = after["perplexity"]
         result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1

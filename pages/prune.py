@@ -10,7 +10,8 @@ from analysis.io import writes
 from analysis.io.export import carry_recall_task, model_zip
 from analysis.measure import measure
 from analysis.models import TILE_ROWS
-from analysis.prune import RESCALES, ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles
+from analysis.prune import (RESCALES, ROUNDINGS, plan_key_dims, prune, pruning_metadata, save_model, tiles,
+                            unchanged_plan)
 from analysis.recovery import recover
 from analysis.strategies import STRATEGIES
 from ui import cache, frame, jobs, save_guard, sensitivity_view, shrink, shrink_figures, state
@@ -74,6 +75,8 @@ else:
 
 with guard():
     planned = plan_key_dims(ctx.model, ratio=ratio, ratios=ratios, round_to=rounding)
+if unchanged_plan(ctx.model, planned, ratio, ratios, rounding):
+    st.warning(unchanged_plan(ctx.model, planned, ratio, ratios, rounding))
 
 left, right = st.columns([2, 3])
 with left:

@@ -12,16 +12,22 @@ def _number(text: str, integer: bool) -> float:
     return int(value) if integer else value
 
 
+def _short(text: str, limit: int = 60) -> str:
+    """What the user typed, cut in the middle when long: an error echoes it in one short sentence."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit // 2]}…{text[-(limit // 2):]}"
+
+
 def whole(lo: int = 1, hi: int | None = None):
     """A whole number in [lo, hi] (hi inclusive, None for no upper bound)."""
     def parse(text: str) -> int:
         try:
             value = _number(text, integer=True)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {_short(text)!r}") from None
         if value < lo or (hi is not None and value > hi):
             span = f"≥ {lo}" if hi is None else f"between {lo} and {hi}"
-            raise argparse.ArgumentTypeError(f"must be a whole number {span}, got {text}")
+            raise argparse.ArgumentTypeError(f"must be a whole number {span}, got {_short(text)}")
         return value
     parse.__name__ = "whole number"
     return parse
@@ -33,9 +39,9 @@ def real(lo: float | None = None, hi: float | None = None, hi_open: bool = False
         try:
             value = _number(text, integer=False)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {_short(text)!r}") from None
         if (lo is not None and value < lo) or (hi is not None and (value >= hi if hi_open else value > hi)):
-            raise argparse.ArgumentTypeError(f"must be {_span(lo, hi, hi_open)}, got {text}")
+            raise argparse.ArgumentTypeError(f"must be {_span(lo, hi, hi_open)}, got {_short(text)}")
         return value
     parse.__name__ = "number"
     return parse
@@ -57,15 +63,15 @@ def number_list(lo: float | None = None, hi: float | None = None, integer: bool 
     def parse(text: str) -> list:
         parts = [p.strip() for p in str(text).split(",")]
         if not any(parts):
-            raise argparse.ArgumentTypeError(f"needs at least one value (comma-separated {kind}), got {text!r}")
+            raise argparse.ArgumentTypeError(f"needs at least one value (comma-separated {kind}), got {_short(text)!r}")
         if not all(parts):
-            raise argparse.ArgumentTypeError(f"must be comma-separated {kind} without empty entries, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be comma-separated {kind} without empty entries, got {_short(text)!r}")
         values = []
         for part in parts:
             try:
                 values.append(item(part))
             except argparse.ArgumentTypeError as exc:
-                raise argparse.ArgumentTypeError(f"each value {exc} (in {text!r})") from None
+                raise argparse.ArgumentTypeError(f"each value {exc} (in {_short(text)!r})") from None
         return values
     parse.__name__ = "list"
     return parse

@@ -19,6 +19,16 @@ def add_text_args(p, tokens: int = 256, batch: int = 4) -> None:
     p.add_argument("--stride", type=whole(1), default=1, help="collect states every K tokens (plus the last)")
 
 
+def add_yes_arg(p) -> None:
+    p.add_argument("--yes", action="store_true",
+                   help="run work estimated at more than an hour on this machine (refused without it)")
+
+
+def announce(line: str) -> None:
+    """A one-line estimate before long work starts: on stderr (stdout stays for results), even with --quiet."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def load(args):
     """(model, tokenizer, metadata) for the model the arguments name."""
     from analysis import models

@@ -55,7 +55,8 @@ def run_noise(args) -> None:
     from analysis.states import collect_states
     model, tokenizer, meta = load(args)
     info = models.describe(model)
-    limits.check_noise_samples(args.samples, len(args.snr), max(info.head_k_dims), info.head_v_dim)
+    limits.check_noise_samples(args.samples, len(args.snr), max(info.head_k_dims), info.head_v_dim,
+                               keys=min(args.keys, args.tokens), batch=args.batch)
     ids, label = text_batch(args, tokenizer, model)
     with counted(args, "noise: final states of each layer", "layer") as progress:
         trace = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from analysis.archs.kernels import MAX_KEY_DIM
 from analysis.commands.checks import number_list, real, whole
-from analysis.commands.common import add_calib_args, emit, load, require_text_model
+from analysis.commands.common import add_calib_args, add_yes_arg, announce, emit, load, require_text_model
 from analysis.commands.progress import bar, fraction, say, set_done
 from analysis.errors import AnalysisError
 
@@ -69,6 +69,7 @@ def _setup_prune(p):
     p.add_argument("--eval-tokens", type=whole(1), default=8192, help="test tokens for the before/after perplexity")
     _rescale_arg(p)
     add_calib_args(p)
+    add_yes_arg(p)
     from analysis.commands.sensitivity_cmds import add_allocate_args
     add_allocate_args(p)
 
@@ -76,7 +77,7 @@ def _setup_prune(p):
 def run_prune(args) -> None:
     from analysis.calibration import calibrate
     from analysis.evaluate import perplexity
-    from analysis.prune import RESCALES, plan_key_dims, prune, pruning_metadata, save_model, tiles
+    from analysis.prune import RESCALES, plan_key_dims, prune, pruning_metadata, save_model, tiles, unchanged_plan
     from analysis.recovery import recover
     from analysis.io.writes import check_new_dir
     from analysis.strategies import get_strategy
@@ -85,12 +86,16 @@ def run_prune(args) -> None:
     strategy = get_strategy(args.strategy)
     model, tokenizer, meta = load(args)
     require_text_model(model, tokenizer, "prune")
+    _check_prune_sizes(args, model, strategy)
     allocation = None
     if args.allocate:  # per-layer ratios from the sensitivity map (see analysis/allocate.py)
         from analysis.commands.sensitivity_cmds import allocation_for, allocation_report
         allocation = allocation_for(args, model, tokenizer)
         ratio, ratios = None, allocation[2]["ratios"]  # the plan that measured best (validation split)
     dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
+    unchanged = unchanged_plan(model, dims, ratio, ratios, args.round_to)
+    if unchanged:  # refused, not warned: a saved copy labelled "pruned" would mislead whoever loads it
+        raise AnalysisError(unchanged)
     with bar(args, "prune: calibration and pruning", total=2, unit="step") as b:
         calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
             if strategy.needs_calibration else None
@@ -113,7 +118,8 @@ def run_prune(args) -> None:
             def step_done(done, total, loss):
                 set_done(b, done, total)
                 b.set_postfix(loss=f"{loss:.3f}", refresh=False)
-            pruned, losses = recover(pruned, tokenizer, steps=args.recover_steps, seed=args.seed, progress=step_done)
+            pruned, losses = recover(pruned, tokenizer, steps=args.recover_steps, seed=args.seed, progress=step_done,
+                                     yes=True)  # estimated before any work (_check_prune_sizes)
         with fraction(args, "prune: test perplexity after recovery") as progress:
             payload["perplexity_recovered"] = perplexity(pruned, tokenizer, "test", max_tokens=args.eval_tokens,
                                                          progress=progress)
@@ -131,11 +137,24 @@ def run_prune(args) -> None:
     emit(args, payload, "\n".join(lines))
 
 
+def _check_prune_sizes(args, model, strategy) -> None:
+    """Calibration and recovery memory, and the recovery's time, before the first step (not after the prune)."""
+    from analysis import limits, workload
+    from analysis.calibration import check_size
+    if strategy.needs_calibration:
+        check_size(model, args.calib_sequences, args.calib_tokens)
+    if args.recover_steps:
+        limits.check_recovery(model, 8, 256)  # recover()'s batch and sequence length
+        workload.check("Recovery fine-tuning", args.recover_steps, model, 8, 256, "use fewer --recover-steps",
+                       args.yes, announce, per_forward=workload.TRAIN_STEP)
+
+
 def _setup_ppl(p):
     p.add_argument("--split", default="test", help="test, validation, train, wiki, or recall (recall models)")
     p.add_argument("--context", type=whole(1), default=256)
     p.add_argument("--stride", type=whole(1), default=None, help="default: the context (non-overlapping)")
     p.add_argument("--max-tokens", type=whole(1), default=None)
+    add_yes_arg(p)
 
 
 def run_ppl(args) -> None:
@@ -150,7 +169,7 @@ def run_ppl(args) -> None:
     require_text_model(model, tokenizer, "ppl")
     with fraction(args, f"ppl: {args.split} split") as progress:
         payload = {**meta, **perplexity(model, tokenizer, args.split, args.context, args.stride, args.max_tokens,
-                                        progress=progress)}
+                                        progress=progress, yes=args.yes, say=announce)}
     human = (f"perplexity {payload['perplexity']:.3f}, {payload['bits_per_byte']:.4f} bits/byte on "
              f"{payload['dataset']} ({payload['tokens']} tokens, context {payload['context']}, "
              f"stride {payload['stride']}, {payload['device']} {payload['dtype']})")
@@ -217,6 +236,7 @@ def _setup_sweep(p):
                                      "ray://host:port, or auto)")
     _rescale_arg(p)
     add_calib_args(p)
+    add_yes_arg(p)
 
 
 def run_sweep(args) -> None:
@@ -234,7 +254,7 @@ def run_sweep(args) -> None:
                            eval_tokens=args.eval_tokens, recover_steps=args.recover_steps,
                            calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed,
                            latency=not args.no_latency, use_cache=not args.no_cache, rescale=args.rescale,
-                           executor=args.executor, address=args.address):
+                           executor=args.executor, address=args.address, yes=args.yes, say=announce):
             results.append(point)
             b.update()
             extra = "" if point["strategy"] == "unpruned" else f" ({point['delta_vs_unpruned']:+.1%})"

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.commands.common import add_calib_args, emit, load
+from analysis.commands.common import add_calib_args, add_yes_arg, announce, emit, load
 from analysis.commands.progress import bar, say
 from analysis.errors import AnalysisError
 from analysis.io import reads
+from analysis.io.writes import show
 
 MAX_MAP_BYTES = 64 << 20  # a map is tens of KiB; far bigger is not one
 
@@ -15,7 +16,7 @@ def _number_list(text: str, what: str) -> tuple[float, ...]:
     try:
         return tuple(float(r) for r in text.split(",") if r.strip())
     except ValueError:
-        raise AnalysisError(f"{what} must be comma-separated numbers, got {text!r}.") from None
+        raise AnalysisError(f"{what} must be comma-separated numbers, got {show(text, 60)!r}.") from None
 
 
 def add_map_args(p, prefix: str = "") -> None:
@@ -52,6 +53,7 @@ def _setup_sensitivity(p):
     add_map_args(p)
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
     add_calib_args(p)
+    add_yes_arg(p)
 
 
 def run_sensitivity(args) -> None:
@@ -71,7 +73,8 @@ def run_sensitivity(args) -> None:
                           f"(loss {p['loss']:+.4f}){tag}")
             b.update()
 
-        smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show)
+        smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show, yes=args.yes,
+                           say=announce)
     smap["model"] = meta["model"]
     lines = [f"{meta['model']} ({meta['device']}, {meta['dtype']}), strategy {s.strategy}: {smap['measure']}; "
              f"unpruned {smap['baseline']:.4f}; loss = {smap['loss']}",
@@ -103,11 +106,11 @@ def parse_budget(text: str | None) -> dict:
     except ValueError:
         number = None
     if kind not in ("mean", "bytes", "tiles") or number is None or number < 0:
-        raise AnalysisError(f"--budget {text!r} is not a mean ratio (0.5), bytes:N or tiles:N; write it that way.")
+        raise AnalysisError(f"--budget {show(text, 60)!r} is not a mean ratio (0.5), bytes:N or tiles:N; write it that way.")
     if kind == "mean":
         return {"mean_ratio": number}
     if number != int(number):
-        raise AnalysisError(f"--budget {text!r} must be a whole number of {kind}.")
+        raise AnalysisError(f"--budget {show(text, 60)!r} must be a whole number of {kind}.")
     return {"state_bytes": int(number)} if kind == "bytes" else {"tiles": int(number)}
 
 
@@ -134,13 +137,14 @@ def allocation_for(args, model, tokenizer):
         if not isinstance(smap, dict) or smap.get("kind") != "sensitivity-map":
             raise AnalysisError(f"--map {args.map} is not a sensitivity map; write one with `sensitivity --json`.")
         if smap.get("strategy") != args.strategy:
-            raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {args.strategy!r}; "
+            raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {show(args.strategy, 60)!r}; "
                                 "prune with the map's strategy or measure a map for this one.")
         if not same_weights(smap, model):
             raise AnalysisError("The map was measured on other weights than this model's; measure a map for it.")
     else:
         s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
-        smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task)
+        smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task,
+                                                                          yes=args.yes, say=announce)
     alloc = allocate(smap, round_to=args.round_to, **budget)
     task = recall_task(model)
     plans = candidates(smap, alloc, round_to=args.round_to, mean_ratio=budget.get("mean_ratio"))

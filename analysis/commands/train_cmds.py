@@ -31,6 +31,7 @@ def _setup_train(p):
     p.add_argument("--stop-at", type=whole(1), default=None, help="stop cleanly after this step; the learning-rate "
                    "schedule still follows --steps, so --resume can continue the same run (or shorten it)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --work")
+    p.add_argument("--yes", action="store_true", help="train even when the modelled time is over an hour")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", metavar="PATH|-", help="write the training history to PATH, or stdout with -")
 
@@ -77,9 +78,16 @@ def _check_train_args(args) -> None:
     params = vocab * args.hidden_size + args.layers * per_layer
     tokens = args.batch * args.seq_len
     activations = 3 * tokens * vocab * 4 + args.layers * tokens * (16 * args.hidden_size + 4 * key) * 4
+    device = args.device if args.device in ("cpu", "cuda") else "cpu"
     limits.require(16 * params + activations,  # fp32 weights, gradients, two AdamW moments
                    f"Training {params:,} parameters on batches of {args.batch} × {args.seq_len} tokens",
-                   "use a smaller model or batch", args.device if args.device in ("cpu", "cuda") else "cpu")
+                   "use a smaller model or batch", device)
+    if args.max_minutes is None or args.max_minutes > 60:  # --max-minutes already bounds the time
+        from analysis import workload
+        from analysis.commands.common import announce
+        steps = (args.stop_at or args.steps)
+        workload.check_modelled(f"Training {params:,} parameters", steps, 6 * params * tokens,
+                                "use fewer --steps (or --stop-at / --max-minutes)", args.yes, announce, device)
 
 
 COMMANDS = {"train": ("train a small DeltaNet / Gated DeltaNet (language modelling or associative recall)",

@@ -213,6 +213,7 @@ def check_new_dir(out, overwrite: bool = False,
         raise AnalysisError("No output directory given; name a new directory to save the model in.")
     path = _absolute(out)
     _check_lengths(path)
+    check_name_characters(path.name, "output directory's name")
     from analysis.io import swap
     swap.recover_target(path)  # an interrupted replace of this very name is finished (or undone) first
     reason = protected_reason(path) if os.path.lexists(path) else None  # new folders may go anywhere writable
@@ -415,6 +416,17 @@ def local_paths_allowed() -> bool:
     return os.environ.get(LOCAL_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def check_name_characters(text: str, what: str = "name") -> None:
+    """Refuse invisible characters in a name the tool creates: controls (Cc), formats (Cf: a right-to-left
+    override makes the name display reversed, here and in every file manager) and line/paragraph separators."""
+    import unicodedata
+    for char in str(text):
+        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+            name = unicodedata.name(char, "") or "a control character"
+            raise AnalysisError(f"The {what} contains an invisible character (U+{ord(char):04X}, {name}), which "
+                                "would hide or reorder what it shows; type it with visible characters only.")
+
+
 def output_target(text: str, local: bool | None = None) -> Path:
     """The dashboard's Save field → a directory: a folder name under `output_root()`, or (local mode)
     any path, a relative one taken under the output root."""
@@ -424,6 +436,7 @@ def output_target(text: str, local: bool | None = None) -> Path:
         raise AnalysisError("Give a name for the saved model.")
     if "\0" in text:
         raise AnalysisError("The name contains a NUL character; type a plain folder name.")
+    check_name_characters(text)
     if local:
         path = Path(text).expanduser()
         return path if path.is_absolute() else output_root() / path

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from analysis.errors import AnalysisError
+from analysis.io.writes import show
 from analysis.strategies.base import Selection, Strategy
 from analysis.strategies.drrqr import DRRQRStrategy
 from analysis.strategies.pca import PCAStrategy
@@ -13,7 +14,7 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
 
 def get_strategy(name: str) -> Strategy:
     if name not in STRATEGIES:
-        raise AnalysisError(f"Unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
+        raise AnalysisError(f"Unknown strategy {show(str(name), 60)!r}; choose one of {', '.join(STRATEGIES)}.")
     return STRATEGIES[name]
 
 
