@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from analysis import limits, sweep, workload
+from analysis import limits, workload
+from analysis.io import point_cache
 from analysis.cli import main
 
 AVAILABLE = 16 * 10**9
@@ -22,7 +23,7 @@ AVAILABLE = 16 * 10**9
 def fixed_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(limits, "available_memory", lambda device="cpu": AVAILABLE)
     monkeypatch.setattr(workload, "forward_seconds", lambda model, batch, tokens: 0.5)
-    monkeypatch.setattr(sweep, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
 
 
 MEMORY = r"needs about [\d.]+ [TGM]B of memory, more than the 8\.0 GB one request may use"

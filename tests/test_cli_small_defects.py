@@ -136,8 +136,8 @@ def test_a_3000_character_ray_address_is_cut_in_the_error(tiny_dirs, capsys, mon
 @pytest.mark.parametrize("args", [["sweep", "{m}", "--ratios", "x" * 3000], ["sweep", "{m}", "--strategies", "y" * 3000],
                                   ["sensitivity", "{m}", "--strategy", "l1", "--ratios", "z" * 3000]])
 def test_long_flag_values_are_cut_in_the_error(args, tiny_dirs, capsys, tmp_path, monkeypatch):
-    from analysis import sweep
-    monkeypatch.setattr(sweep, "CACHE_DIR", tmp_path / "cache")
+    from analysis.io import point_cache
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
     code, _, err = run([a.format(m=tiny_dirs["delta_net"]) for a in args], capsys)
     one_sentence(code, err)
     assert "…" in err and len(err) < 400, err
