@@ -31,6 +31,8 @@ def validate_config(config, path: Path, supported=None) -> dict:
         families = "; ".join(f"{family} ({', '.join(types)})" for family, (_, types) in FAMILIES.items())
         raise AnalysisError(f"Architecture {model_type!r} in {where} is not supported: no family adapter handles "
                             f"it; supported families (model types): {families}.")
+    from analysis.archs import adapter_for
+    config = adapter_for(config).complete_config(config)
     for name in POSITIVE_FIELDS:
         value = config.get(name)
         if value is None and name != "num_hidden_layers":
@@ -38,7 +40,6 @@ def validate_config(config, path: Path, supported=None) -> dict:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise AnalysisError(f"{name} in {where} must be a whole number ≥ 1, not {value!r}; "
                                 "fix the config or re-save the model.")
-    from analysis.archs import adapter_for
     for key in (adapter_for(config).key_dims_config_key, "readout_key_dims"):  # the pruned types' per-layer lists
         dims = config.get(key)
         if dims is not None and not (isinstance(dims, list) and 1 <= len(dims) <= config["num_hidden_layers"]

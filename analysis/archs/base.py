@@ -101,6 +101,11 @@ class Adapter:
         """KV-cache bytes of one softmax-attention block for one sequence of `tokens` tokens."""
         raise NotImplementedError
 
+    def complete_config(self, config: dict) -> dict:
+        """A config.json dict with the fields the core's checks read filled in where the family's config derives
+        them (e.g. num_hidden_layers from a per-layer pattern); unchanged by default."""
+        return config
+
     # --- pruning ---------------------------------------------------------------------------------
     def check_key_dims(self, dims, device_type: str = "cpu") -> None:
         """One sentence for a key dim this family's kernel cannot run (on CPU only the maximum applies)."""

@@ -53,6 +53,13 @@ class Mamba2Adapter(Adapter):
                                     "number of heads), so fix n_groups in config.json.")
         return out
 
+    def complete_config(self, config: dict) -> dict:
+        """Nemotron-H saves its block pattern (`layers_block_type`) instead of num_hidden_layers."""
+        pattern = config.get("layers_block_type") or config.get("hybrid_override_pattern")
+        if config.get("num_hidden_layers") is None and isinstance(pattern, (list, str)) and pattern:
+            return {**config, "num_hidden_layers": len(pattern)}
+        return config
+
     def key_heads(self, layer):
         return layer.n_groups
 
