@@ -12,6 +12,7 @@ import copy
 import importlib
 import sys
 
+import torch
 import torch.nn as nn
 
 from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, is_mamba2_mixer, layers_of
@@ -79,15 +80,17 @@ def _make(base: str):
         base_model.__init__(self, config)
         _apply_state_sizes(self)
 
-    def _init_weights(self, module):
-        mixers = _mixers(module) if isinstance(getattr(module, "layers", None), nn.ModuleList) else []
-        if any(hasattr(m, "mup_vector") for m in mixers):   # Falcon-H1's model: per-layer multipliers
-            for m in mixers:
-                m.mup_vector.copy_(_mup_vector(m, self.config, m.ssm_state_size))
-            return
-        base_model._init_weights(self, module)
+    def _initialize_missing_keys(self, *args, **kwargs):
+        """After transformers' own init on load, which fills Falcon-H1's non-persistent mup_vector from the config's
+        single N (or leaves it empty at another N), rebuild each layer's from its own N."""
+        base_model._initialize_missing_keys(self, *args, **kwargs)
+        with torch.no_grad():
+            for m in _mixers(self):
+                mup = _mup_vector(m, self.config, m.ssm_state_size)
+                if mup is not None:
+                    m.mup_vector.copy_(mup)
     model_cls = type(f"Pruned{base_model.__name__}", (base_model,),
-                     {"config_class": cfg_cls, "__init__": __init__, "_init_weights": _init_weights})
+                     {"config_class": cfg_cls, "__init__": __init__, "_initialize_missing_keys": _initialize_missing_keys})
     return cfg_cls, model_cls
 
 
