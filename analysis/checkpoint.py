@@ -28,13 +28,14 @@ def validate_config(config, path: Path, supported=None) -> dict:
     model_type = config.get("model_type")
     supported = supported_model_types() if supported is None else list(supported)
     from analysis.archs import UNSUPPORTED
-    if model_type in UNSUPPORTED:
+    if isinstance(model_type, str) and model_type in UNSUPPORTED:
         raise AnalysisError(f"Model type {model_type!r} in {where} {UNSUPPORTED[model_type]}; pick a Mamba-2 or "
                             "linear-attention model instead.")
     if not isinstance(model_type, str) or model_type not in supported:
-        families = "; ".join(f"{family} ({', '.join(types)})" for family, (_, types) in FAMILIES.items())
+        families = "; ".join(f"{family} ({', '.join(t for t in types if not t.startswith('pruned_'))})"
+                             for family, (_, types) in FAMILIES.items())
         raise AnalysisError(f"Architecture {model_type!r} in {where} is not supported: no family adapter handles "
-                            f"it; supported families (model types): {families}.")
+                            f"it; supported families (model types, plus the project's pruned_ types): {families}.")
     from analysis.archs import adapter_for
     config = adapter_for(config).complete_config(config)
     for name in POSITIVE_FIELDS:

@@ -57,7 +57,7 @@ def adapter_for(model_or_config) -> Adapter:
     """The adapter of a model, a config or a config dict; one sentence when no family handles it."""
     model_type = model_type_of(model_or_config)
     family = family_of(model_type)
-    if model_type in UNSUPPORTED:
+    if isinstance(model_type, str) and model_type in UNSUPPORTED:
         raise AnalysisError(f"Model type {model_type!r} {UNSUPPORTED[model_type]}; pick a Mamba-2 or "
                             "linear-attention model instead.")
     if family is None:
