@@ -177,8 +177,11 @@ def test_cli_on_a_saved_mamba2(tmp_path):
     model.resize_token_embeddings(len(data.load_tokenizer()), mean_resizing=False)
     model.save_pretrained(tmp_path / "m")
     commands = {
-        "rank": ["--tokens", "16", "--batch", "1"],
-        "importance": ["--strategies", "random,l1,wanda,drrqr", "--calib-sequences", "1", "--calib-tokens", "64"],
+        "rank": ["--tokens", "16", "--batch", "1", "--every-token"],
+        "noise": ["--tokens", "16", "--batch", "1", "--samples", "4", "--snr", "0,20", "--keys", "2"],
+        "sensitivity": ["--strategy", "l1", "--ratios", "0.5", "--context", "32", "--eval-tokens", "64",
+                        "--calib-sequences", "1", "--no-cache"],
+        "importance": ["--strategies", "random,l1,wanda,grad,pca,drrqr", "--calib-sequences", "1", "--calib-tokens", "64"],
         "prune": ["--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "260", "--out", str(tmp_path / "pruned")],
         "ppl": ["--context", "32", "--max-tokens", "64"],
         "latency": ["--key-dims", "8,16", "--batch", "1", "--tokens", "32", "--repeats", "1"],
@@ -188,6 +191,8 @@ def test_cli_on_a_saved_mamba2(tmp_path):
         assert main([command, str(tmp_path / "m"), "--device", "cpu", *extra, "--json", str(out)]) == 0, command
         assert json.loads(out.read_text()), command
     assert json.loads((tmp_path / "pruned" / "config.json").read_text())["state_size"] == 8
+    noise = json.loads((tmp_path / "noise.json").read_text())
+    assert noise["query_l2_normalised"] is False and noise["applicable_bounds"].startswith("raw query only")
 
 
 @pytest.mark.parametrize("model_type", ["mamba", "jamba", "falcon_mamba"])

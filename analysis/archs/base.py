@@ -65,6 +65,7 @@ class Adapter:
     kernel: str = ""                     # the kernel `latency` times for this family, e.g. "gated_delta_rule"
     rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel
     key_dims_config_key: str = "head_k_dims"   # where a pruned config lists one key dim per linear layer
+    qk_l2_normalised: bool = True        # the kernel l2-normalises q and k (False: Mamba-2's B and C enter raw)
 
     @property
     def kernel_spec(self):
