@@ -20,7 +20,7 @@ import torch
 from family_cases import assert_close, logits
 from family_cases.mamba2 import make_config, make_model, reference_states
 
-TYPES = ["mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba"]
+TYPES = ["mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba", "zamba2"]
 _models: dict = {}
 
 
@@ -72,6 +72,26 @@ def test_dense_rank_trace_follows_plain_linear_attention():
     s = torch.linalg.svdvals(states.double()).permute(0, 2, 1, 3)                 # [B,H,T,m]
     assert_close(torch.from_numpy(fro2), s.square().sum(-1), 1e-4)
     assert_close(torch.from_numpy(top2), s[..., 0].square(), 1e-3)
+
+
+KINDS = {"mamba2": "LL", "nemotron_h": "LSLO", "granitemoehybrid": "LSLL", "falcon_h1": "LSLS", "bamba": "LSL",
+         "zamba2": "LSLL"}
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_blocks_are_listed_in_order_and_labelled(model_type):
+    """Every token mixer once per use, in forward order: Falcon-H1's parallel attention beside each Mamba-2 mixer,
+    Zamba2's shared attention before its hybrid layer's mixer, Nemotron-H's MLP as "other"."""
+    from analysis.archs import adapter_for
+    from analysis.models import describe
+    model = _model(model_type)
+    blocks = adapter_for(model).blocks(model)
+    assert [b.index for b in blocks] == list(range(len(blocks)))
+    assert "".join(b.kind[0].upper() for b in blocks) == KINDS[model_type]
+    info = describe(model)
+    assert [b.linear_layer for b in info.blocks if b.kind == "linear"] == list(range(info.layers))
+    assert all(b.kv_cache_bytes_per_token > 0 for b in info.blocks if b.kind == "softmax")
+    assert info.head_k_dims == [16] * info.layers and info.heads == 2 and info.value_heads == 8
 
 
 @pytest.mark.parametrize("model_type", TYPES)

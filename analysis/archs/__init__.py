@@ -20,17 +20,15 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
                                            "olmo_hybrid", "pruned_qwen3_5_text", "pruned_qwen3_5_moe_text",
                                            "pruned_qwen3_next", "pruned_olmo_hybrid")),
     "kimi_linear": ("analysis.archs.kimi_linear", ("kimi_linear", "pruned_kimi_linear")),
-    "mamba2": ("analysis.archs.mamba2", ("mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba",
+    "mamba2": ("analysis.archs.mamba2", ("mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba", "zamba2",
                                          "pruned_mamba2", "pruned_nemotron_h", "pruned_granitemoehybrid",
-                                         "pruned_falcon_h1", "pruned_bamba")),
+                                         "pruned_falcon_h1", "pruned_bamba", "pruned_zamba2")),
 }
 
 # model types that look close to a family but cannot be one: why, in words (the sentence adapter_for gives)
 _MAMBA1 = ("is a Mamba-1 model: its selective scan keeps a diagonal state per channel, with no per-head B/C split "
            "into query/key channels, so it has no key dimension to measure or prune")
-UNSUPPORTED = {"mamba": _MAMBA1, "jamba": _MAMBA1, "falcon_mamba": _MAMBA1,
-               "zamba2": ("shares one transformer block across its hybrid layers, which the Mamba-2 adapter does not "
-                          "list yet")}
+UNSUPPORTED = {"mamba": _MAMBA1, "jamba": _MAMBA1, "falcon_mamba": _MAMBA1}
 
 # families `python -m analysis train` can build from scratch (their adapters implement `training_config`)
 TRAINABLE = ("delta_net", "gated_deltanet", "qwen3_5")

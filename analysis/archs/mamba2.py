@@ -1,31 +1,31 @@
-"""transformers' Mamba-2 mixers: `mamba2`, `nemotron_h`, `granitemoehybrid`, `falcon_h1`, `bamba` (+ pruned types).
+"""transformers' Mamba-2 mixers: `mamba2`, `nemotron_h`, `granitemoehybrid`, `falcon_h1`, `bamba`, `zamba2` (+ pruned types).
 
 Mamba-2's SSD is linear attention with a scalar decay per head (no delta rule, no l2 norm, no dk^-1/2 scale):
     S_t = e^{A·dt_t} S_{t−1} + dt_t · B_t x_tᵀ   (K-first [N, head_dim]),   y_t = S_tᵀ C_t + D·x_t,
 so C is the query, B the key, dt·x the value, A·dt the log-decay, dk = N (the state size). B and C have
 `n_groups` heads, each shared by heads/n_groups value heads, as a key head serves several value heads in GDN.
 
-Every mixer (Mamba2Mixer, NemotronHMamba2Mixer, GraniteMoeHybridMambaLayer, FalconH1Mixer, BambaMixer) has the same
-layout: `in_proj` rows [z (I) | x (I) | B (G·N) | C (G·N) | dt (heads)], one depthwise `conv1d` (with bias) over
-x|B|C, SiLU. Pruning N keeps the same channels of B and C per group: those rows of `in_proj` and of the conv's
-weight and bias; Falcon-H1's `mup_vector` is a per-section constant rebuilt from the config at load. Removing a
-channel is pure channel removal (there is no readout scale to keep).
+Every mixer (Mamba2Mixer, NemotronHMamba2Mixer, GraniteMoeHybridMambaLayer, FalconH1Mixer, BambaMixer,
+Zamba2MambaMixer) has the same layout: `in_proj` rows [z (I) | x (I) | B (G·N) | C (G·N) | dt (heads)], one depthwise
+`conv1d` (with bias) over x|B|C, SiLU. Pruning N keeps the same channels of B and C per group: those rows of
+`in_proj` and of the conv's weight and bias; Falcon-H1's `mup_vector` is a per-section constant rebuilt from the
+config. Removing a channel is pure channel removal (there is no readout scale to keep).
 
 Blocks, in order: each decoder layer's token mixers among `mixer` (Mamba-2, Nemotron-H), `mamba` and `self_attn`
-(Granite-H, Bamba, Falcon-H1, whose layers hold both side by side: two blocks per layer). Mamba-2 mixers are
-"linear", q/k/v attention "softmax", the rest (Nemotron-H's MLP and MoE layers) "other"; only linear ones are pruned.
-Left out: `zamba2` (its hybrid layers share one transformer block across layers and feed it the embeddings
-too: the block list would repeat a module) and Mamba-1 models (`mamba`, `jamba`, `falcon_mamba`: see `archs`).
+(Granite-H, Bamba, Falcon-H1, whose layers hold both side by side: two blocks per layer); a Zamba2 hybrid layer
+lists its shared transformer's attention, then its own Mamba-2 mixer (the shared block appears once per hybrid
+layer, as it keeps one KV cache per hybrid layer). Mamba-2 mixers are "linear", q/k/v attention "softmax", the rest
+(Nemotron-H's MLP and MoE layers) "other"; only linear ones are pruned. Mamba-1 models (`mamba`, `jamba`,
+`falcon_mamba`) are refused in one sentence (analysis.archs.UNSUPPORTED).
 """
 from __future__ import annotations
 
 import copy
 
 import torch
-import torch.nn as nn  # noqa: F401
 
 from analysis.archs.base import Adapter, Block, ChannelRows
-from analysis.archs.mamba2_layout import MIXER_NAMES, PRUNED_PREFIX, STATE_SIZE_KEYS, kind, layers_of
+from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, kind, layers_of, mixers_in
 from analysis.errors import AnalysisError
 
 class Mamba2Adapter(Adapter):
@@ -41,11 +41,8 @@ class Mamba2Adapter(Adapter):
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
         out = []
-        for layer in layers_of(model):
-            for name in MIXER_NAMES:
-                module = getattr(layer, name, None)
-                if isinstance(module, nn.Module):
-                    out.append(Block(len(out), kind(module), module))
+        for module in (m for layer in layers_of(model) for m in mixers_in(layer)):
+            out.append(Block(len(out), kind(module), module))
         for block in out:
             if block.kind == "linear" and block.module.num_heads % block.module.n_groups:
                 m = block.module

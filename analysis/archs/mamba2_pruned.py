@@ -15,17 +15,17 @@ import sys
 import torch
 import torch.nn as nn
 
-from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, is_mamba2_mixer, layers_of
+from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, is_mamba2_mixer, layers_of, mixers_in
 
 KEY = "ssm_state_sizes"
 _BASES = {"mamba2": ("Mamba2Config", "Mamba2ForCausalLM"), "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM"),
           "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
-          "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM"), "bamba": ("BambaConfig", "BambaForCausalLM")}
+          "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM"), "bamba": ("BambaConfig", "BambaForCausalLM"),
+          "zamba2": ("Zamba2Config", "Zamba2ForCausalLM")}
 
 
 def _mixers(model) -> list[nn.Module]:
-    return [m for layer in layers_of(model) for name in ("mixer", "mamba")
-            if is_mamba2_mixer(m := getattr(layer, name, None) or nn.Identity())]
+    return [m for layer in layers_of(model) for m in mixers_in(layer) if is_mamba2_mixer(m)]
 
 
 def _mup_vector(mixer, config, state_size: int):
