@@ -59,6 +59,29 @@ def test_chunked_op_equals_the_token_loop():
     assert_close(torch.stack([sink.got[t] for t in range(T)], dim=1), states, 1e-5)
 
 
+def test_routed_scan_equals_transformers_scan_with_a_prior_state():
+    """The routed `mamba2_chunk_scan` (CPU: the project's op) against transformers' torch SSD it replaces, with an
+    initial state and the final state returned (a cached prefill), dt_limit clamping and D."""
+    from transformers.models.mamba2 import modeling_mamba2 as modeling
+
+    from analysis.archs.mamba2_routing import routed
+    gen = torch.Generator().manual_seed(2)
+    B, T, H, P, G, n = 2, 13, 4, 3, 2, 5
+    x, dt = torch.randn(B, T, H, P, generator=gen), torch.randn(B, T, H, generator=gen)
+    Bm, Cm = torch.randn(B, T, G, n, generator=gen), torch.randn(B, T, G, n, generator=gen)
+    A, D, dt_bias = -torch.rand(H, generator=gen) * 2, torch.randn(H, generator=gen), torch.randn(H, generator=gen)
+    h0 = torch.randn(B, H, P, n, generator=gen)                  # transformers' layout [.., head_dim, N]
+    torch_scan = modeling.mamba2_chunk_scan
+    while hasattr(torch_scan, "__wrapped__"):
+        torch_scan = torch_scan.__wrapped__
+    kwargs = dict(D=D, dt_bias=dt_bias, initial_states=h0, dt_softplus=True, dt_limit=(0.05, 2.0),
+                  return_final_states=True)
+    o, S = routed(torch_scan)(x, dt, A, Bm, Cm, 4, **kwargs)
+    o_ref, S_ref = torch_scan(x, dt, A, Bm, Cm, 4, **kwargs)
+    assert_close(o, o_ref, 1e-5)
+    assert_close(S, S_ref, 1e-5)
+
+
 def test_dense_rank_trace_follows_plain_linear_attention():
     from analysis.cpu_ops.linear_attention import recurrent_linear_attention
     from analysis.spectral_tracker import track_top_singular
