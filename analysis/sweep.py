@@ -27,7 +27,7 @@ from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
 from analysis.latency import kernel_latency
 from analysis.models import REPO_ROOT, describe
-from analysis.prune import RESCALES, check_rescale, plan_key_dims, prune, tiles
+from analysis.prune import check_rescale, plan_key_dims, prune, readout_label, tiles
 from analysis.recovery import recover
 from analysis.strategies import get_strategy
 
@@ -143,7 +143,7 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
     dims = plan_key_dims(model, ratio=ratio)
     pruned = prune(model, name, dims, calib if strategy.needs_calibration else None, seed=seed, rescale=rescale).model
     result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, opts["latency"], baseline)
-    result["rescale"], result["readout"] = rescale, RESCALES[rescale]
+    result["rescale"], result["readout"] = rescale, readout_label(model, rescale)
     result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
     if opts["recover_steps"]:
         recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed)

@@ -234,6 +234,7 @@ def test_cli_on_a_saved_mamba2(tmp_path):
         assert main([command, str(tmp_path / "m"), "--device", "cpu", *extra, "--json", str(out)]) == 0, command
         assert json.loads(out.read_text()), command
     assert json.loads((tmp_path / "pruned" / "config.json").read_text())["state_size"] == 8
+    assert "no key-dim readout scale" in json.loads((tmp_path / "prune.json").read_text())["readout"]
     noise = json.loads((tmp_path / "noise.json").read_text())
     assert noise["query_l2_normalised"] is False and noise["applicable_bounds"].startswith("raw query only")
 

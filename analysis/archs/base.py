@@ -66,6 +66,7 @@ class Adapter:
     rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel
     key_dims_config_key: str = "head_k_dims"   # where a pruned config lists one key dim per linear layer
     qk_l2_normalised: bool = True        # the kernel l2-normalises q and k (False: Mamba-2's B and C enter raw)
+    readout_scaled: bool = True          # the readout multiplies by a key-dim factor (dk^-1/2); False: none to keep
 
     @property
     def kernel_spec(self):

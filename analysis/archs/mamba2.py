@@ -35,6 +35,7 @@ class Mamba2Adapter(Adapter):
     gate = "head"
     kernel = "ssd"
     key_dims_config_key = "ssm_state_sizes"
+    readout_scaled = False     # y = C_tᵀ S_t: removing a channel needs no readout correction
     qk_l2_normalised = False   # B and C enter the scan raw: the noise page's re-normalised bounds do not apply
     rotations = True    # one decay per head: a rotation of a group's B/C channels commutes with it
 
