@@ -53,6 +53,9 @@ def routed(bound):
             return bound(hidden_states, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias, initial_states=initial_states,
                          dt_softplus=dt_softplus, dt_limit=dt_limit, return_final_states=return_final_states,
                          **kwargs)
+        if kwargs.get("seq_idx") is not None or kwargs.get("cu_seqlens") is not None:
+            raise ValueError("packed sequences (seq_idx / cu_seqlens) need mamba_ssm on a GPU; the CPU scan keeps "
+                             "one sequence per row")   # as transformers' own torch fallback refuses them
         o, S = backend.observed(r, compute=True)
         o = o.contiguous()
         if D is not None:
