@@ -261,3 +261,18 @@ def test_groups_that_do_not_divide_the_heads_are_one_sentence(tmp_path, capsys):
     assert main(["rank", str(tmp_path / "m"), "--device", "cpu", "--tokens", "8", "--batch", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "8 heads in 3 groups" in err
+
+
+def test_train_builds_a_nemotron_h_hybrid(tmp_path):
+    """`python -m analysis train --arch mamba2`: a Nemotron-H of Mamba-2 / attention mixers each followed by an MLP."""
+    from analysis.archs import adapter_for
+    from analysis.cli import main
+    from analysis.models import load_model
+    out = tmp_path / "out"
+    assert main(["train", "--arch", "mamba2", "--out", str(out), "--work", str(tmp_path / "work"), "--hidden-size",
+                 "32", "--layers", "4", "--heads", "4", "--head-dim", "16", "--seq-len", "32", "--batch", "2",
+                 "--steps", "2", "--warmup", "1", "--eval-every", "2", "--checkpoint-every", "2", "--device", "cpu",
+                 "--quiet"]) == 0
+    model = load_model(str(out), device="cpu")
+    assert model.config.model_type == "nemotron_h"
+    assert "".join(b.kind[0].upper() for b in adapter_for(model).blocks(model)) == "LOLOLOSO"

@@ -31,7 +31,7 @@ _MAMBA1 = ("is a Mamba-1 model: its selective scan keeps a diagonal state per ch
 UNSUPPORTED = {"mamba": _MAMBA1, "jamba": _MAMBA1, "falcon_mamba": _MAMBA1}
 
 # families `python -m analysis train` can build from scratch (their adapters implement `training_config`)
-TRAINABLE = ("delta_net", "gated_deltanet", "qwen3_5")
+TRAINABLE = ("delta_net", "gated_deltanet", "qwen3_5", "mamba2")
 
 
 def model_type_of(model_or_config) -> str:

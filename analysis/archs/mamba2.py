@@ -122,6 +122,27 @@ class Mamba2Adapter(Adapter):
     def readout_key_dims(self, model):
         return [int(self.key_dim(layer)) for layer in self.linear_layers(model)]
 
+    # --- training --------------------------------------------------------------------------------
+    def training_config(self, cfg, vocab_size: int):
+        """transformers' Nemotron-H: per layer a Mamba-2 mixer ("M"; every `full_attention_interval`-th one softmax
+        attention, "*") followed by an MLP block ("-"), as the real models interleave them; `heads` Mamba-2 heads of
+        `head_dim` channels, N = head_dim, `key_heads` groups (default heads // 2); attention with `key_heads` query
+        heads sharing max(1, key_heads // 2) key/value heads of head_dim."""
+        from transformers.models.nemotron_h import NemotronHConfig
+        groups = cfg.key_heads or max(1, cfg.heads // 2)
+        if cfg.heads % groups:
+            raise AnalysisError(f"--heads ({cfg.heads}) must be a multiple of --key-heads ({groups}): each group's B "
+                                "and C serve the same number of Mamba-2 heads.")
+        every = cfg.full_attention_interval
+        pattern = "".join(("*" if (i + 1) % every == 0 else "M") + "-" for i in range(cfg.layers))
+        return NemotronHConfig(
+            vocab_size=vocab_size, hidden_size=cfg.hidden_size, hybrid_override_pattern=pattern,
+            intermediate_size=cfg.intermediate_size or 2 * cfg.hidden_size, mamba_num_heads=cfg.heads,
+            mamba_head_dim=cfg.head_dim, ssm_state_size=cfg.head_dim, n_groups=groups,
+            num_attention_heads=groups, num_key_value_heads=max(1, groups // 2), head_dim=cfg.head_dim,
+            max_position_embeddings=cfg.seq_len, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0,
+            pad_token_id=0)
+
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
         """Route the SSD scan by device, register pruned_<type>, and give `mamba2` back to transformers: fla
