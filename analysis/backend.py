@@ -41,8 +41,8 @@ class RecurrenceInputs:
     cu_seqlens: torch.Tensor | None
     q_raw: torch.Tensor | None = None   # [B,T,H_qk,dk] what the layer passed in: post-conv, pre-l2norm
     k_raw: torch.Tensor | None = None
-    delta: bool = True                  # False: plain linear attention S_t = e^{g_t} S_{t−1} + k_t v_tᵀ (β unused),
-                                        # e.g. Mamba-2's SSD (its adapter folds dt into v)
+    delta: bool = True                  # False: plain linear attention S_t = e^{g_t} S_{t−1} + k_t v_tᵀ
+                                        # (β unused), e.g. Mamba-2's SSD (its adapter folds dt into v)
 
 
 _observer: contextvars.ContextVar[Callable[[RecurrenceInputs], object] | None] = \

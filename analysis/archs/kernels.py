@@ -65,10 +65,10 @@ KERNELS = {spec.name: spec for spec in (
     # chunk_intra.py feeds BK = next_power_of_2(K), with no floor of 16, into tl.dot (which needs >= 16): K <= 8 fails
     KernelSpec("kda", "Kimi delta attention (per-channel gated delta rule)", "channel", ("fla.ops.kda", "chunk_kda"),
                min_key_dim=9, min_reason="its intra-chunk kernel needs a key block of at least 16"),
-    # Mamba-2's SSD scan is scalar-decay linear attention with dk = N (q = C, k = B, v = dt·x, g = A·dt). The models run
-    # mamba_ssm's mamba_chunk_scan_combined on CUDA when it is installed (the project does not install it), else
-    # transformers' torch SSD; `latency` times fla's chunk_simple_gla, the same recurrence, on CUDA (not verified on a
-    # GPU here) and the project's chunked linear attention on CPU. mamba_ssm pads N to max(16, next power of 2).
+    # Mamba-2's SSD scan is scalar-decay linear attention with dk = N (q = C, k = B, v = dt·x, g = A·dt). The models
+    # run mamba_ssm's mamba_chunk_scan_combined on CUDA when it is installed (the project does not install it), else
+    # transformers' torch SSD; `latency` times fla's chunk_simple_gla, the same recurrence, on CUDA (not verified on
+    # a GPU here) and the project's chunked linear attention on CPU. mamba_ssm pads N to max(16, next power of 2).
     KernelSpec("ssd", "Mamba-2 SSD scan (scalar-decay linear attention)", "head",
                ("fla.ops.simple_gla", "chunk_simple_gla"), delta=False),
 )}

@@ -1,4 +1,5 @@
-"""transformers' Mamba-2 mixers: `mamba2`, `nemotron_h`, `granitemoehybrid`, `falcon_h1`, `bamba`, `zamba2` (+ pruned types).
+"""transformers' Mamba-2 mixers: `mamba2`, `nemotron_h`, `granitemoehybrid`, `falcon_h1`, `bamba`, `zamba2`
+(and their pruned_ types).
 
 Mamba-2's SSD is linear attention with a scalar decay per head (no delta rule, no l2 norm, no dk^-1/2 scale):
     S_t = e^{A·dt_t} S_{t−1} + dt_t · B_t x_tᵀ   (K-first [N, head_dim]),   y_t = S_tᵀ C_t + D·x_t,
@@ -27,6 +28,7 @@ import torch
 from analysis.archs.base import Adapter, Block, ChannelRows
 from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, kind, layers_of, mixers_in
 from analysis.errors import AnalysisError
+
 
 class Mamba2Adapter(Adapter):
     family = "mamba2"

@@ -90,7 +90,8 @@ def _make(base: str):
                 if mup is not None:
                     m.mup_vector.copy_(mup)
     model_cls = type(f"Pruned{base_model.__name__}", (base_model,),
-                     {"config_class": cfg_cls, "__init__": __init__, "_initialize_missing_keys": _initialize_missing_keys})
+                     {"config_class": cfg_cls, "__init__": __init__,
+                      "_initialize_missing_keys": _initialize_missing_keys})
     return cfg_cls, model_cls
 
 

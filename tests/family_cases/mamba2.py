@@ -32,7 +32,8 @@ def make_config(model_type: str = "nemotron_h"):
                                mamba_head_dim=HEAD_DIM, mamba_num_heads=HEADS, head_dim=16, chunk_size=8)
     if model_type == "granitemoehybrid":
         from transformers.models.granitemoehybrid import GraniteMoeHybridConfig
-        return GraniteMoeHybridConfig(**COMMON, num_hidden_layers=4, layer_types=["mamba", "attention", "mamba", "mamba"],
+        return GraniteMoeHybridConfig(**COMMON, num_hidden_layers=4,
+                                      layer_types=["mamba", "attention", "mamba", "mamba"],
                                       mamba_d_state=N, mamba_n_groups=GROUPS, mamba_d_head=HEAD_DIM,
                                       mamba_n_heads=HEADS, mamba_expand=2, num_local_experts=4, num_experts_per_tok=2,
                                       shared_intermediate_size=32, mamba_chunk_size=8)
@@ -48,7 +49,8 @@ def make_config(model_type: str = "nemotron_h"):
                            mamba_chunk_size=8)
     if model_type == "zamba2":
         from transformers.models.zamba2 import Zamba2Config
-        return Zamba2Config(vocab_size=97, hidden_size=32, num_hidden_layers=3, layers_block_type=["mamba", "hybrid", "mamba"],
+        return Zamba2Config(vocab_size=97, hidden_size=32, num_hidden_layers=3,
+                            layers_block_type=["mamba", "hybrid", "mamba"],
                             mamba_d_state=N, mamba_ngroups=GROUPS, mamba_headdim=HEAD_DIM, n_mamba_heads=HEADS,
                             mamba_expand=2, num_attention_heads=2, num_key_value_heads=2, attention_head_dim=16,
                             intermediate_size=64, chunk_size=8, tie_word_embeddings=True)
