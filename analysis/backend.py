@@ -23,6 +23,7 @@ import torch
 from analysis.cpu_ops import conv as conv_ops
 from analysis.cpu_ops import norms
 from analysis.cpu_ops.delta_rule import StateSink, chunked_delta_rule
+from analysis.cpu_ops.linear_attention import chunked_linear_attention
 
 L2_EPS = 1e-6  # fla's in-kernel l2norm: x / sqrt(Σx² + 1e-6)
 
@@ -40,6 +41,8 @@ class RecurrenceInputs:
     cu_seqlens: torch.Tensor | None
     q_raw: torch.Tensor | None = None   # [B,T,H_qk,dk] what the layer passed in: post-conv, pre-l2norm
     k_raw: torch.Tensor | None = None
+    delta: bool = True                  # False: plain linear attention S_t = e^{g_t} S_{t−1} + k_t v_tᵀ
+                                        # (β unused), e.g. Mamba-2's SSD (its adapter folds dt into v)
 
 
 _observer: contextvars.ContextVar[Callable[[RecurrenceInputs], object] | None] = \
@@ -109,10 +112,16 @@ def _kda_gate(g, A_log, dt_bias, lower_bound) -> torch.Tensor:
     return -A_log.float().view(heads, 1).exp() * torch.nn.functional.softplus(g)
 
 
+def _chunked(r: RecurrenceInputs, q, k, v, beta, g, h0, sink=None):
+    if r.delta:
+        return chunked_delta_rule(q, k, v, beta, g, r.scale, h0, sink=sink)
+    return chunked_linear_attention(q, k, v, g, r.scale, h0, sink=sink)
+
+
 def run_recurrence(r: RecurrenceInputs, sink: StateSink | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Chunked recurrence over prepared inputs; packed sequences (cu_seqlens) run one by one (no sink)."""
     if r.cu_seqlens is None:
-        return chunked_delta_rule(r.q, r.k, r.v, r.beta, r.g, r.scale, r.initial_state, sink=sink)
+        return _chunked(r, r.q, r.k, r.v, r.beta, r.g, r.initial_state, sink)
     if sink is not None:
         raise ValueError("per-token states of packed sequences (cu_seqlens) are not supported")
     outs, finals = [], []
@@ -120,7 +129,7 @@ def run_recurrence(r: RecurrenceInputs, sink: StateSink | None = None) -> tuple[
     for n, (s, e) in enumerate(zip(bounds[:-1], bounds[1:])):
         cut = (lambda x: None if x is None else x[:, s:e])
         h0 = None if r.initial_state is None else r.initial_state[n:n + 1]
-        o, S = chunked_delta_rule(cut(r.q), cut(r.k), cut(r.v), cut(r.beta), cut(r.g), r.scale, h0)
+        o, S = _chunked(r, cut(r.q), cut(r.k), cut(r.v), cut(r.beta), cut(r.g), h0)
         outs.append(o)
         finals.append(S)
     return torch.cat(outs, dim=1), torch.cat(finals)
@@ -153,6 +162,21 @@ def _replay(r: RecurrenceInputs, sink: StateSink) -> None:
     with torch.no_grad():
         _, S = run_recurrence(r, sink)
     sink.finish(S)
+
+
+def observed(r: RecurrenceInputs, compute: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Tell the observer about prepared inputs a family's own routing formed (not through `prepare`).
+    compute=True (CPU): run the torch recurrence, feeding the observer's sink, and return (o, final state);
+    compute=False (the family's CUDA kernel runs the forward): replay for the sink only when it wants states."""
+    sink = _notify(r)
+    if not compute:
+        if sink is not None:
+            _replay(r, sink)
+        return None
+    o, S = run_recurrence(r, sink)
+    if sink is not None:
+        sink.finish(S.detach())
+    return o, S
 
 
 def by_device(fla_op):

@@ -33,10 +33,17 @@ def validate_config(config, path: Path, supported=None) -> dict:
                             "re-save the model with save_pretrained.")
     model_type = config.get("model_type")
     supported = supported_model_types() if supported is None else list(supported)
+    from analysis.archs import UNSUPPORTED
+    if isinstance(model_type, str) and model_type in UNSUPPORTED:
+        raise AnalysisError(f"Model type {model_type!r} in {where} {UNSUPPORTED[model_type]}; pick a Mamba-2 or "
+                            "linear-attention model instead.")
     if not isinstance(model_type, str) or model_type not in supported:
-        families = "; ".join(f"{family} ({', '.join(types)})" for family, (_, types) in FAMILIES.items())
+        families = "; ".join(f"{family} ({', '.join(t for t in types if not t.startswith('pruned_'))})"
+                             for family, (_, types) in FAMILIES.items())
         raise AnalysisError(f"Architecture {model_type!r} in {where} is not supported: no family adapter handles "
-                            f"it; supported families (model types): {families}.")
+                            f"it; supported families (model types, plus the project's pruned_ types): {families}.")
+    from analysis.archs import adapter_for
+    config = adapter_for(config).complete_config(config)
     for name in POSITIVE_FIELDS:
         value = config.get(name)
         if value is None and name != "num_hidden_layers":
@@ -44,7 +51,6 @@ def validate_config(config, path: Path, supported=None) -> dict:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise AnalysisError(f"{name} in {where} must be a whole number ≥ 1, not {value!r}; "
                                 "fix the config or re-save the model.")
-    from analysis.archs import adapter_for
     for key in (adapter_for(config).key_dims_config_key, "readout_key_dims"):  # the pruned types' per-layer lists
         dims = config.get(key)
         if dims is not None and not (isinstance(dims, list) and 1 <= len(dims) <= config["num_hidden_layers"]

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from analysis.cpu_ops.delta_rule import chunked_delta_rule
+from analysis.cpu_ops.linear_attention import chunked_linear_attention
 from analysis import limits
 from analysis.errors import AnalysisError
 from analysis.archs.kernels import KERNELS, TILE_ROWS, kernel_spec  # noqa: F401  (KERNELS re-exported)
@@ -147,10 +148,14 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
             import importlib
             op = getattr(importlib.import_module(spec.cuda_op[0]), spec.cuda_op[1])
             gate = {} if g is None else {"g": g.to(dtype)}
-            fn = lambda: op(q=q, k=k, v=v, beta=beta, **gate)  # noqa: E731
+            gate = {**gate, "beta": beta} if spec.delta else gate   # plain linear attention takes no β
+            fn = lambda: op(q=q, k=k, v=v, **gate)  # noqa: E731
             path = "fla Triton chunk kernel"
-        else:
+        elif spec.delta:
             fn = lambda: chunked_delta_rule(q, k, v, beta, g)  # noqa: E731
+            path = "project torch chunked path"
+        else:
+            fn = lambda: chunked_linear_attention(q, k, v, g)  # noqa: E731
             path = "project torch chunked path"
         with torch.inference_mode():
             stats = time_call(fn, device, threads=threads, repeats=repeats, min_run_time=min_run_time)

@@ -134,13 +134,23 @@ def _download_from_hub(repo_id: str) -> Path:
                             "a bundled sample or a local directory.") from None
 
 
+_SPECIAL_FLOATS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
+
+
+def _special_float(obj: dict):
+    """transformers saves inf/nan as {"__float__": "Infinity"} (e.g. Mamba-2's time_step_limit); decode them as it does."""
+    if set(obj) == {"__float__"} and obj["__float__"] in _SPECIAL_FLOATS:
+        return _SPECIAL_FLOATS[obj["__float__"]]
+    return obj
+
+
 def read_config(path: Path) -> dict:
     """config.json as a dict whose model_type and sizes have been checked (one sentence otherwise)."""
     where = path / "config.json"
     hint = "re-save the model with save_pretrained"
     try:  # bounded, regular files only: a FIFO or a link to /dev/zero named config.json is one sentence
         config = reads.loads(reads.read_bytes(where, MAX_CONFIG_BYTES, "The config", hint).decode("utf-8"),
-                             str(where), hint)
+                             str(where), hint, object_hook=_special_float)
     except (OSError, ValueError) as exc:  # also JSONDecodeError and UnicodeDecodeError
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise AnalysisError(f"{path / 'config.json'} cannot be read as JSON ({reason}); "

@@ -113,9 +113,10 @@ def summarize_probe(name: str, snr_db, pred: dict, mc_raw: dict | None = None, m
 
 
 def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, seed: int = 0,
-                 progress=None) -> dict:
+                 progress=None, qk_l2_normalised: bool = True) -> dict:
     """Per layer and head, the final state's noise figures and retrieval errors, median [IQR] over the batch
-    (progress(layers_done, layers) after each layer)."""
+    (progress(layers_done, layers) after each layer). qk_l2_normalised=False (the model's kernel does not
+    l2-normalise q and k): the report says that only the raw-query results apply."""
     layers = []
     for index, layer in enumerate(trace.layers):
         S = layer.states[:, :, -1] if layer.states is not None else layer.final_state      # [B, H, dk, dv]
@@ -143,7 +144,13 @@ def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, s
         if progress:
             progress(index + 1, len(trace.layers))
     return {"snr_db": list(snr_db), "samples": n_samples, "seed": seed, "tau": TAU,
-            "noise_model": NOISE_MODEL + "; query re-normalised as in the kernel",
+            "noise_model": NOISE_MODEL + ("; query re-normalised as in the kernel" if qk_l2_normalised else
+                                          "; query re-normalised for comparison only: this model's kernel does not "
+                                          "l2-normalise queries and keys"),
+            "query_l2_normalised": qk_l2_normalised,
+            "applicable_bounds": ("all" if qk_l2_normalised else
+                                  "raw query only (noise_energy, worst_case_gain, kappa, direction_gain); the "
+                                  "re-normalised predictions and Monte Carlo assume an l2 norm this model lacks"),
             "aggregate": "median, q25 and q75 over the sequences of the batch (per sequence: RMS over keys and "
                          "noise samples)",
             "validity": f"a re-normalised prediction is valid where its first neglected term moves the predicted "

@@ -195,10 +195,18 @@ def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = N
                           overwrite=overwrite, kind="pruned model", exists_hint=exists_hint)
 
 
+NO_READOUT_SCALE = "no key-dim readout scale in this family (pure channel removal either way)"
+
+
+def readout_label(model, rescale: str) -> str:
+    """How the pruned model reads out, in words (RESCALES), or that the family has no readout scale at all."""
+    return RESCALES[rescale] if adapter_for(model).readout_scaled else NO_READOUT_SCALE
+
+
 def pruning_metadata(result: PruneResult, source: str, ratios) -> dict:
     return {"source": source, "strategy": result.strategy, "label": result.info["label"],
             "axis_aligned": result.info["axis_aligned"], "ratios": ratios, "original_head_k_dims": result.original_dims,
-            "head_k_dims": result.dims, "rescale": result.info["rescale"], "readout": RESCALES[result.info["rescale"]],
+            "head_k_dims": result.dims, "rescale": result.info["rescale"], "readout": readout_label(result.model, result.info["rescale"]),
             "readout_key_dims": result.info["readout_key_dims"], "tiles_per_head": tiles(result.dims),
             "kept_indices": [s.indices.tolist() if s.indices is not None else None for s in result.selections],
             "details": result.info["details"]}

@@ -33,7 +33,7 @@ def utilization_trace(r: RecurrenceInputs, tol: float = DEFAULT_TOL, threads: in
     beta = _array(r.beta)
     decay = np.ones_like(beta) if r.g is None else np.exp(_array(r.g))
     fro2, top2, steps = track_top_singular(_array(r.k), _array(r.v), beta, decay,
-                                           tol=tol, threads=threads or torch.get_num_threads())
+                                           tol=tol, threads=threads or torch.get_num_threads(), delta=r.delta)
     fro2, top2 = torch.from_numpy(fro2), torch.from_numpy(top2)
     u = torch.where(top2 > 0, fro2 / top2.clamp(min=1e-300), fro2 * 0) / min(dk, dv)  # 0 for a zero state
     return {"rank_utilization": u.float(), "fro_norm_sq": fro2.float(), "spectral_norm_sq": top2.float(),

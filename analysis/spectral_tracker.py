@@ -220,9 +220,10 @@ def _orthonormalise(cand, P, m, drop, coef):
 
 
 @njit(**_JIT)
-def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
+def _track(k, v, beta, decay, correction, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
     """For the (sequence, head) pairs lo ≤ n < hi of k [B,T,H,dk], v [B,T,H,dv], beta/decay [B,T,H]:
-    ‖S_t‖_F² and s1(S_t)² after every token t (S_0 = 0), into fro2/top2/ritz_steps [B, H, T]."""
+    ‖S_t‖_F² and s1(S_t)² after every token t (S_0 = 0), into fro2/top2/ritz_steps [B, H, T].
+    correction 1: the delta rule's u = β(v − g a); 0: plain linear attention u = β v (the Gram update is the same)."""
     T, heads, dk = k.shape[1:]
     dv = v.shape[3]
     for n in range(lo, hi):
@@ -258,7 +259,7 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
             for i in range(dk):
                 kk += k[bb, t, hh, i] * k[bb, t, hh, i]
             for j in range(dv):
-                u[j] = b * (v[bb, t, hh, j] - g * a[j])
+                u[j] = b * (v[bb, t, hh, j] - correction * g * a[j])
                 ud[j] = u[j]
                 ga[j] = g * a[j]
                 a2[j] = ga[j] + kk * ud[j]
@@ -357,10 +358,11 @@ def _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, ritz_steps):
 
 def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np.ndarray, *,
                        tol: float = DEFAULT_TOL, max_steps: int = 8,
-                       threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       threads: int = 1, delta: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """‖S_t‖_F², s1(S_t)² and the number of Rayleigh–Ritz steps after every token, for k [B,T,H,dk], v [B,T,H,dv],
     beta [B,T,H] and decay [B,T,H] (the multiplicative gate, 1 for DeltaNet), in the layout the
-    recurrence kernels take. Returns three [B, H, T] arrays."""
+    recurrence kernels take; delta=False: plain linear attention S_t = g S_{t−1} + β k vᵀ (Mamba-2).
+    Returns three [B, H, T] arrays."""
     k, v, beta, decay = (np.ascontiguousarray(x, np.float32) for x in (k, v, beta, decay))
     B, T, H = beta.shape
     fro2, top2 = np.zeros((B, H, T)), np.zeros((B, H, T))
@@ -370,7 +372,7 @@ def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np
     bounds = np.linspace(0, B * H, min(B * H, 4 * threads) + 1).astype(int)
 
     def run(lo: int, hi: int) -> None:
-        _track(k, v, beta, decay, tol, max_steps, lo, hi, fro2, top2, steps)
+        _track(k, v, beta, decay, np.float32(1.0 if delta else 0.0), tol, max_steps, lo, hi, fro2, top2, steps)
     if threads == 1:
         run(0, B * H)
     else:

@@ -17,11 +17,10 @@ from analysis.io.point_identity import model_identity
 from analysis.archs import adapter_for
 from analysis.calibration import calibrate
 from analysis.cancel import check
-from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity
 from analysis.latency import kernel_latency
 from analysis.models import describe
-from analysis.prune import RESCALES, check_rescale, plan_key_dims, prune, tiles
+from analysis.prune import check_rescale, plan_key_dims, prune, readout_label, tiles
 from analysis.recovery import recover
 from analysis.strategies import get_strategy
 
@@ -130,7 +129,7 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
     check(cancel)
     result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, opts["latency"], baseline,
                        cancel)
-    result["rescale"], result["readout"] = rescale, RESCALES[rescale]
+    result["rescale"], result["readout"] = rescale, readout_label(model, rescale)
     result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
     if opts["recover_steps"]:
         recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed, cancel=cancel,

@@ -13,8 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-FAMILIES = ("delta_net", "gated_deltanet")
-# dk = dv = hidden / heads = 128 in both (fla-hub's 340M and 1.3B checkpoints)
+FAMILIES = ("delta_net", "gated_deltanet", "mamba2")
+# dk = dv = hidden / heads = 128 in both (fla-hub's 340M and 1.3B checkpoints); mamba2 (transformers' Mamba-2, the
+# same hidden size and layer count): N = 128 (dk), head dim 64 (dv), expand 2, one group (as state-spaces' mamba2-370m)
 SHAPES = {"340M": dict(hidden_size=1024, num_hidden_layers=24, num_heads=8),
           "1.3B": dict(hidden_size=2048, num_hidden_layers=24, num_heads=16)}
 VOCAB = 32000
@@ -31,8 +32,15 @@ def build(family: str, shape: str = "340M", layers: int | None = None, vocab: in
     if layers is not None:
         dims["num_hidden_layers"] = layers
     head_dim = dims["hidden_size"] // dims["num_heads"]
-    config = DeltaNetConfig(**dims) if family == "delta_net" else \
-        GatedDeltaNetConfig(**dims, head_dim=head_dim, expand_v=1.0)
+    if family == "mamba2":
+        from transformers.models.mamba2 import Mamba2Config
+        hidden = dims["hidden_size"]
+        config = Mamba2Config(hidden_size=hidden, num_hidden_layers=dims["num_hidden_layers"], vocab_size=vocab,
+                              state_size=128, head_dim=64, expand=2, num_heads=2 * hidden // 64, n_groups=1,
+                              chunk_size=256)
+    else:
+        config = DeltaNetConfig(**dims) if family == "delta_net" else \
+            GatedDeltaNetConfig(**dims, head_dim=head_dim, expand_v=1.0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(config).eval()

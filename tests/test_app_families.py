@@ -8,12 +8,14 @@ from ui_fixtures import one_torch_thread  # noqa: F401
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "kda", "fla_hybrid", "kimi_linear"])
+@pytest.mark.parametrize("family", ["qwen3_5", "kda", "fla_hybrid", "kimi_linear", "mamba2",
+                                    "mamba2:granitemoehybrid"])
 def test_local_directory_of_each_family_opens_on_model_and_states(monkeypatch, tmp_path, family):
     import importlib
+    family, _, variant = family.partition(":")   # family_cases module[:model type it can also build]
     case = importlib.import_module(f"family_cases.{family}").CASE
     model_dir = tmp_path / family
-    model = case.make_model()
+    model = case.make_model(variant) if variant else case.make_model()
     model.resize_token_embeddings(8192)  # the bundled tokenizer's ids (a 97-token toy vocabulary cannot read text)
     model.save_pretrained(model_dir)
     assert not any(p.name.startswith(".state-rank") or p.name == "tokenizer.json" for p in model_dir.iterdir())

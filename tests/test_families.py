@@ -196,10 +196,10 @@ def test_cli_commands_run_and_write_json(saved_dir, tmp_path):
 def test_a_model_type_without_an_adapter_is_one_sentence(tmp_path, capsys):
     from analysis.cli import main
     (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "mamba2"}))
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "llama"}))
     assert main(["rank", str(tmp_path / "m"), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "'mamba2'" in err and "delta_net" in err and "gated_deltanet" in err
+    assert err.count("\n") == 0 and "'llama'" in err and "delta_net" in err and "gated_deltanet" in err
 
 
 def test_a_hybrid_without_linear_attention_is_one_sentence(tmp_path, capsys):

@@ -20,10 +20,18 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
                                            "olmo_hybrid", "pruned_qwen3_5_text", "pruned_qwen3_5_moe_text",
                                            "pruned_qwen3_next", "pruned_olmo_hybrid")),
     "kimi_linear": ("analysis.archs.kimi_linear", ("kimi_linear", "pruned_kimi_linear")),
+    "mamba2": ("analysis.archs.mamba2", ("mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba", "zamba2",
+                                         "pruned_mamba2", "pruned_nemotron_h", "pruned_granitemoehybrid",
+                                         "pruned_falcon_h1", "pruned_bamba", "pruned_zamba2")),
 }
 
+# model types that look close to a family but cannot be one: why, in words (the sentence adapter_for gives)
+_MAMBA1 = ("is a Mamba-1 model: its selective scan keeps a diagonal state per channel, with no per-head B/C split "
+           "into query/key channels, so it has no key dimension to measure or prune")
+UNSUPPORTED = {"mamba": _MAMBA1, "jamba": _MAMBA1, "falcon_mamba": _MAMBA1}
+
 # families `python -m analysis train` can build from scratch (their adapters implement `training_config`)
-TRAINABLE = ("delta_net", "gated_deltanet", "qwen3_5")
+TRAINABLE = ("delta_net", "gated_deltanet", "qwen3_5", "mamba2")
 
 
 def model_type_of(model_or_config) -> str:
@@ -47,6 +55,9 @@ def adapter_for(model_or_config) -> Adapter:
     """The adapter of a model, a config or a config dict; one sentence when no family handles it."""
     model_type = model_type_of(model_or_config)
     family = family_of(model_type)
+    if isinstance(model_type, str) and model_type in UNSUPPORTED:
+        raise AnalysisError(f"Model type {model_type!r} {UNSUPPORTED[model_type]}; pick a Mamba-2 or "
+                            "linear-attention model instead.")
     if family is None:
         raise AnalysisError(f"No adapter handles model type {model_type!r}; supported families: "
                             f"{', '.join(FAMILIES)} (model types {', '.join(supported_model_types())}).")

@@ -65,6 +65,8 @@ class Adapter:
     kernel: str = ""                     # the kernel `latency` times for this family, e.g. "gated_delta_rule"
     rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel
     key_dims_config_key: str = "head_k_dims"   # where a pruned config lists one key dim per linear layer
+    qk_l2_normalised: bool = True        # the kernel l2-normalises q and k (False: Mamba-2's B and C enter raw)
+    readout_scaled: bool = True          # the readout multiplies by a key-dim factor (dk^-1/2); False: none to keep
 
     @property
     def kernel_spec(self):
@@ -100,6 +102,11 @@ class Adapter:
     def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
         """KV-cache bytes of one softmax-attention block for one sequence of `tokens` tokens."""
         raise NotImplementedError
+
+    def complete_config(self, config: dict) -> dict:
+        """A config.json dict with the fields the core's checks read filled in where the family's config derives
+        them (e.g. num_hidden_layers from a per-layer pattern); unchanged by default."""
+        return config
 
     # --- pruning ---------------------------------------------------------------------------------
     def check_key_dims(self, dims, device_type: str = "cpu") -> None:

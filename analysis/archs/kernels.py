@@ -25,6 +25,7 @@ class KernelSpec:
     tile_rows: int = 64                    # the chunk kernel holds the state in tiles of this many key rows
     gpu_dtypes: tuple[str, ...] = GPU_DTYPES   # dtypes its CUDA kernel accepts; the first is the GPU default
     min_reason: str = ""                   # why min_key_dim, for the sentence that refuses below it
+    delta: bool = True                     # a delta rule (takes β); False: plain linear attention with a decay
 
     def key_dim_problem(self, dk: int, device_type: str) -> str | None:
         if not 1 <= dk <= self.max_key_dim:
@@ -64,6 +65,12 @@ KERNELS = {spec.name: spec for spec in (
     # chunk_intra.py feeds BK = next_power_of_2(K), with no floor of 16, into tl.dot (which needs >= 16): K <= 8 fails
     KernelSpec("kda", "Kimi delta attention (per-channel gated delta rule)", "channel", ("fla.ops.kda", "chunk_kda"),
                min_key_dim=9, min_reason="its intra-chunk kernel needs a key block of at least 16"),
+    # Mamba-2's SSD scan is scalar-decay linear attention with dk = N (q = C, k = B, v = dt·x, g = A·dt). The models
+    # run mamba_ssm's mamba_chunk_scan_combined on CUDA when it is installed (the project does not install it), else
+    # transformers' torch SSD; `latency` times fla's chunk_simple_gla, the same recurrence, on CUDA (not verified on
+    # a GPU here) and the project's chunked linear attention on CPU. mamba_ssm pads N to max(16, next power of 2).
+    KernelSpec("ssd", "Mamba-2 SSD scan (scalar-decay linear attention)", "head",
+               ("fla.ops.simple_gla", "chunk_simple_gla"), delta=False),
 )}
 MAX_KEY_DIM = max(spec.max_key_dim for spec in KERNELS.values())   # the widest any family's kernel runs
 TILE_ROWS = 64   # every fla chunk kernel above (the one number the pages draw as tile boundaries)

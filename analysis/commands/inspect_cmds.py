@@ -51,6 +51,7 @@ def run_rank(args) -> None:
 
 def run_noise(args) -> None:
     from analysis import limits, models
+    from analysis.archs import adapter_for
     from analysis.noise_report import noise_report
     from analysis.states import collect_states
     model, tokenizer, meta = load(args)
@@ -63,7 +64,8 @@ def run_noise(args) -> None:
                                keep_keys=args.keys, progress=progress)
     snrs = args.snr
     with counted(args, "noise: Monte Carlo of each layer", "layer") as progress:
-        report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed, progress=progress)
+        report = noise_report(trace, snrs, n_samples=args.samples, seed=args.seed, progress=progress,
+                              qk_l2_normalised=adapter_for(model).qk_l2_normalised)
     report = {**meta, "dataset": label, "tokens": ids.shape[1], "batch": ids.shape[0], **report}
     emit(args, report, "\n".join(_noise_lines(report, meta, label, snrs)))
 

@@ -77,7 +77,7 @@ def _setup_prune(p):
 def run_prune(args) -> None:
     from analysis.calibration import calibrate
     from analysis.evaluate import perplexity
-    from analysis.prune import RESCALES, plan_key_dims, prune, pruning_metadata, save_model, tiles, unchanged_plan
+    from analysis.prune import plan_key_dims, prune, pruning_metadata, readout_label, save_model, tiles, unchanged_plan
     from analysis.recovery import recover
     from analysis.io.writes import check_new_dir
     from analysis.strategies import get_strategy
@@ -108,7 +108,7 @@ def run_prune(args) -> None:
         after = perplexity(result.model, tokenizer, "test", max_tokens=args.eval_tokens, progress=progress)
     pruned = result.model
     payload = {**meta, "strategy": args.strategy, "head_k_dims": dims, "tiles_per_head": tiles(dims),
-               "rescale": args.rescale, "readout": RESCALES[args.rescale],
+               "rescale": args.rescale, "readout": readout_label(model, args.rescale),
                "calibration": calib.label if calib is not None else "none (data-free)",
                "perplexity_before": before, "perplexity_after": after}
     if allocation:
@@ -128,7 +128,7 @@ def run_prune(args) -> None:
     save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT)
     payload["out"] = args.out
     lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)}), "
-             f"{RESCALES[args.rescale]}; calibration: {payload['calibration']}",
+             f"{payload['readout']}; calibration: {payload['calibration']}",
              f"test perplexity {before['perplexity']:.2f} -> {after['perplexity']:.2f} "
              f"({after['tokens']} tokens, context {after['context']}, {after['dataset']})"]
     if args.recover_steps:

@@ -51,7 +51,7 @@ def states_at(S0: torch.Tensor, G: torch.Tensor, decay: torch.Tensor, k: torch.T
     return G_t.exp()[..., None] * S0[:, :, None] + weighted_keys.transpose(-1, -2) @ U[:, :, None]
 
 
-def _hand_over(sink: StateSink, start: int, stop: int, form) -> None:
+def hand_over(sink: StateSink, start: int, stop: int, form) -> None:
     """Ask `sink` which states of tokens [start, stop) it wants; form exactly those (`form(offsets)`, no grad)."""
     offsets = torch.as_tensor(sink.wanted(start, stop), dtype=torch.long)
     if len(offsets):
@@ -122,7 +122,7 @@ def _chunked_per_channel(q, k, v, beta, g, scale, initial_state, T, sink):
         U = U_tilde[:, :, n] - W[:, :, n] @ S
         outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
         if sink is not None:  # the recursion up to the last wanted token, then those tokens
-            _hand_over(sink, n * C, min(T, (n + 1) * C), lambda idx: _states_in_chunk(
+            hand_over(sink, n * C, min(T, (n + 1) * C), lambda idx: _states_in_chunk(
                 S, k[:, :, n, :idx[-1] + 1], U[:, :, :idx[-1] + 1], g[:, :, n, :idx[-1] + 1])[:, :, idx.to(k.device)])
         S = G[:, :, n, -1, :, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
     o = torch.stack(outs, dim=2).reshape(B, H, N * C, dv)[:, :, :T]
@@ -183,7 +183,7 @@ def chunked_delta_rule(
         U = U_tilde[:, :, n] - W[:, :, n] @ S
         outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
         if sink is not None:
-            _hand_over(sink, n * C, min(T, (n + 1) * C),
+            hand_over(sink, n * C, min(T, (n + 1) * C),
                        lambda idx: states_at(S, G[:, :, n], decay[:, :, n], k[:, :, n], U, idx.to(k.device)))
         S = G[:, :, n, -1, None, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
     o = torch.stack(outs, dim=2).reshape(B, H, n_chunks * C, dv)[:, :, :T]

@@ -56,10 +56,10 @@ def read_bytes(path, limit: int, what: str, hint: str) -> bytes:
     return data
 
 
-def loads(text, what: str, hint: str):
+def loads(text, what: str, hint: str, object_hook=None):
     """json.loads, with absurd nesting (200,000 `[`) one sentence instead of a RecursionError.
     Other parse errors (ValueError) are left to the caller, which words them for its file."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_hook=object_hook)
     except RecursionError:
         raise AnalysisError(f"{what} is nested too deeply to be real JSON; {hint}.") from None

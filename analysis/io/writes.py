@@ -32,7 +32,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import stat
 import tempfile
 from pathlib import Path

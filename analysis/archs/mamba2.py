@@ -1,0 +1,167 @@
+"""transformers' Mamba-2 mixers: `mamba2`, `nemotron_h`, `granitemoehybrid`, `falcon_h1`, `bamba`, `zamba2`
+(and their pruned_ types).
+
+Mamba-2's SSD is linear attention with a scalar decay per head (no delta rule, no l2 norm, no dk^-1/2 scale):
+    S_t = e^{A·dt_t} S_{t−1} + dt_t · B_t x_tᵀ   (K-first [N, head_dim]),   y_t = S_tᵀ C_t + D·x_t,
+so C is the query, B the key, dt·x the value, A·dt the log-decay, dk = N (the state size). B and C have
+`n_groups` heads, each shared by heads/n_groups value heads, as a key head serves several value heads in GDN.
+
+Every mixer (Mamba2Mixer, NemotronHMamba2Mixer, GraniteMoeHybridMambaLayer, FalconH1Mixer, BambaMixer,
+Zamba2MambaMixer) has the same layout: `in_proj` rows [z (I) | x (I) | B (G·N) | C (G·N) | dt (heads)], one depthwise
+`conv1d` (with bias) over x|B|C, SiLU. Pruning N keeps the same channels of B and C per group: those rows of
+`in_proj` and of the conv's weight and bias; Falcon-H1's `mup_vector` is a per-section constant rebuilt from the
+config. Removing a channel is pure channel removal (there is no readout scale to keep).
+
+Blocks, in order: each decoder layer's token mixers among `mixer` (Mamba-2, Nemotron-H), `mamba` and `self_attn`
+(Granite-H, Bamba, Falcon-H1, whose layers hold both side by side: two blocks per layer); a Zamba2 hybrid layer
+lists its shared transformer's attention, then its own Mamba-2 mixer (the shared block appears once per hybrid
+layer, as it keeps one KV cache per hybrid layer). Mamba-2 mixers are "linear", q/k/v attention "softmax", the rest
+(Nemotron-H's MLP and MoE layers) "other"; only linear ones are pruned. Mamba-1 models (`mamba`, `jamba`,
+`falcon_mamba`) are refused in one sentence (analysis.archs.UNSUPPORTED).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, kind, layers_of, mixers_in
+from analysis.errors import AnalysisError
+
+
+class Mamba2Adapter(Adapter):
+    family = "mamba2"
+    label = "Mamba-2 hybrids (Mamba-2 SSD + attention)"
+    model_types = (*STATE_SIZE_KEYS, *(PRUNED_PREFIX + t for t in STATE_SIZE_KEYS))
+    gate = "head"
+    kernel = "ssd"
+    key_dims_config_key = "ssm_state_sizes"
+    readout_scaled = False     # y = C_tᵀ S_t: removing a channel needs no readout correction
+    qk_l2_normalised = False   # B and C enter the scan raw: the noise page's re-normalised bounds do not apply
+    rotations = True    # one decay per head: a rotation of a group's B/C channels commutes with it
+
+    # --- structure -------------------------------------------------------------------------------
+    def blocks(self, model) -> list[Block]:
+        out = []
+        for module in (m for layer in layers_of(model) for m in mixers_in(layer)):
+            out.append(Block(len(out), kind(module), module))
+        for block in out:
+            if block.kind == "linear" and block.module.num_heads % block.module.n_groups:
+                m = block.module
+                raise AnalysisError(f"This model's Mamba-2 layers have {m.num_heads} heads in {m.n_groups} groups; "
+                                    "the groups must divide the heads evenly (each group's B and C serve the same "
+                                    "number of heads), so fix n_groups in config.json.")
+        return out
+
+    def complete_config(self, config: dict) -> dict:
+        """Nemotron-H saves its block pattern (`layers_block_type`) instead of num_hidden_layers."""
+        pattern = config.get("layers_block_type") or config.get("hybrid_override_pattern")
+        if config.get("num_hidden_layers") is None and isinstance(pattern, (list, str)) and pattern:
+            return {**config, "num_hidden_layers": len(pattern)}
+        return config
+
+    def key_heads(self, layer):
+        return layer.n_groups
+
+    def value_heads(self, layer):
+        return layer.num_heads
+
+    def key_dim(self, layer):
+        return layer.ssm_state_size
+
+    def value_dim(self, layer):
+        return layer.head_dim
+
+    def channel_rows(self, layer) -> list[ChannelRows]:
+        """C (query) and B (key) rows of in_proj, then of the conv's weight and bias (conv channels are x|B|C)."""
+        inner, groups = layer.intermediate_size, layer.n_groups * layer.ssm_state_size
+        z = layer.in_proj.weight.shape[0] - layer.conv_dim - layer.num_heads   # z, plus any extra MLP rows before it
+        rows = [ChannelRows("in_proj.weight", "q", z + inner + groups), ChannelRows("in_proj.weight", "k", z + inner)]
+        if layer.in_proj.bias is not None:
+            rows += [ChannelRows("in_proj.bias", "q", z + inner + groups), ChannelRows("in_proj.bias", "k", z + inner)]
+        rows += [ChannelRows("conv1d.weight", "q", inner + groups, conv=True),
+                 ChannelRows("conv1d.weight", "k", inner, conv=True)]
+        if layer.conv1d.bias is not None:
+            rows += [ChannelRows("conv1d.bias", "q", inner + groups, conv=True),
+                     ChannelRows("conv1d.bias", "k", inner, conv=True)]
+        return rows
+
+    def softmax_cache_bytes(self, module, tokens, dtype_bytes):
+        kv_heads = getattr(module, "num_key_value_heads", None) or module.config.num_key_value_heads
+        return 2 * kv_heads * module.head_dim * tokens * dtype_bytes
+
+    # --- pruning ---------------------------------------------------------------------------------
+    def pruned_model(self, model, key_dims, readout_key_dims):
+        """Uniform N: the family's own type (its config holds N); per-layer N: the registered pruned_<type>.
+        readout_key_dims is ignored: Mamba-2 reads out C_tᵀ S_t with no key-dim scale."""
+        from analysis.archs.mamba2_pruned import PRUNED_TYPES, register
+        register()
+        layers = self.linear_layers(model)
+        dims = [int(d) for d in key_dims]
+        if len(dims) != len(layers):
+            raise AnalysisError(f"Got {len(dims)} state sizes for {len(layers)} Mamba-2 layers; give one per layer.")
+        config = copy.deepcopy(model.config)
+        base = config.model_type.removeprefix(PRUNED_PREFIX)
+        if len(set(dims)) == 1 and not config.model_type.startswith(PRUNED_PREFIX):
+            setattr(config, STATE_SIZE_KEYS[base], dims[0])   # plain transformers loads it
+            cls = type(model)
+        else:
+            if base not in PRUNED_TYPES:
+                raise AnalysisError(f"Per-layer state sizes for {base!r} models need a transformers version with that "
+                                    "model type; prune with one ratio for every layer instead.")
+            cfg_cls, cls = PRUNED_TYPES[base]
+            values = {k: v for k, v in config.to_dict().items() if k not in ("model_type", self.key_dims_config_key)}
+            config = cfg_cls(**values)
+            setattr(config, STATE_SIZE_KEYS[base], max(dims))
+            setattr(config, self.key_dims_config_key, dims)
+            config.architectures = [cls.__name__]
+        param = next(model.parameters())
+        with torch.device(param.device):
+            pruned = cls(config)
+        return pruned.to(param.dtype).eval()
+
+    def readout_key_dims(self, model):
+        return [int(self.key_dim(layer)) for layer in self.linear_layers(model)]
+
+    # --- training --------------------------------------------------------------------------------
+    def training_config(self, cfg, vocab_size: int):
+        """transformers' Nemotron-H: per layer a Mamba-2 mixer ("M"; every `full_attention_interval`-th one softmax
+        attention, "*") followed by an MLP block ("-"), as the real models interleave them; `heads` Mamba-2 heads of
+        `head_dim` channels, N = head_dim, `key_heads` groups (default heads // 2); attention with `key_heads` query
+        heads sharing max(1, key_heads // 2) key/value heads of head_dim."""
+        from transformers.models.nemotron_h import NemotronHConfig
+        groups = cfg.key_heads or max(1, cfg.heads // 2)
+        if cfg.heads % groups:
+            raise AnalysisError(f"--heads ({cfg.heads}) must be a multiple of --key-heads ({groups}): each group's B "
+                                "and C serve the same number of Mamba-2 heads.")
+        every = cfg.full_attention_interval
+        pattern = "".join(("*" if (i + 1) % every == 0 else "M") + "-" for i in range(cfg.layers))
+        return NemotronHConfig(
+            vocab_size=vocab_size, hidden_size=cfg.hidden_size, hybrid_override_pattern=pattern,
+            intermediate_size=cfg.intermediate_size or 2 * cfg.hidden_size, mamba_num_heads=cfg.heads,
+            mamba_head_dim=cfg.head_dim, ssm_state_size=cfg.head_dim, n_groups=groups,
+            num_attention_heads=groups, num_key_value_heads=max(1, groups // 2), head_dim=cfg.head_dim,
+            max_position_embeddings=cfg.seq_len, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0,
+            pad_token_id=0)
+
+    # --- devices ---------------------------------------------------------------------------------
+    def install_routing(self) -> None:
+        """Route the SSD scan by device, register pruned_<type>, and give `mamba2` back to transformers: fla
+        registers its own Mamba2 (Triton-only norms and conv) under the same model type when imported."""
+        from analysis.archs import mamba2_pruned, mamba2_routing
+        mamba2_routing.install()
+        mamba2_pruned.register()
+        reclaim_mamba2_type()
+
+
+def reclaim_mamba2_type() -> None:
+    """Map model type `mamba2` to transformers' classes again (fla's `import fla` maps it to fla's own)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    from transformers.models.mamba2 import Mamba2Config, Mamba2ForCausalLM, Mamba2Model
+    AutoConfig.register("mamba2", Mamba2Config, exist_ok=True)
+    AutoModel.register(Mamba2Config, Mamba2Model, exist_ok=True)
+    AutoModelForCausalLM.register(Mamba2Config, Mamba2ForCausalLM, exist_ok=True)
+
+
+ADAPTER = Mamba2Adapter()

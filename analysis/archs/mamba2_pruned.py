@@ -1,0 +1,110 @@
+"""pruned_<type>: a Mamba-2 family's own classes with one state size N per Mamba-2 layer (`ssm_state_sizes`).
+
+The family's config holds one N for every layer, so a per-layer prune is saved as this registered type: the base
+model is built at the config's N, then each Mamba-2 mixer's `in_proj` and `conv1d` are rebuilt for its own N (the
+weights are loaded afterwards). Falcon-H1's non-persistent `mup_vector` is rebuilt per layer from the config's
+multipliers at that layer's N. Caches for generation are sized by transformers from the config's single N, so
+decoding with a cache is not supported for per-layer N (forwards without a cache are).
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import sys
+
+import torch
+import torch.nn as nn
+
+from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, is_mamba2_mixer, layers_of, mixers_in
+
+KEY = "ssm_state_sizes"
+_BASES = {"mamba2": ("Mamba2Config", "Mamba2ForCausalLM"), "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM"),
+          "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
+          "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM"), "bamba": ("BambaConfig", "BambaForCausalLM"),
+          "zamba2": ("Zamba2Config", "Zamba2ForCausalLM")}
+
+
+def _mixers(model) -> list[nn.Module]:
+    return [m for layer in layers_of(model) for m in mixers_in(layer) if is_mamba2_mixer(m)]
+
+
+def _mup_vector(mixer, config, state_size: int):
+    """Falcon-H1's per-section multipliers for a projection at `state_size` (None for other families)."""
+    compute = getattr(sys.modules[type(mixer).__module__], "compute_mup_vector", None)
+    if compute is None or not hasattr(mixer, "mup_vector"):
+        return None
+    config = copy.copy(config)
+    config.mamba_d_state = state_size
+    return compute(config)
+
+
+def set_state_size(mixer: nn.Module, state_size: int, config) -> None:
+    """Rebuild one mixer's in_proj and conv1d for `state_size` channels of B and C per group."""
+    conv_dim = mixer.intermediate_size + 2 * mixer.n_groups * state_size
+    old = mixer.in_proj
+    mixer.in_proj = nn.Linear(old.in_features, old.out_features - mixer.conv_dim + conv_dim, bias=old.bias is not None,
+                              device=old.weight.device, dtype=old.weight.dtype)
+    conv = mixer.conv1d
+    mixer.conv1d = nn.Conv1d(conv_dim, conv_dim, kernel_size=conv.kernel_size[0], groups=conv_dim,
+                             padding=conv.padding[0], bias=conv.bias is not None,
+                             device=conv.weight.device, dtype=conv.weight.dtype)
+    mixer.ssm_state_size, mixer.conv_dim = state_size, conv_dim
+    if hasattr(mixer, "groups_time_state_size"):   # Falcon-H1
+        mixer.groups_time_state_size = mixer.n_groups * state_size
+    mup = _mup_vector(mixer, config, state_size)
+    if mup is not None:
+        mixer.register_buffer("mup_vector", mup.to(mixer.mup_vector.device), persistent=False)
+
+
+def _apply_state_sizes(model) -> None:
+    dims, mixers = getattr(model.config, KEY, None), _mixers(model)
+    if dims is None:
+        return
+    if len(dims) != len(mixers):
+        raise ValueError(f"{KEY} has {len(dims)} entries for {len(mixers)} Mamba-2 layers")
+    for mixer, n in zip(mixers, dims):
+        if int(n) != mixer.ssm_state_size:
+            set_state_size(mixer, int(n), model.config)
+
+
+PRUNED_TYPES: dict[str, tuple[type, type]] = {}
+
+
+def _make(base: str):
+    module = importlib.import_module(f"transformers.models.{base}")
+    base_cfg, base_model = (getattr(module, name) for name in _BASES[base])
+    pruned_type = PRUNED_PREFIX + base
+    cfg_cls = type(f"Pruned{base_cfg.__name__}", (base_cfg,), {"model_type": pruned_type})
+
+    def __init__(self, config):
+        base_model.__init__(self, config)
+        _apply_state_sizes(self)
+
+    def _initialize_missing_keys(self, *args, **kwargs):
+        """After transformers' own init on load, which fills Falcon-H1's non-persistent mup_vector from the config's
+        single N (or leaves it empty at another N), rebuild each layer's from its own N."""
+        base_model._initialize_missing_keys(self, *args, **kwargs)
+        with torch.no_grad():
+            for m in _mixers(self):
+                mup = _mup_vector(m, self.config, m.ssm_state_size)
+                if mup is not None:
+                    m.mup_vector.copy_(mup)
+    model_cls = type(f"Pruned{base_model.__name__}", (base_model,),
+                     {"config_class": cfg_cls, "__init__": __init__,
+                      "_initialize_missing_keys": _initialize_missing_keys})
+    return cfg_cls, model_cls
+
+
+def register() -> None:
+    """Register pruned_<type> for every Mamba-2 family this transformers has (idempotent)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    for base in STATE_SIZE_KEYS:
+        if base in PRUNED_TYPES:
+            continue
+        try:
+            cfg_cls, model_cls = _make(base)
+        except (ImportError, AttributeError):   # an older transformers without this family
+            continue
+        AutoConfig.register(cfg_cls.model_type, cfg_cls, exist_ok=True)
+        AutoModelForCausalLM.register(cfg_cls, model_cls, exist_ok=True)
+        PRUNED_TYPES[base] = (cfg_cls, model_cls)
