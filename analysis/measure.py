@@ -6,7 +6,6 @@ the recurrence kernel at the model's layer-0 key dim, on the model's own device,
 """
 from __future__ import annotations
 
-
 from analysis.archs import adapter_for
 from analysis.cancel import check
 from analysis.evaluate import perplexity
