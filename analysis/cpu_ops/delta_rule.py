@@ -129,6 +129,17 @@ def _chunked_per_channel(q, k, v, beta, g, scale, initial_state, T, sink):
     return scale * o.transpose(1, 2), S
 
 
+def to_chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """[B,T,H,...] -> [B,H,N,C,...] in float32, zero-padded to whole chunks (a padded token with zero inputs
+    and zero log-decay leaves the state unchanged)."""
+    x = x.float().transpose(1, 2)
+    n_chunks = max(1, -(-x.shape[2] // chunk_size))
+    pad = n_chunks * chunk_size - x.shape[2]
+    if pad:
+        x = torch.nn.functional.pad(x, (0, 0) * (x.dim() - 3) + (0, pad))
+    return x.reshape(*x.shape[:2], n_chunks, chunk_size, *x.shape[3:])
+
+
 def chunked_delta_rule(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -150,14 +161,9 @@ def chunked_delta_rule(
     scale = dk ** -0.5 if scale is None else scale
     C = chunk_size
     n_chunks = max(1, -(-T // C))
-    pad = n_chunks * C - T
 
     def chunks(x: torch.Tensor) -> torch.Tensor:
-        # [B,T,H,...] -> [B,H,N,C,...]; padded tokens have β = 0 and g = 0, so they leave S unchanged.
-        x = x.float().transpose(1, 2)
-        if pad:
-            x = torch.nn.functional.pad(x, (0, 0) * (x.dim() - 3) + (0, pad))
-        return x.reshape(B, H, n_chunks, C, *x.shape[3:])
+        return to_chunks(x, C)  # padded tokens have β = 0 and g = 0, so they leave S unchanged
 
     q, k, v, beta = chunks(q), chunks(k), chunks(v), chunks(beta)
     if g is not None and g.dim() == 4:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from analysis.cpu_ops.delta_rule import StateSink, hand_over, states_at
+from analysis.cpu_ops.delta_rule import StateSink, hand_over, states_at, to_chunks
 
 
 def chunked_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor | None = None,
@@ -25,14 +25,9 @@ def chunked_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     dv = v.shape[-1]
     C = chunk_size
     n_chunks = max(1, -(-T // C))
-    pad = n_chunks * C - T
 
     def chunks(x: torch.Tensor) -> torch.Tensor:
-        # [B,T,H,...] -> [B,H,N,C,...]; padded tokens have k = v = 0 and g = 0: they leave S unchanged.
-        x = x.float().transpose(1, 2)
-        if pad:
-            x = torch.nn.functional.pad(x, (0, 0) * (x.dim() - 3) + (0, pad))
-        return x.reshape(B, H, n_chunks, C, *x.shape[3:])
+        return to_chunks(x, C)  # padded tokens have k = v = 0 and g = 0: they leave S unchanged
 
     q, k, v = chunks(q), chunks(k), chunks(v)
     G = chunks(g).cumsum(-1) if g is not None else q.new_zeros(B, H, n_chunks, C)
