@@ -26,7 +26,7 @@ from functools import reduce
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS
 from analysis.prune import ROUNDINGS, plan_key_dims, prune
-from analysis.sensitivity import MapSettings, MapMeasure, calibration_for
+from analysis.sensitivity import MapSettings, MapMeasure, calibration_for, paired_difference
 
 CHOICE_TOKEN_FACTOR = 4  # candidate plans are measured on 4× the map's tokens of its split (4,096 → 16,384)
 SIGNIFICANCE = 2.0       # paired standard errors by which a plan must beat uniform to replace it
@@ -264,14 +264,6 @@ def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, 
         got = measure(pruned, per_window=True)
         return {"value": got["value"], "loss": measure.loss(got["value"], base["value"]), "windows": got.get("windows")}
     return {**choose(plans, evaluate), "measure": measure.label(), "baseline_value": base["value"]}
-
-
-def paired_difference(a: list[float], b: list[float]) -> dict:
-    """Mean and standard error of b − a over paired windows (the same tokens scored by two models)."""
-    d = [y - x for x, y in zip(a, b, strict=True)]
-    mean = sum(d) / len(d)
-    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else math.inf
-    return {"delta_log_ppl": mean, "se": se, "windows": len(d)}
 
 
 def choose(plans: list[dict], evaluate) -> dict:

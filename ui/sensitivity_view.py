@@ -152,7 +152,8 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         title = f"{STRATEGIES[strategy].label}: each layer alone" + (f" (unpruned {value_label} {base:.4g})"
                                                                      if base is not None else "")
         chart.plotly_chart(sensitivity_heatmap(ratios, g.losses if g else empty, g.values if g else empty,
-                                               g.dims if g else empty, loss_label, value_label, title),
+                                               g.dims if g else empty, loss_label, value_label, title,
+                                               g.ses if g else None),
                            key=f"sens_chart_{drawn[0]}")
         if entry["profile"]:
             table.dataframe(_profile_table(entry["profile"]).style.format({"rank util. u": "{:.3f}",
