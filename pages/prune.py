@@ -103,7 +103,7 @@ with st.expander("Evaluation settings (test split; kernel timing)"):
         recall_sequences = int(e1.number_input("Recall sequences per pair count", 8, 4096,
                                                key=state.remembered("recall_sequences_eval", 64), step=8))
         state.remember("recall_sequences_eval")
-    timed = e3.checkbox("Time the kernel at the layer-0 key dim", key=state.remembered("prune_latency", True))
+    timed = e3.checkbox("Time the kernel (every layer's key dim)", key=state.remembered("prune_latency", True))
     state.remember("prune_latency")
     if ctx.task is None:  # a typed value outside a field's range is shown in red and not applied: say what is used
         st.caption(f"In use: context {context}, {max_tokens:,} tokens to score (a field accepts context 16–4,096 "
@@ -179,7 +179,7 @@ st.table(before_after_table(columns))
 notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {RESCALES[result.info['rescale']]}",
          "Δ and %: change from the unpruned model (lower perplexity and kernel time are better)"]
 if "kernel" in run["after"]:
-    notes.append(f"kernel timing: {kernel_label(run['before']['kernel'])} (before) and dk{result.dims[0]} (after)")
+    notes.append(f"kernel timing: {kernel_label(run['after']['kernel'])}; a Δ inside the larger IQR is noise")
 notes.append(f"calibration: {run['calib'] or 'none (data-free strategy)'}")
 st.caption(" · ".join(notes))
 
