@@ -19,7 +19,7 @@ from analysis.errors import AnalysisError
 from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map, grid,
                                   layer_profile, load_shipped, profile_inputs, sensitivity_points)
 from analysis.strategies import STRATEGIES
-from ui import cache, jobs, shrink, state
+from ui import cache, jobs, plan_inputs, shrink, state
 from ui.context import Context
 from ui.parse import number_list
 from ui.sensitivity_figure import sensitivity_heatmap
@@ -42,8 +42,7 @@ def allocate_into_inputs(key, round_to: int | None) -> None:
                                 "below, then allocate.")
         target = float(st.session_state["w:suggest_target"])
         alloc = allocate(current["map"], mean_ratio=target, round_to=round_to)
-        for layer, rho in enumerate(alloc.ratios):
-            state.choose(f"layer_ratio_{layer}", round(rho, 4))
+        plan_inputs.fill(alloc.ratios, key)
         st.session_state[ALLOCATION] = {"key": key, "alloc": alloc, "map": current["map"], "mean_ratio": target,
                                         "round_to": round_to}
         st.session_state.pop(CHECK, None)
@@ -250,8 +249,7 @@ def _verify_and_choose(ctx: Context, calib: shrink.CalibSettings) -> None:
         plans = candidates(held["map"], alloc, round_to=held["round_to"], mean_ratio=held["mean_ratio"])
         with st.spinner("Pruning with each plan and measuring it on the map's split…"), cache.compute_lock():
             choice = choose_plan(ctx.model, tok, held["map"], plans, alloc.strategy, ctx.task, c)
-        for layer, rho in enumerate(choice["ratios"]):
-            state.choose(f"layer_ratio_{layer}", round(rho, 4))
+        plan_inputs.fill(choice["ratios"], ctx.key)
         st.session_state[CHECK] = {"key": ctx.key, "alloc_dims": alloc.dims, **choice}
         st.session_state.pop(ERROR_KEY, None)
     except AnalysisError as exc:
