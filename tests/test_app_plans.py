@@ -59,3 +59,36 @@ def test_per_layer_ratios_belong_to_their_model(monkeypatch, lm_dir, other_dir):
     at.text_input(key="w:model_dir").set_value(str(lm_dir)).run()
     ok(at)
     assert ratios(at) == [0.25, 0.75]
+
+
+def click(at, key: str) -> AppTest:
+    at.button(key=key).click().run()
+    ok(at)
+    return at
+
+
+def test_save_writes_the_model_picked_by_default_the_better_one_and_names_it(monkeypatch, lm_dir, tmp_path):
+    """Save wrote the recovered model even when recovery made it worse, under a name that did not say so."""
+    monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))
+    at = prune_page(monkeypatch, lm_dir)
+    at.selectbox(key="w:prune_strategy").set_value("l1").run()
+    click(at, "prune_run")
+    assert at.text_input(key="w:prune_out").value.endswith("-l1-dk16_16")  # no recovery: the pruned model
+    for key, value in {"w:recover_steps": 2, "w:recover_batch": 2, "w:recover_seq": 32}.items():
+        at.number_input(key=key).set_value(value)
+    click(at, "recover_run")
+    table = at.table[1].value
+    [row] = [r for r in table.index if r.startswith("perplexity")]
+    pruned, recovered = float(table.loc[row, "after pruning"]), float(table.loc[row, "after recovery"])
+    better = "recovered" if recovered < pruned else "pruned"
+    pick = at.radio(key="w:prune_save_which")
+    assert pick.value == better
+    suffix = "-recovered" if better == "recovered" else "-dk16_16"
+    assert at.text_input(key="w:prune_out").value.endswith(suffix)
+    other = "pruned" if better == "recovered" else "recovered"
+    pick.set_value(other).run()
+    name = at.text_input(key="w:prune_out").value
+    assert name.endswith("-recovered" if other == "recovered" else "-dk16_16")
+    click(at, "prune_save")
+    saved = json.loads((tmp_path / name / "pruning.json").read_text())
+    assert saved["saved_model"] == other and any(other in s.value for s in at.success)
