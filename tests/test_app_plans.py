@@ -92,3 +92,33 @@ def test_save_writes_the_model_picked_by_default_the_better_one_and_names_it(mon
     click(at, "prune_save")
     saved = json.loads((tmp_path / name / "pruning.json").read_text())
     assert saved["saved_model"] == other and any(other in s.value for s in at.success)
+
+
+def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells(monkeypatch, lm_dir):
+    """It ran behind a bare spinner in a callback (no Stop) and printed "None" for a plan off the map's dims."""
+    import analysis.allocate
+    steps = []
+    real = analysis.allocate.choose_plan
+
+    def recording(*args, progress=None, **kwargs):
+        return real(*args, progress=lambda f, text: (steps.append(text), progress(f, text)), **kwargs)
+    monkeypatch.setattr("ui.verify_view.choose_plan", recording)
+    at = prune_page(monkeypatch, lm_dir)
+    at.selectbox(key="w:prune_strategy").set_value("l1").run()
+    at.text_input(key="w:sens_ratios").set_value("0.25, 0.75").run()
+    at.number_input(key="w:sens_eval_tokens").set_value(256).run()
+    click(at, "sensitivity:run")
+    at.radio(key="w:prune_mode").set_value("Per layer").run()
+    click(at, "allocate")
+    assert at.button(key="verify:stop").disabled  # Stop is there, live while the job runs
+    click(at, "sens_verify")
+    job = at.session_state["bgjob:verify"]
+    assert job.state == "done"
+    assert steps[0] == "measuring the unpruned model…" and any("pruning and measuring the uniform plan" in s
+                                                               for s in steps)
+    [frame] = [d.value for d in at.dataframe if "predicted loss" in d.value.columns]
+    assert not frame.isna().any().any() and "None" not in frame.to_string()
+    chosen = frame.index[frame.index == [c.value for c in at.caption if "chosen: **" in c.value][0]
+                         .split("chosen: **")[1].split("**")[0]][0]
+    want = [float(r) for r in frame.loc[chosen, "ratios"].split(", ")]
+    assert ratios(at) == pytest.approx(want, abs=1e-3)  # the inputs hold the chosen plan

@@ -10,7 +10,7 @@ import streamlit as st
 from analysis.models import TILE_ROWS
 from analysis.prune import ROUNDINGS, tiles
 from analysis.strategies import STRATEGIES
-from ui import shrink, shrink_figures, state
+from ui import plan_inputs, shrink, shrink_figures, state
 from ui.context import Context
 from ui.explain import explainer
 from ui.ratios import per_layer_ratios
@@ -56,6 +56,7 @@ def explain() -> None:
 
 
 def choices(ctx: Context) -> Choices:
+    plan_inputs.apply_pending(ctx.key)  # a plan "Verify and choose" picked, before any input is drawn
     names = list(STRATEGIES)
     c1, c2, c3 = st.columns(3)
     strategy = state.field(c1.selectbox, "Strategy", "prune_strategy", "wanda", options=names,
