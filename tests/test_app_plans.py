@@ -122,3 +122,33 @@ def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells
                          .split("chosen: **")[1].split("**")[0]][0]
     want = [float(r) for r in frame.loc[chosen, "ratios"].split(", ")]
     assert ratios(at) == pytest.approx(want, abs=1e-3)  # the inputs hold the chosen plan
+
+
+def test_sweep_stop_ends_the_job_between_points_and_the_page_keeps_updating(monkeypatch, lm_dir):
+    """Stop at "1 of N": no later point is computed or cached, the page shows the stop, and Run is live again."""
+    import analysis.sweep
+    from analysis.io import point_cache as pc
+    real = analysis.sweep.sweep
+    after_stop = []
+
+    def stop_after_first(*args, **kwargs):
+        for n, point in enumerate(real(*args, **kwargs)):
+            if n == 1:
+                cached = sorted(pc.CACHE_DIR.rglob("*"))
+                at.session_state["bgjob:sweep"].stop()  # the Stop click, between points
+                after_stop.append(cached)
+            elif n > 1:
+                after_stop.append(point)  # computed after Stop: the defect
+            yield point
+    monkeypatch.setattr(analysis.sweep, "sweep", stop_after_first)
+    at = prune_page(monkeypatch, lm_dir)
+    at.switch_page("pages/sweep.py").run()
+    at.multiselect(key="w:sweep_strategies").set_value(["random", "l1", "wanda"])
+    at.text_input(key="w:sweep_ratios").set_value("0.5, 0.75").run()
+    click(at, "sweep:run")
+    job = at.session_state["bgjob:sweep"]
+    assert job.state == "stopped" and len(after_stop) == 1
+    assert sorted(pc.CACHE_DIR.rglob("*")) == after_stop[0]  # nothing cached after Stop
+    assert any("Stopped after 2 of 7 points" in i.value for i in at.info)
+    assert not at.button(key="sweep:run").disabled and at.button(key="sweep:run").label == "Resume sweep"
+    assert at.button(key="sweep:stop").disabled
