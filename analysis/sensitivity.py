@@ -277,11 +277,25 @@ def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None
 
 def profile_inputs(model, tokenizer, s: MapSettings, task: RecallTask | None) -> torch.Tensor:
     """The sequences the rank utilization is measured on: the first few calibration sequences."""
+    return calibration_profile_ids(tokenizer, s.calib_sequences, s.calib_tokens, s.seed, task)
+
+
+def calibration_profile_ids(tokenizer, sequences: int, tokens: int, seed: int,
+                            task: RecallTask | None) -> torch.Tensor:
+    """The first PROFILE_SEQUENCES calibration sequences (train split, or synthetic recall sequences)."""
     from analysis import data
-    n = min(s.calib_sequences, PROFILE_SEQUENCES)
+    n = min(sequences, PROFILE_SEQUENCES)
     if task is None:
-        return data.calibration_batches(tokenizer, s.calib_sequences, s.calib_tokens, seed=s.seed)[:n]
-    return recall_batch(task, s.calib_sequences, torch.Generator().manual_seed(s.seed))[0][:n]
+        return data.calibration_batches(tokenizer, sequences, tokens, seed=seed)[:n]
+    return recall_batch(task, sequences, torch.Generator().manual_seed(seed))[0][:n]
+
+
+def profile_label(sequences: int, tokens: int, seed: int, task: RecallTask | None) -> str:
+    """What the one rank profile was measured on: said wherever it is shown."""
+    n = min(sequences, PROFILE_SEQUENCES)
+    where = "train-split sequences" if task is None else "synthetic recall sequences"
+    return (f"rank utilization u of the final state, mean over heads, on the first {n} calibration {where} "
+            f"({tokens} tokens, seed {seed})")
 
 
 def shipped_map_path(name: str, strategy: str) -> Path:

@@ -14,7 +14,7 @@ prune_form.explain()
 
 ctx = current()
 settings = shrink.calibration_controls(ctx)
-choice = prune_form.choices(ctx)
+choice = prune_form.choices(ctx, settings)
 with guard():
     planned = plan_key_dims(ctx.model, ratio=choice.ratio, ratios=choice.ratios, round_to=choice.rounding)
 prune_form.plan_table(ctx, choice, planned)

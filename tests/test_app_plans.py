@@ -152,3 +152,25 @@ def test_sweep_stop_ends_the_job_between_points_and_the_page_keeps_updating(monk
     assert any("Stopped after 2 of 7 points" in i.value for i in at.info)
     assert not at.button(key="sweep:run").disabled and at.button(key="sweep:run").label == "Resume sweep"
     assert at.button(key="sweep:stop").disabled
+
+
+def test_one_rank_profile_for_suggest_the_map_and_verify(monkeypatch, lm_dir):
+    """"Suggest from rank" and Verify's "rank-suggested" row gave two plans, and the per-layer bars and the
+    map's table two utilisations (sidebar test sequences vs calibration sequences)."""
+    at = prune_page(monkeypatch, lm_dir)
+    at.selectbox(key="w:prune_strategy").set_value("l1").run()
+    at.text_input(key="w:sens_ratios").set_value("0.25, 0.75").run()
+    at.number_input(key="w:sens_eval_tokens").set_value(256).run()
+    at.radio(key="w:prune_mode").set_value("Per layer").run()
+    click(at, "suggest")
+    suggested = ratios(at)
+    bars = [float(p.proto.text.split("= ")[1]) for p in at.get("progress") if "rank utilization u" in p.proto.text]
+    click(at, "sensitivity:run")
+    [table] = [d.value for d in at.dataframe if "rank util. u" in d.value.columns]
+    assert bars == pytest.approx(table["rank util. u"].tolist(), abs=1e-3)
+    assert any("on the first 2 calibration train-split sequences (64 tokens, seed 0)" in c.value for c in at.caption)
+    click(at, "allocate")
+    click(at, "sens_verify")
+    [frame] = [d.value for d in at.dataframe if "predicted loss" in d.value.columns]
+    row = [float(r) for r in frame.loc["rank-suggested", "ratios"].split(", ")]
+    assert row == pytest.approx(suggested, abs=1e-3)

@@ -55,7 +55,7 @@ def explain() -> None:
          r"\mathrm{PPL} = \exp\Big(-\frac{1}{N}\sum_{t} \log p(x_t \mid x_{<t})\Big)"])
 
 
-def choices(ctx: Context) -> Choices:
+def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
     plan_inputs.apply_pending(ctx.key)  # a plan "Verify and choose" picked, before any input is drawn
     names = list(STRATEGIES)
     c1, c2, c3 = st.columns(3)
@@ -70,7 +70,7 @@ def choices(ctx: Context) -> Choices:
     if mode == "Uniform":
         ratio = state.field(st.slider, "Pruning ratio ρ (all layers)", "prune_ratio", 0.5, 0.0, 0.95, step=0.05)
         return Choices(strategy, rounding, rescale, ratio, None)
-    return Choices(strategy, rounding, rescale, None, per_layer_ratios(ctx, rounding))
+    return Choices(strategy, rounding, rescale, None, per_layer_ratios(ctx, rounding, calib))
 
 
 def plan_table(ctx: Context, choice: Choices, planned: list[int]) -> None:

@@ -27,10 +27,12 @@ def _suggest(profile: list[float], round_to: int | None, dims: list[int], key) -
         st.session_state[ERROR_KEY] = str(exc)
 
 
-def per_layer_ratios(ctx: Context, round_to: int | None) -> list[float]:
-    """One row per layer: its rank utilization as a bar next to its ratio input; returns the ratios."""
+def per_layer_ratios(ctx: Context, round_to: int | None, calib: shrink.CalibSettings) -> list[float]:
+    """One row per layer: its rank utilization (the one rank profile, ui.shrink.rank_profile) as a bar next to
+    its ratio input; returns the ratios."""
     dims = ctx.info.head_k_dims
-    profile = shrink.rank_profile(ctx)
+    profile = [math.nan if r["rank_utilization"] is None else r["rank_utilization"]
+               for r in shrink.rank_profile(ctx, calib)]
     t1, t2, t3 = st.columns([1, 1, 1], vertical_alignment="bottom")
     t1.number_input("Target mean ratio", 0.0, 0.9, key=state.remembered("suggest_target", 0.5), step=0.05)
     state.remember("suggest_target")
@@ -59,6 +61,6 @@ def per_layer_ratios(ctx: Context, round_to: int | None) -> list[float]:
                    text=f"rank utilization u = {u:.3f}" if finite else "rank utilization: not finite")
         ratios.append(float(state.field(c.number_input, f"ratio ρ, layer {layer}", plan_inputs.name(layer), 0.5,
                                         0.0, 0.99, step=0.05, format="%.3f", scope=plan_inputs.scope(ctx.key))))
-    st.caption(f"u: rank utilization of the final state, mean over heads and the sidebar's {ctx.spec.sequences} "
-               f"sequences (States & rank trace, stride {int(state.get('stride', 8))}).")
+    st.caption(f"u: {shrink.profile_caption(ctx, calib)} (the calibration above; the sensitivity map and "
+               "*Verify and choose* use the same profile).")
     return ratios

@@ -16,7 +16,7 @@ import streamlit as st
 from analysis.allocate import allocate
 from analysis.errors import AnalysisError
 from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map, grid,
-                                  layer_profile, load_shipped, profile_inputs, sensitivity_points)
+                                  load_shipped, sensitivity_points)
 from analysis.strategies import STRATEGIES
 from ui import jobs, plan_inputs, shrink, state, verify_view
 from ui.context import Context
@@ -117,6 +117,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         st.error(str(exc))
         return
     entry = _entry(ctx, s)
+    entry["profile"] = shrink.rank_profile(ctx, calib)  # the one profile (Suggest from rank reads it too)
     points = entry["points"]
     shipped = sorted(p.stem.rsplit("-", 1)[1] for p in RESULTS_DIR.glob(f"sensitivity-{ctx.name}-*.json"))
     if not points and shipped:
@@ -139,7 +140,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
     value_label = "recall accuracy" if recall else "validation perplexity"
 
     def draw():
-        smap = build_map(ctx.model, s, entry["profile"] or [], points, ctx.task, ctx.name) if entry["profile"] \
+        smap = build_map(ctx.model, s, entry["profile"] or [], points, ctx.task, ctx.name) if points \
             else None
         g = grid(smap) if smap else None
         n = ctx.info.layers
@@ -170,8 +171,8 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         st.session_state[CURRENT] = {"key": ctx.key, "map": smap}
         measure = smap["measure"]
         st.caption(f"{ctx.name} · {measure} · strategy {STRATEGIES[strategy].label} · calibration "
-                   f"{calib.sequences} sequences (seed {calib.seed}) · u: rank utilization of the final state of "
-                   f"the first calibration sequences, mean over heads · state bytes: fp32, per sequence · device "
+                   f"{calib.sequences} sequences (seed {calib.seed}) · u: {shrink.profile_caption(ctx, calib)} (the one "
+                   f"profile Suggest from rank uses) · state bytes: fp32, per sequence · device "
                    f"{smap['device']} · dtype {smap['dtype']} · {entry['source']}")
         st.download_button("Download map (JSON)", json.dumps(smap, indent=2), file_name=f"sensitivity-{strategy}.json",
                            mime="application/json", on_click="ignore", key="sens_json")
@@ -188,10 +189,6 @@ def _launch(ctx: Context, s: MapSettings, calib: shrink.CalibSettings, entry: di
         else None
 
     def work(job):
-        if entry["profile"] is None:
-            job.report(0.0, "rank utilization of every layer (calibration sequences)…")
-            with use.lock:
-                entry["profile"] = layer_profile(model, profile_inputs(model, use.tokenizer, s, task))
         gen = sensitivity_points(model, use.tokenizer, s, task, cancel=job.cancelled,
                                  get_calibration=calibrated and (lambda: calibrated(cancel=job.cancelled)))
         job.report(0.0, f"0 of {expected} points (unpruned first)")

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import streamlit as st
 
 from analysis.calibration import Calibration, calibrate
 from analysis.importance import importance_report
 from analysis.measure import measure
 from analysis.prune import RESCALES
+from analysis.sensitivity import calibration_profile_ids, layer_profile, profile_label
 from analysis.strategies import STRATEGIES
 from ui import cache, memo, state
 from ui import progress as progress_ui
-from ui.context import Context, traced
+from ui.context import Context
+from ui.errors import guard
 from ui.keys import ModelKey
 
 CALIB_BATCH = 8  # analysis.calibration runs its sequences 8 at a time: one forward pass each
@@ -171,12 +172,27 @@ def baseline(key: ModelKey, context: int, max_tokens: int, pairs: tuple | None, 
                        progress=lambda f: progress(f, f"perplexity of the unpruned model: {f:.0%}"))
 
 
-def rank_profile(ctx: Context) -> list[float]:
-    """Per layer, rank utilization of the final state, mean over sequences and heads (the States page's trace)."""
-    data = traced(ctx, int(state.get("stride", 8)))
-    u = np.asarray(data["metrics"]["rank_utilization"])[..., -1]        # [L, B, H]
-    with np.errstate(all="ignore"):
-        return [float(np.nanmean(layer)) if np.isfinite(layer).any() else float("nan") for layer in u]
+@memo.memoized("rank_profile", max_entries=8)
+def _profile(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.Report, _using: Using | None = None,
+             _task=None) -> list[dict]:
+    model, tok, lock = _using or using(key)
+    progress(0.0, "states of the first calibration sequences")
+    ids = calibration_profile_ids(tok, settings.sequences, settings.tokens, settings.seed, _task)
+    with lock:
+        return layer_profile(model, ids)
+
+
+def rank_profile(ctx: Context, settings: CalibSettings) -> list[dict]:
+    """The one rank profile of a model and calibration settings (per layer: dk, heads, state bytes, rank
+    utilization), computed once per process; Suggest from rank, the sensitivity map and Verify all read it."""
+    args = (ctx.key, settings)
+    with guard(), progress_ui.first_time(_profile.is_cached(*args), f"Measuring the rank profile of {ctx.name}…",
+                                         f"Rank profile of {ctx.name} measured") as report:
+        return _profile(*args, progress=report, _using=using(ctx.key), _task=ctx.task)
+
+
+def profile_caption(ctx: Context, settings: CalibSettings) -> str:
+    return profile_label(settings.sequences, settings.tokens, settings.seed, ctx.task)
 
 
 def locked(generator, lock=None):
