@@ -34,8 +34,7 @@ def per_layer_ratios(ctx: Context, round_to: int | None, calib: shrink.CalibSett
     profile = [math.nan if r["rank_utilization"] is None else r["rank_utilization"]
                for r in shrink.rank_profile(ctx, calib)]
     t1, t2, t3 = st.columns([1, 1, 1], vertical_alignment="bottom")
-    t1.number_input("Target mean ratio", 0.0, 0.9, key=state.remembered("suggest_target", 0.5), step=0.05)
-    state.remember("suggest_target")
+    state.field(t1.number_input, "Target mean ratio", "suggest_target", 0.5, 0.0, 0.9, step=0.05)
     t2.button("Suggest from rank", on_click=_suggest, args=(profile, round_to, dims, ctx.key), key="suggest",
               help="Keep a fraction of each layer's channels proportional to its rank utilization, averaging "
                    "(weighted by dk) to the target; tile-aware when rounding is on.")

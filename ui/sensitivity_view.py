@@ -97,18 +97,15 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                "the measured dims; additive model on the monotone, non-negative map); *Verify and choose* measures "
                "it, uniform and rank-suggested on the validation split and keeps the best.")
     c1, c2 = st.columns([3, 2])
-    ratio_text = c1.text_input("Map ratios ρ (comma-separated)",
-                               key=state.remembered("sens_ratios", ", ".join(f"{r:g}" for r in DEFAULT_RATIOS)))
-    state.remember("sens_ratios")
+    ratio_text = state.field(c1.text_input, "Map ratios ρ (comma-separated)", "sens_ratios",
+                             ", ".join(f"{r:g}" for r in DEFAULT_RATIOS))
     if recall:
-        recall_sequences = int(c2.number_input("Recall sequences per point", 8, 4096,
-                                               key=state.remembered("sens_recall_sequences", 256), step=8))
-        state.remember("sens_recall_sequences")
+        recall_sequences = int(state.field(c2.number_input, "Recall sequences per point", "sens_recall_sequences",
+                                           256, 8, 4096, step=8))
         eval_tokens = DEFAULT_EVAL_TOKENS
     else:
-        eval_tokens = int(c2.number_input("Validation tokens per point", 64, 10**6,
-                                          key=state.remembered("sens_eval_tokens", DEFAULT_EVAL_TOKENS), step=1024))
-        state.remember("sens_eval_tokens")
+        eval_tokens = int(state.field(c2.number_input, "Validation tokens per point", "sens_eval_tokens",
+                                      DEFAULT_EVAL_TOKENS, 64, 10**6, step=1024))
         recall_sequences = 256
     try:  # not guard(): a typo here must not stop the rest of the Prune page
         ratios = number_list(ratio_text, "map ratios", 0.01, 1.0)

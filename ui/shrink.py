@@ -59,16 +59,13 @@ def calibration_controls(ctx: Context) -> CalibSettings:
     """Calibration size (train split only), remembered across the Shrink pages so they share one cache entry."""
     with st.expander("Calibration (train split)" if ctx.task is None else "Calibration (synthetic recall sequences)"):
         c1, c2, c3 = st.columns(3)
-        n = c1.number_input("Calibration sequences", 1, 256, key=state.remembered("calib_sequences", 16), step=1)
-        state.remember("calib_sequences")
+        n = state.field(c1.number_input, "Calibration sequences", "calib_sequences", 16, 1, 256, step=1)
         if ctx.task is None:
-            t = c2.number_input("Tokens per sequence", 16, 4096, key=state.remembered("calib_tokens", 256), step=64)
-            state.remember("calib_tokens")
+            t = state.field(c2.number_input, "Tokens per sequence", "calib_tokens", 256, 16, 4096, step=64)
         else:
             t = ctx.task.seq_len
             c2.caption(f"Recall sequences are {t} tokens long (fixed by the task).")
-        seed = c3.number_input("Seed", 0, 10**6, key=state.remembered("calib_seed", 0), step=1)
-        state.remember("calib_seed")
+        seed = state.field(c3.number_input, "Seed", "calib_seed", 0, 0, 10**6, step=1)
         st.caption(CALIBRATION_USE if ctx.task is None else
                    "Random and L1 use no data; the other strategies use these synthetic recall sequences.")
     return CalibSettings(int(n), int(t), int(seed))
@@ -77,13 +74,11 @@ def calibration_controls(ctx: Context) -> CalibSettings:
 def rescale_control() -> str:
     """Readout scale of the pruned layers: the original (pure channel removal) unless asked otherwise."""
     names = list(RESCALES)
-    choice = st.radio("Readout scale", names, horizontal=True, format_func=RESCALES.get,
-                      key=state.remembered("prune_rescale", "original", names),
-                      help="The original dk^-½ makes the pruned model the original one with the dropped channels "
-                           "zeroed. fla's default dk'^-½ is what the reference code does; it changes the output "
-                           "beyond the lost channels.")
-    state.remember("prune_rescale")
-    return choice
+    return state.field(st.radio, "Readout scale", "prune_rescale", "original", options=names, horizontal=True,
+                       format_func=RESCALES.get,
+                       help="The original dk^-½ makes the pruned model the original one with the dropped channels "
+                            "zeroed. fla's default dk'^-½ is what the reference code does; it changes the output "
+                            "beyond the lost channels.")
 
 
 @memo.memoized("calibration", max_entries=4)
