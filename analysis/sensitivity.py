@@ -218,7 +218,7 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                 paired = out.pop("windows", None), baseline.get("windows")
                 # the paired standard error of Δ (same windows, both models) tells a cell's signal from noise
                 se = ({"se": paired_difference(*paired[::-1])["se"]}
-                      if all(paired) and len(paired[0]) == len(paired[1]) else {})
+                      if all(paired) and len(paired[0]) == len(paired[1]) > 1 else {})  # one window: no spread
                 return {"layer": layer, "ratio": ratio, "head_k_dim": dims[layer], "head_k_dims": dims, **out,
                         "loss": measure.loss(out["value"], baseline["value"]), **se}
             yield point_cache.cached({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, use_cache,
