@@ -7,7 +7,6 @@ over the layers, on the model's own device, with its shape; a per-layer plan is 
 """
 from __future__ import annotations
 
-
 from analysis.archs import adapter_for
 from analysis.cancel import check
 from analysis.evaluate import perplexity
