@@ -26,7 +26,7 @@ from functools import reduce
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS
 from analysis.prune import ROUNDINGS, plan_key_dims, prune
-from analysis.sensitivity import MapSettings, MapMeasure, calibration_for
+from analysis.sensitivity import MapSettings, MapMeasure, calibration_for, paired_difference
 
 CHOICE_TOKEN_FACTOR = 4  # candidate plans are measured on 4× the map's tokens of its split (4,096 → 16,384)
 SIGNIFICANCE = 2.0       # paired standard errors by which a plan must beat uniform to replace it
@@ -249,29 +249,30 @@ def choice_settings(smap: dict) -> MapSettings:
 
 
 def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, task=None,
-                calibration=None) -> dict:
+                calibration=None, progress=None, cancel=None) -> dict:
     """Prune with each plan, measure it (and the unpruned model, once) with `choice_settings`, keep the best.
 
+    progress(fraction, text) names each step; cancel (analysis.cancel) is checked inside every measurement.
     Returns `choose`'s result plus `measure` (what was measured) and the unpruned `baseline_value` on it."""
+    say = progress or (lambda f, text: None)
     s = choice_settings(smap)
+    distinct = len({tuple(p["dims"]) for p in plans})  # choose measures plans with the same dims once
     if calibration is None and _needs_calibration(strategy):
-        calibration = calibration_for(model, tokenizer, s, task)
-    measure = MapMeasure(tokenizer, s, task)
+        say(0.0, "calibrating…")
+        calibration = calibration_for(model, tokenizer, s, task, cancel)
+    measure = MapMeasure(tokenizer, s, task, cancel)
+    say(0.05, "measuring the unpruned model…")
     base = measure(model, per_window=True)
+    done = []
 
     def evaluate(plan):
+        say(0.1 + 0.9 * len(done) / distinct, f"pruning and measuring the {plan['name']} plan "
+                                               f"({len(done) + 1} of {distinct})…")
         pruned = prune(model, strategy, plan_key_dims(model, ratios=plan["ratios"]), calibration, seed=s.seed).model
         got = measure(pruned, per_window=True)
+        done.append(plan["name"])
         return {"value": got["value"], "loss": measure.loss(got["value"], base["value"]), "windows": got.get("windows")}
     return {**choose(plans, evaluate), "measure": measure.label(), "baseline_value": base["value"]}
-
-
-def paired_difference(a: list[float], b: list[float]) -> dict:
-    """Mean and standard error of b − a over paired windows (the same tokens scored by two models)."""
-    d = [y - x for x, y in zip(a, b, strict=True)]
-    mean = sum(d) / len(d)
-    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else math.inf
-    return {"delta_log_ppl": mean, "se": se, "windows": len(d)}
 
 
 def choose(plans: list[dict], evaluate) -> dict:

@@ -182,6 +182,14 @@ class MapMeasure:
         return f"perplexity, {dataset_label(self.s.split)}, {tokens}, context {self.s.context}"
 
 
+def paired_difference(a: list[float], b: list[float]) -> dict:
+    """Mean and standard error of b − a over paired windows (the same tokens scored by two models)."""
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    mean = sum(d) / len(d)
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else math.inf
+    return {"delta_log_ppl": mean, "se": se, "windows": len(d)}
+
+
 def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None, cancel=None):
     """Train-split windows (recall models: synthetic sequences of the calibration seed; calibrate chooses)."""
     return calibrate(model, tokenizer, s.calib_sequences, s.calib_tokens, s.seed, cancel=cancel)
@@ -205,7 +213,8 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                 **{k: v for k, v in s.as_dict().items() if k not in ("strategy", "ratios")}}
     measured = PPL_FIELDS if task is None else {"recall_accuracy": point_cache.NUMBER}
     baseline = point_cache.cached({**base_key, "point": "unpruned"}, use_cache,
-                                  lambda: {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model), **measure(model)},
+                                  lambda: {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model),
+                                                  **measure(model, per_window=True)},
                                   {**BASE_FIELDS, **measured}, expect={"layer": None, "ratio": 0.0})
     yield baseline
     n_layers = len(key_dims(model))
@@ -220,9 +229,13 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                     calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task, cancel)
                 dims = plan_key_dims(model, ratios=[ratio if i == layer else 0.0 for i in range(n_layers)])
                 pruned = prune(model, s.strategy, dims, calib, seed=s.seed).model
-                out = measure(pruned)
+                out = measure(pruned, per_window=True)
+                paired = out.pop("windows", None), baseline.get("windows")
+                # the paired standard error of Δ (same windows, both models) tells a cell's signal from noise
+                se = ({"se": paired_difference(*paired[::-1])["se"]}
+                      if all(paired) and len(paired[0]) == len(paired[1]) > 1 else {})  # one window: no spread
                 return {"layer": layer, "ratio": ratio, "head_k_dim": dims[layer], "head_k_dims": dims, **out,
-                        "loss": measure.loss(out["value"], baseline["value"])}
+                        "loss": measure.loss(out["value"], baseline["value"]), **se}
             yield point_cache.cached({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, use_cache,
                                      compute, {**POINT_FIELDS, **measured}, expect={"layer": layer, "ratio": ratio})
 
@@ -233,7 +246,7 @@ def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], ta
     info = describe(model)
     measure = MapMeasure(None, s, task)
     base = next((p for p in points if p.get("layer") is None), None)
-    cells = [{k: p[k] for k in ("layer", "ratio", "head_k_dim", "value", "loss")} for p in points
+    cells = [{k: p[k] for k in ("layer", "ratio", "head_k_dim", "value", "loss", "se") if k in p} for p in points
              if p.get("layer") is not None]
     return {"kind": "sensitivity-map", "model": name or getattr(model, "analysis_name", None),
             "model_identity": model_identity(model), "model_type": info.model_type, "strategy": s.strategy,
@@ -281,11 +294,25 @@ def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None
 
 def profile_inputs(model, tokenizer, s: MapSettings, task: RecallTask | None) -> torch.Tensor:
     """The sequences the rank utilization is measured on: the first few calibration sequences."""
+    return calibration_profile_ids(tokenizer, s.calib_sequences, s.calib_tokens, s.seed, task)
+
+
+def calibration_profile_ids(tokenizer, sequences: int, tokens: int, seed: int,
+                            task: RecallTask | None) -> torch.Tensor:
+    """The first PROFILE_SEQUENCES calibration sequences (train split, or synthetic recall sequences)."""
     from analysis import data
-    n = min(s.calib_sequences, PROFILE_SEQUENCES)
+    n = min(sequences, PROFILE_SEQUENCES)
     if task is None:
-        return data.calibration_batches(tokenizer, s.calib_sequences, s.calib_tokens, seed=s.seed)[:n]
-    return recall_batch(task, s.calib_sequences, torch.Generator().manual_seed(s.seed))[0][:n]
+        return data.calibration_batches(tokenizer, sequences, tokens, seed=seed)[:n]
+    return recall_batch(task, sequences, torch.Generator().manual_seed(seed))[0][:n]
+
+
+def profile_label(sequences: int, tokens: int, seed: int, task: RecallTask | None) -> str:
+    """What the one rank profile was measured on: said wherever it is shown."""
+    n = min(sequences, PROFILE_SEQUENCES)
+    where = "train-split sequences" if task is None else "synthetic recall sequences"
+    return (f"rank utilization u of the final state, mean over heads, on the first {n} calibration {where} "
+            f"({tokens} tokens, seed {seed})")
 
 
 def shipped_map_path(name: str, strategy: str) -> Path:
@@ -314,6 +341,7 @@ class MapGrid:
     losses: list[list[float | None]]
     values: list[list[float | None]]
     dims: list[list[int | None]] = field(default_factory=list)
+    ses: list[list[float | None]] = field(default_factory=list)  # paired standard error of each loss, if known
 
 
 def grid(smap: dict) -> MapGrid:
@@ -322,8 +350,10 @@ def grid(smap: dict) -> MapGrid:
     losses = [[None] * len(ratios) for _ in range(n)]
     values = [[None] * len(ratios) for _ in range(n)]
     dims = [[None] * len(ratios) for _ in range(n)]
+    ses = [[None] * len(ratios) for _ in range(n)]
     for p in smap["points"]:
         if p["ratio"] in ratios:
             j = ratios.index(p["ratio"])
             losses[p["layer"]][j], values[p["layer"]][j], dims[p["layer"]][j] = p["loss"], p["value"], p["head_k_dim"]
-    return MapGrid(ratios, losses, values, dims)
+            ses[p["layer"]][j] = p.get("se")
+    return MapGrid(ratios, losses, values, dims, ses)

@@ -40,15 +40,12 @@ names = list(STRATEGIES)
 chosen = multi_choice("Strategies", names, "importance_strategies", names, format_func=shrink.strategy_label,
                       empty_hint="No strategy picked: choose at least one above (or click one to keep only it).")
 c2, c3, c4 = st.columns([3, 1, 1])
-ratio = c2.slider("Pruning ratio ρ", 0.05, 0.95, key=state.remembered("importance_ratio", 0.5), step=0.05)
-state.remember("importance_ratio")
+ratio = state.field(c2.slider, "Pruning ratio ρ", "importance_ratio", 0.5, 0.05, 0.95, step=0.05)
 n_layers = ctx.info.layers
-layer = c3.selectbox("Layer", list(range(n_layers)), key=state.remembered("sel_layer", 0, range(n_layers)))
-state.remember("sel_layer")
+layer = state.field(c3.selectbox, "Layer", "sel_layer", 0, options=range(n_layers))
 layer = min(int(layer), n_layers - 1)
 heads = list(range(ctx.info.heads))
-head = c4.selectbox("Head", heads, key=state.remembered("sel_head", 0, heads))
-state.remember("sel_head")
+head = state.field(c4.selectbox, "Head", "sel_head", 0, options=heads)
 if not chosen:
     st.stop()
 

@@ -207,3 +207,22 @@ def test_paired_difference_matches_a_direct_computation():
     got = paired_difference(a, b)
     assert got["delta_log_ppl"] == pytest.approx(d.mean())
     assert got["se"] == pytest.approx(d.std(ddof=1) / len(d) ** 0.5)
+
+
+def test_choose_plan_measures_an_allocation_equal_to_uniform_once_and_names_its_steps(monkeypatch):
+    """Issue 20: Verify and choose measured uniform twice when the allocation equalled it."""
+    import analysis.allocate
+    from analysis import data
+    from conftest import build_tiny
+    pruned, steps = [], []
+    real = analysis.allocate.prune
+    monkeypatch.setattr(analysis.allocate, "prune", lambda model, strategy, dims, *a, **k: (
+        pruned.append(list(dims)), real(model, strategy, dims, *a, **k))[1])
+    s = MapSettings("l1", (0.5,), eval_tokens=128, context=64, calib_sequences=2, calib_tokens=64)
+    same = {"ratios": [0.5, 0.5], "dims": [16, 16], "predicted_loss": None, "cost": 1}
+    plans = [{"name": "sensitivity-allocated", **same}, {"name": "uniform", **same}]
+    got = analysis.allocate.choose_plan(build_tiny("delta_net"), data.load_tokenizer(), {"settings": s.as_dict()},
+                                        plans, "l1", progress=lambda f, text: steps.append(text))
+    assert pruned == [[16, 16]] and got["winner"] == "uniform"
+    assert [c["same_as"] for c in got["candidates"]] == ["sensitivity-allocated", "sensitivity-allocated"]
+    assert steps == ["measuring the unpruned model…", "pruning and measuring the sensitivity-allocated plan (1 of 1)…"]

@@ -128,3 +128,17 @@ def test_overwrite_refuses_a_folder_another_session_saved_since_the_page_showed_
     assert (tmp_path / "shared-name" / "model.safetensors").read_bytes() == theirs  # untouched
     click(at, "prune_save")  # asked again: now it replaces the folder it has seen
     assert (tmp_path / "shared-name" / "model.safetensors").read_bytes() != theirs
+
+
+def test_verify_and_choose_is_a_job_that_calls_no_streamlit_cache_from_its_thread(monkeypatch, lm_dir,
+                                                                                  caches_only_in_script_runs):
+    """Issue 20: Verify and choose ran in a callback under a spinner; now its calibration and prunes run in a job."""
+    from test_sensitivity import _page
+    at = _page(monkeypatch, lm_dir)
+    at.selectbox(key="w:prune_strategy").set_value("wanda").run()  # needs the shared calibration
+    click(at, "sensitivity:run")
+    at.radio(key="w:prune_mode").set_value("Per layer").run()
+    click(at, "allocate")
+    click(at, "sens_verify")
+    assert at.session_state["bgjob:verify"].state == "done"
+    assert any("chosen: **" in c.value for c in at.caption)

@@ -19,10 +19,10 @@ def server(tmp_path_factory):
 
 
 def _filled_cells(page) -> int:
-    """Heatmap cells that carry a measured value (the map's cells show their value as text)."""
+    """Heatmap cells that carry a measured value (the map's cells show their Δ, ± its standard error, as text)."""
     chart = page.locator("[data-testid='stPlotlyChart']", has_text="each layer alone").first
     texts = chart.locator(".heatmaplayer text, g.textpoint text, .hm text").all_text_contents()
-    return sum(bool(re.fullmatch(r"[0-9.e+]+", t.strip())) for t in texts)
+    return sum(bool(re.fullmatch(r"[+\-−]?[0-9.e+\-]+( ± [0-9.e+\-]+)?", t.strip())) for t in texts)
 
 
 def _cells_settle_at(page, expected: int) -> int:

@@ -262,3 +262,24 @@ def test_a_map_written_before_model_identity_is_still_matched_by_its_file_digest
     digest = hashlib.sha256((SAMPLES_DIR / "deltanet-recall" / "model.safetensors").read_bytes()).hexdigest()[:16]
     assert same_weights({"weights_sha256": digest}, model)
     assert not same_weights({"weights_sha256": "0" * 16}, model) and not same_weights({}, model)
+
+
+def test_map_cells_print_the_delta_the_colour_shows_with_its_paired_standard_error():
+    """Issue 20: the cells printed perplexity while the colour was Δ nats/token."""
+    from analysis.sensitivity import paired_difference
+    from ui.sensitivity_figure import sensitivity_heatmap
+    model, tok = build_tiny("delta_net"), data.load_tokenizer()
+    s = MapSettings("l1", (0.5,), eval_tokens=256, context=64, calib_sequences=2, calib_tokens=64)
+    points = list(sensitivity_points(model, tok, s))
+    base = points[0]
+    pruned = prune(model, "l1", points[2]["head_k_dims"]).model
+    windows = perplexity(pruned, tok, "validation", 64, max_tokens=256, per_window=True)["window_losses"]
+    want = paired_difference(base["windows"], windows)["se"]
+    assert math.isclose(points[2]["se"], want, rel_tol=1e-6) and points[2]["se"] > 0
+    g = grid(build_map(model, s, [{"layer": i} for i in range(2)], points))
+    fig = sensitivity_heatmap(g.ratios, g.losses, g.values, g.dims, "Δ", "ppl", "t", g.ses).to_dict()
+    text = fig["data"][0]["text"]
+    for layer in range(2):
+        loss, se = g.losses[layer][0], g.ses[layer][0]
+        assert text[layer][0] == f"{loss:+.3g} ± {se:.2g}"
+        assert f"{g.values[layer][0]:.4g}" not in text[layer][0]  # not the perplexity

@@ -7,7 +7,8 @@ from analysis.errors import AnalysisError
 from analysis.strategies import get_strategy
 from ui import shrink_figures as sf
 from ui.parse import number_list
-from ui.shrink_report import before_after_table, latency_table, points_csv, points_json, recovery_verdict, sweep_table
+from ui.shrink_report import (KERNEL_ROW, before_after_table, latency_table, points_csv, points_json, recovery_verdict,
+                              sweep_table)
 
 
 def test_score_bars_split_kept_and_pruned_channels():
@@ -114,11 +115,18 @@ def test_kernel_rows_show_median_iqr_and_repeats():
     before, after = measured([32], 10.0), measured([16], 10.0)
     before["kernel"], after["kernel"] = timed(32, 2.0), timed(16, 1.0, noisy=True)
     table = before_after_table({"before": before, "after": after})
-    assert table.loc["kernel time at the layer-0 key dim (ms, median)"].tolist() == ["2.000", "1.000", "−1.000",
-                                                                                       "−50.0%"]
+    assert table.loc[KERNEL_ROW].tolist() == ["2.000", "1.000", "−1.000", "−50.0%"]
     assert table.loc["kernel time: repeats"].tolist()[:2] == ["15, 1 CPU thread",
                                                               "15, 1 CPU thread — noisy (IQR > 20 % of median)"]
     assert table.loc["kernel time: IQR (ms) · min–max (ms)"].tolist()[0] == "0.150 · 1.900–2.200"
+
+
+def test_a_kernel_change_inside_the_timings_spread_is_said_to_be_noise():
+    """Issue 20: a noisy CPU timing was headlined as "+31 %"."""
+    before, after = measured([32], 10.0), measured([16], 10.0)
+    before["kernel"], after["kernel"] = timed(32, 1.0, iqr=0.3), timed(16, 1.31, iqr=0.1)  # IQRs 0.45 and 0.15
+    row = before_after_table({"before": before, "after": after}).loc[KERNEL_ROW].tolist()
+    assert row[2:] == ["+0.310 (within noise)", "within noise (IQR 0.450)"]
 
 
 def test_points_export_as_csv_and_json():

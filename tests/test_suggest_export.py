@@ -111,4 +111,26 @@ def test_measure_before_and_after_with_labels():
     from conftest import build_tiny
     m = measure(build_tiny("gated_deltanet"), data.load_tokenizer(), context=32, max_tokens=64, latency=True)
     assert m["head_k_dims"] == [32, 32] and m["perplexity"]["context"] == 32 and m["perplexity"]["tokens"] == 64
-    assert m["kernel"]["key_dim"] == 32 and m["kernel"]["op"] == "gated delta rule" and m["kernel"]["device"] == "cpu"
+    assert m["kernel"]["key_dims"] == [32, 32] and m["kernel"]["op"] == "gated delta rule" and m["kernel"]["device"] == "cpu"
+
+
+def test_a_per_layer_plan_is_timed_at_every_layers_key_dim(monkeypatch):
+    """Issue 20: a per-layer plan was timed at layer 0's key dim only; the table shows the whole model's time."""
+    import analysis.measure
+    from analysis.prune import prune
+    from conftest import build_tiny
+    asked = []
+
+    def fake(dims, **kwargs):
+        asked.append(list(dims))
+        for d in dims:
+            ms = d / 16
+            yield {"key_dim": d, "median_ms": ms, "repeats": 15, "threads": 1, "noisy": False,
+                   "spread": {"iqr_ms": 0.1, "min_ms": ms - 0.1, "max_ms": ms + 0.2}, "op": "delta rule", "kernel": "delta_rule", "batch": 2, "tokens": 512,
+                   "heads": 4, "value_dim": 16, "dtype": "float32", "device": "cpu", "device_name": "CPU",
+                   "timer": "t"}
+    monkeypatch.setattr(analysis.measure, "kernel_latency", fake)
+    pruned = prune(build_tiny("delta_net"), "l1", [16, 32]).model
+    k = analysis.measure.model_kernel_time(pruned, analysis.measure.describe(pruned))
+    assert asked == [[16, 32]] and k["key_dims"] == [16, 32]
+    assert k["per_layer_ms"] == [1.0, 2.0] and abs(k["median_ms"] - 3.0) < 1e-12

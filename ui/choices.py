@@ -37,9 +37,7 @@ def multi_choice(label: str, options: Sequence, name: str, default: list, *,
     a row of pills (one click); beyond that, a compact select ("Only…").
     """
     options = list(options)
-    chosen = st.multiselect(label, options, format_func=format_func, help=help,
-                            key=state.remembered(name, default, options))
-    state.remember(name)
+    chosen = state.field(st.multiselect, label, name, default, options=options, format_func=format_func, help=help)
     if len(options) > 1:
         only, everything = st.columns([6, 1], vertical_alignment="bottom")
         shortcut = dict(format_func=format_func, key=ONLY_PREFIX + name, on_change=_only, args=(name,))

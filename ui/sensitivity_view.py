@@ -4,8 +4,7 @@ The map's points live in session state per (model, settings); the bundled sample
 sample_models/results/ and are shown at once when the model and settings match. The "Allocate from
 sensitivity" button beside "Suggest from rank" (ui.ratios) calls `allocate_into_inputs`, which fills
 the per-layer ratio inputs from the current map; "Verify and choose" prunes with that allocation, the
-uniform plan and the rank-suggested plan (same budget), measures them on the map's validation split,
-shows predicted against measured for each, and fills the inputs with the best measured plan.
+uniform plan and the rank-suggested plan (same budget) as a background job (ui.verify_view).
 """
 from __future__ import annotations
 
@@ -14,12 +13,12 @@ import json
 import pandas as pd
 import streamlit as st
 
-from analysis.allocate import allocate, candidates, choose_plan
+from analysis.allocate import allocate
 from analysis.errors import AnalysisError
 from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map, grid,
-                                  layer_profile, load_shipped, profile_inputs, sensitivity_points)
+                                  load_shipped, sensitivity_points)
 from analysis.strategies import STRATEGIES
-from ui import cache, jobs, shrink, state
+from ui import jobs, plan_inputs, shrink, state, verify_view
 from ui.context import Context
 from ui.parse import number_list
 from ui.sensitivity_figure import sensitivity_heatmap
@@ -27,8 +26,7 @@ from ui.sensitivity_figure import sensitivity_heatmap
 JOB = "sensitivity"
 RESULTS = "sensitivity_results"      # settings key -> {"points": [...], "profile": [...] | None, "source": str}
 CURRENT = "sensitivity_current"      # {"key": ModelKey, "map": dict}: what the Allocate button reads
-ALLOCATION = "sensitivity_allocation"
-CHECK = "sensitivity_check"
+ALLOCATION, CHECK = verify_view.ALLOCATION, verify_view.CHECK
 ERROR_KEY = "suggest_error"          # shared with ui.ratios: the error line under the two buttons
 EVIDENCE = RESULTS_DIR / "sensitivity-evidence.json"
 
@@ -42,8 +40,7 @@ def allocate_into_inputs(key, round_to: int | None) -> None:
                                 "below, then allocate.")
         target = float(st.session_state["w:suggest_target"])
         alloc = allocate(current["map"], mean_ratio=target, round_to=round_to)
-        for layer, rho in enumerate(alloc.ratios):
-            state.choose(f"layer_ratio_{layer}", round(rho, 4))
+        plan_inputs.fill(alloc.ratios, key)
         st.session_state[ALLOCATION] = {"key": key, "alloc": alloc, "map": current["map"], "mean_ratio": target,
                                         "round_to": round_to}
         st.session_state.pop(CHECK, None)
@@ -100,18 +97,15 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                "the measured dims; additive model on the monotone, non-negative map); *Verify and choose* measures "
                "it, uniform and rank-suggested on the validation split and keeps the best.")
     c1, c2 = st.columns([3, 2])
-    ratio_text = c1.text_input("Map ratios ρ (comma-separated)",
-                               key=state.remembered("sens_ratios", ", ".join(f"{r:g}" for r in DEFAULT_RATIOS)))
-    state.remember("sens_ratios")
+    ratio_text = state.field(c1.text_input, "Map ratios ρ (comma-separated)", "sens_ratios",
+                             ", ".join(f"{r:g}" for r in DEFAULT_RATIOS))
     if recall:
-        recall_sequences = int(c2.number_input("Recall sequences per point", 8, 4096,
-                                               key=state.remembered("sens_recall_sequences", 256), step=8))
-        state.remember("sens_recall_sequences")
+        recall_sequences = int(state.field(c2.number_input, "Recall sequences per point", "sens_recall_sequences",
+                                           256, 8, 4096, step=8))
         eval_tokens = DEFAULT_EVAL_TOKENS
     else:
-        eval_tokens = int(c2.number_input("Validation tokens per point", 64, 10**6,
-                                          key=state.remembered("sens_eval_tokens", DEFAULT_EVAL_TOKENS), step=1024))
-        state.remember("sens_eval_tokens")
+        eval_tokens = int(state.field(c2.number_input, "Validation tokens per point", "sens_eval_tokens",
+                                      DEFAULT_EVAL_TOKENS, 64, 10**6, step=1024))
         recall_sequences = 256
     try:  # not guard(): a typo here must not stop the rest of the Prune page
         ratios = number_list(ratio_text, "map ratios", 0.01, 1.0)
@@ -120,6 +114,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         st.error(str(exc))
         return
     entry = _entry(ctx, s)
+    entry["profile"] = shrink.rank_profile(ctx, calib)  # the one profile (Suggest from rank reads it too)
     points = entry["points"]
     shipped = sorted(p.stem.rsplit("-", 1)[1] for p in RESULTS_DIR.glob(f"sensitivity-{ctx.name}-*.json"))
     if not points and shipped:
@@ -142,7 +137,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
     value_label = "recall accuracy" if recall else "validation perplexity"
 
     def draw():
-        smap = build_map(ctx.model, s, entry["profile"] or [], points, ctx.task, ctx.name) if entry["profile"] \
+        smap = build_map(ctx.model, s, entry["profile"] or [], points, ctx.task, ctx.name) if points \
             else None
         g = grid(smap) if smap else None
         n = ctx.info.layers
@@ -152,7 +147,8 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         title = f"{STRATEGIES[strategy].label}: each layer alone" + (f" (unpruned {value_label} {base:.4g})"
                                                                      if base is not None else "")
         chart.plotly_chart(sensitivity_heatmap(ratios, g.losses if g else empty, g.values if g else empty,
-                                               g.dims if g else empty, loss_label, value_label, title),
+                                               g.dims if g else empty, loss_label, value_label, title,
+                                               g.ses if g else None),
                            key=f"sens_chart_{drawn[0]}")
         if entry["profile"]:
             table.dataframe(_profile_table(entry["profile"]).style.format({"rank util. u": "{:.3f}",
@@ -172,12 +168,12 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         st.session_state[CURRENT] = {"key": ctx.key, "map": smap}
         measure = smap["measure"]
         st.caption(f"{ctx.name} · {measure} · strategy {STRATEGIES[strategy].label} · calibration "
-                   f"{calib.sequences} sequences (seed {calib.seed}) · u: rank utilization of the final state of "
-                   f"the first calibration sequences, mean over heads · state bytes: fp32, per sequence · device "
+                   f"{calib.sequences} sequences (seed {calib.seed}) · u: {shrink.profile_caption(ctx, calib)} (the one "
+                   f"profile Suggest from rank uses) · state bytes: fp32, per sequence · device "
                    f"{smap['device']} · dtype {smap['dtype']} · {entry['source']}")
         st.download_button("Download map (JSON)", json.dumps(smap, indent=2), file_name=f"sensitivity-{strategy}.json",
                            mime="application/json", on_click="ignore", key="sens_json")
-    _allocation_check(ctx, calib)
+    verify_view.section(ctx, calib)
     _evidence()
 
 
@@ -190,10 +186,6 @@ def _launch(ctx: Context, s: MapSettings, calib: shrink.CalibSettings, entry: di
         else None
 
     def work(job):
-        if entry["profile"] is None:
-            job.report(0.0, "rank utilization of every layer (calibration sequences)…")
-            with use.lock:
-                entry["profile"] = layer_profile(model, profile_inputs(model, use.tokenizer, s, task))
         gen = sensitivity_points(model, use.tokenizer, s, task, cancel=job.cancelled,
                                  get_calibration=calibrated and (lambda: calibrated(cancel=job.cancelled)))
         job.report(0.0, f"0 of {expected} points (unpruned first)")
@@ -205,56 +197,6 @@ def _launch(ctx: Context, s: MapSettings, calib: shrink.CalibSettings, entry: di
 
     jobs.launch(JOB, key, f"{ctx.name}, {STRATEGIES[s.strategy].label} at ρ = "
                 f"{', '.join(f'{r:g}' for r in s.ratios)}", work)
-
-
-def _allocation_check(ctx: Context, calib: shrink.CalibSettings) -> None:
-    """The last allocation: predicted (additive) vs measured after actually pruning."""
-    held = st.session_state.get(ALLOCATION)
-    if not held or held["key"] != ctx.key:
-        return
-    alloc = held["alloc"]
-    st.markdown(f"**Allocation** ({alloc.target}, {alloc.cost:,} of {alloc.budget:,} {alloc.unit.replace('_', ' ')}): "
-                f"ratios {alloc.ratios}, dk' {alloc.dims}")
-    st.button("Verify and choose: measure it, uniform and rank-suggested (validation split)", key="sens_verify",
-              on_click=_verify_and_choose, args=(ctx, calib))
-    check = st.session_state.get(CHECK)
-    if check and check["key"] == ctx.key and check["alloc_dims"] == alloc.dims:
-        st.dataframe(pd.DataFrame({
-            "ratios": [", ".join(f"{r:.3g}" for r in c["ratios"]) for c in check["candidates"]],
-            "dk'": [" ".join(map(str, c["dims"])) for c in check["candidates"]],
-            "state bytes" if alloc.unit == "state_bytes" else "tiles": [c["cost"] for c in check["candidates"]],
-            "predicted loss": [c["predicted_loss"] for c in check["candidates"]],
-            "measured loss": [c["measured_loss"] for c in check["candidates"]],
-            "measured": [c["measured_value"] for c in check["candidates"]]},
-            index=pd.Index([c["name"] for c in check["candidates"]], name="plan")), column_config={
-            "predicted loss": st.column_config.NumberColumn(format="%+.4f"),
-            "measured loss": st.column_config.NumberColumn(format="%+.4f"),
-            "measured": st.column_config.NumberColumn(format="%.4f")})
-        knap = check["candidates"][0]
-        st.caption(f"{check['measure']} · unpruned {check['baseline_value']:.4f} · additive-model error of the "
-                   f"allocation (measured − predicted loss) {knap['measured_loss'] - alloc.predicted_loss:+.4f} · "
-                   f"chosen: **{check['winner']}** ({check['reason']}); the per-layer inputs now hold it.")
-
-
-def _verify_and_choose(ctx: Context, calib: shrink.CalibSettings) -> None:
-    """Button callback: measure the candidates on the map's split and fill the inputs with the best one."""
-    held = st.session_state.get(ALLOCATION)
-    if not held or held["key"] != ctx.key:
-        return
-    alloc = held["alloc"]
-    try:
-        needs = STRATEGIES[alloc.strategy]
-        c = shrink.prepare(ctx.key, calib, needs.needs_gradients) if needs.needs_calibration else None
-        tok = None if ctx.task else cache.tokenizer(ctx.key.path)
-        plans = candidates(held["map"], alloc, round_to=held["round_to"], mean_ratio=held["mean_ratio"])
-        with st.spinner("Pruning with each plan and measuring it on the map's split…"), cache.compute_lock():
-            choice = choose_plan(ctx.model, tok, held["map"], plans, alloc.strategy, ctx.task, c)
-        for layer, rho in enumerate(choice["ratios"]):
-            state.choose(f"layer_ratio_{layer}", round(rho, 4))
-        st.session_state[CHECK] = {"key": ctx.key, "alloc_dims": alloc.dims, **choice}
-        st.session_state.pop(ERROR_KEY, None)
-    except AnalysisError as exc:
-        st.session_state[ERROR_KEY] = str(exc)
 
 
 def _evidence() -> None:

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import streamlit as st
 
 from analysis.calibration import Calibration, calibrate
 from analysis.importance import importance_report
 from analysis.measure import measure
 from analysis.prune import RESCALES
+from analysis.sensitivity import calibration_profile_ids, layer_profile, profile_label
 from analysis.strategies import STRATEGIES
 from ui import cache, memo, state
 from ui import progress as progress_ui
-from ui.context import Context, traced
+from ui.context import Context
+from ui.errors import guard
 from ui.keys import ModelKey
 
 CALIB_BATCH = 8  # analysis.calibration runs its sequences 8 at a time: one forward pass each
@@ -58,16 +59,13 @@ def calibration_controls(ctx: Context) -> CalibSettings:
     """Calibration size (train split only), remembered across the Shrink pages so they share one cache entry."""
     with st.expander("Calibration (train split)" if ctx.task is None else "Calibration (synthetic recall sequences)"):
         c1, c2, c3 = st.columns(3)
-        n = c1.number_input("Calibration sequences", 1, 256, key=state.remembered("calib_sequences", 16), step=1)
-        state.remember("calib_sequences")
+        n = state.field(c1.number_input, "Calibration sequences", "calib_sequences", 16, 1, 256, step=1)
         if ctx.task is None:
-            t = c2.number_input("Tokens per sequence", 16, 4096, key=state.remembered("calib_tokens", 256), step=64)
-            state.remember("calib_tokens")
+            t = state.field(c2.number_input, "Tokens per sequence", "calib_tokens", 256, 16, 4096, step=64)
         else:
             t = ctx.task.seq_len
             c2.caption(f"Recall sequences are {t} tokens long (fixed by the task).")
-        seed = c3.number_input("Seed", 0, 10**6, key=state.remembered("calib_seed", 0), step=1)
-        state.remember("calib_seed")
+        seed = state.field(c3.number_input, "Seed", "calib_seed", 0, 0, 10**6, step=1)
         st.caption(CALIBRATION_USE if ctx.task is None else
                    "Random and L1 use no data; the other strategies use these synthetic recall sequences.")
     return CalibSettings(int(n), int(t), int(seed))
@@ -76,13 +74,11 @@ def calibration_controls(ctx: Context) -> CalibSettings:
 def rescale_control() -> str:
     """Readout scale of the pruned layers: the original (pure channel removal) unless asked otherwise."""
     names = list(RESCALES)
-    choice = st.radio("Readout scale", names, horizontal=True, format_func=RESCALES.get,
-                      key=state.remembered("prune_rescale", "original", names),
-                      help="The original dk^-½ makes the pruned model the original one with the dropped channels "
-                           "zeroed. fla's default dk'^-½ is what the reference code does; it changes the output "
-                           "beyond the lost channels.")
-    state.remember("prune_rescale")
-    return choice
+    return state.field(st.radio, "Readout scale", "prune_rescale", "original", options=names, horizontal=True,
+                       format_func=RESCALES.get,
+                       help="The original dk^-½ makes the pruned model the original one with the dropped channels "
+                            "zeroed. fla's default dk'^-½ is what the reference code does; it changes the output "
+                            "beyond the lost channels.")
 
 
 @memo.memoized("calibration", max_entries=4)
@@ -171,12 +167,27 @@ def baseline(key: ModelKey, context: int, max_tokens: int, pairs: tuple | None, 
                        progress=lambda f: progress(f, f"perplexity of the unpruned model: {f:.0%}"))
 
 
-def rank_profile(ctx: Context) -> list[float]:
-    """Per layer, rank utilization of the final state, mean over sequences and heads (the States page's trace)."""
-    data = traced(ctx, int(state.get("stride", 8)))
-    u = np.asarray(data["metrics"]["rank_utilization"])[..., -1]        # [L, B, H]
-    with np.errstate(all="ignore"):
-        return [float(np.nanmean(layer)) if np.isfinite(layer).any() else float("nan") for layer in u]
+@memo.memoized("rank_profile", max_entries=8)
+def _profile(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.Report, _using: Using | None = None,
+             _task=None) -> list[dict]:
+    model, tok, lock = _using or using(key)
+    progress(0.0, "states of the first calibration sequences")
+    ids = calibration_profile_ids(tok, settings.sequences, settings.tokens, settings.seed, _task)
+    with lock:
+        return layer_profile(model, ids)
+
+
+def rank_profile(ctx: Context, settings: CalibSettings) -> list[dict]:
+    """The one rank profile of a model and calibration settings (per layer: dk, heads, state bytes, rank
+    utilization), computed once per process; Suggest from rank, the sensitivity map and Verify all read it."""
+    args = (ctx.key, settings)
+    with guard(), progress_ui.first_time(_profile.is_cached(*args), f"Measuring the rank profile of {ctx.name}…",
+                                         f"Rank profile of {ctx.name} measured") as report:
+        return _profile(*args, progress=report, _using=using(ctx.key), _task=ctx.task)
+
+
+def profile_caption(ctx: Context, settings: CalibSettings) -> str:
+    return profile_label(settings.sequences, settings.tokens, settings.seed, ctx.task)
 
 
 def locked(generator, lock=None):

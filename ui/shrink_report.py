@@ -16,13 +16,19 @@ def perplexity_label(ppl: dict) -> str:
             f"{ppl['tokens']:,} tokens)")
 
 
+KERNEL_ROW = "kernel time, whole model: Σ over layers at each layer's dk (ms, medians)"
+
+
 def kernel_label(point: dict) -> str:
-    return (f"{point['op']} kernel, B{point['batch']} T{point['tokens']} H{point['heads']} dk{point['key_dim']} "
-            f"dv{point['value_dim']}, {point['dtype']} on {point['device_name']} ({point['timer']})")
+    dims = point.get("key_dims", [point.get("key_dim")])
+    return (f"{point['op']} kernel, B{point['batch']} T{point['tokens']} H{point['heads']} "
+            f"dk {', '.join(map(str, dims))} (one per layer) dv{point['value_dim']}, {point['dtype']} on "
+            f"{point['device_name']} ({point['timer']})")
 
 
 def _rows(m: dict) -> dict[str, tuple]:
-    """label → (value, format); numbers keep their type so the table can take differences."""
+    """label → (value, format[, spread]); numbers keep their type so the table can take differences; a timing
+    carries its spread (IQR), so a change smaller than the spread is called noise, not a speed-up."""
     rows = {"key dim per head, by layer": (", ".join(str(d) for d in m["head_k_dims"]), None),
             "64-row tiles per head, by layer": (", ".join(str(t) for t in m["tiles"]), None)}
     if "perplexity" in m:
@@ -37,7 +43,7 @@ def _rows(m: dict) -> dict[str, tuple]:
     rows["fp32 state bytes per sequence"] = (m["state_bytes_per_sequence"], "{:,}")
     if "kernel" in m:
         k = m["kernel"]
-        rows["kernel time at the layer-0 key dim (ms, median)"] = (k["median_ms"], "{:.3f}")
+        rows[KERNEL_ROW] = (k["median_ms"], "{:.3f}", k["spread"]["iqr_ms"])
         rows["kernel time: IQR (ms) · min–max (ms)"] = (
             f"{k['spread']['iqr_ms']:.3f} · {k['spread']['min_ms']:.3f}–{k['spread']['max_ms']:.3f}", None)
         threads = f", {k['threads']} CPU thread{'s' if k['threads'] != 1 else ''}" if k.get("threads") else ""
@@ -46,16 +52,20 @@ def _rows(m: dict) -> dict[str, tuple]:
     return rows
 
 
-def _show(value, fmt) -> str:
+def _show(value, fmt, spread=None) -> str:
     return fmt.format(value) if fmt else str(value)
 
 
-def _delta(new, old, fmt) -> tuple[str, str]:
-    if fmt is None or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (new, old)):
+def _delta(new: tuple, old: tuple) -> tuple[str, str]:
+    (a, fmt, *spread_a), (b, _, *spread_b) = new, old
+    if fmt is None or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (a, b)):
         return MISSING, MISSING
-    diff = new - old
+    diff = a - b
     sign = "+" if diff > 0 else "−" if diff < 0 else "±"
-    pct = f"{sign}{abs(diff) / abs(old):.1%}" if old else MISSING
+    pct = f"{sign}{abs(diff) / abs(b):.1%}" if b else MISSING
+    noise = max(spread_a + spread_b, default=None)
+    if noise is not None and abs(diff) <= noise:  # inside the larger IQR of the two timings: not a change
+        return f"{sign}{fmt.format(abs(diff))} (within noise)", f"within noise (IQR {fmt.format(noise)})"
     return sign + fmt.format(abs(diff)), pct
 
 
@@ -71,7 +81,7 @@ def before_after_table(columns: dict[str, dict]) -> pd.DataFrame:
         rows = per_column[name]
         table[name] = [_show(*rows[r]) if r in rows else MISSING for r in order]
         if n:
-            changes = [_delta(rows[r][0], first[r][0], rows[r][1]) if r in rows and r in first else (MISSING, MISSING)
+            changes = [_delta(rows[r], first[r]) if r in rows and r in first else (MISSING, MISSING)
                        for r in order]
             table[f"Δ {name}"] = [d for d, _ in changes]
             table[f"% {name}"] = [p for _, p in changes]

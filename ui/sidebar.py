@@ -15,7 +15,7 @@ from analysis import data, models
 from analysis.errors import AnalysisError
 from ui import cache
 from ui.keys import InputSpec
-from ui.state import remember, remembered
+from ui.state import field as state_field
 
 ENV_DEFAULT = "STATE_RANK_DEFAULT_MODEL"
 PREFERRED_SAMPLE = "deltanet-small"
@@ -41,26 +41,22 @@ def default_choice(sample_names: list[str], env_value: str | None) -> tuple[str,
 def _model_source(samples: dict) -> str:
     kind0, value0 = default_choice(list(samples), os.environ.get(ENV_DEFAULT))
     kinds = (SAMPLE, DIRECTORY, HUB)
-    kind = st.radio("Model source", kinds, key=remembered("model_kind", kind0, kinds))
-    remember("model_kind")
+    kind = state_field(st.radio, "Model source", "model_kind", kind0, options=kinds)
     if kind == SAMPLE:
         if not samples:
             st.info("No bundled samples are installed yet (sample_models/ is empty); pick a local directory.")
             return ""
         names = list(samples)
-        name = st.selectbox("Sample", names, key=remembered("sample", value0 if kind0 == SAMPLE else names[0], names))
-        remember("sample")
+        name = state_field(st.selectbox, "Sample", "sample", value0 if kind0 == SAMPLE else names[0], options=names)
         info = samples[name]
         st.caption(f"**{name}** ({models.type_label(info.model_type)}): "
                    f"{info.description or 'no description'}")
         return name
     if kind == DIRECTORY:
-        path = st.text_input("Model directory", key=remembered("model_dir", value0 if kind0 == DIRECTORY else ""),
-                             placeholder="/path/to/folder written by save_pretrained")
-        remember("model_dir")
+        path = state_field(st.text_input, "Model directory", "model_dir", value0 if kind0 == DIRECTORY else "",
+                           placeholder="/path/to/folder written by save_pretrained")
         return path.strip()
-    hub = st.text_input("Hub id", key=remembered("hub_id", ""), placeholder="org/name")
-    remember("hub_id")
+    hub = state_field(st.text_input, "Hub id", "hub_id", "", placeholder="org/name")
     st.caption("Hub ids are fetched from huggingface.co (needs internet; safetensors only).")
     return hub.strip()
 
@@ -68,15 +64,13 @@ def _model_source(samples: dict) -> str:
 def _device_and_dtype() -> tuple[str, str]:
     has_gpu = torch.cuda.is_available()
     options = list(DEVICES) if has_gpu else ["auto", "CPU"]
-    label = st.radio("Device", options, key=remembered("device", "auto", options), horizontal=True)
-    remember("device")
+    label = state_field(st.radio, "Device", "device", "auto", options=options, horizontal=True)
     if not has_gpu:
         st.caption("GPU unavailable: torch.cuda.is_available() is False here (CPU-only torch build or no "
                    "driver), so the project's pure-torch path runs the model on CPU.")
-    dtype = st.selectbox("dtype", DTYPES, key=remembered("dtype", "auto", DTYPES),
-                         help="auto: float32 on CPU; on a GPU the family kernel's default (bfloat16; fla's DeltaNet "
-                              "chunk kernel refuses float32).")
-    remember("dtype")
+    dtype = state_field(st.selectbox, "dtype", "dtype", "auto", options=DTYPES,
+                        help="auto: float32 on CPU; on a GPU the family kernel's default (bfloat16; fla's DeltaNet "
+                             "chunk kernel refuses float32).")
     return DEVICES[label], dtype
 
 
@@ -93,27 +87,19 @@ def _inputs(request) -> InputSpec:
         st.info(f"This is a recall model: it has no tokenizer and reads synthetic associative-recall sequences "
                 f"({task.n_pairs} key→value pairs, then {task.n_queries} queries; {task.seq_len} tokens each) "
                 "instead of text.")
-        sequences = st.number_input("Recall sequences", 1, 256, key=remembered("recall_sequences", 8), step=1)
-        remember("recall_sequences")
-        seed = st.number_input("Sequence seed", 0, 10**6, key=remembered("recall_seed", 0), step=1)
-        remember("recall_seed")
+        sequences = state_field(st.number_input, "Recall sequences", "recall_sequences", 8, 1, 256, step=1)
+        seed = state_field(st.number_input, "Sequence seed", "recall_seed", 0, 0, 10**6, step=1)
         return InputSpec("recall", tokens=task.seq_len, sequences=int(sequences), seed=int(seed))
-    kind = st.radio("Text", ("Bundled split", "Pasted text"), key=remembered("text_kind", "Bundled split"),
-                    horizontal=True)
-    remember("text_kind")
+    kind = state_field(st.radio, "Text", "text_kind", "Bundled split", options=("Bundled split", "Pasted text"),
+                       horizontal=True)
     split, text = "test", ""
     if kind == "Bundled split":
-        split = st.selectbox("Split", SPLIT_ORDER, format_func=data.dataset_label,
-                             key=remembered("split", "test", SPLIT_ORDER))
-        remember("split")
+        split = state_field(st.selectbox, "Split", "split", "test", options=SPLIT_ORDER, format_func=data.dataset_label)
     else:
-        text = st.text_area("Text to analyse", key=remembered("pasted_text", ""), height=120,
-                            placeholder="Paste at least tokens × sequences tokens of text")
-        remember("pasted_text")
-    tokens = st.number_input("Tokens per sequence", 8, 8192, key=remembered("tokens", 256), step=64)
-    remember("tokens")
-    sequences = st.number_input("Number of sequences", 1, 64, key=remembered("sequences", 4), step=1)
-    remember("sequences")
+        text = state_field(st.text_area, "Text to analyse", "pasted_text", "", height=120,
+                           placeholder="Paste at least tokens × sequences tokens of text")
+    tokens = state_field(st.number_input, "Tokens per sequence", "tokens", 256, 8, 8192, step=64)
+    sequences = state_field(st.number_input, "Number of sequences", "sequences", 4, 1, 64, step=1)
     return InputSpec("text" if kind == "Pasted text" else "split", split=split, text=text, tokens=int(tokens),
                      sequences=int(sequences))
 

@@ -1,0 +1,41 @@
+"""The per-layer ratio inputs of the Prune page, remembered per model (ui.state scope = the model's path):
+the Suggest, Allocate and Verify buttons fill them; a model never shows another model's plan."""
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import state
+from ui.keys import ModelKey
+
+
+def name(layer: int) -> str:
+    return f"layer_ratio_{layer}"
+
+
+def scope(key: ModelKey) -> str:
+    return key.path
+
+
+def fill(ratios, key: ModelKey) -> None:
+    """Put a plan into the inputs (from a button callback, before the page draws them)."""
+    for layer, rho in enumerate(ratios):
+        state.choose(name(layer), round(rho, 4), scope(key))
+
+
+def held(n_layers: int, key: ModelKey) -> list:
+    return [state.get(name(i), scope=scope(key)) for i in range(n_layers)]
+
+
+PENDING = "plan_inputs_pending"  # (scope, ratios) a job chose: applied before the inputs are drawn next
+
+
+def offer(ratios, key: ModelKey) -> None:
+    """From a script run after the inputs were drawn (a job's result): fill them on the next run."""
+    st.session_state[PENDING] = (scope(key), list(ratios))
+
+
+def apply_pending(key: ModelKey) -> None:
+    """Call before drawing the inputs: a plan offered for this model goes into them."""
+    pending = st.session_state.get(PENDING)
+    if pending and pending[0] == scope(key):
+        fill(st.session_state.pop(PENDING)[1], key)

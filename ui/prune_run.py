@@ -1,0 +1,141 @@
+"""The Prune page's work: the prune job (calibrate, prune a new model, measure before and after), the
+recovery job, and following them. What a job's thread uses is resolved here in the script run; the thread
+never calls Streamlit."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import streamlit as st
+
+from analysis.measure import measure
+from analysis.prune import RESCALES, prune
+from analysis.recovery import recover
+from analysis.strategies import STRATEGIES
+from ui import jobs, shrink, state
+from ui.context import Context
+from ui.prune_form import Choices, Evaluation
+from ui.shrink_report import before_after_table, kernel_label, recovery_verdict
+
+SESSION = "pruned"  # this session's pruned model and its measurements (never shared, never cached)
+
+
+def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrink.CalibSettings, ev: Evaluation,
+              tok) -> None:
+    """Prune and Stop; a click starts the job for these inputs; the page follows it and takes its result."""
+    pairs = shrink.recall_pairs(ctx)
+    key = json.dumps({"model": list(ctx.key), "strategy": choice.strategy, "dims": planned,
+                      "calibration": list(settings), "context": ev.context, "tokens": ev.max_tokens, "pairs": pairs,
+                      "recall": ev.recall_sequences, "timed": ev.timed, "rescale": choice.rescale})
+    if jobs.controls("prune", key, "Prune", run_key="prune_run"):
+        model, mkey, needs, use = ctx.model, ctx.key, STRATEGIES[choice.strategy], shrink.using(ctx.key)
+        calibrated = shrink.calibration.bind(mkey, settings, _using=use)
+        measured_before = shrink.baseline.bind(mkey, ev.context, ev.max_tokens, pairs, ev.recall_sequences, ev.timed,
+                                               _using=use)
+
+        def work(job):
+            calib = None
+            if needs.needs_calibration:
+                what = f"calibrating on {settings.sequences} sequences × {settings.tokens} tokens"
+                job.report(0.02, f"{what}…")
+                calib = calibrated(progress=lambda f, text: job.report(0.02 + 0.13 * f, f"{what}: {text}"),
+                                   cancel=job.cancelled)
+                if needs.needs_gradients:
+                    job.report(0.15, "backward pass: gradients of the query/key projections for the Taylor scores…")
+                    with use.lock:
+                        calib.gradients(cancel=job.cancelled)  # kept on the shared calibration, as the memo did
+            job.report(0.25, "choosing channels and building a new model (the shared model is not changed)…")
+            with use.lock:
+                result = prune(model, choice.strategy, planned, calib, seed=settings.seed, rescale=choice.rescale)
+            result.model.analysis_source = mkey.path  # recall models find their task beside the source
+            job.report(0.4, "measuring the unpruned model (cached per setting)…")
+            before = measured_before(progress=lambda f, text: job.report(0.4 + 0.15 * f, text), cancel=job.cancelled)
+            job.report(0.55, "measuring the pruned model…")
+            after = measure(result.model, tok, "test", ev.context, ev.max_tokens, recall_pairs=pairs,
+                            recall_sequences=ev.recall_sequences, latency=ev.timed, cancel=job.cancelled,
+                            progress=lambda f: job.report(0.55 + 0.45 * f, f"perplexity of the pruned model: {f:.0%}"))
+            return {"key": mkey, "id": uuid.uuid4().hex, "result": result, "ratios": choice.ratios or choice.ratio,
+                    "before": before, "after": after, "recovered": None, "calib": calib and calib.label}
+
+        jobs.launch("prune", key, f"{ctx.name} with {needs.label} to dk' = {planned}", work)
+    job = jobs.get("prune")
+    if job is not None and job.state == "done" and not job.taken:
+        st.session_state[SESSION], job.taken = job.result, True
+    if jobs.unsettled(job):
+        with st.status(f"Pruning {job.label}…", expanded=True):
+            if job.key != key:
+                st.caption("Started for other settings than the ones above; it goes on, and its result appears here.")
+            st.caption("You can open other pages meanwhile: the prune goes on, and this page shows it when you return.")
+            bar = st.progress(0.0)
+            jobs.follow(job, lambda j: bar.progress(j.fraction, text=j.text))
+        st.rerun()  # take the result (or show the error) and redraw the buttons
+    if job is not None and job.state == "failed":
+        st.error(job.error)
+    elif job is not None and job.state == "stopped":
+        st.info(f"The prune of {job.label} was stopped before it finished; press **Prune** to run it again.")
+
+
+def comparison(ctx: Context, run: dict) -> dict:
+    """The before/after table (and after recovery); returns its columns for the saved metadata."""
+    rec = jobs.get("recovery")
+    if rec is not None and rec.state == "done" and not rec.taken and rec.result["for"] == run["id"]:
+        run["recovered"], rec.taken = rec.result, True
+    result = run["result"]
+    st.subheader(f"Before and after: {shrink.strategy_label(result.strategy)}, dk {result.original_dims} → "
+                 f"{result.dims}")
+    columns = {"before": run["before"], "after pruning": run["after"]}
+    if run["recovered"]:
+        columns["after recovery"] = run["recovered"]["measure"]
+    st.table(before_after_table(columns))
+    notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {RESCALES[result.info['rescale']]}",
+             "Δ and %: change from the unpruned model (lower perplexity and kernel time are better)"]
+    if "kernel" in run["after"]:
+        notes.append(f"kernel timing: {kernel_label(run['after']['kernel'])}; a Δ inside the larger IQR is noise")
+    notes.append(f"calibration: {run['calib'] or 'none (data-free strategy)'}")
+    st.caption(" · ".join(notes))
+    return columns
+
+
+def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
+    st.subheader("Recovery fine-tune (optional)")
+    if ctx.task is not None:
+        st.info("Recovery trains on text, and this recall model has no tokenizer; it is offered for language models.")
+        return
+    r1, r2, r3, r4 = st.columns(4)
+    steps = int(state.field(r1.number_input, "Steps", "recover_steps", 20, 1, 10_000, step=10))
+    lr = float(state.field(r2.number_input, "Learning rate", "recover_lr", 1e-3, 1e-6, 1e-1, format="%.0e"))
+    batch = int(state.field(r3.number_input, "Batch (sequences)", "recover_batch", 8, 1, 64, step=1))
+    seq_len = int(state.field(r4.number_input, "Tokens per sequence", "recover_seq", 256, 16, 2048, step=64))
+    st.caption("Only the pruned q/k projections and convolutions learn (AdamW, cosine schedule), on train-split "
+               "windows; the perplexity is then measured again with the settings above.")
+    key = json.dumps({"prune": run["id"], "steps": steps, "lr": lr, "batch": batch, "seq": seq_len,
+                      "context": ev.context, "tokens": ev.max_tokens})
+    if jobs.controls("recovery", key, "Run recovery", run_key="recover_run"):
+        pruned_model, run_id, source = run["result"].model, run["id"], ctx.key.path
+
+        def work(job):
+            model, losses = recover(pruned_model, tok, steps=steps, lr=lr, batch=batch, seq_len=seq_len, seed=seed,
+                                    cancel=job.cancelled,
+                                    progress=lambda s, n, loss: job.report(0.8 * s / n, f"step {s}/{n}, loss {loss:.3f}"))
+            model.analysis_source = source
+            job.report(0.8, "measuring the recovered model…")
+            measured = measure(model, tok, "test", ev.context, ev.max_tokens, latency=False, cancel=job.cancelled,
+                               progress=lambda f: job.report(0.8 + 0.2 * f, f"perplexity after recovery: {f:.0%}"))
+            return {"for": run_id, "id": uuid.uuid4().hex, "model": model, "measure": measured, "steps": steps,
+                    "lr": lr, "final_loss": losses[-1]}
+
+        jobs.launch("recovery", key, f"{steps} steps at learning rate {lr:g}", work)
+    job = jobs.get("recovery")
+    if jobs.unsettled(job):
+        with st.status(f"Recovery: {job.label}…", expanded=True):
+            bar = st.progress(0.0)
+            jobs.follow(job, lambda j: bar.progress(j.fraction, text=j.text))
+        st.rerun()  # redraw the table with the new column
+    if job is not None and job.state == "failed":
+        st.error(job.error)
+    if run["recovered"]:
+        rec = run["recovered"]
+        verdict = recovery_verdict(run["after"], rec["measure"])
+        said = (f"{rec['steps']} recovery steps (final training loss {rec['final_loss']:.3f}): {verdict['text']}. "
+                "Save and download below use the better of the two by default; you can pick the other.")
+        {"better": st.success, "worse": st.warning}.get(verdict["verdict"], st.info)(said)
