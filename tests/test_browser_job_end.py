@@ -104,7 +104,7 @@ def test_stop_inside_a_sweep_point_idles_the_server_and_caches_nothing(server, b
         idle(page)
     fill(main.get_by_label("Ratios ρ (comma-separated)"), "0.5")
     fill(main.get_by_label("Tokens to score"), 256)
-    fill(main.get_by_label("Recovery steps per point"), 5000)
+    fill(main.get_by_label("Recovery steps per point"), 1000)  # minutes of work: under the one-hour refusal
     idle(page)
     main.get_by_role("button", name="Run sweep").click()
     page.wait_for_selector("text=/1 of 2 points/", timeout=TIMEOUT_MS)  # the baseline is in: the point runs

@@ -90,7 +90,7 @@ def plan_table(ctx: Context, choice: Choices, planned: list[int]) -> None:
 
 
 def evaluation(ctx: Context) -> Evaluation:
-    with st.expander("Evaluation settings (test split; kernel timing)"):
+    with st.expander("Evaluation settings (test split; kernel timing)", key="prune_evaluation_settings"):  # open across reruns
         e1, e2, e3 = st.columns(3)
         if ctx.task is None:
             context = int(state.field(e1.number_input, "Context (tokens)", "eval_context", 256, 16, 4096, step=64))
