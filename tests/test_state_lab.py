@@ -36,7 +36,10 @@ def oracle_states(rule, x):
             if rule == "model" and x.g is not None:
                 D = torch.diag(x.g[t].double().exp()) if x.g.dim() == 2 else torch.eye(dk) * float(x.g[t].exp())
                 S = D.double() @ S
-            S = (torch.eye(dk, dtype=torch.float64) - b * torch.outer(k, k)) @ S + b * torch.outer(k, v)
+            if rule == "model" and not x.delta:  # Mamba-2: decay, then S += k vᵀ (no delta, no β)
+                S = S + torch.outer(k, v)
+            else:
+                S = (torch.eye(dk, dtype=torch.float64) - b * torch.outer(k, k)) @ S + b * torch.outer(k, v)
         out.append(S.clone())
     return torch.stack(out)
 
@@ -48,7 +51,8 @@ def oracle_errors(rule, x, states):
     for t in range(T):
         for j in range(t + 1):
             k, v = x.k[j].double(), x.v[j].double()
-            w = k.dot(k) * v * (1.0 if rule == "linear" else float(x.beta[j]))
+            plain = rule == "linear" or (rule == "model" and not x.delta)
+            w = k.dot(k) * v * (1.0 if plain else float(x.beta[j]))
             E[t, j] = (states[t].T @ k - w).norm() / w.norm()
     return E
 

@@ -1,7 +1,8 @@
 """The three update rules the State lab compares, on one head's inputs, token by token (K-first S ∈ ℝ^{dk×dv}).
 
     model   S_t = (I − β_t k_t k_tᵀ) D_t S_{t−1} + β_t k_t v_tᵀ   the layer's own rule: D_t = e^{g_t} (one decay per
-                                                                 head), Diag(e^{g_t}) (per key channel, KDA) or I
+                                                                 head), Diag(e^{g_t}) (per key channel, KDA) or I;
+            S_t = D_t S_{t−1} + k_t v_tᵀ                          where the layer has no delta rule (Mamba-2's SSD)
     delta   S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ       the delta rule with the gate removed
     linear  S_t = S_{t−1} + k_t v_tᵀ                               plain linear attention: no β, no delta, no gate
 
@@ -39,6 +40,7 @@ class HeadInputs:
     k_raw: torch.Tensor | None = None   # [T, dk] post-conv, before the l2 norm (what pruning zeroes)
     q_raw: torch.Tensor | None = None
     unit_keys: bool = True              # the keys entering the recurrence are l2-normalised
+    delta: bool = True                  # False: the layer's own rule is linear attention with its decay (Mamba-2)
     label: str = ""                     # where they came from, for captions
 
     @property
@@ -60,12 +62,15 @@ def check_rule(rule: str) -> str:
 
 
 def step(rule: str, S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
-         g: torch.Tensor | None) -> torch.Tensor:
-    """One token of `rule`: S [dk, dv], k [dk], v [dv], beta [], g None, [] or [dk]."""
+         g: torch.Tensor | None, delta: bool = True) -> torch.Tensor:
+    """One token of `rule`: S [dk, dv], k [dk], v [dv], beta [], g None, [] or [dk]; `delta` False: the model's
+    own rule has no delta update (decay, then S += k vᵀ)."""
     if rule == "linear":
         return S + torch.outer(k, v)
     if rule == "model" and g is not None:
-        S = S * (g.exp()[:, None] if g.dim() == 1 else g.exp())  # decay first, then the delta update (as fla)
+        S = S * (g.exp()[:, None] if g.dim() == 1 else g.exp())  # decay first, then the update (as fla)
+    if rule == "model" and not delta:
+        return S + torch.outer(k, v)
     return S + torch.outer(k, beta * (v - S.T @ k))
 
 
@@ -76,7 +81,7 @@ def run_rule(rule: str, x: HeadInputs, S0: torch.Tensor | None = None) -> torch.
     S = torch.zeros(dk, dv) if S0 is None else S0.float().clone()
     states = torch.empty(x.tokens, dk, dv)
     for t in range(x.tokens):
-        S = step(rule, S, x.k[t], x.v[t], x.beta[t], None if x.g is None else x.g[t])
+        S = step(rule, S, x.k[t], x.v[t], x.beta[t], None if x.g is None else x.g[t], x.delta)
         states[t] = S
     return states
 
@@ -84,7 +89,7 @@ def run_rule(rule: str, x: HeadInputs, S0: torch.Tensor | None = None) -> torch.
 def written_values(rule: str, x: HeadInputs) -> torch.Tensor:
     """w_j [T, dv]: what a clean write of token j reads back (module docstring)."""
     gain = x.k.square().sum(-1)
-    if check_rule(rule) != "linear":
+    if check_rule(rule) == "delta" or (rule == "model" and x.delta):
         gain = gain * x.beta
     return gain[:, None] * x.v
 
