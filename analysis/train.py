@@ -34,6 +34,8 @@ class TrainConfig:
     key_heads: int | None = None       # hybrids: linear-attention key heads (heads = value heads); default heads // 2
     intermediate_size: int | None = None  # hybrids: MLP width; default 2 × hidden
     full_attention_interval: int = 4   # hybrids: every 4th block is softmax attention (3 linear : 1 full)
+    model_type: str | None = None      # which of the family's model types to build (its adapter's training_model_types)
+    state_size: int | None = None      # Mamba-2: N, the key dim of the state (default head_dim)
     seq_len: int = 256
     batch: int = 8
     steps: int = 1000
@@ -62,7 +64,13 @@ def build_model(cfg: TrainConfig, vocab_size: int):
     from transformers import AutoModelForCausalLM
     if cfg.arch not in TRAINABLE:
         raise AnalysisError(f"Unknown architecture {cfg.arch!r}; use one of {', '.join(TRAINABLE)}.")
-    config = get_adapter(cfg.arch).training_config(cfg, vocab_size)
+    adapter = get_adapter(cfg.arch)
+    if cfg.model_type is not None and cfg.model_type not in adapter.training_model_types:
+        choices = ", ".join(adapter.training_model_types) or f"none (--arch {cfg.arch} builds one type)"
+        raise AnalysisError(f"--model-type {cfg.model_type} cannot be built for --arch {cfg.arch}; choose from: {choices}.")
+    if cfg.state_size is not None and "state_size" not in adapter.training_options:
+        raise AnalysisError(f"--state-size applies to Mamba-2 models only; --arch {cfg.arch} keys have --head-dim channels.")
+    config = adapter.training_config(cfg, vocab_size)
     torch.manual_seed(cfg.seed)
     return AutoModelForCausalLM.from_config(config)
 
@@ -127,7 +135,8 @@ def _save_checkpoint(out: Path, model, optimizer, step, gen, cfg):
 
 # settings a resumed run must share with its checkpoint: the model's shape, the data stream and the schedule
 RESUME_FIXED = ("arch", "task", "hidden_size", "layers", "heads", "head_dim", "key_heads", "intermediate_size",
-                "full_attention_interval", "seq_len", "batch", "lr", "warmup", "seed", "recall_pairs", "recall_keys")
+                "full_attention_interval", "model_type", "state_size", "seq_len", "batch", "lr", "warmup", "seed",
+                "recall_pairs", "recall_keys")
 
 
 def _resume_state(cfg: TrainConfig, ckpt: Path) -> dict | None:

@@ -278,3 +278,40 @@ def test_train_builds_a_nemotron_h_hybrid(tmp_path):
     model = load_model(str(out), device="cpu")
     assert model.config.model_type == "nemotron_h"
     assert "".join(b.kind[0].upper() for b in adapter_for(model).blocks(model)) == "LOLOLOSO"
+
+
+def test_train_builds_a_granite_h_hybrid_with_tied_embeddings(tmp_path):
+    """`train --arch mamba2 --model-type granitemoehybrid`: Granite 4.0-H's layout (one mixer + dense MLP per layer),
+    N set apart from the head dim, the LM head tied to the embedding (so the file holds it once)."""
+    from safetensors import safe_open
+    from analysis.archs import adapter_for
+    from analysis.cli import main
+    from analysis.models import load_model
+    out = tmp_path / "out"
+    assert main(["train", "--arch", "mamba2", "--model-type", "granitemoehybrid", "--out", str(out), "--work",
+                 str(tmp_path / "work"), "--hidden-size", "32", "--layers", "4", "--heads", "4", "--head-dim", "16",
+                 "--state-size", "8", "--key-heads", "2", "--seq-len", "32", "--batch", "2", "--steps", "2",
+                 "--warmup", "1", "--eval-every", "2", "--checkpoint-every", "2", "--device", "cpu", "--quiet"]) == 0
+    model = load_model(str(out), device="cpu")
+    assert model.config.model_type == "granitemoehybrid" and model.config.num_local_experts == 0
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert not any(k.startswith("lm_head") for k in f.keys())
+    adapter = adapter_for(model)
+    assert [adapter.key_dim(layer) for layer in adapter.linear_layers(model)] == [8, 8, 8]
+    assert [b.kind for b in adapter.blocks(model)] == ["linear", "linear", "linear", "softmax"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--arch", "delta_net", "--model-type", "nemotron_h"], "--model-type nemotron_h cannot be built for --arch "
+                                                            "delta_net"),
+    (["--arch", "mamba2", "--model-type", "bamba"], "choose from: nemotron_h, granitemoehybrid"),
+    (["--arch", "gated_deltanet", "--state-size", "16"], "--state-size applies to Mamba-2 models only"),
+])
+def test_train_refuses_a_model_type_or_state_size_the_family_cannot_build(tmp_path, capsys, argv, said):
+    from analysis.cli import main
+    assert main(["train", *argv, "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--hidden-size", "32",
+                 "--layers", "1", "--heads", "2", "--head-dim", "16", "--steps", "1", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and err.count("\n") == 0
+    assert not (tmp_path / "o").exists()

@@ -126,6 +126,9 @@ class Adapter:
         raise NotImplementedError
 
     # --- training --------------------------------------------------------------------------------
+    training_model_types: tuple[str, ...] = ()  # model types `train --model-type` may pick (first: the default)
+    training_options: tuple[str, ...] = ()      # TrainConfig fields only this family reads (e.g. state_size)
+
     def training_config(self, cfg, vocab_size: int):
         """A fresh config of this family for `python -m analysis train` (`cfg`: analysis.train.TrainConfig);
         only families in analysis.archs.TRAINABLE implement it."""

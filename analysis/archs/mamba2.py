@@ -125,25 +125,45 @@ class Mamba2Adapter(Adapter):
         return [int(self.key_dim(layer)) for layer in self.linear_layers(model)]
 
     # --- training --------------------------------------------------------------------------------
+    training_model_types = ("nemotron_h", "granitemoehybrid")
+    training_options = ("state_size",)
+
     def training_config(self, cfg, vocab_size: int):
-        """transformers' Nemotron-H: per layer a Mamba-2 mixer ("M"; every `full_attention_interval`-th one softmax
-        attention, "*") followed by an MLP block ("-"), as the real models interleave them; `heads` Mamba-2 heads of
-        `head_dim` channels, N = head_dim, `key_heads` groups (default heads // 2); attention with `key_heads` query
-        heads sharing max(1, key_heads // 2) key/value heads of head_dim."""
-        from transformers.models.nemotron_h import NemotronHConfig
+        """A Mamba-2 hybrid with `layers` mixers, every `full_attention_interval`-th one softmax attention, each
+        followed by an MLP; `heads` Mamba-2 heads of `head_dim` channels, N = `state_size` (default head_dim),
+        `key_heads` groups (default heads // 2).
+        - nemotron_h (default): transformers' Nemotron-H, mixers and MLPs as separate blocks ("M-M-M-*-"), as the
+          real models interleave them; its LM head is never tied to the embedding.
+        - granitemoehybrid: Granite 4.0-H-Micro's layout: each layer one mixer plus a dense gated MLP
+          (`num_local_experts` 0), no position embedding, tied embeddings (a smaller file at the same width)."""
         groups = cfg.key_heads or max(1, cfg.heads // 2)
         if cfg.heads % groups:
             raise AnalysisError(f"--heads ({cfg.heads}) must be a multiple of --key-heads ({groups}): each group's B "
                                 "and C serve the same number of Mamba-2 heads.")
-        every = cfg.full_attention_interval
-        pattern = "".join(("*" if (i + 1) % every == 0 else "M") + "-" for i in range(cfg.layers))
+        every, state = cfg.full_attention_interval, cfg.state_size or cfg.head_dim
+        attention = [(i + 1) % every == 0 for i in range(cfg.layers)]
+        mlp = cfg.intermediate_size or 2 * cfg.hidden_size
+        ids = dict(vocab_size=vocab_size, hidden_size=cfg.hidden_size, max_position_embeddings=cfg.seq_len,
+                   bos_token_id=0, eos_token_id=0, pad_token_id=0)
+        if (cfg.model_type or "nemotron_h") == "granitemoehybrid":
+            from transformers.models.granitemoehybrid import GraniteMoeHybridConfig
+            if cfg.heads * cfg.head_dim % cfg.hidden_size:
+                raise AnalysisError(f"Granite-H needs --heads × --head-dim ({cfg.heads * cfg.head_dim}) to be a multiple "
+                                    f"of --hidden-size ({cfg.hidden_size}): the mixer's width is expand × hidden.")
+            attention_heads = max(1, cfg.hidden_size // cfg.head_dim)
+            return GraniteMoeHybridConfig(
+                **ids, num_hidden_layers=cfg.layers, layer_types=["attention" if a else "mamba" for a in attention],
+                mamba_n_heads=cfg.heads, mamba_d_head=cfg.head_dim, mamba_d_state=state, mamba_n_groups=groups,
+                mamba_expand=cfg.heads * cfg.head_dim // cfg.hidden_size, mamba_chunk_size=64,
+                num_attention_heads=attention_heads, num_key_value_heads=max(1, attention_heads // 2),
+                num_local_experts=0, shared_intermediate_size=mlp, intermediate_size=mlp,
+                position_embedding_type=None, tie_word_embeddings=True)
+        from transformers.models.nemotron_h import NemotronHConfig
+        pattern = "".join(("*" if a else "M") + "-" for a in attention)
         return NemotronHConfig(
-            vocab_size=vocab_size, hidden_size=cfg.hidden_size, hybrid_override_pattern=pattern,
-            intermediate_size=cfg.intermediate_size or 2 * cfg.hidden_size, mamba_num_heads=cfg.heads,
-            mamba_head_dim=cfg.head_dim, ssm_state_size=cfg.head_dim, n_groups=groups,
-            num_attention_heads=groups, num_key_value_heads=max(1, groups // 2), head_dim=cfg.head_dim,
-            max_position_embeddings=cfg.seq_len, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0,
-            pad_token_id=0)
+            **ids, hybrid_override_pattern=pattern, intermediate_size=mlp, mamba_num_heads=cfg.heads,
+            mamba_head_dim=cfg.head_dim, ssm_state_size=state, n_groups=groups, num_attention_heads=groups,
+            num_key_value_heads=max(1, groups // 2), head_dim=cfg.head_dim, tie_word_embeddings=False)
 
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:

@@ -27,6 +27,10 @@ def _setup_train(p):
     p.add_argument("--intermediate-size", type=whole(1), default=None, help="hybrids (Qwen3.5): MLP width (default 2 × hidden)")
     p.add_argument("--full-attention-interval", type=whole(1), default=4,
                    help="hybrids (Qwen3.5): every N-th block is softmax attention (default 4: three linear blocks per full one)")
+    p.add_argument("--model-type", default=None, help="Mamba-2 (--arch mamba2): nemotron_h (default) or "
+                   "granitemoehybrid (Granite 4.0-H layout, dense MLP, tied embeddings)")
+    p.add_argument("--state-size", type=whole(1, 256), default=None, help="Mamba-2: the state size N, i.e. the key "
+                   "dim (default --head-dim)")
     p.add_argument("--max-minutes", type=real(1e-6), default=None, help="stop cleanly after this much training time")
     p.add_argument("--stop-at", type=whole(1), default=None, help="stop cleanly after this step; the learning-rate "
                    "schedule still follows --steps, so --resume can continue the same run (or shorten it)")
@@ -52,7 +56,8 @@ def run_train(args) -> None:
                       max_minutes=args.max_minutes, stop_at=args.stop_at, seed=args.seed, device=args.device,
                       recall_pairs=args.recall_pairs, recall_keys=args.recall_keys, key_heads=args.key_heads,
                       intermediate_size=args.intermediate_size,
-                      full_attention_interval=args.full_attention_interval)
+                      full_attention_interval=args.full_attention_interval, model_type=args.model_type,
+                      state_size=args.state_size)
     with counted(args, "train: steps", "step") as progress:  # the log lines are in the --json history too
         model, cfg = train(cfg, resume=args.resume, log=lambda line: say(args, line), progress=progress,
                            note=lambda line: say(args, line) if args.json != "-" else
