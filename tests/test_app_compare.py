@@ -14,11 +14,10 @@ import pytest
 import torch
 
 from analysis import inputs, models
-from analysis.prune import prune, save_model
 from analysis.states import collect_states
 from test_app import APP, navigation_only, one_sentence, start  # noqa: F401  (fixture re-used)
 from ui.keys import ModelKey
-from ui_fixtures import one_torch_thread  # noqa: F401
+from ui_fixtures import one_torch_thread, save_pruned_sample  # noqa: F401
 from conftest import tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -33,16 +32,12 @@ def pruned(tmp_path_factory):
     """deltanet-small pruned by the core (l1, data-free) and saved with its tokenizer: (result, directory)."""
     if not (SAMPLE / "config.json").exists():
         pytest.skip("the bundled sample deltanet-small is not installed")
-    model = models.load_model(str(SAMPLE), "cpu", "float32")
-    result = prune(model, "l1", DIMS)
-    result.model.analysis_source = str(SAMPLE)
-    out = save_model(result.model, tmp_path_factory.mktemp("cmp") / "deltanet-small-l1",
-                     tokenizer=models.load_tokenizer(model))
-    return result, out
+    return save_pruned_sample(SAMPLE, tmp_path_factory.mktemp("cmp") / "deltanet-small-l1", DIMS)
 
 
 def reference(model_dir_or_model) -> tuple:
-    """(final-state metric dict [L, B, H], final states, last real keys) of a model on the page's token ids."""
+    """(the core's StateTrace, the token ids): a model (or saved folder) on the page's token ids, read from the
+    bundled test split through the loaded model's tokenizer, traced every STRIDE tokens with the last 8 keys."""
     original = models.load_model(str(SAMPLE), "cpu", "float32")
     ids = inputs.model_batch(original, models.load_tokenizer(original), TOKENS, SEQUENCES, split="test").ids
     model = (models.load_model(str(model_dir_or_model), "cpu", "float32")
