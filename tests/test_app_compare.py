@@ -162,6 +162,22 @@ def test_query_noise_side_by_side_matches_the_core(monkeypatch, pruned):
     assert "for both models" in " ".join(c.value for c in at.caption)
 
 
+def test_rank_utilization_after_every_token_for_both_columns(monkeypatch, pruned):
+    """The every-token toggle tracks s₁ for the comparison model too, on the same token ids (core's tracker)."""
+    from analysis.rank_trace import collect_utilization_trace
+    _, directory = pruned
+    at = compare_with_directory(open_states(monkeypatch), directory)
+    at.toggle(key="w:every_token").set_value(True).run()
+    clean(at)
+    for key, source in (("rank_over_positions_original", SAMPLE), ("rank_over_positions_pruned", directory)):
+        _, ids = reference(SAMPLE)
+        model = models.load_model(str(source), "cpu", "float32")
+        want = collect_utilization_trace(model, ids)[0]["rank_utilization"][:, 0].double().mean(0).numpy()
+        mean = next(t for t in chart(at, key)["data"] if t["name"].endswith("(mean)"))
+        assert len(mean["y"]) == TOKENS
+        np.testing.assert_allclose(np.array(mean["y"], dtype=float), want, rtol=1e-5, atol=1e-7)
+
+
 def test_the_prune_pages_model_is_offered_and_compared(monkeypatch, pruned):
     """The Prune page keeps its result in the session (ui.prune_run.SESSION); the picker offers it only then."""
     result, _ = pruned
@@ -219,3 +235,8 @@ def test_bad_comparison_directories_are_one_sentence_and_the_page_keeps_working(
         assert expected in error.value and one_sentence(error.value), error.value
         assert chart(at, "rank_heatmap")["data"][0]["z"]  # the page goes on without a comparison
         assert not [c for c in at.get("plotly_chart") if "rank_heatmap_compare" in c.proto.id]
+    at.switch_page(NOISE).run()  # the same picker, the same sentence, and Query noise goes on with one column
+    assert not at.exception, [e.value for e in at.exception]
+    [error] = at.error
+    assert "different tokenizer" in error.value and one_sentence(error.value), error.value
+    assert chart(at, "noise_vs_snr") and not [c for c in at.get("plotly_chart") if "noise_vs_snr_pruned" in c.proto.id]
