@@ -101,7 +101,7 @@ for i, (side, b, prov, col) in enumerate(zip(sides, bounds, provs, cols)):
     with col:
         fig = figures.retrieval_error_vs_snr(snr, summaries, "Relative retrieval error vs query SNR: layer "
                                                              f"{layer}, head {head}{where(side)}")
-        st.plotly_chart(fig, key="noise_vs_snr" if i == 0 else "noise_vs_snr_pruned")
+        st.plotly_chart(fig, key="noise_vs_snr" if i == 0 else "noise_vs_snr_other")
         mc_note = (f"Monte Carlo (markers): per sequence the RMS over the keys and {samples} noise samples, seed 0"
                    if mc[i] else "Monte Carlo not run yet")
         st.caption(caption(prov, f"{mc_note}; medians over {b['sequences']} sequences, bars the interquartile range; "

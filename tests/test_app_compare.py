@@ -47,8 +47,7 @@ def reference(model_dir_or_model) -> tuple:
 
 
 def chart(at, key: str) -> dict:
-    return next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.proto.id.endswith(key) or
-                f"-{key}-" in c.proto.id or key in c.proto.id)
+    return next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.proto.id.endswith(f"-{key}"))
 
 
 def clean(at):
@@ -114,7 +113,7 @@ def test_states_side_by_side_matches_the_core_for_both_models(monkeypatch, prune
     assert at.selectbox(key="w:sel_layer").format_func(3) == "3 (dk 64 → dk′ 16)"
     at.selectbox(key="w:sel_layer").set_value(3).run()
     clean(at)
-    for key, ref, dk in (("spectrum_original", ref_a, 64), ("spectrum_pruned", ref_b, 16)):
+    for key, ref, dk in (("spectrum_original", ref_a, 64), ("spectrum_other", ref_b, 16)):
         spec = chart(at, key)
         assert f"dk {dk}" in spec["layout"]["title"]["text"].replace("<br>", " ")
         for curve in spec["data"]:  # the positions kept from the sidebar's earlier setting, or the defaults
@@ -125,7 +124,7 @@ def test_states_side_by_side_matches_the_core_for_both_models(monkeypatch, prune
         mean = next(t for t in over["data"] if t["name"].endswith("(mean)"))
         want = ref.layers[3].metrics["rank_utilization"][:, 0].double().mean(0).numpy()
         np.testing.assert_allclose(np.array(mean["y"], dtype=float), want, rtol=1e-5, atol=1e-7)
-    assert len(chart(at, "spectrum_pruned")["data"][0]["y"]) == 16  # min(dk′, dv) singular values
+    assert len(chart(at, "spectrum_other")["data"][0]["y"]) == 16  # min(dk′, dv) singular values
     assert any("device cpu · dtype float32" in c.value and f"{TOKENS} tokens × {SEQUENCES} sequences" in c.value
                for c in at.caption)
 
@@ -154,10 +153,10 @@ def test_query_noise_side_by_side_matches_the_core(monkeypatch, pruned):
         assert int(got["numerical rank"]) == rank
     subheaders = " ".join(h.value for h in at.subheader)
     assert "(original: deltanet-small, dk 64)" in subheaders and f"(pruned: {directory}, dk′ 16)" in subheaders
-    assert not [t for t in chart(at, "noise_vs_snr_pruned")["data"] if t["mode"] == "markers"]
+    assert not [t for t in chart(at, "noise_vs_snr_other")["data"] if t["mode"] == "markers"]
     at.button(key="noise_mc_run").click().run()  # one click runs the Monte Carlo of both models
     clean(at)
-    for key in ("noise_vs_snr", "noise_vs_snr_pruned"):
+    for key in ("noise_vs_snr", "noise_vs_snr_other"):
         assert [t for t in chart(at, key)["data"] if t["mode"] == "markers"], key
     assert "for both models" in " ".join(c.value for c in at.caption)
 
@@ -169,7 +168,7 @@ def test_rank_utilization_after_every_token_for_both_columns(monkeypatch, pruned
     at = compare_with_directory(open_states(monkeypatch), directory)
     at.toggle(key="w:every_token").set_value(True).run()
     clean(at)
-    for key, source in (("rank_over_positions_original", SAMPLE), ("rank_over_positions_pruned", directory)):
+    for key, source in (("rank_over_positions_original", SAMPLE), ("rank_over_positions_other", directory)):
         _, ids = reference(SAMPLE)
         model = models.load_model(str(source), "cpu", "float32")
         want = collect_utilization_trace(model, ids)[0]["rank_utilization"][:, 0].double().mean(0).numpy()
@@ -193,6 +192,17 @@ def test_the_prune_pages_model_is_offered_and_compared(monkeypatch, pruned):
     np.testing.assert_allclose(heat(at, "rank_heatmap_compare"), want, rtol=1e-5, atol=1e-7)
     title = chart(at, "rank_heatmap_compare")["layout"]["title"]["text"].replace("<br>", " ")
     assert "pruned on the Prune page" in title
+
+
+def test_a_model_beside_itself_is_a_comparison_with_zero_difference(monkeypatch):
+    """Same key dims: labelled "comparison", never "pruned"; the same model on the same ids differs by exactly 0."""
+    at = compare_with_directory(open_states(monkeypatch), SAMPLE)
+    clean(at)
+    assert "(comparison: deltanet-small, dk 64)" in chart(at, "rank_heatmap_compare")["layout"]["title"]["text"] \
+        .replace("<br>", " ")
+    assert not heat(at, "rank_heatmap_delta").any()
+    [frame] = at.dataframe
+    assert (frame.value["Δ effective rank"] == 0).all() and (frame.value["Δ noise gain"] == 0).all()
 
 
 def vocab_swapped_copy(directory, out):
@@ -239,4 +249,4 @@ def test_bad_comparison_directories_are_one_sentence_and_the_page_keeps_working(
     assert not at.exception, [e.value for e in at.exception]
     [error] = at.error
     assert "different tokenizer" in error.value and one_sentence(error.value), error.value
-    assert chart(at, "noise_vs_snr") and not [c for c in at.get("plotly_chart") if "noise_vs_snr_pruned" in c.proto.id]
+    assert chart(at, "noise_vs_snr") and not [c for c in at.get("plotly_chart") if "noise_vs_snr_other" in c.proto.id]

@@ -21,6 +21,7 @@ from ui import cache, state
 from ui.batches import display_name
 from ui.compare_table import GAIN_SNR_DB, delta_table
 from ui.context import Context, traced, traced_every_token
+from ui.errors import guard
 from ui.labels import Provenance, caption
 from ui.progress import first_time
 from ui.prune_run import SESSION as PRUNE_RUN
@@ -34,7 +35,7 @@ class Side:
     """One model in a side-by-side: `id` is "" for the loaded model, else the comparison's cache identity."""
     id: str
     name: str
-    role: str            # "original" or "pruned"
+    role: str            # "original", "pruned" (other key dims) or "comparison" (the same key dims)
     model: object        # never mutated
     info: models.ArchitectureInfo
 
@@ -99,7 +100,9 @@ def _directory_side(ctx: Context, text: str) -> Side:
     problem = _problem(ctx.key, key, ctx.model, model, ctx.name, name)
     if problem:
         raise AnalysisError(problem)
-    return Side(f"dir:{key.path}", name, "pruned", model, models.describe(model))
+    info = models.describe(model)
+    role = "comparison" if info.head_k_dims == ctx.info.head_k_dims else "pruned"  # never "pruned" when it is not
+    return Side(f"dir:{key.path}", name, role, model, info)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -117,23 +120,19 @@ def traced_side(ctx: Context, side: Side, stride: int) -> dict:
     if not side.id:
         return traced(ctx, stride)
     args = (ctx.key, ctx.spec, int(stride), side.id)
-    with first_time(cache.compare_trace_data.is_cached(*args),
-                    f"Collecting the recurrent states of {side.name} every {stride} tokens…",
-                    f"Recurrent states of {side.name} collected") as report:
-        try:
-            return cache.compare_trace_data(*args, _model=side.model, progress=report)
-        except AnalysisError as exc:
-            st.error(str(exc))
-            st.stop()
+    with guard(), first_time(cache.compare_trace_data.is_cached(*args),
+                             f"Collecting the recurrent states of {side.name} every {stride} tokens…",
+                             f"Recurrent states of {side.name} collected") as report:
+        return cache.compare_trace_data(*args, _model=side.model, progress=report)
 
 
 def traced_side_every_token(ctx: Context, side: Side) -> dict:
     if not side.id:
         return traced_every_token(ctx)
     args = (ctx.key, ctx.spec, side.id)
-    with first_time(cache.compare_every_token_data.is_cached(*args),
-                    f"Tracking the rank utilization of {side.name} after every token…",
-                    f"Rank utilization of {side.name} tracked after every token") as report:
+    with guard(), first_time(cache.compare_every_token_data.is_cached(*args),
+                             f"Tracking the rank utilization of {side.name} after every token…",
+                             f"Rank utilization of {side.name} tracked after every token") as report:
         return cache.compare_every_token_data(*args, _model=side.model, progress=report)
 
 
@@ -165,6 +164,6 @@ def delta_section(ctx: Context, sides: tuple[Side, Side], traces: tuple[dict, di
                        f"beside {b.name} ({b.dims}) on the same token ids · final state after token "
                        f"{data_a['tokens'] - 1} · effective rank: mean over {data_a['sequences']} sequences · noise "
                        f"gain: relative RMS retrieval error of the last real keys, raw query at {GAIN_SNR_DB:g} dB "
-                       "SNR (exact), median over the sequences · Δ = pruned − original; red: fewer directions or "
+                       f"SNR (exact), median over the sequences · Δ = {b.role} − original; red: fewer directions or "
                        "more noise, green: the opposite"))
     return table

@@ -15,16 +15,16 @@ from ui.reduce import mean_std
 
 def difference_map(ctx: Context, sides: tuple[Side, Side], data: dict, final: np.ndarray, final_other: np.ndarray,
                    metric: str, selected: tuple[int, int]) -> None:
-    """Δ of the final-state metric (pruned − original) on a diverging scale centred on 0."""
+    """Δ of the final-state metric (comparison − original) on a diverging scale centred on 0."""
     diff = final_other - final
     finite = np.abs(diff[np.isfinite(diff)])
     bound = float(finite.max()) if finite.size else 0.0
-    title = f"Δ {METRIC_INFO[metric].label}{scales.tau_note(metric)}: pruned − original"
+    title = f"Δ {METRIC_INFO[metric].label}{scales.tau_note(metric)}: {sides[1].role} − original"
     st.plotly_chart(figures.layer_head_heatmap(diff, f"Δ {metric_title(metric)}", title, selected,
                                                (-bound, bound) if bound else None, colorscale="RdBu"),
                     key="rank_heatmap_delta")
-    note = "; rank utilization is a fraction of min(dk′, dv) in the pruned model" if metric == "rank_utilization" \
-        else ""
+    note = f"; rank utilization is a fraction of min(dk′, dv) in the {sides[1].role} model" \
+        if metric == "rank_utilization" else ""
     st.caption(caption(provenance(ctx, sides[0], data),
                        f"beside {sides[1].name} ({sides[1].dims}) on the same token ids; "
                        f"Δ of the means over {data['sequences']} sequences{note}"))
@@ -56,9 +56,9 @@ def drill_in(ctx: Context, sides: tuple[Side, Side], traces: tuple[dict, dict], 
             mean, std = mean_std(values[layer, :, head, :], axis=0)
             st.plotly_chart(figures.metric_over_positions(xs, mean, std, metric_title(metric), f"{label}: {where}",
                                                           name=side.role),
-                            key=f"rank_over_positions_{side.role}")
+                            key=f"rank_over_positions_{'original' if not side.id else 'other'}")
             st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"))
             spectra = {f"after token {positions[i]}": data["singular_values"][layer][:, head, i].mean(0) for i in index}
             st.plotly_chart(figures.singular_spectrum(spectra, f"Singular spectrum: {where}"),
-                            key=f"spectrum_{side.role}")
+                            key=f"spectrum_{'original' if not side.id else 'other'}")
             st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))
