@@ -34,6 +34,12 @@ def test_states_shows_original_and_pruned_in_two_columns(server, pruned_dir):
     with chromium_page(server) as page:
         page.wait_for_selector("h1:has-text('Model')", timeout=TIMEOUT_MS)
         idle(page)
+        sidebar = page.locator("[data-testid='stSidebar']")
+        for label, value in (("Tokens per sequence", 64), ("Number of sequences", 2)):  # small: a shared 2-core host
+            field = sidebar.get_by_label(label)
+            field.fill(str(value))
+            field.press("Enter")
+            idle(page)
         open_page(page, "States & rank")
         main = page.locator("[data-testid='stMain']")
         main.locator("[data-testid='stSelectbox']").filter(has_text="Compare with").first.click()
