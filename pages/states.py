@@ -2,7 +2,8 @@
 import streamlit as st
 
 from analysis.rank import METRIC_INFO
-from ui import figures, frame, scales, state
+from ui import compare as side_by_side
+from ui import compare_views, figures, frame, scales, state
 from ui.blocks import hybrid_note
 from ui.choices import multi_choice
 from ui.context import current, traced, traced_every_token
@@ -23,6 +24,8 @@ explainer(
     "click a cell (or pick it below) to see that head's metric **over token position** (mean ± one standard "
     "deviation across sequences) and its **singular spectrum** at chosen positions. "
     "*Compare with random init* overlays the same architecture with random weights (seed 0): what training changed. "
+    "*Compare with* a pruned version (from the Prune page or a saved directory) shows both models on the same token "
+    "ids in two columns, with the difference map and a per-layer/head table of what pruning changed. "
     "The numerical rank and the condition number use the threshold "
     rf"$\tau = {TAU:g}$, so $\kappa_\tau \le 1/\tau = {1 / TAU:g}$.",
     [rf"\text{{{info.label}}}:\quad {info.formula}" for info in METRIC_INFO.values()],
@@ -33,6 +36,7 @@ if ctx.task is not None:
     st.info("This recall model has no tokenizer: the states below come from synthetic recall sequences "
             "(set their number and seed in the sidebar), not from text.")
 
+other = side_by_side.picker(ctx)  # a pruned version beside the loaded model, or None
 c1, c2, c3, c4 = st.columns([2, 1, 1.3, 1.5])
 metrics = list(METRIC_INFO)
 metric = c1.selectbox("Metric", metrics, format_func=lambda k: METRIC_INFO[k].label,
@@ -41,12 +45,18 @@ state.remember("metric")
 stride = c2.number_input("Stride (tokens)", 1, 1024, key=state.remembered("stride", 8), step=1,
                          help="Collect the state every `stride` tokens (plus after the last token).")
 state.remember("stride")
-compare = c4.toggle("Compare with random init", key=state.remembered("compare_random", False))
+compare = c4.toggle("Compare with random init", key=state.remembered("compare_random", False),
+                    disabled=other is not None, help="One comparison at a time: set “Compare with” to none first."
+                    if other is not None else None)
 state.remember("compare_random")
+compare = compare and other is None
 
 data = traced(ctx, stride)
 rand = traced(ctx, stride, random_init=True) if compare else None
-prov = ctx.provenance(data)
+sides = (side_by_side.original(ctx), other) if other else ()
+data_other = side_by_side.traced_side(ctx, other, stride) if other else None
+prov = side_by_side.provenance(ctx, sides[0], data) if other else ctx.provenance(data)
+prov_other = side_by_side.provenance(ctx, other, data_other) if other else None
 values = data["metrics"][metric]                     # [L, B, H, P]
 n_layers, n_seq, n_heads, _ = values.shape
 final, _ = mean_std(values[..., -1], axis=1)         # [L, H]: last position, mean over sequences
@@ -70,17 +80,19 @@ head = min(int(state.get("sel_head", 0)), n_heads - 1)
 title = f"{METRIC_INFO[metric].label} of the final state, by layer and head{scales.tau_note(metric, TAU)}"
 z_title = metric_title(metric)
 final_rand = mean_std(rand["metrics"][metric][..., -1], axis=1)[0] if rand else None
+final_other = mean_std(data_other["metrics"][metric][..., -1], axis=1)[0] if other else None
 max_rank = max(s.shape[-1] for s in data["singular_values"])  # m = min(dk, dv), largest over layers
 scale = c3.radio("Colour scale", scales.CHOICES, key=state.remembered("colour_scale", scales.DATA, scales.CHOICES),
-                 format_func=lambda c: scales.choice_label(c, metric, max_rank, TAU, compare),
+                 format_func=lambda c: scales.choice_label(c, metric, max_rank, TAU, compare or other is not None),
                  help="Data range: the colours span the values shown (one range for both maps when comparing). "
                       "Full range: the metric's possible range (0–1 for rank utilization, 0–m for ranks, "
                       "up to 1/τ for κ), so small differences look small.")
 state.remember("colour_scale")
-zrange = scales.colour_range(scale, metric, [final] + ([final_rand] if rand else []), max_rank, TAU)
-cols = st.columns(2) if rand else [st.container()]
+second = [m for m in (final_rand, final_other) if m is not None]
+zrange = scales.colour_range(scale, metric, [final] + second, max_rank, TAU)
+cols = st.columns(2) if second else [st.container()]
 with cols[0]:
-    suffix = " (trained)" if rand else ""
+    suffix = " (trained)" if rand else f" ({sides[0].title})" if other else ""
     st.plotly_chart(figures.layer_head_heatmap(final, z_title, title + suffix, (layer, head), zrange),
                     key="rank_heatmap", on_select="rerun", selection_mode="points")
     st.caption(caption(prov, f"state after token {data['tokens'] - 1}, mean over {n_seq} sequences"))
@@ -89,10 +101,19 @@ if rand:
         st.plotly_chart(figures.layer_head_heatmap(final_rand, z_title, title + " (random init, seed 0)",
                                                    (layer, head), zrange), key="rank_heatmap_random")
         st.caption(caption(prov, "random-init weights (seed 0), same config and inputs"))
+if other:
+    with cols[1]:
+        st.plotly_chart(figures.layer_head_heatmap(final_other, z_title, f"{title} ({other.title})", (layer, head),
+                                                   zrange), key="rank_heatmap_compare")
+        st.caption(caption(prov_other, f"state after token {data_other['tokens'] - 1}, mean over {n_seq} sequences, "
+                                       "same token ids as the original"))
+    compare_views.difference_map(ctx, sides, data, final, final_other, metric, (layer, head))
+    side_by_side.delta_section(ctx, sides, (data, data_other))
 
 st.subheader("Drill in")
 c1, c2, c3 = st.columns([1, 1, 3])
-layer = c1.selectbox("Layer", list(range(n_layers)), key=state.remembered("sel_layer", 0, range(n_layers)))
+layer = c1.selectbox("Layer", list(range(n_layers)), key=state.remembered("sel_layer", 0, range(n_layers)),
+                     format_func=compare_views.layer_label(sides))
 state.remember("sel_layer")
 head = c2.selectbox("Head", list(range(n_heads)), key=state.remembered("sel_head", 0, range(n_heads)))
 state.remember("sel_head")
@@ -110,28 +131,31 @@ if metric == "rank_utilization":
              "SVD per state (never above the true s₁, stops at an estimated error of 3e-5 in the utilization; "
              "‖S‖_F is exact).")
     state.remember("every_token")
-left, right = st.columns(2)
-with left:
-    if every_token:
-        dense = traced_every_token(ctx)["rank_utilization"]               # [L, B, H, T]
-        dense_rand = traced_every_token(ctx, random_init=True)["rank_utilization"] if rand else None
-        trace_positions, trace_values = list(range(dense.shape[-1])), dense
-        overlay = mean_std(dense_rand[layer, :, head, :], axis=0) if rand else None
-        how = "after every token (s₁ tracked)"
-    else:
-        trace_positions, trace_values = positions, values
-        overlay = mean_std(rand["metrics"][metric][layer, :, head, :], axis=0) if rand else None
-        how = f"every {stride} tokens"
-    mean, std = mean_std(trace_values[layer, :, head, :], axis=0)
-    st.plotly_chart(figures.metric_over_positions(trace_positions, mean, std, z_title,
-                                                  f"{METRIC_INFO[metric].label}{scales.tau_note(metric, TAU)}: "
-                                                  f"layer {layer}, head {head}", overlay),
-                    key="rank_over_positions")
-    st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"))
-with right:
-    index = [positions.index(p) for p in chosen]
-    spectra = lambda d: {f"after token {positions[i]}": d["singular_values"][layer][:, head, i].mean(0)  # noqa: E731
-                         for i in index}
-    st.plotly_chart(figures.singular_spectrum(spectra(data), f"Singular spectrum: layer {layer}, head {head}",
-                                              spectra(rand) if rand else None), key="spectrum")
-    st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))
+if other:
+    compare_views.drill_in(ctx, sides, (data, data_other), metric, layer, head, chosen, every_token, stride)
+else:
+    left, right = st.columns(2)
+    with left:
+        if every_token:
+            dense = traced_every_token(ctx)["rank_utilization"]               # [L, B, H, T]
+            dense_rand = traced_every_token(ctx, random_init=True)["rank_utilization"] if rand else None
+            trace_positions, trace_values = list(range(dense.shape[-1])), dense
+            overlay = mean_std(dense_rand[layer, :, head, :], axis=0) if rand else None
+            how = "after every token (s₁ tracked)"
+        else:
+            trace_positions, trace_values = positions, values
+            overlay = mean_std(rand["metrics"][metric][layer, :, head, :], axis=0) if rand else None
+            how = f"every {stride} tokens"
+        mean, std = mean_std(trace_values[layer, :, head, :], axis=0)
+        st.plotly_chart(figures.metric_over_positions(trace_positions, mean, std, z_title,
+                                                      f"{METRIC_INFO[metric].label}{scales.tau_note(metric, TAU)}: "
+                                                      f"layer {layer}, head {head}", overlay),
+                        key="rank_over_positions")
+        st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"))
+    with right:
+        index = [positions.index(p) for p in chosen]
+        spectra = lambda d: {f"after token {positions[i]}":  # noqa: E731
+                             d["singular_values"][layer][:, head, i].mean(0) for i in index}
+        st.plotly_chart(figures.singular_spectrum(spectra(data), f"Singular spectrum: layer {layer}, head {head}",
+                                                  spectra(rand) if rand else None), key="spectrum")
+        st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))

@@ -17,6 +17,16 @@ def save_tiny_lm(path: Path, kind: str = "delta_net") -> Path:
     return path
 
 
+def save_pruned_sample(sample: Path, out: Path, dims: list[int], strategy: str = "l1"):
+    """A bundled sample pruned by the core (a data-free strategy) and saved with its tokenizer: (result, folder)."""
+    from analysis import models
+    from analysis.prune import prune, save_model
+    model = models.load_model(str(sample), "cpu", "float32")
+    result = prune(model, strategy, dims)
+    result.model.analysis_source = str(sample)
+    return result, save_model(result.model, out, tokenizer=models.load_tokenizer(model))
+
+
 def save_tiny_recall(path: Path) -> Path:
     """A random-init recall model: training.json marks the task, and there is no tokenizer."""
     build_tiny("delta_net", vocab_size=1 + 2 * RECALL["recall_keys"]).save_pretrained(path)

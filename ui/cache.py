@@ -89,7 +89,19 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
     """
     progress(0.0, "loading the random-init copy (seed 0)" if random_init else "tokenizing the inputs")
     model = random_init_model(key) if random_init else shared_model(key)
-    ids, label = _input_ids(key, spec)
+    return _trace(model, *_input_ids(key, spec), stride, progress)
+
+
+@memo.memoized("compare_trace_data", max_entries=8)
+def compare_trace_data(key: ModelKey, spec: InputSpec, stride: int, compare: str, *, _model=None,
+                       progress: progress_ui.Report) -> dict:
+    """As trace_data, for the comparison model `_model` (identified by `compare`: its cache identity) on exactly
+    the token ids the loaded model `key` reads, so both columns of a side-by-side see the same text."""
+    progress(0.0, "tokenizing the inputs")
+    return _trace(_model, *_input_ids(key, spec), stride, progress)
+
+
+def _trace(model, ids: torch.Tensor, label: str, stride: int, progress: progress_ui.Report) -> dict:
     with compute_lock(), progress_ui.per_layer(model, progress, "recurrence, then the singular values of every kept state"):
         trace = collect_states(model, ids, stride=stride, keep_keys=min(REAL_KEYS, ids.shape[1]), tau=scales.TAU)
     return {
@@ -107,16 +119,29 @@ def every_token_data(key: ModelKey, spec: InputSpec, random_init: bool = False, 
                      progress: progress_ui.Report) -> dict:
     """Rank utilization after every token, [L, B, H, T], with s1 tracked instead of an SVD per state."""
     progress(0.0, "loading the tracker (numba compiles it on first use in this process)")
-    from analysis.rank_trace import collect_utilization_trace  # loads numba: only when first asked for
     ids, _ = _input_ids(key, spec)
-    model = random_init_model(key) if random_init else shared_model(key)
+    return _every_token(random_init_model(key) if random_init else shared_model(key), ids, progress)
+
+
+@memo.memoized("compare_every_token_data", max_entries=8)
+def compare_every_token_data(key: ModelKey, spec: InputSpec, compare: str, *, _model=None,
+                             progress: progress_ui.Report) -> dict:
+    """As every_token_data, for the comparison model `_model` on the loaded model's token ids."""
+    progress(0.0, "loading the tracker (numba compiles it on first use in this process)")
+    return _every_token(_model, _input_ids(key, spec)[0], progress)
+
+
+def _every_token(model, ids: torch.Tensor, progress: progress_ui.Report) -> dict:
+    from analysis.rank_trace import collect_utilization_trace  # loads numba: only when first asked for
     with compute_lock(), progress_ui.per_layer(model, progress, "tracking s₁ of the state after every token"):
         layers = collect_utilization_trace(model, ids)
     return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers])}
 
 
-def _head_inputs(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int):
-    trace = trace_data(key, spec, stride)
+def _head_inputs(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, compare: str = "", model=None):
+    """One head's final states and last real keys: of the loaded model, or (`compare` set) of the comparison
+    model `model` on the same inputs."""
+    trace = compare_trace_data(key, spec, stride, compare, _model=model) if compare else trace_data(key, spec, stride)
     S = torch.from_numpy(trace["final_states"][layer][:, head])            # [B, dk, dv]
     keys = torch.from_numpy(trace["keys"][layer][:, head])                 # [B, n, dk]
     return S, keys
@@ -132,10 +157,11 @@ def probe_name(probe: int | None, n_keys: int) -> str:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def noise_bounds(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int) -> dict:
+def noise_bounds(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, compare: str = "",
+                 _model=None) -> dict:
     """The closed-form figures per sequence (instant) and the singular directions within every sequence's
     numerical rank (1-based), with the sentence that says why the others are not offered."""
-    S, keys = _head_inputs(key, spec, stride, layer, head)
+    S, keys = _head_inputs(key, spec, stride, layer, head, compare, _model)
     ranks = noise.analytic_noise(S, tau=noise_report.TAU)["numerical_rank"]
     offered, skipped = noise_report.directions_within_rank(ranks, range(min(8, *S.shape[-2:])))
     return {"table": noise_report.state_table(S), "offered": [j + 1 for j in offered], "skipped": skipped,
@@ -144,9 +170,9 @@ def noise_bounds(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def noise_predictions(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, snr_db: tuple,
-                      probes: tuple) -> dict:
+                      probes: tuple, compare: str = "", _model=None) -> dict:
     """Per-sequence analytic predictions (lists) per probe (0-based direction, None: the real keys)."""
-    S, keys = _head_inputs(key, spec, stride, layer, head)
+    S, keys = _head_inputs(key, spec, stride, layer, head, compare, _model)
     out = {}
     for probe in probes:
         per_seq = noise_report.predictions(S, _probe_keys(S, keys, probe), list(snr_db))
@@ -156,9 +182,9 @@ def noise_predictions(key: ModelKey, spec: InputSpec, stride: int, layer: int, h
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def noise_mc_step(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, snr_db: tuple,
-                  probe: int | None, n_samples: int, renormalize: bool) -> dict:
+                  probe: int | None, n_samples: int, renormalize: bool, compare: str = "", _model=None) -> dict:
     """One Monte-Carlo step (one probe, raw or re-normalised query): per-sequence RMS and mean, seed 0."""
-    S, keys = _head_inputs(key, spec, stride, layer, head)
+    S, keys = _head_inputs(key, spec, stride, layer, head, compare, _model)
     mc = noise_report.monte_carlo(S, _probe_keys(S, keys, probe), list(snr_db), n_samples, renormalize, seed=0)
     return {k: v.tolist() for k, v in mc.items()}
 

@@ -85,11 +85,12 @@ def _fmt(v: float) -> str:
 
 
 def layer_head_heatmap(values, z_title: str, title: str, selected: tuple[int, int] | None = None,
-                       zrange: tuple[float, float] | None = None) -> go.Figure:
+                       zrange: tuple[float, float] | None = None, colorscale: str = "Viridis") -> go.Figure:
     """values [L, H] as a heatmap (layer 0 on top) plus invisible per-cell points that make cells clickable.
 
     zrange fixes the colour scale (a metric's full range, or one range shared by two heatmaps compared by
-    colour). Hovering anywhere in a cell shows its value; up to MAX_TEXT_CELLS cells also print it.
+    colour). A difference map passes a diverging `colorscale` and a range symmetric about 0. Hovering
+    anywhere in a cell shows its value; up to MAX_TEXT_CELLS cells also print it.
     """
     z = np.asarray(values, dtype=float)
     n_layers, n_heads = z.shape
@@ -97,7 +98,7 @@ def layer_head_heatmap(values, z_title: str, title: str, selected: tuple[int, in
     text = n_layers * n_heads <= MAX_TEXT_CELLS
     fig = go.Figure(go.Heatmap(z=[as_list(row) for row in z], x=list(range(n_heads)), y=list(range(n_layers)),
                                zmin=zmin, zmax=zmax, texttemplate="%{z:.3g}" if text else None,
-                               colorscale="Viridis", colorbar=dict(title=dict(text=z_title, side="right")),
+                               colorscale=colorscale, colorbar=dict(title=dict(text=z_title, side="right")),
                                hovertemplate="layer %{y}, head %{x}: %{z:.4g} (click to inspect)<extra></extra>"))
     # Heatmap traces emit no selection events; transparent markers at the cell centres do (and show the value too).
     ll, hh = np.meshgrid(range(n_layers), range(n_heads), indexing="ij")
@@ -125,10 +126,10 @@ def _band(fig: go.Figure, x, mean, spread, name: str, color: str, dash: str = "s
 
 
 def metric_over_positions(positions, mean, spread, y_title: str, title: str,
-                          random: tuple | None = None) -> go.Figure:
+                          random: tuple | None = None, name: str = "trained") -> go.Figure:
     """Mean ± spread across sequences of a metric over token position; `random` = (mean, spread) overlay."""
     fig = go.Figure()
-    _band(fig, positions, mean, spread, "trained", PALETTE[0])
+    _band(fig, positions, mean, spread, name, PALETTE[0])
     if random is not None:
         _band(fig, positions, random[0], random[1], "random init", RANDOM_COLOR, dash="dash")
     return axes_layout(fig, title, "token position t (state after token t)", y_title)
