@@ -111,7 +111,8 @@ def spectra_section(report: dict) -> str:
     fig.update_layout(title="Singular values of the final state (mean over sequences and heads)",
                       xaxis=dict(title="index i"), yaxis=dict(title="singular value sᵢ", **LOG_AXIS), margin=dict(t=60))
     return ("<h2>Spectra</h2><p>Singular values s₁ ≥ s₂ ≥ … of each layer's final state, log scale; zeros are "
-            "left out (a log axis cannot show them).</p>" + figure_html(fig, "spectra", False) + label_line(report))
+            "left out (a log axis cannot show them). Values below about 1e-7·s₁ are rounding of the float32 states, "
+            "not structure.</p>" + figure_html(fig, "spectra", False) + label_line(report))
 
 
 def _spread(d: dict, i: int) -> str:

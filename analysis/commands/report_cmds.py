@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from analysis.commands.checks import number_list, real, whole
 from analysis.commands.common import load
-from analysis.commands.progress import fraction, say
+from analysis.commands.progress import bar, say, set_done
 
 
 def _setup_report(p):
@@ -50,8 +50,11 @@ def run_report(args) -> None:
     for name in settings.strategies:
         get_strategy(name)
     model, tokenizer, _ = load(args)
-    with fraction(args, "report") as progress:
-        report = build_report(model, tokenizer, settings, progress=lambda f, step: progress(f))
+    with bar(args, "report", total=100, unit="%") as b:
+        def progress(done: float, step: str) -> None:
+            b.set_description(f"report: {step}", refresh=False)
+            set_done(b, round(100 * done))
+        report = build_report(model, tokenizer, settings, progress=progress)
     page = html_report.render(report, generated_line())
     path = write_report(args.out, page, html_report.STAMP)
     from analysis.commands.common import emit
