@@ -24,6 +24,7 @@ MAX_PRUNING_BYTES = 16 << 20
 class ReportSettings:
     """What the report measures on; the defaults keep a bundled sample's report well under a minute on a CPU."""
     text_file: str | None = None
+    text: str | None = None          # pasted text (the dashboard's), instead of a file or a split
     split: str = "test"
     tokens: int = 128
     batch: int = 2
@@ -159,8 +160,9 @@ def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> d
         limits.check_calibration(model, settings.calib_sequences, settings.calib_tokens)
     pruning_record = read_pruning(settings.pruned) if settings.pruned else None  # refused before the work
     progress(0.0, "reading the text")
+    given_text = settings.text_file is not None or settings.text is not None
     batch = inputs.model_batch(model, tokenizer, settings.tokens, settings.batch, text_file=settings.text_file,
-                               split=None if settings.text_file else settings.split, seed=settings.seed,
+                               text=settings.text, split=None if given_text else settings.split, seed=settings.seed,
                                what="The report's forward pass")
     ids = batch.ids
     inputs_label = {"dataset": batch.label, "tokens": int(ids.shape[1]), "sequences": int(ids.shape[0]),
@@ -203,3 +205,13 @@ def generated_line() -> str:
     import datetime
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"Generated {now} by the state-rank tool (torch {torch.__version__})"
+
+
+def pruned_dirs(folder, limit: int = 200) -> list[Path]:
+    """Directories directly under `folder` holding a pruning.json (the dashboard's saved pruned models),
+    newest first; [] when the folder is missing or unreadable."""
+    try:
+        found = [p for p in Path(folder).iterdir() if not p.name.startswith(".") and (p / PRUNING_FILE).is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
