@@ -38,6 +38,7 @@ class ReportSettings:
     calib_tokens: int = 128
     eval_tokens: int = 2048
     pruned: str | None = None
+    yes: bool = False                # run work estimated at over an hour (workload.MAX_S) anyway
 
 
 def model_facts(model) -> dict:
@@ -139,7 +140,8 @@ def pruning_section(model, tokenizer, settings: ReportSettings, progress) -> dic
     for i, (column, m) in enumerate((("original", model), ("pruned", pruned))):
         progress(0.85 + 0.07 * i, f"test perplexity of the {column} model")
         measured.append({"column": column, "perplexity": perplexity(m, tokenizer, "test",
-                                                                    max_tokens=settings.eval_tokens)})
+                                                                    max_tokens=settings.eval_tokens,
+                                                                    yes=settings.yes)})
     section["measured"] = measured
     return section
 

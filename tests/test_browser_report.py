@@ -27,7 +27,7 @@ def report_file(tmp_path_factory):
 
 
 def test_report_draws_its_charts_offline_without_a_single_network_request(report_file):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
     attempted, errors = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -45,8 +45,11 @@ def test_report_draws_its_charts_offline_without_a_single_network_request(report
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.on("request", lambda r: None if r.url.startswith(("file://", "data:")) else attempted.append(r.url))
             page.goto(report_file.as_uri())
-            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3",
-                                   timeout=60_000)
+            try:
+                page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3",
+                                       timeout=60_000)
+            except PlaywrightTimeout:
+                pytest.fail(f"the charts were not drawn; requests blocked: {attempted}, page errors: {errors}")
             drawn = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => ({
                 id: gd.id, types: gd.data.map(t => t.type), z: gd.data[0].z || null,
                 points: gd.querySelectorAll('.heatmaplayer image, .scatterlayer path.js-line, .hm').length}))""")

@@ -3,7 +3,7 @@ importance agreement and, given a pruned directory, the plan and its effect."""
 from __future__ import annotations
 
 from analysis.commands.checks import number_list, real, whole
-from analysis.commands.common import load
+from analysis.commands.common import add_yes_arg, load
 from analysis.commands.progress import bar, say, set_done
 
 
@@ -29,6 +29,7 @@ def _setup_report(p):
                                                    "its plan, what was recorded, and test perplexity of both now")
     p.add_argument("--eval-tokens", type=whole(1), default=S.eval_tokens,
                    help="test tokens for the perplexity of the original and the pruned model")
+    add_yes_arg(p)
 
 
 def settings_from(args):
@@ -37,7 +38,7 @@ def settings_from(args):
                           stride=args.stride, snr_db=tuple(args.snr), samples=args.samples,
                           seed=args.seed, strategies=tuple(s for s in args.strategies.split(",") if s.strip()),
                           ratio=args.ratio, calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
-                          eval_tokens=args.eval_tokens, pruned=args.pruned)
+                          eval_tokens=args.eval_tokens, pruned=args.pruned, yes=args.yes)
 
 
 def run_report(args) -> None:
