@@ -171,7 +171,9 @@ def importance_section(report: dict) -> str:
         return f"<h2>Importance agreement</h2><p class=\"note\">Not measured: {esc(imp['error'])}</p>"
     names = imp["strategies"]
     labels = [imp["labels"].get(n, n) for n in names]
-    calib = f"calibration: {imp['calibration']} · kept sets at ratio ρ = {imp['ratio']:g} · dk kept {imp['head_k_dims']}"
+    i = report["inputs"]
+    calib = (f"calibration: {imp['calibration']} · kept sets at ratio ρ = {imp['ratio']:g} · dk kept "
+             f"{imp['head_k_dims']} · device {i['device']} · dtype {i['dtype']}")
     if len(names) < 2:
         return (f"<h2>Importance agreement</h2><p class=\"note\">Fewer than two axis-aligned strategies "
                 f"({esc(', '.join(labels) or 'none')}), so there is nothing to compare.</p>")
