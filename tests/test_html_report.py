@@ -193,6 +193,7 @@ def test_bad_out_is_one_sentence_and_touches_nothing(tmp_path, capsys):
     link = tmp_path / "link.html"
     link.symlink_to(foreign)
     assert "symbolic link" in bad(["report", "deltanet-small", "--out", str(link), "--quiet"], capsys)
+    assert "give a path such as report.html" in bad(["report", "deltanet-small", "--out", "-", "--quiet"], capsys)
     own = tmp_path / "old-report.html"
     own.write_text(f"<!DOCTYPE html><html><head>{html_report.STAMP}</head></html>")
     assert check_destination(own, html_report.STAMP) == own  # a report this tool wrote may be replaced

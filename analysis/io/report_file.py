@@ -30,6 +30,9 @@ def check_destination(out, stamp: str, label: str = "--out") -> Path:
     text = "" if out is None else str(out)
     if not text.strip():
         raise AnalysisError(f"{label} needs a file path for the report, e.g. report.html.")
+    if text.strip() == "-":
+        raise AnalysisError(f"{label} - would mean stdout, but the report is a file to open in a browser; "
+                            "give a path such as report.html.")
     if "\0" in text:
         raise AnalysisError(f"{label} contains a NUL character; type a plain file path.")
     path = Path(os.path.abspath(os.path.expanduser(text)))
