@@ -113,10 +113,11 @@ def summarize_probe(name: str, snr_db, pred: dict, mc_raw: dict | None = None, m
 
 
 def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, seed: int = 0,
-                 progress=None, qk_l2_normalised: bool = True) -> dict:
+                 progress=None, qk_l2_normalised: bool = True, directions=DIRECTIONS) -> dict:
     """Per layer and head, the final state's noise figures and retrieval errors, median [IQR] over the batch
     (progress(layers_done, layers) after each layer). qk_l2_normalised=False (the model's kernel does not
-    l2-normalise q and k): the report says that only the raw-query results apply."""
+    l2-normalise q and k): the report says that only the raw-query results apply. directions: the 0-based
+    singular directions probed by Monte Carlo (those within the numerical rank)."""
     layers = []
     for index, layer in enumerate(trace.layers):
         S = layer.states[:, :, -1] if layer.states is not None else layer.final_state      # [B, H, dk, dv]
@@ -124,7 +125,7 @@ def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, s
         heads = []
         for h in range(S.shape[1]):
             Sh = S[:, h]
-            dirs, skipped = directions_within_rank(analytic["numerical_rank"][:, h], DIRECTIONS)
+            dirs, skipped = directions_within_rank(analytic["numerical_rank"][:, h], directions)
             entry = {"head": h, "numerical_rank": numbers(analytic["numerical_rank"][:, h]),
                      "noise_energy": spread(analytic["noise_energy"][:, h]),
                      "worst_case_gain": spread(analytic["worst_case_gain"][:, h]),
