@@ -277,6 +277,7 @@ class ArchitectureInfo:
     kernel: str = ""                                         # the kernel `latency` times (analysis.latency.KERNELS)
     blocks: list[BlockInfo] = field(default_factory=list)   # every block in order, softmax ones labelled
     kv_cache_bytes_per_token: int = 0                        # all softmax blocks together (0 without any)
+    query_l2_normalised: bool = True                         # the kernel l2-normalises q and k (Mamba-2: no)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -328,4 +329,5 @@ def _describe(model) -> ArchitectureInfo:
         state_bytes_per_sequence=sum(b.state_bytes_per_sequence or 0 for b in blocks),
         conv_state_bytes_per_sequence=conv, key_tiles_per_head=[-(-dk // TILE_ROWS) for dk in dks],
         device=str(param.device), dtype=str(param.dtype).replace("torch.", ""), family=adapter.family,
-        kernel=adapter.kernel, blocks=blocks, kv_cache_bytes_per_token=sum(b.kv_cache_bytes_per_token or 0 for b in blocks))
+        kernel=adapter.kernel, blocks=blocks, kv_cache_bytes_per_token=sum(b.kv_cache_bytes_per_token or 0 for b in blocks),
+        query_l2_normalised=adapter.qk_l2_normalised)

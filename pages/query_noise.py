@@ -17,6 +17,7 @@ st.title("Query noise")
 noise_view.explain()
 
 ctx = current()
+comparison_only = noise_view.bounds_note(ctx)  # Mamba-2: no l2 norm on the query, re-normalised figures compare only
 stride = int(state.get("stride", 8))  # share the States & rank trace (same cache entry)
 data = traced(ctx, stride)
 prov = ctx.provenance(data)
@@ -83,7 +84,8 @@ if clicked or settings in done:
         st.rerun()  # redraw the button as "Run again (cached)"; every step comes back from the cache
 
 summaries = [cache.noise_summary(names[p], snr, pred[p], mc.get((p, False)), mc.get((p, True))) for p in probes]
-fig = figures.retrieval_error_vs_snr(snr, summaries, f"Relative retrieval error vs query SNR: layer {layer}, head {head}")
+fig = figures.retrieval_error_vs_snr(snr, summaries, f"Relative retrieval error vs query SNR: layer {layer}, head {head}",
+                                     comparison_only)
 st.plotly_chart(fig, key="noise_vs_snr")
 mc_note = (f"Monte Carlo (markers): per sequence the RMS over the keys and {samples} noise samples, seed 0"
            if mc else "Monte Carlo not run yet")
@@ -91,7 +93,7 @@ st.caption(caption(prov, f"{mc_note}; medians over {bounds['sequences']} sequenc
                          f"re-normalised predictions drawn only where valid (first neglected term ≤ {VALIDITY_TOL:.0%})"))
 st.markdown("**Predictions and their validity** (median over sequences; “vs MC”: median over sequences of "
             "prediction / Monte Carlo − 1, both RMS)")
-st.dataframe(noise_tables.prediction_table(summaries, snr), hide_index=True)
+st.dataframe(noise_tables.prediction_table(summaries, snr, comparison_only), hide_index=True)
 
 # ---- recall accuracy under noise: on request, one SNR per step ---------------------------------------------
 if ctx.task is not None:
