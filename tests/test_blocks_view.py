@@ -26,4 +26,4 @@ def test_mamba2_hybrid_blocks_name_their_mixers_and_feed_forwards():
                      "MLP feed-forward, not pruned"]
     kinds = list(blocks_frame(describe(make_mamba2("granitemoehybrid")))["Kind"])
     assert kinds[1] == "softmax attention + MoE feed-forward (mixture of experts) + shared MLP (not pruned)"
-    assert kinds[0].startswith("Mamba-2 SSD mixer + MoE") and kinds[0].endswith("(layer 0)")
+    assert kinds[0] == "Mamba-2 SSD mixer (layer 0) + MoE feed-forward (mixture of experts) + shared MLP (not pruned)"

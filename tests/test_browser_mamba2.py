@@ -72,5 +72,5 @@ def test_nemotron_h_and_granite_h_directories(server, dirs):
         field.press("Enter")
         idle(page)
         no_exception(page)
-        check_pages(page, ["Mamba-2 SSD mixer + MoE feed-forward (mixture of experts) + shared MLP (not pruned) "
-                           "(layer 2)", "softmax attention + MoE feed-forward"], layers=3, cls="GraniteMoeHybridForCausalLM")
+        check_pages(page, ["Mamba-2 SSD mixer (layer 2) + MoE feed-forward (mixture of experts) + shared MLP (not "
+                           "pruned)", "softmax attention + MoE feed-forward"], layers=3, cls="GraniteMoeHybridForCausalLM")

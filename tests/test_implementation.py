@@ -40,7 +40,7 @@ def test_mamba2_line_names_the_linear_attention_op_and_the_cuda_binding(monkeypa
         assert "mamba_ssm's CUDA kernel `mamba_chunk_scan_combined`" in impl.cuda
     assert impl.loaded_as.startswith("transformers' `") and modeling in impl.loaded_as
     [loaded, runs] = impl.lines()
-    assert "Mamba-2 SSD scan" in runs and "(this model: it is on the CPU)" in runs
+    assert "Mamba-2 SSD scan" in runs and "(what runs here: this model is on the CPU)" in runs
 
 
 def test_fla_line_names_the_delta_rule_op_and_fla_kernels(monkeypatch):
@@ -58,3 +58,14 @@ def test_qwen3_5_line_reads_transformers_binding():
     impl = implementation(CASE.make_model())
     assert "`chunked_delta_rule`" in impl.cpu
     assert impl.cuda.startswith("fla's Triton kernel `chunk_gated_delta_rule`")   # fla is installed: transformers binds it
+
+
+def test_a_saved_mamba2_says_it_loaded_as_transformers_class(tmp_path):
+    """fla registers its own `mamba2` under the same model type; the project gives the type back to transformers,
+    and the line says which class the checkpoint was loaded as."""
+    from analysis.models import load_model
+    make_mamba2("mamba2").save_pretrained(tmp_path / "m")
+    model = load_model(str(tmp_path / "m"), device="cpu")
+    impl = implementation(model)
+    assert impl.loaded_as == ("transformers' `Mamba2ForCausalLM` (transformers.models.mamba2.modeling_mamba2)")
+    assert impl.layers == 2 and "chunked_linear_attention" in impl.cpu

@@ -30,10 +30,10 @@ class Implementation:
     loaded_as: str          # the model class and where it comes from
 
     def lines(self) -> list[str]:
-        here = {"cpu": " (this model: it is on the CPU)", "cuda": " (this model: it is on a GPU)"}
+        here = {"cpu": " (what runs here: this model is on the CPU)", "cuda": " (what runs here: this model is on a GPU)"}
         return [f"Loaded as {self.loaded_as}.",
                 f"Each of the {self.layers} linear layers runs the {self.op}: on CPU {self.cpu}"
-                f"{here['cpu'] if self.device == 'cpu' else ''}; on CUDA {self.cuda}"
+                f"{here['cpu'] if self.device == 'cpu' else ''}; on CUDA, {self.cuda}"
                 f"{here['cuda'] if self.device == 'cuda' else ''}."]
 
 
