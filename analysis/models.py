@@ -253,6 +253,7 @@ class BlockInfo:
     head_v_dim: int | None = None
     state_bytes_per_sequence: int | None = None     # fp32 state of a linear layer
     kv_cache_bytes_per_token: int | None = None     # a softmax layer's KV cache grows by this per token
+    label: str = ""                                  # what the block is, in words (the family's adapter says)
 
 
 @dataclass
@@ -276,6 +277,7 @@ class ArchitectureInfo:
     kernel: str = ""                                         # the kernel `latency` times (analysis.latency.KERNELS)
     blocks: list[BlockInfo] = field(default_factory=list)   # every block in order, softmax ones labelled
     kv_cache_bytes_per_token: int = 0                        # all softmax blocks together (0 without any)
+    query_l2_normalised: bool = True                         # the kernel l2-normalises q and k (Mamba-2: no)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -301,17 +303,17 @@ def _describe(model) -> ArchitectureInfo:
     param = next(model.parameters())
     by_block = {layer.block: layer for layer in layers}
     blocks = []
-    for block in adapter.blocks(model):
+    for block, label in zip(adapter.blocks(model), adapter.block_labels(model)):
         layer = by_block.get(block.index)
         if layer is not None:
             blocks.append(BlockInfo(block.index, block.kind, layer.index, layer.key_dim, layer.key_heads,
                                     layer.value_heads, layer.value_dim,
-                                    layer.value_heads * layer.key_dim * layer.value_dim * 4))
+                                    layer.value_heads * layer.key_dim * layer.value_dim * 4, label=label))
         elif block.kind == "softmax":
             blocks.append(BlockInfo(block.index, block.kind, None, kv_cache_bytes_per_token=adapter.softmax_cache_bytes(
-                block.module, 1, param.element_size())))
+                block.module, 1, param.element_size()), label=label))
         else:
-            blocks.append(BlockInfo(block.index, block.kind, None))
+            blocks.append(BlockInfo(block.index, block.kind, None, label=label))
     conv = 0
     for layer in layers:  # every short convolution of the layer keeps (width) inputs per channel
         for name, p in layer.module.named_parameters():
@@ -327,4 +329,5 @@ def _describe(model) -> ArchitectureInfo:
         state_bytes_per_sequence=sum(b.state_bytes_per_sequence or 0 for b in blocks),
         conv_state_bytes_per_sequence=conv, key_tiles_per_head=[-(-dk // TILE_ROWS) for dk in dks],
         device=str(param.device), dtype=str(param.dtype).replace("torch.", ""), family=adapter.family,
-        kernel=adapter.kernel, blocks=blocks, kv_cache_bytes_per_token=sum(b.kv_cache_bytes_per_token or 0 for b in blocks))
+        kernel=adapter.kernel, blocks=blocks, kv_cache_bytes_per_token=sum(b.kv_cache_bytes_per_token or 0 for b in blocks),
+        query_l2_normalised=adapter.qk_l2_normalised)

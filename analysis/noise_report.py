@@ -17,6 +17,30 @@ from analysis.states import StateTrace
 DIRECTIONS = (0, 1, 2)  # top singular directions probed by the CLI's Monte Carlo (0-based), within the rank
 TAU = 1e-3  # relative threshold of the numerical rank, as in analysis.rank
 NOISE_MODEL = "q = k + ε, ε ~ N(0, σ² I), SNR = ‖k‖²/(dk σ²)"
+RAW_FIGURES = ("noise_energy", "worst_case_gain", "kappa", "direction_gain", "predicted_raw", "mc_raw_rms",
+               "raw_error_vs_mc")
+RENORMALISED_PREDICTIONS = ("first_order", "second_order", "first_order_valid", "second_order_valid",
+                            "first_order_valid_from_snr_db", "second_order_valid_from_snr_db")
+RENORMALISED_MC = ("mc_rms", "mc_mean", "first_order_error_vs_mc", "second_order_error_vs_mc")
+RENORMALISED_FIGURES = RENORMALISED_PREDICTIONS + RENORMALISED_MC
+
+
+def bounds(qk_l2_normalised: bool) -> dict:
+    """Which figures describe the model's own readout, for the JSON and the page. A kernel that l2-normalises q
+    and k reads with q̂ = q/‖q‖: every figure applies and the Monte Carlo re-normalises. Mamba-2 reads its state
+    with C as it is: the raw-query figures (exact) apply and the Monte Carlo uses the raw query; the re-normalised
+    series describe a unit query the model never forms, so they are labelled comparison only."""
+    if qk_l2_normalised:
+        return {"query_l2_normalised": True, "monte_carlo_query": "re-normalised (q̂ = q/‖q‖, as the kernel reads)",
+                "apply_to_this_model": [*RAW_FIGURES, *RENORMALISED_FIGURES], "comparison_only": [],
+                "note": "This model's kernel l2-normalises queries and keys: the re-normalised predictions describe "
+                        "its own readout; the raw-query figures are the unnormalised reference."}
+    return {"query_l2_normalised": False, "monte_carlo_query": "raw (q = k + ε, as the scan reads it)",
+            "apply_to_this_model": list(RAW_FIGURES), "comparison_only": list(RENORMALISED_FIGURES),
+            "note": "This model's scan reads its state with the query as it is (Mamba-2 does not l2-normalise C and "
+                    "B): the closed-form figures, the exact raw-query prediction and the raw-query Monte Carlo "
+                    "describe it; the re-normalised predictions (and their Monte Carlo) assume a unit-length query "
+                    "this model never forms, so they are shown for comparison only."}
 
 
 def spread(x: torch.Tensor) -> dict:
@@ -116,8 +140,12 @@ def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, s
                  progress=None, qk_l2_normalised: bool = True, directions=DIRECTIONS) -> dict:
     """Per layer and head, the final state's noise figures and retrieval errors, median [IQR] over the batch
     (progress(layers_done, layers) after each layer). qk_l2_normalised=False (the model's kernel does not
-    l2-normalise q and k): the report says that only the raw-query results apply. directions: the 0-based
-    singular directions probed by Monte Carlo (those within the numerical rank)."""
+    l2-normalise q and k): the Monte Carlo uses the raw query, and the report lists the re-normalised figures as
+    comparison only (`bounds`). directions: the 0-based singular directions probed by Monte Carlo (those within
+    the numerical rank)."""
+    labels = bounds(qk_l2_normalised)
+    if not qk_l2_normalised:  # its Monte Carlo is the raw query's: no re-normalised MC figures in this report
+        labels["comparison_only"] = list(RENORMALISED_PREDICTIONS)
     layers = []
     for index, layer in enumerate(trace.layers):
         S = layer.states[:, :, -1] if layer.states is not None else layer.final_state      # [B, H, dk, dv]
@@ -136,32 +164,42 @@ def noise_report(trace: StateTrace, snr_db: list[float], n_samples: int = 256, s
             for j in dirs:
                 keys = noise.singular_direction_keys(Sh, [j])                                # [B, 1, dk]
                 entry["mc_singular"].append({"direction": j + 1, **_probe(f"direction {j + 1}", Sh, keys, snr_db,
-                                                                         n_samples, seed)})
+                                                                         n_samples, seed, qk_l2_normalised)})
             if layer.keys is not None:
                 entry["mc_real_keys"] = _probe(f"real keys (last {layer.keys.shape[2]})", Sh, layer.keys[:, h],
-                                               snr_db, n_samples, seed)
+                                               snr_db, n_samples, seed, qk_l2_normalised)
             heads.append(entry)
         layers.append({"layer": index, "heads": heads})
         if progress:
             progress(index + 1, len(trace.layers))
     return {"snr_db": list(snr_db), "samples": n_samples, "seed": seed, "tau": TAU,
-            "noise_model": NOISE_MODEL + ("; query re-normalised as in the kernel" if qk_l2_normalised else
-                                          "; query re-normalised for comparison only: this model's kernel does not "
-                                          "l2-normalise queries and keys"),
-            "query_l2_normalised": qk_l2_normalised,
+            "noise_model": NOISE_MODEL + ("; Monte Carlo with the query re-normalised as in the kernel"
+                                          if qk_l2_normalised else "; Monte Carlo with the raw query, as this "
+                                          "model's scan reads it (it does not l2-normalise queries and keys)"),
+            **labels,
             "applicable_bounds": ("all" if qk_l2_normalised else
-                                  "raw query only (noise_energy, worst_case_gain, kappa, direction_gain); the "
-                                  "re-normalised predictions and Monte Carlo assume an l2 norm this model lacks"),
+                                  f"raw query only ({', '.join(RAW_FIGURES)}); the re-normalised predictions "
+                                  f"({', '.join(RENORMALISED_FIGURES[:2])}) assume an l2 norm this model lacks: "
+                                  "comparison only"),
             "aggregate": "median, q25 and q75 over the sequences of the batch (per sequence: RMS over keys and "
                          "noise samples)",
             "validity": f"a re-normalised prediction is valid where its first neglected term moves the predicted "
-                        f"RMS by at most {noise.VALIDITY_TOL:.0%} (valid_from_snr_db: lowest valid SNR)",
+                        f"RMS by at most {noise.VALIDITY_TOL:.0%} (valid_from_snr_db: lowest valid SNR)"
+                        + ("" if qk_l2_normalised else "; comparison only for this model (no l2 norm)"),
             "layers": layers}
 
 
-def _probe(name: str, S: torch.Tensor, keys: torch.Tensor, snr_db, n_samples: int, seed: int) -> dict:
+def _probe(name: str, S: torch.Tensor, keys: torch.Tensor, snr_db, n_samples: int, seed: int,
+           qk_l2_normalised: bool = True) -> dict:
+    """One probe's summary with the Monte Carlo of the query the model reads: re-normalised where its kernel
+    l2-normalises, raw otherwise; `mean` is the median over sequences of that Monte Carlo's mean relative error."""
     pred = predictions(S, keys, snr_db)
-    mc = monte_carlo(S, keys, snr_db, n_samples, True, seed)
-    out = summarize_probe(name, snr_db, pred, mc_renorm=mc)
-    out["mean"] = out["mc_mean"]["median"]  # the median over sequences of the mean relative error
+    mc = monte_carlo(S, keys, snr_db, n_samples, qk_l2_normalised, seed)
+    if qk_l2_normalised:
+        out = summarize_probe(name, snr_db, pred, mc_renorm=mc)
+        out["mean"] = out["mc_mean"]["median"]
+    else:
+        out = summarize_probe(name, snr_db, pred, mc_raw=mc)
+        out["mean"] = spread(mc["mean"])["median"]
+    out["monte_carlo_query"] = "re-normalised" if qk_l2_normalised else "raw"
     return out

@@ -2,6 +2,7 @@
 import pandas as pd
 import streamlit as st
 
+from analysis.archs.implementation import implementation
 from analysis.archs.kernels import kernel_spec
 from analysis.models import TILE_ROWS
 from ui import figures, frame, report_export
@@ -67,12 +68,8 @@ with right:
     total = sum(t * info.value_heads for t in info.key_tiles_per_head)
     st.markdown(f"- Key tiles of {TILE_ROWS} rows per head ({tiles}); each sequence's state is {total} tiles "
                 "across all heads and layers.")
-    if ctx.key.device == "cpu":
-        st.markdown("- On this CPU the project's pure-torch path runs every fla op (chunked delta rule in fp32). "
-                    "On a GPU, fla's Triton kernels would run instead.")
-    else:
-        st.markdown("- On this GPU fla's Triton kernels run unchanged (chunk mode beyond 64 tokens, "
-                    "fused recurrent below).")
+    for line in implementation(ctx.model).lines():  # read from the adapter's routed entry points
+        st.markdown(f"- {line}")
     spec = kernel_spec(info.kernel)
     if "float32" not in spec.gpu_dtypes:
         st.markdown(f"- fla's {spec.label} GPU kernel needs {' or '.join(spec.gpu_dtypes)}: it refuses float32 "

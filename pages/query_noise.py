@@ -19,6 +19,7 @@ noise_view.explain()
 ctx = current()
 other = compare.picker(ctx)  # a pruned version beside the loaded model, or None
 sides = (compare.original(ctx), other) if other else (compare.original(ctx),)
+comparison_only = noise_view.bounds_note(ctx)  # Mamba-2: no l2 norm on the query, re-normalised figures compare only
 stride = int(state.get("stride", 8))  # share the States & rank trace (same cache entry)
 traces = [compare.traced_side(ctx, side, stride) for side in sides]
 data = traces[0]
@@ -100,7 +101,8 @@ for i, (side, b, prov, col) in enumerate(zip(sides, bounds, provs, cols)):
                  for p in probes[i]]
     with col:
         fig = figures.retrieval_error_vs_snr(snr, summaries, "Relative retrieval error vs query SNR: layer "
-                                                             f"{layer}, head {head}{where(side)}")
+                                                             f"{layer}, head {head}{where(side)}",
+                                              comparison_only)
         st.plotly_chart(fig, key="noise_vs_snr" if i == 0 else "noise_vs_snr_other")
         mc_note = (f"Monte Carlo (markers): per sequence the RMS over the keys and {samples} noise samples, seed 0"
                    if mc[i] else "Monte Carlo not run yet")
@@ -109,7 +111,7 @@ for i, (side, b, prov, col) in enumerate(zip(sides, bounds, provs, cols)):
                                  f"{VALIDITY_TOL:.0%})"))
         st.markdown("**Predictions and their validity** (median over sequences; “vs MC”: median over sequences of "
                     "prediction / Monte Carlo − 1, both RMS)")
-        st.dataframe(noise_tables.prediction_table(summaries, snr), hide_index=True)
+        st.dataframe(noise_tables.prediction_table(summaries, snr, comparison_only), hide_index=True)
 if other:
     compare.delta_section(ctx, sides, traces)
 

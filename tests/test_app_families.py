@@ -23,7 +23,8 @@ def test_local_directory_of_each_family_opens_on_model_and_states(monkeypatch, t
     assert_clean(at)
     kinds = [str(v) for t in at.table if "Kind" in t.value for v in t.value["Kind"]]
     if family != "kda":  # hybrids list every block in order, softmax attention as such
-        assert "softmax attention" in kinds and any(k.startswith("linear attention") for k in kinds), kinds
+        linear = "Mamba-2 SSD mixer" if family == "mamba2" else "linear attention"   # the adapter's words
+        assert any(k.startswith("softmax attention") for k in kinds) and any(k.startswith(linear) for k in kinds), kinds
     at.switch_page("pages/states.py").run()
     assert_clean(at)
     assert [s["data"][0]["type"] for s in charts(at)][:1] == ["heatmap"]

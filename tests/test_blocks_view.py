@@ -16,3 +16,14 @@ def test_hybrid_blocks_table_and_note():
     note = hybrid_note(info)
     assert "0→0, 1→2" in note and "blocks 1, 3 are softmax attention" in note
     assert info.kv_cache_bytes_per_token == 2 * 256 and info.layers == 2
+
+
+def test_mamba2_hybrid_blocks_name_their_mixers_and_feed_forwards():
+    """Nemotron-H "M*M-": Mamba-2, attention, Mamba-2, MLP block; Granite-H: each layer's MoE + shared MLP named."""
+    from family_cases.mamba2 import make_model as make_mamba2
+    kinds = list(blocks_frame(describe(make_mamba2("nemotron_h")))["Kind"])
+    assert kinds == ["Mamba-2 SSD mixer (layer 0)", "softmax attention", "Mamba-2 SSD mixer (layer 1)",
+                     "MLP feed-forward, not pruned"]
+    kinds = list(blocks_frame(describe(make_mamba2("granitemoehybrid")))["Kind"])
+    assert kinds[1] == "softmax attention + MoE feed-forward (mixture of experts) + shared MLP (not pruned)"
+    assert kinds[0] == "Mamba-2 SSD mixer (layer 0) + MoE feed-forward (mixture of experts) + shared MLP (not pruned)"

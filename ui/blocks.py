@@ -13,14 +13,15 @@ def blocks_frame(info) -> pd.DataFrame:
         if b.kind == "linear":
             memory = f"state {b.state_bytes_per_sequence:,} B (fp32, fixed)"
             shape = f"{b.key_heads} key / {b.value_heads} value heads, dk {b.head_k_dim}, dv {b.head_v_dim}"
-            name = f"linear attention (layer {b.linear_layer})"
+            mixer, plus, rest = (b.label or "linear attention").partition(" + ")   # "(layer i)" names the mixer
+            name = f"{mixer} (layer {b.linear_layer}){plus}{rest}"
         elif b.kind == "softmax":
             per_token = b.kv_cache_bytes_per_token
             memory = (f"no state; KV cache {per_token:,} B per token ({per_token * KV_TOKENS / 2**20:.2f} MiB at "
                       f"{KV_TOKENS:,} tokens, {info.dtype})")
-            shape, name = "not pruned", "softmax attention"
+            shape, name = "not pruned", b.label or "softmax attention"
         else:
-            memory, shape, name = "", "not analysed", "other mixer"
+            memory, shape, name = "", "not analysed", b.label or "other mixer"
         rows.append({"Block": b.block, "Kind": name, "Heads and dims": shape, "Memory per sequence": memory})
     return pd.DataFrame(rows).set_index("Block")
 

@@ -166,13 +166,16 @@ def _iqr_bars(summary: dict) -> dict:
     return dict(type="data", symmetric=False, array=as_list(hi - med), arrayminus=as_list(med - lo), thickness=1)
 
 
-def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: str) -> go.Figure:
+def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: str,
+                           comparison_only: bool = False) -> go.Figure:
     """Analytic predictions (lines) and, once run, Monte Carlo (markers, IQR bars) per probe, one plot.
 
     probes: summaries from analysis.noise_report.summarize_probe (median/q25/q75 over sequences). The raw-query
     prediction is exact; the re-normalised first and second orders are drawn only inside their validity
     range (the legend says where), so no figure appears where its approximation does not hold.
+    comparison_only: the model reads its state with the raw query; the re-normalised curves say so in the legend.
     """
+    extra = " (comparison only)" if comparison_only else ""
     fig = go.Figure()
     x = [float(s) for s in snr_db]
     for n, probe in enumerate(probes):
@@ -184,13 +187,14 @@ def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: s
             y = as_list(probe[key]["median"])
             if order is not None:
                 y = _valid_only(y, probe[f"{order}_valid"])
-                label = f"{label} ({_valid_label(probe[f'{order}_valid_from_snr_db'])})"
+                label = f"{label} ({_valid_label(probe[f'{order}_valid_from_snr_db'])}){extra}"
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines", legendgroup=name, name=f"{name}, {label}",
                                      line=dict(color=color, dash=dash, width=1 if order == "first_order" else 2)))
         for key, label, symbol in (("mc_raw_rms", "raw query", "circle"), ("mc_rms", "re-normalised", "diamond-open")):
             if key in probe:
                 fig.add_trace(go.Scatter(x=x, y=as_list(probe[key]["median"]), mode="markers", legendgroup=name,
-                                         name=f"{name}, {label}: Monte Carlo", error_y=_iqr_bars(probe[key]),
+                                         name=f"{name}, {label}: Monte Carlo{extra if key == 'mc_rms' else ''}",
+                                         error_y=_iqr_bars(probe[key]),
                                          marker=dict(color=color, symbol=symbol, size=8)))
     fig.update_yaxes(**LOG_AXIS)
     return axes_layout(fig, title, "SNR = ‖k‖² / (dk σ²) (dB)",

@@ -32,9 +32,10 @@ def _validity(ok: bool, start) -> str:
     return "yes" if ok else ("no: valid nowhere in range" if start is None else f"no: valid ≥ {start:.1f} dB")
 
 
-def prediction_table(summaries: list[dict], snr_db) -> pd.DataFrame:
+def prediction_table(summaries: list[dict], snr_db, comparison_only: bool = False) -> pd.DataFrame:
     """One row per probe and SNR: the predictions (medians over sequences), where each re-normalised order is
-    valid, and, once the Monte Carlo ran, its RMS with the IQR and each prediction's error against it."""
+    valid, and, once the Monte Carlo ran, its RMS with the IQR and each prediction's error against it.
+    comparison_only: the model does not l2-normalise its query, so every re-normalised column says so."""
     rows = []
     for s in summaries:
         for i, x in enumerate(snr_db):
@@ -51,4 +52,11 @@ def prediction_table(summaries: list[dict], snr_db) -> pd.DataFrame:
                 row["re-norm.: Monte Carlo"] = s["mc_rms"]["median"][i]
                 row["MC IQR"] = f"{s['mc_rms']['q25'][i]:.3g}–{s['mc_rms']['q75'][i]:.3g}"
             rows.append(row)
-    return shown(pd.DataFrame(rows), "outside validity")
+    table = pd.DataFrame(rows)
+    if comparison_only:
+        table = table.rename(columns={c: f"{c} (comparison only)" for c in table.columns if _renormalised(c)})
+    return shown(table, "outside validity")
+
+
+def _renormalised(column: str) -> bool:
+    return column.startswith(("re-norm.", "first order", "second order")) or column == "MC IQR"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis.noise import VALIDITY_TOL
+from analysis.noise_report import bounds
 from ui import cache, figures, state
 from ui.batches import recall_label
 from ui.clicks import click, clicked_for
@@ -48,6 +49,16 @@ def explain() -> None:
         "orthogonal to $k$: exactly $\\mathbb E\\|S^\\top(\\hat q-k)\\|^2 = g\\,\\mathbb E(1-\\cos\\theta)^2 + "
         "p\\,\\mathbb E\\sin^2\\theta/(d-1)$, and both expectations are expanded in $\\sigma^2$ "
         "(`analysis/noise.py`). Raw queries need no approximation.")
+
+
+def bounds_note(ctx: Context) -> bool:
+    """Say which figures describe this model's readout (analysis.noise_report.bounds); True when the re-normalised
+    ones are comparison only (a kernel without an l2 norm on q and k, e.g. Mamba-2's C and B)."""
+    labels = bounds(ctx.info.query_l2_normalised)
+    if labels["comparison_only"]:
+        st.info(f"{labels['note']} Figures that apply: the table below, “raw query: exact” and “raw: Monte Carlo”; "
+                "columns and curves marked “(comparison only)” do not describe this model.")
+    return bool(labels["comparison_only"])
 
 
 def recall_section(ctx: Context, snr: tuple) -> None:

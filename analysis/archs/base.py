@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # annotations only: the registry and the kernel specs import 
 
 GATES = ("none", "head", "channel")   # log-decay g: absent, one per (token, head), one per (token, head, key channel)
 KINDS = ("linear", "softmax", "other")
+BLOCK_WORDS = {"linear": "linear attention", "softmax": "softmax attention", "other": "other mixer"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Adapter:
     key_dims_config_key: str = "head_k_dims"   # where a pruned config lists one key dim per linear layer
     qk_l2_normalised: bool = True        # the kernel l2-normalises q and k (False: Mamba-2's B and C enter raw)
     readout_scaled: bool = True          # the readout multiplies by a key-dim factor (dk^-1/2); False: none to keep
+    entry_points: tuple[str, ...] = ()   # recurrence entry points (module globals of the layer's file) it routes
 
     @property
     def kernel_spec(self):
@@ -78,6 +80,10 @@ class Adapter:
     def blocks(self, model) -> list[Block]:
         """Every block in model order, linear and softmax alike."""
         raise NotImplementedError
+
+    def block_labels(self, model) -> list[str]:
+        """What each block of `blocks(model)` is, in words (the Model page's block list)."""
+        return [BLOCK_WORDS[b.kind] for b in self.blocks(model)]
 
     def linear_layers(self, model) -> list[nn.Module]:
         return [b.module for b in self.blocks(model) if b.kind == "linear"]

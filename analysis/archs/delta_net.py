@@ -10,6 +10,7 @@ class DeltaNetAdapter(FlaAdapter):
     model_types = ("delta_net", "pruned_delta_net")
     gate = "none"
     kernel = "delta_rule"
+    entry_points = ("chunk_delta_rule", "fused_recurrent_delta_rule")   # fla/layers/delta_net.py
 
     def linear_class(self) -> type:
         from fla.layers import DeltaNet
@@ -28,7 +29,7 @@ class DeltaNetAdapter(FlaAdapter):
         super().install_routing()
         from analysis import backend
         import fla.layers.delta_net as layer_file
-        backend.route(layer_file, ("chunk_delta_rule", "fused_recurrent_delta_rule"))
+        backend.route(layer_file, self.entry_points)
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):
         """DeltaNet's key dim is hidden_size·expand_k / num_heads: expressible when that rounds back exactly."""

@@ -12,6 +12,7 @@ class GatedDeltaNetAdapter(FlaAdapter):
     model_types = ("gated_deltanet", "pruned_gated_deltanet")
     gate = "head"
     kernel = "gated_delta_rule"
+    entry_points = ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")   # fla/layers/gated_deltanet.py
 
     def linear_class(self) -> type:
         from fla.layers import GatedDeltaNet
@@ -29,7 +30,7 @@ class GatedDeltaNetAdapter(FlaAdapter):
         super().install_routing()
         from analysis import backend
         import fla.layers.gated_deltanet as layer_file
-        backend.route(layer_file, ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"))
+        backend.route(layer_file, self.entry_points)
         backend.route(layer_file, ("causal_conv1d",), wrap=backend.conv_by_device)  # its fused q|k|v conv path
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):

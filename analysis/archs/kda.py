@@ -27,6 +27,7 @@ class KDAAdapter(Adapter):
     model_types = ("kda", "pruned_kda")
     gate = "channel"
     kernel = "kda"
+    entry_points = ("chunk_kda", "fused_recurrent_kda")   # fla/layers/kda.py
     rotations = False
     rotation_refusal = ("PCA keeps rotated channels, but every Kimi Delta Attention key channel carries its own "
                         "decay rate, which a rotation cannot keep; choose an axis-aligned strategy instead.")
@@ -123,7 +124,7 @@ class KDAAdapter(Adapter):
         from analysis.archs import kda_pruned  # noqa: F401  (registers pruned_kda with transformers)
         backend.install()
         import fla.layers.kda as kda_layer
-        backend.route(kda_layer, ("chunk_kda", "fused_recurrent_kda"))
+        backend.route(kda_layer, self.entry_points)
 
 
 ADAPTER = KDAAdapter()

@@ -42,6 +42,7 @@ class KimiLinearAdapter(Adapter):
     model_types = ("kimi_linear", "pruned_kimi_linear")
     gate = "channel"
     kernel = "kda"
+    entry_points = ENTRY_POINTS
     key_dims_config_key = "linear_key_head_dims"
     rotations = False
 

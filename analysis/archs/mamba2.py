@@ -26,7 +26,8 @@ import copy
 import torch
 
 from analysis.archs.base import Adapter, Block, ChannelRows
-from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, kind, layers_of, mixers_in
+from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, feed_forward_words, kind, layers_of, mixers_in
+from analysis.archs.mamba2_routing import ENTRY_POINT
 from analysis.errors import AnalysisError
 
 
@@ -36,6 +37,7 @@ class Mamba2Adapter(Adapter):
     model_types = (*STATE_SIZE_KEYS, *(PRUNED_PREFIX + t for t in STATE_SIZE_KEYS))
     gate = "head"
     kernel = "ssd"
+    entry_points = (ENTRY_POINT,)   # what mamba2_routing routes
     key_dims_config_key = "ssm_state_sizes"
     readout_scaled = False     # y = C_tᵀ S_t: removing a channel needs no readout correction
     qk_l2_normalised = False   # B and C enter the scan raw: the noise page's re-normalised bounds do not apply
@@ -52,6 +54,18 @@ class Mamba2Adapter(Adapter):
                 raise AnalysisError(f"This model's Mamba-2 layers have {m.num_heads} heads in {m.n_groups} groups; "
                                     "the groups must divide the heads evenly (each group's B and C serve the same "
                                     "number of heads), so fix n_groups in config.json.")
+        return out
+
+    def block_labels(self, model) -> list[str]:
+        """Mamba-2 mixer / softmax attention / Nemotron-H's MLP or MoE blocks; where a decoder layer holds its own
+        feed-forward next to the mixer (Granite-H, Bamba, Falcon-H1), the label names it too (never pruned)."""
+        words = {"linear": "Mamba-2 SSD mixer", "softmax": "softmax attention"}
+        out = []
+        for layer in layers_of(model):
+            ff = feed_forward_words(layer)
+            for module in mixers_in(layer):
+                text = words.get(kind(module)) or feed_forward_words(module, alone=True) or "other mixer"
+                out.append(f"{text} + {ff}" if ff else text)
         return out
 
     def complete_config(self, config: dict) -> dict:

@@ -34,3 +34,20 @@ def kind(module: nn.Module) -> str:
     if is_mamba2_mixer(module):
         return "linear"
     return "softmax" if hasattr(module, "q_proj") and hasattr(module, "k_proj") else "other"
+
+
+FEED_FORWARD_NAMES = ("block_sparse_moe", "shared_mlp", "feed_forward", "mlp")   # a decoder layer's own MLP / MoE
+
+
+def feed_forward_words(module: nn.Module, alone: bool = False) -> str:
+    """A layer's feed-forward parts in words ("MoE feed-forward + shared MLP"), "" without any; `alone`: what the
+    module itself is when it is an MLP or MoE block (Nemotron-H's "-" and "E" blocks)."""
+    def words(m: nn.Module) -> str:
+        name = type(m).__name__.lower()
+        return "MoE feed-forward (mixture of experts)" if "moe" in name else "MLP feed-forward" if "mlp" in name else ""
+    if alone:
+        text = words(module)
+        return f"{text}, not pruned" if text else ""
+    parts = [("shared MLP" if n == "shared_mlp" else w) for n in FEED_FORWARD_NAMES
+             if isinstance(m := getattr(module, n, None), nn.Module) and (w := words(m))]
+    return " + ".join(parts) + " (not pruned)" if parts else ""

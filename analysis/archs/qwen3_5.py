@@ -27,6 +27,7 @@ import torch.nn as nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.archs.qwen3_5_routing import ENTRY_POINTS
 from analysis.errors import AnalysisError
 
 # base model_type -> (config class path, causal-LM class path); the pruned type is "pruned_" + base type
@@ -151,6 +152,7 @@ class Qwen35Adapter(Adapter):
                    *(PRUNED_PREFIX + t for t in _BASES))
     gate = "head"
     kernel = "gated_delta_rule"
+    entry_points = ENTRY_POINTS   # what qwen3_5_routing routes
     key_dims_config_key = "linear_key_head_dims"
     rotations = True
 

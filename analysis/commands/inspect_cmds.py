@@ -74,10 +74,15 @@ def _noise_lines(report: dict, meta: dict, label: str, snrs: list[float]) -> lis
     """Median [q25–q75] over the batch; the top direction's Monte-Carlo RMS next to its second-order
     prediction, which is marked '(outside validity)' below the SNR where it holds."""
     at = f"{snrs[-1]:g} dB"
+    normalised = report.get("query_l2_normalised", True)
+    # the query the model reads: re-normalised MC vs its 2nd-order series, or raw MC vs the exact raw prediction
+    mc_key, pred_key, pred_name = (("mc_rms", "second_order", "2nd-order prediction") if normalised else
+                                   ("mc_raw_rms", "predicted_raw", "exact raw-query prediction"))
     lines = [f"{meta['model']} on {meta['device']} ({meta['dtype']}): query-noise amplification of the final states "
              f"({label}, {report['batch']} sequences; median [q25–q75] over sequences)",
+             f"Monte Carlo query: {report['monte_carlo_query']}; figures that apply: {report['applicable_bounds']}",
              f"layer  head  rank  kappa [IQR]                       s1     ‖S‖_F²  rel.err@{at} top dir: "
-             "MC RMS [IQR] | 2nd-order prediction"]
+             f"MC RMS [IQR] | {pred_name}"]
     notes = []
     for layer in report["layers"]:
         for h in layer["heads"]:
@@ -90,10 +95,10 @@ def _noise_lines(report: dict, meta: dict, label: str, snrs: list[float]) -> lis
                     f"{_f(h['worst_case_gain']['median'][0]):>9s} {_f(h['noise_energy']['median'][0]):>10s}  ")
             if h["mc_singular"]:
                 top = h["mc_singular"][0]
-                mc = top["mc_rms"]
-                valid = top["second_order_valid"][-1]
+                mc = top[mc_key]
+                valid = top["second_order_valid"][-1] if normalised else True   # the raw prediction is exact
                 line += (f"{_f(mc['median'][-1])} [{_f(mc['q25'][-1])}–{_f(mc['q75'][-1])}] | "
-                         f"{_f(top['second_order']['median'][-1])}"
+                         f"{_f(top[pred_key]['median'][-1])}"
                          + ("" if valid else " (outside validity)"))
             else:
                 line += "no direction within the numerical rank"
@@ -102,7 +107,7 @@ def _noise_lines(report: dict, meta: dict, label: str, snrs: list[float]) -> lis
                 notes.append(f"layer {layer['layer']} head {h['head']}: {h['directions_skipped']}")
     lines += [f"note: {n}." for n in notes]
     lines.append(f"validity: {report['validity']}; prediction error vs Monte Carlo per SNR is in the JSON "
-                 "(first_order_error_vs_mc, second_order_error_vs_mc).")
+                 + ("(first_order_error_vs_mc, second_order_error_vs_mc)." if normalised else "(raw_error_vs_mc)."))
     return lines
 
 
