@@ -65,11 +65,7 @@ def build_model(cfg: TrainConfig, vocab_size: int):
     if cfg.arch not in TRAINABLE:
         raise AnalysisError(f"Unknown architecture {cfg.arch!r}; use one of {', '.join(TRAINABLE)}.")
     adapter = get_adapter(cfg.arch)
-    if cfg.model_type is not None and cfg.model_type not in adapter.training_model_types:
-        choices = ", ".join(adapter.training_model_types) or f"none (--arch {cfg.arch} builds one type)"
-        raise AnalysisError(f"--model-type {cfg.model_type} cannot be built for --arch {cfg.arch}; choose from: {choices}.")
-    if cfg.state_size is not None and "state_size" not in adapter.training_options:
-        raise AnalysisError(f"--state-size applies to Mamba-2 models only; --arch {cfg.arch} keys have --head-dim channels.")
+    adapter.check_training_choices(cfg)
     config = adapter.training_config(cfg, vocab_size)
     torch.manual_seed(cfg.seed)
     return AutoModelForCausalLM.from_config(config)

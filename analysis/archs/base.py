@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from analysis.errors import AnalysisError
+
 if TYPE_CHECKING:  # annotations only: the registry and the kernel specs import no torch (fast `--help`)
     import torch.nn as nn
 
@@ -134,6 +136,16 @@ class Adapter:
     # --- training --------------------------------------------------------------------------------
     training_model_types: tuple[str, ...] = ()  # model types `train --model-type` may pick (first: the default)
     training_options: tuple[str, ...] = ()      # TrainConfig fields only this family reads (e.g. state_size)
+
+    def check_training_choices(self, cfg) -> None:
+        """`train --model-type` / `--state-size` this family cannot build: one sentence before any work."""
+        if cfg.model_type is not None and cfg.model_type not in self.training_model_types:
+            choices = ", ".join(self.training_model_types) or f"none (--arch {cfg.arch} builds one type)"
+            raise AnalysisError(f"--model-type {cfg.model_type} cannot be built for --arch {cfg.arch}; "
+                                f"choose from: {choices}.")
+        if cfg.state_size is not None and "state_size" not in self.training_options:
+            raise AnalysisError(f"--state-size applies to Mamba-2 models only; --arch {cfg.arch} keys have "
+                                "--head-dim channels.")
 
     def training_config(self, cfg, vocab_size: int):
         """A fresh config of this family for `python -m analysis train` (`cfg`: analysis.train.TrainConfig);
