@@ -48,8 +48,8 @@ names = {p: cache.probe_name(p, bounds["n_keys"]) for p in probes}
 
 # ---- closed-form figures: instant --------------------------------------------------------------------------
 st.subheader(f"Layer {layer}, head {head}: closed-form figures of the final state")
-st.dataframe(noise_tables.closed_form_table(bounds["table"]))
-st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical rank at τ = 1e-3; ‖S‖_F² is the "
+st.dataframe(noise_tables.closed_form_table(bounds["table"], picked))
+st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical rank at τ = 1e-3; $\\|S\\|_F^2$ is the "
                          "noise energy per unit σ², s₁ the worst-case gain, κ = s₁/sᵣ; quartiles over the sequences "
                          "(a direction's over those whose rank reaches it)"))
 
@@ -64,8 +64,8 @@ left, right = st.columns([1, 3])
 left.button("Run Monte Carlo" if settings not in done else "Run again (cached)", key="noise_mc_run", type="primary",
             on_click=click, args=("noise_mc", settings))
 right.caption(f"{len(steps)} steps: each probe with the raw and the re-normalised query, {samples} noise samples "
-              f"per key and SNR, {len(snr)} SNRs, {bounds['sequences']} sequences. Until it runs, the plot shows the "
-              "predictions only.")
+              f"per key and SNR, {len(snr)} SNRs, {bounds['sequences']} sequences."
+              + ("" if settings in done else " Until it runs, the plot shows the predictions only."))
 mc = {}
 if clicked or settings in done:
     bar = st.progress(0.0, text="Monte Carlo: starting…")

@@ -137,8 +137,9 @@ def noise_bounds(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: 
     numerical rank (1-based), with the sentence that says why the others are not offered."""
     S, keys = _head_inputs(key, spec, stride, layer, head)
     ranks = noise.analytic_noise(S, tau=noise_report.TAU)["numerical_rank"]
-    offered, skipped = noise_report.directions_within_rank(ranks, range(min(8, *S.shape[-2:])))
-    return {"table": noise_report.state_table(S), "offered": [j + 1 for j in offered], "skipped": skipped,
+    candidates = range(min(8, *S.shape[-2:]))
+    offered, skipped = noise_report.directions_within_rank(ranks, candidates)
+    return {"table": noise_report.state_table(S, n_directions=len(candidates)), "offered": [j + 1 for j in offered], "skipped": skipped,
             "n_keys": int(keys.shape[1]), "sequences": int(S.shape[0])}
 
 
