@@ -4,10 +4,10 @@ import streamlit as st
 from analysis.rank import METRIC_INFO
 from ui import figures, frame, scales, state
 from ui.blocks import hybrid_note
-from ui.choices import multi_choice
+from ui.choices import multi_choice, snap_to
 from ui.context import current, traced, traced_every_token
 from ui.explain import explainer
-from ui.labels import caption, metric_title
+from ui.labels import caption, metric_title, weights_name
 from ui.reduce import mean_std
 
 TAU = scales.TAU  # the numerical-rank threshold of the collected metrics (ui.cache uses the core's default)
@@ -80,7 +80,7 @@ state.remember("colour_scale")
 zrange = scales.colour_range(scale, metric, [final] + ([final_rand] if rand else []), max_rank, TAU)
 cols = st.columns(2) if rand else [st.container()]
 with cols[0]:
-    suffix = " (trained)" if rand else ""
+    suffix = f" ({weights_name(ctx.key.path)})" if rand else ""
     st.plotly_chart(figures.layer_head_heatmap(final, z_title, title + suffix, (layer, head), zrange),
                     key="rank_heatmap", on_select="rerun", selection_mode="points")
     st.caption(caption(prov, f"state after token {data['tokens'] - 1}, mean over {n_seq} sequences"))
@@ -98,6 +98,13 @@ head = c2.selectbox("Head", list(range(n_heads)), key=state.remembered("sel_head
 state.remember("sel_head")
 positions = data["positions"]
 default_pos = sorted({positions[min(1, len(positions) - 1)], positions[len(positions) // 2], positions[-1]})
+previous = state.get("spectrum_positions")
+if previous:  # a new stride or text: keep each picked position at the nearest collected one, and say so
+    snapped, moved = snap_to(previous, positions)
+    if moved:
+        state.choose("spectrum_positions", snapped)
+        st.caption("Spectrum positions moved to the nearest collected token position (every "
+                   f"{stride} tokens, last {positions[-1]}): " + ", ".join(f"{a} → {b}" for a, b in moved) + ".")
 with c3:
     chosen = multi_choice("Spectrum at token positions", positions, "spectrum_positions", default_pos,
                           empty_hint="No position picked: choose at least one to draw its singular spectrum.")
@@ -125,7 +132,10 @@ with left:
     mean, std = mean_std(trace_values[layer, :, head, :], axis=0)
     st.plotly_chart(figures.metric_over_positions(trace_positions, mean, std, z_title,
                                                   f"{METRIC_INFO[metric].label}{scales.tau_note(metric, TAU)}: "
-                                                  f"layer {layer}, head {head}", overlay),
+                                                  f"layer {layer}, head {head}", overlay,
+                                                  scales.band_bounds(metric if not every_token else
+                                                                     "rank_utilization", TAU),
+                                                  weights_name(ctx.key.path)),
                     key="rank_over_positions")
     st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"))
 with right:

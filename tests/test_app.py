@@ -106,6 +106,11 @@ def test_states_metric_choice_click_free_drill_in_and_random_init(monkeypatch, l
     specs = charts(at)
     assert [s["data"][0]["type"] for s in specs] == ["heatmap", "heatmap", "scatter", "scatter"]
     assert "Effective rank" in specs[0]["layout"]["title"]["text"]
+    # a bare local directory may hold random-init weights: never titled "(trained)" beside the random-init copy
+    assert "(trained)" not in specs[0]["layout"]["title"]["text"]
+    assert "loaded weights" in specs[0]["layout"]["title"]["text"].replace("<br>", " ")
+    band = [y for y in specs[2]["data"][0]["y"] if y is not None]
+    assert min(band) >= 0  # ±1 std bands never below a rank's floor
     assert "layer 1, head 0" in specs[2]["layout"]["title"]["text"]
     assert any("random init" in t["name"] for t in specs[2]["data"])
     # the choices survive a trip to another page and back
@@ -186,3 +191,23 @@ def test_no_model_at_all_explains_how_to_pick_one(monkeypatch, tmp_path):
     assert_clean(at)
     assert any("No model is selected" in i.value and "Local directory" in i.value for i in at.info)
     assert at.text_input(key="w:model_dir").value == ""
+
+
+def test_states_spectrum_positions_follow_a_new_stride(monkeypatch, lm_dir):
+    at = start(monkeypatch, lm_dir)
+    at.switch_page("pages/states.py").run()
+    before = list(at.multiselect(key="w:spectrum_positions").value)
+    at.number_input(key="w:stride").set_value(10).run()
+    assert_clean(at)
+    after = list(at.multiselect(key="w:spectrum_positions").value)
+    assert len(after) == len(before) and 0 not in after  # none silently dropped, none collapsed to token 0
+    assert all(abs(a - b) <= 5 for a, b in zip(after, before))  # the nearest position collected every 10 tokens
+    assert any("moved to the nearest collected" in c.value for c in at.caption)
+    spectrum = next(s for s in charts(at) if "Singular spectrum" in s["layout"]["title"]["text"])
+    assert {t["name"] for t in spectrum["data"]} == {f"after token {p}" for p in after}
+
+
+def test_a_directory_without_a_tokenizer_says_which_one_reads_its_text(monkeypatch, lm_dir):
+    at = start(monkeypatch, lm_dir)
+    notes = [c.value for c in at.sidebar.caption if "no tokenizer.json" in c.value]
+    assert len(notes) == 1 and "bundled tokenizer (sample_models/tokenizer/" in notes[0]

@@ -119,6 +119,9 @@ def test_prune_of_a_recall_model_reports_recall_accuracy_and_saves_as_one(monkey
     click(at, "prune_run")
     rows = at.table[1].value.index.tolist()
     assert "recall accuracy, 4 pairs (8 sequences)" in rows and not any(r.startswith("perplexity") for r in rows)
+    notes = " ".join(c.value for c in at.caption)  # scored by recall accuracy: no perplexity "better" note
+    assert "higher recall accuracy" in notes and "lower perplexity" not in notes
+    assert "dk^" not in notes and "1/√dₖ" in notes  # the readout scale as math, not "dk^-1/2"
     monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))
     at.text_input(key="w:prune_out").set_value("pruned-recall")
     click(at, "prune_save")

@@ -20,3 +20,45 @@ def test_closed_form_table_follows_the_direction_picker():
     expected = float((s ** 2).sum() / s[3] ** 2)
     assert float(table.loc["sequence 0", "Σs²/s₄²"]) == pytest.approx(expected, rel=1e-3)  # 4 printed digits
     assert len(noise_tables.closed_form_table(rows).columns) == 4 + 8  # rank, ‖S‖², s₁, κ; None keeps every direction
+
+
+def test_std_bands_are_clipped_at_the_metric_floor():
+    from ui import figures, scales
+    mean, std = [1.5, 3.0, 900.0], [200.0, 1.0, 300.0]  # κ: mean − std would reach −198.5
+    fig = figures.metric_over_positions([0, 8, 16], mean, std, "κ", "t", bounds=scales.band_bounds("condition_number"))
+    band = fig.data[0].y
+    assert min(band) == 1.0 and max(band) == 1000.0  # κ_τ ∈ [1, 1/τ]
+    assert list(fig.data[1].y) == mean  # the mean line itself is not clipped
+    assert scales.band_bounds("rank_utilization") == (0.0, 1.0) and scales.band_bounds("stable_rank") == (0.0, None)
+
+
+def test_log_axes_label_decades_only():
+    from ui import figures
+    fig = figures.singular_spectrum({"after token 7": [3.0, 0.5, 0.02]}, "t")
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1  # no bare "2"/"5" minor labels
+
+
+def test_many_legend_entries_grow_the_figure_instead_of_hiding():
+    from ui import figures
+    curves = {f"after token {t}": [3.0, 1.0, 0.1] for t in range(6)}
+    fig = figures.singular_spectrum(curves, "t", random_curves=curves)  # 12 entries
+    assert fig.layout.legend.orientation == "v" and fig.layout.height >= figures.LEGEND_ROW_PX * 12
+    few = figures.singular_spectrum({"after token 1": [1.0]}, "t")
+    assert few.layout.legend.orientation == "h" and few.layout.height is None
+
+
+def test_a_local_directory_is_not_called_trained(tmp_path):
+    from ui.labels import weights_name
+    assert weights_name(str(tmp_path)) == "loaded weights"
+    (tmp_path / "training.json").write_text("{}")
+    assert weights_name(str(tmp_path)) == "trained"
+    assert weights_name("/home/u/.cache/huggingface/hub/models--org--m/snapshots/abc") == "trained"
+
+
+def test_spectrum_positions_snap_to_the_nearest_collected_position():
+    from ui.choices import snap_to
+    # stride 8 → 10 over 64 tokens: 8 and 32 move to 10 and 30 (not dropped, not 0); 63 stays the last token
+    assert snap_to([8, 32, 63], [0, 10, 20, 30, 40, 50, 60, 63]) == ([10, 30, 63], [(8, 10), (32, 30)])
+    # a shorter text: positions past its end become its last token, once
+    assert snap_to([100, 200], [0, 8, 15]) == ([15], [(100, 15), (200, 15)])
+    assert snap_to([5], []) == ([], [])

@@ -16,9 +16,10 @@ def blocks_frame(info) -> pd.DataFrame:
             name = f"linear attention (layer {b.linear_layer})"
         elif b.kind == "softmax":
             per_token = b.kv_cache_bytes_per_token
-            memory = (f"no state; KV cache {per_token:,} B per token ({per_token * KV_TOKENS / 2**20:.2f} MiB at "
+            cache = "latent cache" if b.cache_note else "KV cache"  # MLA caches a latent, not per-head K and V
+            memory = (f"no state; {cache} {per_token:,} B per token ({per_token * KV_TOKENS / 2**20:.2f} MiB at "
                       f"{KV_TOKENS:,} tokens, {info.dtype})")
-            shape, name = "not pruned", "softmax attention"
+            shape, name = b.cache_note or "not pruned", "softmax attention"
         else:
             memory, shape, name = "", "not analysed", "other mixer"
         rows.append({"Block": b.block, "Kind": name, "Heads and dims": shape, "Memory per sequence": memory})

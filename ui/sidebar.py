@@ -81,6 +81,16 @@ def _recall_task(request):
         return None  # the page shows the error
 
 
+def _tokenizer_caption(request) -> None:
+    """Say which tokenizer reads the text when the model directory brings none."""
+    try:
+        note = models.tokenizer_note(cache.resolve(*request).path)
+    except AnalysisError:
+        return  # the page shows the error
+    if note:
+        st.caption(note)
+
+
 def _inputs(request) -> InputSpec:
     task = _recall_task(request) if request[0] else None
     if task is not None:
@@ -92,6 +102,7 @@ def _inputs(request) -> InputSpec:
         return InputSpec("recall", tokens=task.seq_len, sequences=int(sequences), seed=int(seed))
     kind = state_field(st.radio, "Text", "text_kind", "Bundled split", options=("Bundled split", "Pasted text"),
                        horizontal=True)
+    _tokenizer_caption(request)
     split, text = "test", ""
     if kind == "Bundled split":
         split = state_field(st.selectbox, "Split", "split", "test", options=SPLIT_ORDER, format_func=data.dataset_label)
