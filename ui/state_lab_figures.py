@@ -68,7 +68,7 @@ def noise_curves(probe: dict, snr_db: float, title: str, first_label: str, secon
     x = probe["snr_db"]
     fig = go.Figure()
     lines = [("Monte Carlo, q = k + ε", "mc_raw", PALETTE[0], "solid"),
-             ("exact RMS σ‖S‖_F/‖Sᵀk‖", "bound_raw", PALETTE[0], "dot"),
+             ("exact RMS σ‖S‖<sub>F</sub>/‖Sᵀk‖", "bound_raw", PALETTE[0], "dot"),
              ("Monte Carlo, re-normalised q̂", "mc_renorm", PALETTE[1], "solid"),
              (f"first order, q̂ ({first_label})", "first_order", PALETTE[2], "dash"),
              (f"second order, q̂ ({second_label})", "second_order", PALETTE[3], "dash")]
