@@ -115,7 +115,7 @@ if metric == "rank_utilization":
         "Rank utilization after every token", key=state.remembered("every_token", False),
         help="Track s₁ of the state after every token with a warm-started Rayleigh–Ritz iteration instead of an "
              "SVD per state (never above the true s₁, stops at an estimated error of 3e-5 in the utilization; "
-             "‖S‖_F is exact).")
+             "$\\|S\\|_F$ is exact).")
     state.remember("every_token")
 left, right = st.columns(2)
 with left:
@@ -130,18 +130,24 @@ with left:
         overlay = mean_std(rand["metrics"][metric][layer, :, head, :], axis=0) if rand else None
         how = f"every {stride} tokens"
     mean, std = mean_std(trace_values[layer, :, head, :], axis=0)
+    # the token at each position (the first sequence's when there are several) for the hover and short-text ticks
+    hover_tokens = lambda ps: [data["token_text"][0][p] for p in ps] if data.get("token_text") else None  # noqa: E731
     st.plotly_chart(figures.metric_over_positions(trace_positions, mean, std, z_title,
                                                   f"{METRIC_INFO[metric].label}{scales.tau_note(metric, TAU)}: "
                                                   f"layer {layer}, head {head}", overlay,
                                                   scales.band_bounds(metric if not every_token else
                                                                      "rank_utilization", TAU),
-                                                  weights_name(ctx.key.path)),
+                                                  weights_name(ctx.key.path), hover_tokens(trace_positions)),
                     key="rank_over_positions")
-    st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"))
+    st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"
+                             + ("; the hover names sequence 0's token" if n_seq > 1 and data.get("token_text") else "")))
 with right:
     index = [positions.index(p) for p in chosen]
     spectra = lambda d: {f"after token {positions[i]}": d["singular_values"][layer][:, head, i].mean(0)  # noqa: E731
                          for i in index}
-    st.plotly_chart(figures.singular_spectrum(spectra(data), f"Singular spectrum: layer {layer}, head {head}",
-                                              spectra(rand) if rand else None), key="spectrum")
-    st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))
+    if not index:  # a sentence (the picker's hint says what to do), not blank axes
+        st.info("No spectrum: no token position is picked above.")
+    else:
+        st.plotly_chart(figures.singular_spectrum(spectra(data), f"Singular spectrum: layer {layer}, head {head}",
+                                                  spectra(rand) if rand else None), key="spectrum")
+        st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))

@@ -149,18 +149,23 @@ def test_bad_model_choices_show_one_sentence_and_recover(monkeypatch, lm_dir, tm
     assert len(charts(at)) == 1
 
 
-def test_too_short_pasted_text_shows_one_sentence_and_recovers(monkeypatch, lm_dir):
+def test_a_short_pasted_sentence_is_read_whole_and_its_tokens_label_the_positions(monkeypatch, lm_dir):
+    """Issue 23 item 5: a short sentence no longer fails until two fields are changed; the sequence settings
+    fit the text (a caption says so), and the positions are labelled with their tokens."""
     at = start(monkeypatch, lm_dir)
     at.switch_page("pages/states.py").run()
     at.radio(key="w:text_kind").set_value("Pasted text").run()
     at.text_area(key="w:pasted_text").set_value("To be, or not to be.").run()
-    assert not at.exception and len(at.error) == 1
-    assert "tokens" in at.error[0].value and one_sentence(at.error[0].value)
-    at.number_input(key="w:tokens").set_value(4).run()  # below the minimum: clamped by the widget
-    at.number_input(key="w:tokens").set_value(8).run()
-    at.number_input(key="w:sequences").set_value(1).run()
     assert_clean(at)
-    assert "pasted text" in at.caption[0].value and len(charts(at)) == 3
+    [fit] = [c.value for c in at.sidebar.caption if "fewer than the 4 × 256" in c.value]
+    n = int(fit.split("has ")[1].split(" tokens")[0])
+    assert f"read as 1 sequence of {n} tokens" in fit
+    assert "pasted text" in at.caption[0].value and f"context {n} tokens × 1 sequences" in at.caption[0].value
+    at.number_input(key="w:stride").set_value(1).run()
+    over = next(s for s in charts(at) if "layer 0, head 0" in s["layout"]["title"]["text"])
+    ticks = over["layout"]["xaxis"]["ticktext"]
+    assert len(ticks) == n and ticks[1].endswith(" be")  # position 1 is the token " be"
+    assert "%{text}" in over["data"][1]["hovertemplate"]
 
 
 def test_recall_model_reads_recall_sequences(monkeypatch, recall_dir):
@@ -205,6 +210,10 @@ def test_states_spectrum_positions_follow_a_new_stride(monkeypatch, lm_dir):
     assert any("moved to the nearest collected" in c.value for c in at.caption)
     spectrum = next(s for s in charts(at) if "Singular spectrum" in s["layout"]["title"]["text"])
     assert {t["name"] for t in spectrum["data"]} == {f"after token {p}" for p in after}
+    at.multiselect(key="w:spectrum_positions").set_value([]).run()
+    assert_clean(at)
+    assert not [s for s in charts(at) if "Singular spectrum" in s["layout"]["title"]["text"]]  # no blank axes
+    assert any("No spectrum" in i.value for i in at.info)
 
 
 def test_a_directory_without_a_tokenizer_says_which_one_reads_its_text(monkeypatch, lm_dir):

@@ -49,6 +49,12 @@ def test_shrink_pages_render(monkeypatch, lm_dir, page, title):
     assert at.title[0].value == title
     assert at.expander[0].label == "What am I seeing?"
     assert any("device cpu" in c.value for c in at.caption)
+    if page != "pages/importance.py":  # nothing measured yet: a sentence in place of blank axes
+        titles = [s["layout"]["title"]["text"] for s in charts(at)]
+        assert not [t for t in titles if "kernel time" in t or "each layer alone" in t or "Perplexity vs" in t]
+        infos = " ".join(i.value for i in at.info)
+        assert ("No kernel timings yet" in infos and "No sweep points" in infos) if page == "pages/sweep.py" \
+            else "No map for these settings yet" in infos
 
 
 def test_importance_shows_scores_masks_agreement_and_energy(monkeypatch, lm_dir):

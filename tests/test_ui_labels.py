@@ -62,3 +62,18 @@ def test_spectrum_positions_snap_to_the_nearest_collected_position():
     # a shorter text: positions past its end become its last token, once
     assert snap_to([100, 200], [0, 8, 15]) == ([15], [(100, 15), (200, 15)])
     assert snap_to([5], []) == ([], [])
+
+
+def test_a_short_text_is_read_whole_instead_of_refused():
+    from analysis.inputs import fit_windows
+    assert fit_windows(30, 256, 4) == (30, 1)       # "only 30 tokens, fewer than the 4×256 asked for"
+    assert fit_windows(600, 256, 4) == (256, 2)     # whole windows of the asked length where the text has them
+    assert fit_windows(2000, 256, 4) == (256, 4)    # long enough: unchanged
+
+
+def test_positions_carry_their_tokens():
+    from ui import figures
+    fig = figures.metric_over_positions([0, 1, 2], [0.1, 0.2, 0.3], [0, 0, 0], "u", "t", tokens=["The", " cat", "\n"])
+    mean = fig.data[1]
+    assert list(mean.text) == ["The", " cat", "'\\n'"] and "%{text}" in mean.hovertemplate
+    assert list(fig.layout.xaxis.ticktext) == ["0 The", "1  cat", "2 '\\n'"]

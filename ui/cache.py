@@ -99,7 +99,16 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
         "final_states": [layer.final_state.float().numpy() for layer in trace.layers],
         "keys": [layer.keys.float().numpy() for layer in trace.layers],
         "dataset": label, "tokens": int(ids.shape[1]), "sequences": int(ids.shape[0]),
+        "token_text": _token_text(key, ids),
     }
+
+
+def _token_text(key: ModelKey, ids: torch.Tensor) -> list[list[str]] | None:
+    """Each token as text, [B][T] (hover labels over token positions); None for recall models (no tokenizer)."""
+    if recall_task(key) is not None:
+        return None
+    tok = tokenizer(key.path)
+    return [[tok.decode([i]) for i in row] for row in ids.tolist()]  # " cat", not the byte-level "Ġcat"
 
 
 @memo.memoized("every_token_data", max_entries=16)

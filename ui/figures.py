@@ -25,6 +25,7 @@ TITLE_CHARS = 44  # longest title line: fits a half-width (compare mode) chart b
 MAX_TEXT_CELLS = 64  # heatmaps print their values in the cells up to this many cells
 # 1e-15, not SI prefixes (10f, 1p, 100µ) on singular values; one label per decade, never bare "2"/"5" minor labels
 LOG_AXIS = dict(type="log", exponentformat="e", dtick=1)
+MAX_TOKEN_TICKS = 40  # up to this many positions are labelled with their token on the x axis
 LEGEND_ROW_PX = 22  # one legend entry per line below the plot: the figure grows by this much per entry
 FEW_ENTRIES = 4     # up to this many entries fit in one horizontal row below the plot
 
@@ -137,15 +138,24 @@ def _band(fig: go.Figure, x, mean, spread, name: str, color: str, dash: str = "s
 
 def metric_over_positions(positions, mean, spread, y_title: str, title: str,
                           random: tuple | None = None, bounds: tuple = (None, None),
-                          name: str = "trained") -> go.Figure:
+                          name: str = "trained", tokens: Sequence[str] | None = None) -> go.Figure:
     """Mean ± spread across sequences of a metric over token position; `random` = (mean, spread) overlay.
 
     bounds: the metric's possible range (None: open); the std bands are clipped to it. name: the loaded
-    model's line ("trained", or "loaded weights" when they may be random too)."""
+    model's line ("trained", or "loaded weights" when they may be random too). tokens: the text of the token
+    at each position (hover, and the tick labels when there are few), so a reader can name the word."""
     fig = go.Figure()
     _band(fig, positions, mean, spread, name, PALETTE[0], bounds=bounds)
     if random is not None:
         _band(fig, positions, random[0], random[1], "random init", RANDOM_COLOR, dash="dash", bounds=bounds)
+    if tokens is not None:
+        shown = [repr(t)[1:-1] if t.strip() else repr(t) for t in tokens]  # "\n" and spaces stay visible
+        for trace in fig.data:
+            if trace.mode == "lines":
+                trace.update(text=shown, hovertemplate="token %{x} “%{text}”: %{y:.4g}")
+        if len(positions) <= MAX_TOKEN_TICKS:
+            fig.update_xaxes(tickvals=list(positions), ticktext=[f"{p} {t}" for p, t in zip(positions, shown)],
+                             tickangle=-60)
     return axes_layout(fig, title, "token position t (state after token t)", y_title)
 
 

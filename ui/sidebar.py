@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from analysis import data, models
+from analysis import data, inputs, models
 from analysis.errors import AnalysisError
 from ui import cache
 from ui.keys import InputSpec
@@ -91,6 +91,21 @@ def _tokenizer_caption(request) -> None:
         st.caption(note)
 
 
+def _fit_text(request, text: str, tokens: int, sequences: int) -> tuple[int, int]:
+    """A pasted text shorter than tokens × sequences is read whole (fewer or shorter sequences), with a caption
+    saying so, instead of failing until two fields are changed."""
+    try:
+        tok = cache.tokenizer(cache.resolve(*request).path)
+        available = len(inputs.first_token_ids(tok, inputs.resolve_text(text=text), tokens * sequences))
+    except AnalysisError:
+        return tokens, sequences  # the page shows the error
+    fitted = inputs.fit_windows(available, tokens, sequences)
+    if fitted != (tokens, sequences) and available:
+        st.caption(f"The pasted text has {available} tokens, fewer than the {sequences} × {tokens} set above: "
+                   f"it is read as {fitted[1]} sequence{'s' if fitted[1] != 1 else ''} of {fitted[0]} tokens.")
+    return fitted
+
+
 def _inputs(request) -> InputSpec:
     task = _recall_task(request) if request[0] else None
     if task is not None:
@@ -111,6 +126,8 @@ def _inputs(request) -> InputSpec:
                            placeholder="Paste at least tokens × sequences tokens of text")
     tokens = state_field(st.number_input, "Tokens per sequence", "tokens", 256, 8, 8192, step=64)
     sequences = state_field(st.number_input, "Number of sequences", "sequences", 4, 1, 64, step=1)
+    if kind == "Pasted text" and text.strip():
+        tokens, sequences = _fit_text(request, text, int(tokens), int(sequences))
     return InputSpec("text" if kind == "Pasted text" else "split", split=split, text=text, tokens=int(tokens),
                      sequences=int(sequences))
 

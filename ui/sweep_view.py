@@ -185,6 +185,10 @@ def _follow(job, points: list) -> None:
         drawn[0] += 1
         if job is not None and job.running:
             progress.progress(job.fraction, text=f"{job.text} (unpruned baseline first)")
+        if not points:  # a sentence, not blank axes, until the first point
+            chart.info("No sweep points for these settings yet: press **Run sweep** to measure the unpruned model, "
+                       "then each strategy at each ratio; the chart fills in point by point.")
+            return
         chart.plotly_chart(shrink_figures.sweep_figure(points, LABELS, "Perplexity vs pruning ratio", y_title),
                            key=f"sweep_chart_{drawn[0]}")
         if points:
