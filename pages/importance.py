@@ -7,6 +7,7 @@ from analysis import data
 from analysis.strategies import STRATEGIES
 from ui import frame, shrink, shrink_figures, state
 from ui.batches import recall_label
+from ui.blocks import head_meaning
 from ui.choices import multi_choice
 from ui.context import current
 from ui.errors import guard
@@ -46,6 +47,8 @@ layer = state.field(c3.selectbox, "Layer", "sel_layer", 0, options=range(n_layer
 layer = min(int(layer), n_layers - 1)
 heads = list(range(ctx.info.heads))
 head = state.field(c4.selectbox, "Head", "sel_head", 0, options=heads)
+if (meaning := head_meaning(ctx.info, "key")) is not None:
+    st.caption(meaning)
 if not chosen:
     st.stop()
 

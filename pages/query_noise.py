@@ -5,7 +5,7 @@ import time
 import streamlit as st
 
 from analysis.noise import VALIDITY_TOL
-from ui import cache, figures, frame, noise_tables, noise_view, state
+from ui import cache, figures, frame, noise_tables, noise_view, notice, state
 from ui.clicks import click, clicked_for
 from ui.context import current, traced
 from ui.errors import guard
@@ -89,6 +89,7 @@ mc_note = (f"Monte Carlo (markers): per sequence the RMS over the keys and {samp
            if mc else "Monte Carlo not run yet")
 st.caption(caption(prov, f"{mc_note}; medians over {bounds['sequences']} sequences, bars the interquartile range; "
                          f"re-normalised predictions drawn only where valid (first neglected term ≤ {VALIDITY_TOL:.0%})"))
+st.caption(notice.noise_plot(snr, summaries))
 st.markdown("**Predictions and their validity** (median over sequences; “vs MC”: median over sequences of "
             "prediction / Monte Carlo − 1, both RMS)")
 st.dataframe(noise_tables.prediction_table(summaries, snr), hide_index=True)

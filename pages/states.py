@@ -2,8 +2,8 @@
 import streamlit as st
 
 from analysis.rank import METRIC_INFO
-from ui import figures, frame, scales, state
-from ui.blocks import hybrid_note
+from ui import figures, frame, notice, scales, state
+from ui.blocks import head_meaning, hybrid_note
 from ui.choices import multi_choice, snap_to
 from ui.context import current, traced, traced_every_token
 from ui.explain import explainer
@@ -52,6 +52,8 @@ n_layers, n_seq, n_heads, _ = values.shape
 final, _ = mean_std(values[..., -1], axis=1)         # [L, H]: last position, mean over sequences
 if (note := hybrid_note(ctx.info)) is not None:
     st.caption(note)
+if (meaning := head_meaning(ctx.info, "value")) is not None:
+    st.caption(meaning)
 
 # A click on the heatmap (stored under its key by the previous run) selects the cell, once per click.
 click = st.session_state.get("rank_heatmap")
@@ -84,6 +86,7 @@ with cols[0]:
     st.plotly_chart(figures.layer_head_heatmap(final, z_title, title + suffix, (layer, head), zrange),
                     key="rank_heatmap", on_select="rerun", selection_mode="points")
     st.caption(caption(prov, f"state after token {data['tokens'] - 1}, mean over {n_seq} sequences"))
+    st.caption(notice.rank_map(metric, METRIC_INFO[metric].label, final, max_rank, final_rand))
 if rand:
     with cols[1]:
         st.plotly_chart(figures.layer_head_heatmap(final_rand, z_title, title + " (random init, seed 0)",
@@ -141,6 +144,7 @@ with left:
                     key="rank_over_positions")
     st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"
                              + ("; the hover names sequence 0's token" if n_seq > 1 and data.get("token_text") else "")))
+    st.caption(notice.over_positions(trace_positions, mean, hover_tokens(trace_positions)))
 with right:
     index = [positions.index(p) for p in chosen]
     spectra = lambda d: {f"after token {positions[i]}": d["singular_values"][layer][:, head, i].mean(0)  # noqa: E731
@@ -151,3 +155,4 @@ with right:
         st.plotly_chart(figures.singular_spectrum(spectra(data), f"Singular spectrum: layer {layer}, head {head}",
                                                   spectra(rand) if rand else None), key="spectrum")
         st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))
+        st.caption(notice.spectrum(spectra(data)))

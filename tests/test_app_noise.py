@@ -75,6 +75,7 @@ def test_monte_carlo_runs_only_after_the_click_with_progress(monkeypatch, rank_o
     [spec] = charts(at)
     assert not markers(spec) and not at.get("progress")  # predictions only, nothing ran
     assert any("Until it runs" in c.value for c in at.caption)
+    assert any(c.value.startswith("Notice:") and "10× less per 20 dB" in c.value for c in at.caption)
     assert spec["layout"]["yaxis"]["type"] == "log"
     at.button(key="noise_mc_run").click().run()
     assert_clean(at)

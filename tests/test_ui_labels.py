@@ -77,3 +77,27 @@ def test_positions_carry_their_tokens():
     mean = fig.data[1]
     assert list(mean.text) == ["The", " cat", "'\\n'"] and "%{text}" in mean.hovertemplate
     assert list(fig.layout.xaxis.ticktext) == ["0 The", "1  cat", "2 '\\n'"]
+
+
+def test_notice_lines_state_what_the_numbers_show():
+    from ui import notice
+    m = 64
+    one = np.full((2, 3), 1 / m)  # every head at u = 1/m, trained and random init alike (qwen35-hybrid-small's story)
+    line = notice.rank_map("rank_utilization", "Rank utilization", one * 1.01, m, one)
+    assert "about 1/m = 0.0156" in line and "the random-init copy is the same" in line
+    spread = np.array([[0.09, 0.06], [0.05, 0.06]])  # deltanet-small-like: several directions, random init higher
+    line = notice.rank_map("rank_utilization", "Rank utilization", spread, m, spread + 0.08)
+    assert "0.05 (layer 1, head 0) to 0.09 (layer 0, head 0)" in line and "training lowered it" in line
+    assert f"about {spread.mean() * m:.1f} of m = 64 directions" in line
+    rise = notice.over_positions([0, 8, 16], [0.1, 0.12, 0.5], ["A", " cat", " sat"])
+    assert "from 0.1 after token 0 to 0.5 after token 16" in rise and "largest rise is at token 16 (“sat”)" in rise
+    spec = notice.spectrum({"after token 7": [4.0, 1.0, 0.5, 0.1]})
+    assert "s₁ is 4× s₂" in spec and "3 of 4 singular values exceed s₁/10" in spec
+
+
+def test_head_meaning_only_where_value_and_key_heads_differ():
+    from types import SimpleNamespace
+    from ui.blocks import head_meaning
+    hybrid = SimpleNamespace(heads=2, value_heads=4)
+    assert "value head (0–3)" in head_meaning(hybrid, "value") and "key head (0–1)" in head_meaning(hybrid, "key")
+    assert head_meaning(SimpleNamespace(heads=4, value_heads=4), "value") is None

@@ -35,3 +35,16 @@ def hybrid_note(info) -> str | None:
     return (f"Hybrid model: layers here count the {info.layers} linear-attention layers (layer→block: {where}); "
             f"block{'s' if len(softmax) > 1 else ''} {', '.join(map(str, softmax))} "
             "are softmax attention, with no recurrent state (their KV cache is on the Model page).")
+
+
+def head_meaning(info, kind: str) -> str | None:
+    """What "head" counts on a page where value heads and key heads differ (None where they are the same):
+    kind "value" (a state per value head: States, State lab) or "key" (channels pruned per key head)."""
+    if info.value_heads == info.heads or info.heads <= 0:
+        return None
+    group = info.value_heads // info.heads
+    if kind == "value":
+        return (f"“Head” here is a value head (0–{info.value_heads - 1}): each keeps its own state; every {group} "
+                f"value heads share one of the {info.heads} key heads (key head = value head // {group}).")
+    return (f"“Head” here is a key head (0–{info.heads - 1}): key channels are scored and pruned per key head; key "
+            f"head h is read by value heads {group}h to {group}h + {group - 1} (the States page counts value heads).")
