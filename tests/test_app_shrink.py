@@ -68,6 +68,9 @@ def test_importance_shows_scores_masks_agreement_and_energy(monkeypatch, lm_dir)
     assert "PCA (rotation, not axis-aligned)" not in mask["y"] and len(mask["y"]) == 5  # five axis-aligned
     assert any("Calibration ready: 2×64 tokens" in s.label for s in at.status)
     assert any("2×64 tokens of the Shakespeare train split" in c.value for c in at.caption)
+    # a plain line under each chart: scores, masks, agreement, and the energy of each tab
+    notices = [c.value for c in at.caption if c.value.startswith("Notice")]
+    assert len(notices) == 5 and any("kept by all 5" in n for n in notices), notices
 
 
 def test_uniform_prune_compares_recovers_and_offers_the_zip(monkeypatch, lm_dir):

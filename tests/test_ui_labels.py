@@ -101,3 +101,23 @@ def test_head_meaning_only_where_value_and_key_heads_differ():
     hybrid = SimpleNamespace(heads=2, value_heads=4)
     assert "value head (0–3)" in head_meaning(hybrid, "value") and "key head (0–1)" in head_meaning(hybrid, "key")
     assert head_meaning(SimpleNamespace(heads=4, value_heads=4), "value") is None
+
+
+def test_importance_notices():
+    from ui import notice
+    masks = {"L1": [1, 1, 0, 0], "Wanda": [1, 0, 1, 0]}
+    assert "of the 2 channels each strategy keeps, 1 are kept by all 2; 3 of the 4" in notice.kept_masks(masks)
+    line = notice.agreement(["A", "B", "C"], [[1, 0.5, 0.2], [0.5, 1, 0.3], [0.2, 0.3, 1]], 32, 64)
+    assert "A and B agree most (J = 0.50), A and C least (J = 0.20)" in line and "= 0.33" in line  # 32/(128−32)
+    assert "L1 keeps the most key energy (90.0% " in notice.kept_energy({"L1": [0.9, 0.9], "Random": [0.5, 0.6]}, "key")
+    assert notice.top_channels({"L1": [0.1, 3.0], "Wanda": [0.2, 5.0]}).endswith("the same channel for all.")
+
+
+def test_a_fixed_height_chart_with_many_entries_still_grows_its_legend():
+    from ui import state_lab_figures as figs
+    x = [-10.0, 0.0, 10.0]
+    probe = {"snr_db": x, **{k: [1.0, 0.3, 0.1] for k in ("mc_raw", "bound_raw", "mc_renorm", "first_order",
+                                                           "second_order", "retrieval_raw")}}
+    fig = figs.noise_curves(probe, 0.0, "t", "valid ≥ 5 dB", "valid ≥ 0 dB")  # 6 entries, asked height 420
+    assert fig.layout.legend.orientation == "v" and fig.layout.height >= 400 + 22 * 6
+    assert not any("_" in t.name for t in fig.data)  # subscripts, not literal underscores

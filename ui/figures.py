@@ -60,10 +60,10 @@ def axes_layout(fig: go.Figure, title: str, x_title: str, y_title: str, **kwargs
     The toolbar stands vertically at the right edge, so it never covers the title.
     """
     entries = sum(1 for t in fig.data if t.name and t.showlegend is not False)
-    if entries > FEW_ENTRIES and "legend" not in kwargs and "height" not in kwargs:
+    if entries > FEW_ENTRIES and "legend" not in kwargs:
         # many entries: one per line below the plot, and the figure grows so none is cut off or scrolled away
         kwargs["legend"] = dict(orientation="v", yanchor="top", y=-0.2, x=0)
-        kwargs["height"] = 400 + LEGEND_ROW_PX * entries
+        kwargs["height"] = max(kwargs.get("height") or 0, 400 + LEGEND_ROW_PX * entries)
     kwargs.setdefault("legend", dict(orientation="h", yanchor="top", y=-0.2, x=0))
     fig.update_layout(title=dict(text=wrap_title(title), x=0, xref="paper", xanchor="left", yref="paper", y=1,
                                  yanchor="bottom", pad=dict(b=12), automargin=True),

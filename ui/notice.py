@@ -89,3 +89,46 @@ def noise_plot(snr_db: Sequence[float], probes: list[dict]) -> str:
     return (f"Notice: {probes[0]['name']}'s exact raw-query error goes from {y[0]:.3g} at {snr_db[0]:g} dB to "
             f"{y[-1]:.3g} at {snr_db[-1]:g} dB, 10× less per 20 dB because it is proportional to σ; a direction "
             "with a smaller sⱼ (larger Σs²/sⱼ² in the table) sits higher.")
+
+
+def kept_masks(masks: dict[str, Sequence[int]]) -> str:
+    """Under the kept-channel masks of one head: how many kept channels every strategy shares."""
+    if not masks:
+        return ""
+    m = np.asarray(list(masks.values()), dtype=bool)           # [strategies, dk]
+    kept = int(m[0].sum())
+    every, some = int(m.all(0).sum()), int(m.any(0).sum())
+    return (f"Notice: of the {kept} channels each strategy keeps, {every} are kept by all {len(masks)}; "
+            f"{some} of the {m.shape[1]} channels are kept by at least one.")
+
+
+def agreement(labels: Sequence[str], matrix, kept: int, dk: int, where: str = "") -> str:
+    """Under the Jaccard matrix: the most and least similar pair, next to what two random choices would give."""
+    pairs = [(float(matrix[i][j]), labels[i], labels[j]) for i in range(len(labels)) for j in range(i + 1, len(labels))]
+    if not pairs:
+        return ""
+    (lo, a, b), (hi, c, d) = min(pairs), max(pairs)
+    chance = kept / (2 * dk - kept) if 0 < kept < 2 * dk else float("nan")
+    return (f"Notice: {c} and {d} agree most (J = {hi:.2f}), {a} and {b} least (J = {lo:.2f}); two random choices "
+            f"of {kept} of {dk} channels{where} would overlap by about k/(2d − k) = {chance:.2f}.")
+
+
+def kept_energy(energy: dict[str, Sequence[float]], which: str) -> str:
+    """Under the kept-energy bars: which strategy keeps the most and the least of the activations, mean over layers."""
+    means = {name: float(np.mean(v)) for name, v in energy.items() if len(v)}
+    if not means:
+        return ""
+    best, worst = max(means, key=means.get), min(means, key=means.get)
+    return (f"Notice: {best} keeps the most {which} energy ({means[best]:.1%} mean over layers), {worst} the least "
+            f"({means[worst]:.1%}).")
+
+
+def top_channels(scores: dict[str, Sequence[float]]) -> str:
+    """Under the score bars (axis-aligned strategies): each one's top-scored channel, to compare at a glance."""
+    tops = {name: int(np.nanargmax(np.asarray(v, dtype=float))) for name, v in scores.items() if len(v)}
+    if not tops:
+        return ""
+    shared = len(set(tops.values())) == 1
+    listed = ", ".join(f"{name}: {c}" for name, c in tops.items())
+    return f"Notice: the top-scored channel is {listed}" + (" — the same channel for all." if shared and len(tops) > 1
+                                                          else ".")

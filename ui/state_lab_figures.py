@@ -73,7 +73,7 @@ def noise_curves(probe: dict, snr_db: float, title: str, first_label: str, secon
              (f"first order, q̂ ({first_label})", "first_order", PALETTE[2], "dash"),
              (f"second order, q̂ ({second_label})", "second_order", PALETTE[3], "dash")]
     if "retrieval_raw" in probe:
-        lines.append(("vs w_j: ‖Sᵀq − w_j‖/‖w_j‖ (exact RMS)", "retrieval_raw", "#000000", "dashdot"))
+        lines.append(("vs w<sub>j</sub>: ‖Sᵀq − w<sub>j</sub>‖/‖w<sub>j</sub>‖ (exact RMS)", "retrieval_raw", "#000000", "dashdot"))
     for name, key, color, dash in lines:
         fig.add_trace(go.Scatter(x=x, y=as_list(probe[key]), mode="lines", name=name, line=dict(color=color, dash=dash)))
     fig.add_vline(x=snr_db, line_color="black", line_width=1, annotation_text=f"{snr_db:g} dB",
