@@ -129,6 +129,16 @@ def _last_word_end(text: str) -> int:
     return last
 
 
+def fit_windows(available: int, tokens: int, sequences: int) -> tuple[int, int]:
+    """(tokens, sequences) that a text of `available` tokens fills: the asked windows when it has them, else
+    as many whole windows of the asked length as fit, else one window of the whole text."""
+    if available >= tokens * sequences:
+        return tokens, sequences
+    if available >= tokens:
+        return tokens, available // tokens
+    return max(int(available), 1), 1
+
+
 def token_batch(tokenizer, source: TextSource, tokens: int, batch: int = 1, vocab_size: int | None = None
                 ) -> torch.Tensor:
     """`batch` consecutive non-overlapping windows of `tokens` tokens from the start of the text."""

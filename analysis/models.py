@@ -233,6 +233,17 @@ def load_tokenizer(source_or_model):
     return data.load_tokenizer()
 
 
+def tokenizer_note(source_or_model) -> str | None:
+    """None when the model directory has its own tokenizer; else the sentence that says which one reads its text."""
+    from analysis import data
+    path = Path(getattr(source_or_model, "analysis_source", source_or_model))
+    if (path / "tokenizer.json").exists():
+        return None
+    where = data.TOKENIZER_DIR.relative_to(data.TOKENIZER_DIR.parents[1])
+    return (f"{path.name} has no tokenizer.json, so its text is read with the bundled tokenizer ({where}/, the one "
+            "the bundled samples were trained with); token ids the model's vocabulary lacks are refused.")
+
+
 def type_label(model_type: str) -> str:
     """A model type in words: its family's label (+ "per-layer key dims" for the project's pruned types)."""
     family = family_of(model_type)
@@ -254,6 +265,7 @@ class BlockInfo:
     state_bytes_per_sequence: int | None = None     # fp32 state of a linear layer
     kv_cache_bytes_per_token: int | None = None     # a softmax layer's KV cache grows by this per token
     label: str = ""                                  # what the block is, in words (the family's adapter says)
+    cache_note: str | None = None                   # what a softmax layer caches when not plain K/V (MLA's latent)
 
 
 @dataclass
@@ -311,7 +323,8 @@ def _describe(model) -> ArchitectureInfo:
                                     layer.value_heads * layer.key_dim * layer.value_dim * 4, label=label))
         elif block.kind == "softmax":
             blocks.append(BlockInfo(block.index, block.kind, None, kv_cache_bytes_per_token=adapter.softmax_cache_bytes(
-                block.module, 1, param.element_size()), label=label))
+                block.module, 1, param.element_size()), label=label,
+                cache_note=adapter.softmax_cache_note(block.module)))
         else:
             blocks.append(BlockInfo(block.index, block.kind, None, label=label))
     conv = 0

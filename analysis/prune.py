@@ -20,7 +20,7 @@ from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
 from analysis.models import TILE_ROWS, linear_layers
 from analysis.io.model_dir import save_model_dir
-from analysis.strategies import Selection, get_strategy
+from analysis.strategies import STRATEGIES, Selection, get_strategy
 
 ROUNDINGS = (None, 16, 32, 64)
 
@@ -87,6 +87,14 @@ def check_rescale(rescale: str) -> str:
     if rescale not in RESCALES:
         raise AnalysisError(f"Readout scale must be one of {', '.join(RESCALES)}, got {rescale!r}.")
     return rescale
+
+
+def usable_strategies(model) -> tuple[list[str], list[str]]:
+    """(usable, unusable) strategy names for this model: a strategy that mixes key channels (PCA) cannot be
+    used where each key channel has its own decay (KDA, Kimi), the same rule prune() enforces."""
+    rotations = adapter_for(model).rotations
+    usable = [name for name, s in STRATEGIES.items() if s.axis_aligned or rotations]
+    return usable, [name for name in STRATEGIES if name not in usable]
 
 
 def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0,

@@ -5,8 +5,9 @@ import streamlit as st
 
 from analysis import data
 from analysis.strategies import STRATEGIES
-from ui import frame, shrink, shrink_figures, state
+from ui import frame, notice, shrink, shrink_figures, state
 from ui.batches import recall_label
+from ui.blocks import head_meaning
 from ui.choices import multi_choice
 from ui.context import current
 from ui.errors import guard
@@ -46,6 +47,8 @@ layer = state.field(c3.selectbox, "Layer", "sel_layer", 0, options=range(n_layer
 layer = min(int(layer), n_layers - 1)
 heads = list(range(ctx.info.heads))
 head = state.field(c4.selectbox, "Head", "sel_head", 0, options=heads)
+if (meaning := head_meaning(ctx.info, "key")) is not None:
+    st.caption(meaning)
 if not chosen:
     st.stop()
 
@@ -71,6 +74,8 @@ for i, name in enumerate(chosen):
     with columns[i % len(columns)]:
         st.plotly_chart(fig, key=f"scores_{name}")
 st.caption(caption(prov, f"layer {layer}, head {head}; coloured = kept at ρ = {ratio:.2f}"))
+st.caption(notice.top_channels({shrink.strategy_label(n): report["scores"][n][layer][head] for n in chosen
+                                if STRATEGIES[n].axis_aligned}))
 
 aligned = report["strategies"]
 st.subheader("Kept masks side by side")
@@ -78,6 +83,7 @@ if aligned:
     masks = {shrink.strategy_label(n): report["kept"][n][layer][head] for n in aligned}
     st.plotly_chart(shrink_figures.kept_mask_heatmap(masks, f"Kept channels, layer {layer}, head {head}"),
                     key="kept_masks")
+    st.caption(notice.kept_masks(masks))
 for name in (n for n in chosen if not STRATEGIES[n].axis_aligned):
     st.caption(f"{shrink.strategy_label(name)} keeps the top {kept_dk} directions, a rotation of all {dk} channels, "
                "so it has no channel mask and is left out of the masks, the agreement and the energy.")
@@ -90,6 +96,7 @@ with left:
         st.plotly_chart(shrink_figures.agreement_heatmap(labels, report["agreement"],
                                                          "Jaccard overlap of the kept sets"), key="agreement")
         st.caption(caption(prov, "mean over all layers and heads"))
+        st.caption(notice.agreement(labels, report["agreement"], kept_dk, dk, f" (layer {layer})"))
     else:
         st.info("Pick two or more axis-aligned strategies to compare their kept sets.")
 with right:
@@ -100,6 +107,7 @@ with right:
             energy = {shrink.strategy_label(n): [row[which] for row in report["kept_energy"][n]] for n in aligned}
             tab.plotly_chart(shrink_figures.kept_energy_bars(energy, which, f"Kept {which} energy at ρ = {ratio:.2f}"),
                              key=f"energy_{which}")
+            tab.caption(notice.kept_energy(energy, which))
         st.caption(caption(prov, "post-conv activations entering the recurrence, mean over tokens and heads"))
 
 st.download_button("Download scores and kept sets (JSON)", json.dumps({"model": ctx.name, **report}),

@@ -5,7 +5,7 @@ import time
 import streamlit as st
 
 from analysis.noise import VALIDITY_TOL
-from ui import cache, compare, compare_views, figures, frame, noise_tables, noise_view, state
+from ui import cache, compare, compare_views, figures, frame, noise_tables, noise_view, notice, state
 from ui.clicks import click, clicked_for
 from ui.context import current
 from ui.errors import guard
@@ -59,9 +59,9 @@ where = lambda s: f" ({s.at_layer(layer)})" if other else ""  # noqa: E731
 for side, b, prov, col in zip(sides, bounds, provs, cols):
     with col:
         st.subheader(f"Layer {layer}, head {head}: closed-form figures of the final state{where(side)}")
-        st.dataframe(noise_tables.closed_form_table(b["table"]))
-        st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical rank at τ = 1e-3; ‖S‖_F² is "
-                                 "the noise energy per unit σ², s₁ the worst-case gain, κ = s₁/sᵣ; quartiles over "
+        st.dataframe(noise_tables.closed_form_table(b["table"], picked))
+        st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical rank at τ = 1e-3; $\\|S\\|_F^2$ "
+                                 "is the noise energy per unit σ², s₁ the worst-case gain, κ = s₁/sᵣ; quartiles over "
                                  "the sequences (a direction's over those whose rank reaches it)"))
 
 # ---- Monte Carlo: on request, step by step ------------------------------------------------------------------
@@ -77,7 +77,8 @@ left.button("Run Monte Carlo" if settings not in done else "Run again (cached)",
             on_click=click, args=("noise_mc", settings))
 right.caption(f"{len(steps)} steps: each probe with the raw and the re-normalised query"
               + (", for both models" if other else "") + f", {samples} noise samples per key and SNR, {len(snr)} "
-              f"SNRs, {bounds[0]['sequences']} sequences. Until it runs, the plot shows the predictions only.")
+              f"SNRs, {bounds[0]['sequences']} sequences."
+              + ("" if settings in done else " Until it runs, the plot shows the predictions only."))
 mc = [{} for _ in sides]
 if clicked or settings in done:
     bar = st.progress(0.0, text="Monte Carlo: starting…")
@@ -109,6 +110,7 @@ for i, (side, b, prov, col) in enumerate(zip(sides, bounds, provs, cols)):
         st.caption(caption(prov, f"{mc_note}; medians over {b['sequences']} sequences, bars the interquartile range; "
                                  "re-normalised predictions drawn only where valid (first neglected term ≤ "
                                  f"{VALIDITY_TOL:.0%})"))
+        st.caption(notice.noise_plot(snr, summaries))
         st.markdown("**Predictions and their validity** (median over sequences; “vs MC”: median over sequences of "
                     "prediction / Monte Carlo − 1, both RMS)")
         st.dataframe(noise_tables.prediction_table(summaries, snr, comparison_only), hide_index=True)

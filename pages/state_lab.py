@@ -17,6 +17,10 @@ from ui.progress import first_time
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("State lab")
+ctx = current()
+own = adapter_for(ctx.model)  # the explainer shows this family's own rule, as analysis.state_lab runs it
+own_rule = lab.model_rule_latex(own.gate, own.kernel_spec.delta)
+readout = r"o_t = \mathrm{scale}\cdot S_t^\top q_t" if own.readout_scaled else r"o_t = S_t^\top q_t"
 explainer(
     r"Each head of a linear-attention layer keeps a matrix state $S_t \in \mathbb{R}^{d_k \times d_v}$ (keys index "
     "rows). Every token writes its value $v_t$ at its key $k_t$; a query $q$ reads $S^\\top q$. Pick a text, a "
@@ -24,10 +28,10 @@ explainer(
     "with the numerical rank, the curves compare three update rules on the **same** inputs (the model's real "
     "$q, k, v, \\beta, g$ as its recurrence receives them). *Head* is the recurrence's head: the value head (where "
     "several value heads share a key head, they read the same keys).",
-    [r"\text{model: } S_t = (I - \beta_t k_t k_t^\top)\, D_t\, S_{t-1} + \beta_t k_t v_t^\top,\quad "
-     r"o_t = \mathrm{scale}\cdot S_t^\top q_t,\quad D_t \in \{I,\ \alpha_t I,\ \mathrm{Diag}(e^{g_t})\}",
+    [rf"\text{{model ({own.label}): }} {own_rule},\quad {readout}",
      r"\text{delta rule, no gate: } S_t = (I - \beta_t k_t k_t^\top) S_{t-1} + \beta_t k_t v_t^\top,\qquad "
-     r"\text{linear attention: } S_t = S_{t-1} + k_t v_t^\top",
+     r"\text{linear attention: } S_t = S_{t-1} + k_t v_t^\top,\qquad \text{synthetic head's model rule: } "
+     r"S_t = (I - \beta k_t k_t^\top)\, \alpha S_{t-1} + \beta k_t v_t^\top",
      r"e_{t,j} = \frac{\lVert S_t^\top k_j - w_j\rVert}{\lVert w_j\rVert},\quad w_j = \beta_j \lVert k_j\rVert^2 v_j"
      r"\ \text{(delta rules)},\ \ \lVert k_j\rVert^2 v_j\ \text{(linear)}",
      r"\mathrm{rank}_\tau(S) = \#\{i: s_i > \tau s_1\},\qquad u(S) = \frac{\sum_i s_i^2}{s_1^2 \min(d_k, d_v)}",
@@ -36,7 +40,6 @@ explainer(
     "$w_j$ is what a clean write of token $j$ reads back at once (a key the state held nothing at), so $e_{t,j} > 0$ "
     "at $t = j$ is interference from earlier tokens, and its growth after $j$ is decay or overwriting.")
 
-ctx = current()
 REAL, SYNTH = "model", "synthetic"
 mode = st.radio("Inputs", (REAL, SYNTH), horizontal=True, key=state.remembered("lab_mode", REAL, (REAL, SYNTH)),
                 format_func={REAL: "The model's real inputs", SYNTH: "Synthetic head (dk = dv = 4–8)"}.get)
@@ -168,12 +171,12 @@ def noise_probe(t: int) -> None:
     second = lab.validity_label(at["second_valid"], p["second_valid_from_db"])
     m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("Monte Carlo error, q = k + ε", f"{at['mc_raw']:.3g}")
-    m2.metric("exact RMS σ‖S‖_F/‖Sᵀk‖", f"{at['bound_raw']:.3g}")
+    m2.metric(r"exact RMS $\sigma\|S\|_F/\|S^\top k\|$", f"{at['bound_raw']:.3g}")
     m3.metric("Monte Carlo, re-normalised q̂", f"{at['mc_renorm']:.3g}")
     m4.metric("second-order prediction, q̂", f"{at['second_order']:.3g}", help=second)
     if "retrieval_raw" in at:
-        m5.metric(f"error vs w_{j} with this noise", f"{at['retrieval_raw']:.3g}",
-                  help=f"exact RMS of ‖Sᵀq − w_j‖/‖w_j‖: sqrt(e² + σ²‖S‖_F²/‖w_j‖²), e = {tr.retrieval_error[t, j]:.3g} "
+        m5.metric(f"error vs $w_{{{j}}}$ with this noise", f"{at['retrieval_raw']:.3g}",
+                  help=f"exact RMS of $\\|S^\\top q - w_j\\|/\\|w_j\\|$: $\\sqrt{{e^2 + \\sigma^2\\|S\\|_F^2/\\|w_j\\|^2}}$, e = {tr.retrieval_error[t, j]:.3g} "
                        "without noise")
     st.plotly_chart(figs.noise_curves(p, float(snr), f"Reading token {j} from S_{t}: relative error vs SNR",
                                       first, second), key="lab_noise")

@@ -3,12 +3,12 @@ import streamlit as st
 
 from analysis.rank import METRIC_INFO
 from ui import compare as side_by_side
-from ui import compare_views, figures, frame, scales, state
-from ui.blocks import hybrid_note
-from ui.choices import multi_choice
+from ui import compare_views, figures, frame, notice, scales, state
+from ui.blocks import head_meaning, hybrid_note
+from ui.choices import multi_choice, snap_to
 from ui.context import current, traced, traced_every_token
 from ui.explain import explainer
-from ui.labels import caption, metric_title
+from ui.labels import caption, metric_title, weights_name
 from ui.reduce import mean_std
 
 TAU = scales.TAU  # the numerical-rank threshold of the collected metrics (ui.cache uses the core's default)
@@ -62,6 +62,8 @@ n_layers, n_seq, n_heads, _ = values.shape
 final, _ = mean_std(values[..., -1], axis=1)         # [L, H]: last position, mean over sequences
 if (note := hybrid_note(ctx.info)) is not None:
     st.caption(note)
+if (meaning := head_meaning(ctx.info, "value")) is not None:
+    st.caption(meaning)
 
 # A click on the heatmap (stored under its key by the previous run) selects the cell, once per click.
 click = st.session_state.get("rank_heatmap")
@@ -92,10 +94,11 @@ second = [m for m in (final_rand, final_other) if m is not None]
 zrange = scales.colour_range(scale, metric, [final] + second, max_rank, TAU)
 cols = st.columns(2) if second else [st.container()]
 with cols[0]:
-    suffix = " (trained)" if rand else f" ({sides[0].title})" if other else ""
+    suffix = f" ({weights_name(ctx.key.path)})" if rand else f" ({sides[0].title})" if other else ""
     st.plotly_chart(figures.layer_head_heatmap(final, z_title, title + suffix, (layer, head), zrange),
                     key="rank_heatmap", on_select="rerun", selection_mode="points")
     st.caption(caption(prov, f"state after token {data['tokens'] - 1}, mean over {n_seq} sequences"))
+    st.caption(notice.rank_map(metric, METRIC_INFO[metric].label, final, max_rank, final_rand))
 if rand:
     with cols[1]:
         st.plotly_chart(figures.layer_head_heatmap(final_rand, z_title, title + " (random init, seed 0)",
@@ -119,6 +122,13 @@ head = c2.selectbox("Head", list(range(n_heads)), key=state.remembered("sel_head
 state.remember("sel_head")
 positions = data["positions"]
 default_pos = sorted({positions[min(1, len(positions) - 1)], positions[len(positions) // 2], positions[-1]})
+previous = state.get("spectrum_positions")
+if previous:  # a new stride or text: keep each picked position at the nearest collected one, and say so
+    snapped, moved = snap_to(previous, positions)
+    if moved:
+        state.choose("spectrum_positions", snapped)
+        st.caption("Spectrum positions moved to the nearest collected token position (every "
+                   f"{stride} tokens, last {positions[-1]}): " + ", ".join(f"{a} → {b}" for a, b in moved) + ".")
 with c3:
     chosen = multi_choice("Spectrum at token positions", positions, "spectrum_positions", default_pos,
                           empty_hint="No position picked: choose at least one to draw its singular spectrum.")
@@ -129,7 +139,7 @@ if metric == "rank_utilization":
         "Rank utilization after every token", key=state.remembered("every_token", False),
         help="Track s₁ of the state after every token with a warm-started Rayleigh–Ritz iteration instead of an "
              "SVD per state (never above the true s₁, stops at an estimated error of 3e-5 in the utilization; "
-             "‖S‖_F is exact).")
+             "$\\|S\\|_F$ is exact).")
     state.remember("every_token")
 if other:
     compare_views.drill_in(ctx, sides, (data, data_other), metric, layer, head, chosen, every_token, stride)
@@ -147,15 +157,26 @@ else:
             overlay = mean_std(rand["metrics"][metric][layer, :, head, :], axis=0) if rand else None
             how = f"every {stride} tokens"
         mean, std = mean_std(trace_values[layer, :, head, :], axis=0)
+        # the token at each position (the first sequence's when there are several) for the hover and short-text ticks
+        hover_tokens = lambda ps: [data["token_text"][0][p] for p in ps] if data.get("token_text") else None  # noqa: E731
         st.plotly_chart(figures.metric_over_positions(trace_positions, mean, std, z_title,
                                                       f"{METRIC_INFO[metric].label}{scales.tau_note(metric, TAU)}: "
-                                                      f"layer {layer}, head {head}", overlay),
+                                                      f"layer {layer}, head {head}", overlay,
+                                                      scales.band_bounds(metric if not every_token else
+                                                                         "rank_utilization", TAU),
+                                                      weights_name(ctx.key.path), hover_tokens(trace_positions)),
                         key="rank_over_positions")
-        st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"))
+        st.caption(caption(prov, f"{how}, mean ± std over {n_seq} sequences"
+                                 + ("; the hover names sequence 0's token" if n_seq > 1 and data.get("token_text") else "")))
+        st.caption(notice.over_positions(trace_positions, mean, hover_tokens(trace_positions)))
     with right:
         index = [positions.index(p) for p in chosen]
-        spectra = lambda d: {f"after token {positions[i]}":  # noqa: E731
-                             d["singular_values"][layer][:, head, i].mean(0) for i in index}
-        st.plotly_chart(figures.singular_spectrum(spectra(data), f"Singular spectrum: layer {layer}, head {head}",
-                                                  spectra(rand) if rand else None), key="spectrum")
-        st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))
+        spectra = lambda d: {f"after token {positions[i]}": d["singular_values"][layer][:, head, i].mean(0)  # noqa: E731
+                             for i in index}
+        if not index:  # a sentence (the picker's hint says what to do), not blank axes
+            st.info("No spectrum: no token position is picked above.")
+        else:
+            st.plotly_chart(figures.singular_spectrum(spectra(data), f"Singular spectrum: layer {layer}, head {head}",
+                                                      spectra(rand) if rand else None), key="spectrum")
+            st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))
+            st.caption(notice.spectrum(spectra(data)))

@@ -106,6 +106,11 @@ def test_states_metric_choice_click_free_drill_in_and_random_init(monkeypatch, l
     specs = charts(at)
     assert [s["data"][0]["type"] for s in specs] == ["heatmap", "heatmap", "scatter", "scatter"]
     assert "Effective rank" in specs[0]["layout"]["title"]["text"]
+    # a bare local directory may hold random-init weights: never titled "(trained)" beside the random-init copy
+    assert "(trained)" not in specs[0]["layout"]["title"]["text"]
+    assert "loaded weights" in specs[0]["layout"]["title"]["text"].replace("<br>", " ")
+    band = [y for y in specs[2]["data"][0]["y"] if y is not None]
+    assert min(band) >= 0  # ±1 std bands never below a rank's floor
     assert "layer 1, head 0" in specs[2]["layout"]["title"]["text"]
     assert any("random init" in t["name"] for t in specs[2]["data"])
     # the choices survive a trip to another page and back
@@ -144,18 +149,23 @@ def test_bad_model_choices_show_one_sentence_and_recover(monkeypatch, lm_dir, tm
     assert len(charts(at)) == 1
 
 
-def test_too_short_pasted_text_shows_one_sentence_and_recovers(monkeypatch, lm_dir):
+def test_a_short_pasted_sentence_is_read_whole_and_its_tokens_label_the_positions(monkeypatch, lm_dir):
+    """Issue 23 item 5: a short sentence no longer fails until two fields are changed; the sequence settings
+    fit the text (a caption says so), and the positions are labelled with their tokens."""
     at = start(monkeypatch, lm_dir)
     at.switch_page("pages/states.py").run()
     at.radio(key="w:text_kind").set_value("Pasted text").run()
     at.text_area(key="w:pasted_text").set_value("To be, or not to be.").run()
-    assert not at.exception and len(at.error) == 1
-    assert "tokens" in at.error[0].value and one_sentence(at.error[0].value)
-    at.number_input(key="w:tokens").set_value(4).run()  # below the minimum: clamped by the widget
-    at.number_input(key="w:tokens").set_value(8).run()
-    at.number_input(key="w:sequences").set_value(1).run()
     assert_clean(at)
-    assert "pasted text" in at.caption[0].value and len(charts(at)) == 3
+    [fit] = [c.value for c in at.sidebar.caption if "fewer than the 4 × 256" in c.value]
+    n = int(fit.split("has ")[1].split(" tokens")[0])
+    assert f"read as 1 sequence of {n} tokens" in fit
+    assert "pasted text" in at.caption[0].value and f"context {n} tokens × 1 sequences" in at.caption[0].value
+    at.number_input(key="w:stride").set_value(1).run()
+    over = next(s for s in charts(at) if "layer 0, head 0" in s["layout"]["title"]["text"])
+    ticks = over["layout"]["xaxis"]["ticktext"]
+    assert len(ticks) == n and ticks[1].endswith(" be")  # position 1 is the token " be"
+    assert "%{text}" in over["data"][1]["hovertemplate"]
 
 
 def test_recall_model_reads_recall_sequences(monkeypatch, recall_dir):
@@ -186,3 +196,27 @@ def test_no_model_at_all_explains_how_to_pick_one(monkeypatch, tmp_path):
     assert_clean(at)
     assert any("No model is selected" in i.value and "Local directory" in i.value for i in at.info)
     assert at.text_input(key="w:model_dir").value == ""
+
+
+def test_states_spectrum_positions_follow_a_new_stride(monkeypatch, lm_dir):
+    at = start(monkeypatch, lm_dir)
+    at.switch_page("pages/states.py").run()
+    before = list(at.multiselect(key="w:spectrum_positions").value)
+    at.number_input(key="w:stride").set_value(10).run()
+    assert_clean(at)
+    after = list(at.multiselect(key="w:spectrum_positions").value)
+    assert len(after) == len(before) and 0 not in after  # none silently dropped, none collapsed to token 0
+    assert all(abs(a - b) <= 5 for a, b in zip(after, before))  # the nearest position collected every 10 tokens
+    assert any("moved to the nearest collected" in c.value for c in at.caption)
+    spectrum = next(s for s in charts(at) if "Singular spectrum" in s["layout"]["title"]["text"])
+    assert {t["name"] for t in spectrum["data"]} == {f"after token {p}" for p in after}
+    at.multiselect(key="w:spectrum_positions").set_value([]).run()
+    assert_clean(at)
+    assert not [s for s in charts(at) if "Singular spectrum" in s["layout"]["title"]["text"]]  # no blank axes
+    assert any("No spectrum" in i.value for i in at.info)
+
+
+def test_a_directory_without_a_tokenizer_says_which_one_reads_its_text(monkeypatch, lm_dir):
+    at = start(monkeypatch, lm_dir)
+    notes = [c.value for c in at.sidebar.caption if "no tokenizer.json" in c.value]
+    assert len(notes) == 1 and "bundled tokenizer (sample_models/tokenizer/" in notes[0]

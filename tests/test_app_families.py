@@ -28,3 +28,37 @@ def test_local_directory_of_each_family_opens_on_model_and_states(monkeypatch, t
     at.switch_page("pages/states.py").run()
     assert_clean(at)
     assert [s["data"][0]["type"] for s in charts(at)][:1] == ["heatmap"]
+
+
+def test_pca_is_not_offered_where_each_key_channel_has_its_own_decay(monkeypatch, tmp_path):
+    """KDA keeps one decay per key channel: a rotation (PCA) cannot be pruned into it, so the Prune and Sweep
+    pages do not offer it (rather than refusing after Prune); a DeltaNet still gets it."""
+    from family_cases.kda import CASE
+    model_dir = tmp_path / "kda"
+    model = CASE.make_model()
+    model.resize_token_embeddings(8192)
+    model.save_pretrained(model_dir)
+    at = start(monkeypatch, model_dir)
+    at.switch_page("pages/prune.py").run()
+    assert_clean(at)
+    options = at.selectbox(key="w:prune_strategy").options
+    assert "PCA" not in " ".join(options) and len(options) >= 4, options
+    assert any("Not offered for" in c.value and "PCA" in c.value for c in at.caption)
+    at.switch_page("pages/sweep.py").run()
+    assert_clean(at)
+    assert "PCA" not in " ".join(at.multiselect(key="w:sweep_strategies").options)
+
+
+def test_states_on_a_hybrid_says_what_head_means_and_notices_under_each_chart(monkeypatch, tmp_path):
+    """Qwen3.5's Gated DeltaNet has 4 value heads over 2 key heads: States counts value heads and says so."""
+    from family_cases.qwen3_5 import CASE
+    model = CASE.make_model()
+    model.resize_token_embeddings(8192)
+    model.save_pretrained(tmp_path / "q")
+    at = start(monkeypatch, tmp_path / "q")
+    at.switch_page("pages/states.py").run()
+    assert_clean(at)
+    captions = [c.value for c in at.caption]
+    assert any("is a value head (0–3)" in c and "2 key heads" in c for c in captions)
+    notices = [c for c in captions if c.startswith("Notice:")]
+    assert len(notices) == len(charts(at))  # one plain line under each chart

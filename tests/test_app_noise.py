@@ -74,11 +74,14 @@ def test_monte_carlo_runs_only_after_the_click_with_progress(monkeypatch, rank_o
     assert any("standard results" in m.value for m in at.markdown)
     [spec] = charts(at)
     assert not markers(spec) and not at.get("progress")  # predictions only, nothing ran
+    assert any("Until it runs" in c.value for c in at.caption)
+    assert any(c.value.startswith("Notice:") and "10× less per 20 dB" in c.value for c in at.caption)
     assert spec["layout"]["yaxis"]["type"] == "log"
     at.button(key="noise_mc_run").click().run()
     assert_clean(at)
     [done] = progress_texts(at)
     assert "steps done" in done
+    assert not any("Until it runs" in c.value for c in at.caption)  # it ran: the plot shows the Monte Carlo too
     [spec] = charts(at)
     assert len(markers(spec)) == 2 * len([t for t in spec["data"] if "exact" in t["name"]])  # raw + re-norm per probe
     for trace in markers(spec):
@@ -105,7 +108,9 @@ def test_only_directions_within_the_numerical_rank_are_offered(monkeypatch, rank
     assert any("beyond the numerical rank" in c.value and "rank 1" in c.value for c in at.caption)
     closed = at.dataframe[0].value
     assert (closed["numerical rank"].iloc[:3] == "1").all()
-    assert (closed["Σs²/s₂²"].iloc[:3] == "beyond rank").all()  # never a 1e10 "result"
+    # the table follows the direction picker: only direction 1 is offered (and picked), so no s₂ column
+    assert "Σs²/s₁²" in closed.columns and "Σs²/s₂²" not in closed.columns
+    assert not any("_" in c for c in closed.columns)  # ‖S‖_F² would show a literal underscore
     names = {t["legendgroup"] for t in charts(at)[0]["data"]}
     assert "direction 2" not in names and "direction 1" in names
     at.selectbox(key="w:sel_layer").set_value(1).run()  # an ordinary layer offers more
@@ -121,6 +126,9 @@ def test_predictions_outside_their_validity_range_are_labelled_not_drawn(monkeyp
     low = table[table["SNR (dB)"] == "-10"]
     assert (low["re-norm. first order"] == "outside validity").all()
     assert (low["re-norm. second order"] == "outside validity").all()
+    # no "+579.5 %" error against the Monte Carlo where the prediction itself is outside its validity
+    assert (low["second order vs MC"] == "outside validity").all()
+    assert (low["first order vs MC"] == "outside validity").all()
     assert low["second order valid"].str.startswith("no").all()
     top = table[(table["probe"] == "direction 1") & (table["SNR (dB)"] == "40")].iloc[0]
     assert top["second order valid"] == "yes" and abs(float(top["second order vs MC"].rstrip("%"))) < 10

@@ -49,6 +49,12 @@ def test_shrink_pages_render(monkeypatch, lm_dir, page, title):
     assert at.title[0].value == title
     assert at.expander[0].label == "What am I seeing?"
     assert any("device cpu" in c.value for c in at.caption)
+    if page != "pages/importance.py":  # nothing measured yet: a sentence in place of blank axes
+        titles = [s["layout"]["title"]["text"] for s in charts(at)]
+        assert not [t for t in titles if "kernel time" in t or "each layer alone" in t or "Perplexity vs" in t]
+        infos = " ".join(i.value for i in at.info)
+        assert ("No kernel timings yet" in infos and "No sweep points" in infos) if page == "pages/sweep.py" \
+            else "No map for these settings yet" in infos
 
 
 def test_importance_shows_scores_masks_agreement_and_energy(monkeypatch, lm_dir):
@@ -62,6 +68,9 @@ def test_importance_shows_scores_masks_agreement_and_energy(monkeypatch, lm_dir)
     assert "PCA (rotation, not axis-aligned)" not in mask["y"] and len(mask["y"]) == 5  # five axis-aligned
     assert any("Calibration ready: 2×64 tokens" in s.label for s in at.status)
     assert any("2×64 tokens of the Shakespeare train split" in c.value for c in at.caption)
+    # a plain line under each chart: scores, masks, agreement, and the energy of each tab
+    notices = [c.value for c in at.caption if c.value.startswith("Notice")]
+    assert len(notices) == 5 and any("kept by all 5" in n for n in notices), notices
 
 
 def test_uniform_prune_compares_recovers_and_offers_the_zip(monkeypatch, lm_dir):
@@ -119,6 +128,9 @@ def test_prune_of_a_recall_model_reports_recall_accuracy_and_saves_as_one(monkey
     click(at, "prune_run")
     rows = at.table[1].value.index.tolist()
     assert "recall accuracy, 4 pairs (8 sequences)" in rows and not any(r.startswith("perplexity") for r in rows)
+    notes = " ".join(c.value for c in at.caption)  # scored by recall accuracy: no perplexity "better" note
+    assert "higher recall accuracy" in notes and "lower perplexity" not in notes
+    assert "dk^" not in notes and "1/√dₖ" in notes  # the readout scale as math, not "dk^-1/2"
     monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))
     at.text_input(key="w:prune_out").set_value("pruned-recall")
     click(at, "prune_save")

@@ -138,3 +138,20 @@ def test_synthetic_nearly_parallel_keys_interfere_under_linear_attention(lab_pag
     assert any("(c = 0.5)" in c.value for c in at.caption)
     errors = {d["name"]: d["y"] for d in chart(at, "lab_retrieval")["data"]}
     assert sum(errors["plain linear attention"]) > sum(errors["delta rule, no gate"])  # the delta rule corrects
+
+
+@pytest.mark.parametrize("family, own", [
+    ("mamba2", r"S_t = e^{g_t}\, S_{t-1} + k_t v_t^\top"),
+    ("kda", r"S_t = (I - \beta_t k_t k_t^\top)\, \mathrm{Diag}(e^{g_t})\, S_{t-1} + \beta_t k_t v_t^\top"),
+    ("gated_deltanet", r"S_t = (I - \beta_t k_t k_t^\top)\, e^{g_t}\, S_{t-1} + \beta_t k_t v_t^\top")])
+def test_state_lab_explainer_shows_the_loaded_family_rule(monkeypatch, tmp_path, family, own):
+    """Mamba-2's SSD has no delta update; KDA decays per key channel: the explainer's "model" line says so."""
+    import importlib
+    model = importlib.import_module(f"family_cases.{family}").CASE.make_model()
+    model.resize_token_embeddings(8192)  # the bundled tokenizer's ids
+    model.save_pretrained(tmp_path / family)
+    at = start(monkeypatch, tmp_path / family)
+    at.switch_page(LAB).run()
+    clean(at)
+    [model_line] = [el.value for el in at.latex if "text{model (" in el.value]
+    assert own in model_line, model_line

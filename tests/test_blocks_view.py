@@ -27,3 +27,19 @@ def test_mamba2_hybrid_blocks_name_their_mixers_and_feed_forwards():
     kinds = list(blocks_frame(describe(make_mamba2("granitemoehybrid")))["Kind"])
     assert kinds[1] == "softmax attention + MoE feed-forward (mixture of experts) + shared MLP (not pruned)"
     assert kinds[0] == "Mamba-2 SSD mixer (layer 0) + MoE feed-forward (mixture of experts) + shared MLP (not pruned)"
+
+
+def test_kimi_mla_blocks_are_labelled_with_their_latent_cache():
+    """The README: Kimi's MLA blocks are labelled (cache: latent + rope key per token), not as plain K/V."""
+    from family_cases.kimi_linear import CASE
+    model = CASE.make_model()
+    info = describe(model)
+    frame = blocks_frame(info)
+    mla = [b for b in info.blocks if b.kind == "softmax"]
+    assert mla
+    for b in mla:
+        attn = model.model.layers[b.block].self_attn
+        row = frame.loc[b.block]
+        assert f"{attn.kv_lora_rank}-dim latent + {attn.qk_rope_head_dim}-dim rope key" in row["Heads and dims"]
+        assert "latent cache" in row["Memory per sequence"] and "KV cache" not in row["Memory per sequence"]
+        assert b.kv_cache_bytes_per_token == (attn.kv_lora_rank + attn.qk_rope_head_dim) * 4  # fp32, one head

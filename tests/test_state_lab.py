@@ -94,6 +94,12 @@ def test_lab_states_rules_and_retrieval_match_the_definitions(family):
     assert close(lab.run_rule("model", kept_all), traces["model"].states)
     if x.g is None:  # no gate: the model's own rule is the delta rule
         assert close(traces["model"].states, traces["delta"].states, 1e-6)
+    # the page's explainer shows the rule the adapter declares: it must be the rule these inputs run
+    from analysis.archs import adapter_for
+    a = adapter_for(model)
+    assert (a.gate, a.kernel_spec.delta) == lab.rule_form(x)
+    shown = lab.model_rule_latex(a.gate, a.kernel_spec.delta)
+    assert ("\\beta_t" in shown) == x.delta and ("Diag" in shown) == (x.g is not None and x.g.dim() == 2)
 
 
 def test_synthetic_orthogonal_keys_are_read_back_exactly_by_every_rule():

@@ -17,9 +17,10 @@ def blocks_frame(info) -> pd.DataFrame:
             name = f"{mixer} (layer {b.linear_layer}){plus}{rest}"
         elif b.kind == "softmax":
             per_token = b.kv_cache_bytes_per_token
-            memory = (f"no state; KV cache {per_token:,} B per token ({per_token * KV_TOKENS / 2**20:.2f} MiB at "
+            cache = "latent cache" if b.cache_note else "KV cache"  # MLA caches a latent, not per-head K and V
+            memory = (f"no state; {cache} {per_token:,} B per token ({per_token * KV_TOKENS / 2**20:.2f} MiB at "
                       f"{KV_TOKENS:,} tokens, {info.dtype})")
-            shape, name = "not pruned", b.label or "softmax attention"
+            shape, name = b.cache_note or "not pruned", b.label or "softmax attention"
         else:
             memory, shape, name = "", "not analysed", b.label or "other mixer"
         rows.append({"Block": b.block, "Kind": name, "Heads and dims": shape, "Memory per sequence": memory})
@@ -35,3 +36,16 @@ def hybrid_note(info) -> str | None:
     return (f"Hybrid model: layers here count the {info.layers} linear-attention layers (layer→block: {where}); "
             f"block{'s' if len(softmax) > 1 else ''} {', '.join(map(str, softmax))} "
             "are softmax attention, with no recurrent state (their KV cache is on the Model page).")
+
+
+def head_meaning(info, kind: str) -> str | None:
+    """What "head" counts on a page where value heads and key heads differ (None where they are the same):
+    kind "value" (a state per value head: States, State lab) or "key" (channels pruned per key head)."""
+    if info.value_heads == info.heads or info.heads <= 0:
+        return None
+    group = info.value_heads // info.heads
+    if kind == "value":
+        return (f"“Head” here is a value head (0–{info.value_heads - 1}): each keeps its own state; every {group} "
+                f"value heads share one of the {info.heads} key heads (key head = value head // {group}).")
+    return (f"“Head” here is a key head (0–{info.heads - 1}): key channels are scored and pruned per key head; key "
+            f"head h is read by value heads {group}h to {group}h + {group - 1} (the States page counts value heads).")

@@ -111,7 +111,16 @@ def _trace(model, ids: torch.Tensor, label: str, stride: int, progress: progress
         "final_states": [layer.final_state.float().numpy() for layer in trace.layers],
         "keys": [layer.keys.float().numpy() for layer in trace.layers],
         "dataset": label, "tokens": int(ids.shape[1]), "sequences": int(ids.shape[0]),
+        "token_text": _token_text(key, ids),
     }
+
+
+def _token_text(key: ModelKey, ids: torch.Tensor) -> list[list[str]] | None:
+    """Each token as text, [B][T] (hover labels over token positions); None for recall models (no tokenizer)."""
+    if recall_task(key) is not None:
+        return None
+    tok = tokenizer(key.path)
+    return [[tok.decode([i]) for i in row] for row in ids.tolist()]  # " cat", not the byte-level "Ġcat"
 
 
 @memo.memoized("every_token_data", max_entries=16)
@@ -163,8 +172,9 @@ def noise_bounds(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: 
     numerical rank (1-based), with the sentence that says why the others are not offered."""
     S, keys = _head_inputs(key, spec, stride, layer, head, compare, _model)
     ranks = noise.analytic_noise(S, tau=noise_report.TAU)["numerical_rank"]
-    offered, skipped = noise_report.directions_within_rank(ranks, range(min(8, *S.shape[-2:])))
-    return {"table": noise_report.state_table(S), "offered": [j + 1 for j in offered], "skipped": skipped,
+    candidates = range(min(8, *S.shape[-2:]))
+    offered, skipped = noise_report.directions_within_rank(ranks, candidates)
+    return {"table": noise_report.state_table(S, n_directions=len(candidates)), "offered": [j + 1 for j in offered], "skipped": skipped,
             "n_keys": int(keys.shape[1]), "sequences": int(S.shape[0])}
 
 

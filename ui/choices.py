@@ -28,6 +28,23 @@ def _all(name: str, options: list) -> None:
     state.choose(name, list(options))
 
 
+def snap_to(chosen: Sequence[int], options: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """Each chosen number moved to the nearest option (ties: the lower), duplicates dropped, order kept; plus
+    the (old, new) pairs that moved. Token positions survive a new stride or a shorter text this way instead
+    of being dropped (or the choice falling back to the defaults) without a word."""
+    options = sorted(options)
+    snapped, moved = [], []
+    for p in chosen:
+        if not options:
+            break
+        near = min(options, key=lambda o: (abs(o - p), o))
+        if near != p:
+            moved.append((p, near))
+        if near not in snapped:
+            snapped.append(near)
+    return snapped, moved
+
+
 def multi_choice(label: str, options: Sequence, name: str, default: list, *,
                  format_func: Callable = str, help: str | None = None,
                  empty_hint: str = "Nothing picked: choose at least one option above.") -> list:

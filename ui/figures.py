@@ -23,7 +23,11 @@ def as_list(x) -> list:
 
 TITLE_CHARS = 44  # longest title line: fits a half-width (compare mode) chart beside the vertical toolbar
 MAX_TEXT_CELLS = 64  # heatmaps print their values in the cells up to this many cells
-LOG_AXIS = dict(type="log", exponentformat="e")  # 1e-15, not SI prefixes (10f, 1p, 100µ) on singular values
+# 1e-15, not SI prefixes (10f, 1p, 100µ) on singular values; one label per decade, never bare "2"/"5" minor labels
+LOG_AXIS = dict(type="log", exponentformat="e", dtick=1)
+MAX_TOKEN_TICKS = 40  # up to this many positions are labelled with their token on the x axis
+LEGEND_ROW_PX = 22  # one legend entry per line below the plot: the figure grows by this much per entry
+FEW_ENTRIES = 4     # up to this many entries fit in one horizontal row below the plot
 
 
 def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
@@ -55,6 +59,11 @@ def axes_layout(fig: go.Figure, title: str, x_title: str, y_title: str, **kwargs
 
     The toolbar stands vertically at the right edge, so it never covers the title.
     """
+    entries = sum(1 for t in fig.data if t.name and t.showlegend is not False)
+    if entries > FEW_ENTRIES and "legend" not in kwargs:
+        # many entries: one per line below the plot, and the figure grows so none is cut off or scrolled away
+        kwargs["legend"] = dict(orientation="v", yanchor="top", y=-0.2, x=0)
+        kwargs["height"] = max(kwargs.get("height") or 0, 400 + LEGEND_ROW_PX * entries)
     kwargs.setdefault("legend", dict(orientation="h", yanchor="top", y=-0.2, x=0))
     fig.update_layout(title=dict(text=wrap_title(title), x=0, xref="paper", xanchor="left", yref="paper", y=1,
                                  yanchor="bottom", pad=dict(b=12), automargin=True),
@@ -116,9 +125,12 @@ def layer_head_heatmap(values, z_title: str, title: str, selected: tuple[int, in
     return axes_layout(fig, title, "head", "layer", clickmode="event+select", height=min(640, 180 + 60 * n_layers))
 
 
-def _band(fig: go.Figure, x, mean, spread, name: str, color: str, dash: str = "solid") -> None:
+def _band(fig: go.Figure, x, mean, spread, name: str, color: str, dash: str = "solid",
+          bounds: tuple[float | None, float | None] = (None, None)) -> None:
+    """Mean line and a ±1 std band, the band clipped to the quantity's possible range (κ ≥ 1, a rank ≥ 0)."""
     x, mean, spread = list(x), np.asarray(mean, float), np.asarray(spread, float)
-    upper, lower = as_list(mean + spread), as_list(mean - spread)
+    lo, hi = (-np.inf if bounds[0] is None else bounds[0]), (np.inf if bounds[1] is None else bounds[1])
+    upper, lower = as_list(np.clip(mean + spread, lo, hi)), as_list(np.clip(mean - spread, lo, hi))
     fig.add_trace(go.Scatter(x=x + x[::-1], y=upper + lower[::-1], fill="toself", fillcolor=color, opacity=0.2,
                              line=dict(width=0), hoverinfo="skip", name=f"{name} ± 1 std", showlegend=True))
     fig.add_trace(go.Scatter(x=x, y=as_list(mean), mode="lines", name=f"{name} (mean)",
@@ -126,12 +138,25 @@ def _band(fig: go.Figure, x, mean, spread, name: str, color: str, dash: str = "s
 
 
 def metric_over_positions(positions, mean, spread, y_title: str, title: str,
-                          random: tuple | None = None, name: str = "trained") -> go.Figure:
-    """Mean ± spread across sequences of a metric over token position; `random` = (mean, spread) overlay."""
+                          random: tuple | None = None, bounds: tuple = (None, None),
+                          name: str = "trained", tokens: Sequence[str] | None = None) -> go.Figure:
+    """Mean ± spread across sequences of a metric over token position; `random` = (mean, spread) overlay.
+
+    bounds: the metric's possible range (None: open); the std bands are clipped to it. name: the loaded
+    model's line ("trained", or "loaded weights" when they may be random too). tokens: the text of the token
+    at each position (hover, and the tick labels when there are few), so a reader can name the word."""
     fig = go.Figure()
-    _band(fig, positions, mean, spread, name, PALETTE[0])
+    _band(fig, positions, mean, spread, name, PALETTE[0], bounds=bounds)
     if random is not None:
-        _band(fig, positions, random[0], random[1], "random init", RANDOM_COLOR, dash="dash")
+        _band(fig, positions, random[0], random[1], "random init", RANDOM_COLOR, dash="dash", bounds=bounds)
+    if tokens is not None:
+        shown = [repr(t)[1:-1] if t.strip() else repr(t) for t in tokens]  # "\n" and spaces stay visible
+        for trace in fig.data:
+            if trace.mode == "lines":
+                trace.update(text=shown, hovertemplate="token %{x} “%{text}”: %{y:.4g}")
+        if len(positions) <= MAX_TOKEN_TICKS:
+            fig.update_xaxes(tickvals=list(positions), ticktext=[f"{p} {t}" for p, t in zip(positions, shown)],
+                             tickangle=-60)
     return axes_layout(fig, title, "token position t (state after token t)", y_title)
 
 
@@ -198,8 +223,7 @@ def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: s
                                          marker=dict(color=color, symbol=symbol, size=8)))
     fig.update_yaxes(**LOG_AXIS)
     return axes_layout(fig, title, "SNR = ‖k‖² / (dk σ²) (dB)",
-                   "relative retrieval error ‖Sᵀ(q−k)‖/‖Sᵀk‖ (RMS; median over sequences)",
-                   legend=dict(orientation="v", x=1.02, y=1))
+                   "relative retrieval error ‖Sᵀ(q−k)‖/‖Sᵀk‖ (RMS; median over sequences)")
 
 
 def recall_accuracy_vs_snr(snr_db: Sequence[float], accuracy: Sequence[float], clean: float, title: str,

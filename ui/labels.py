@@ -1,6 +1,7 @@
 """Axis titles, units and the provenance caption that goes under every chart (pure, no streamlit)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 # Units for the metric axis; the ranks count singular directions, the norms are in the state's own units.
@@ -23,6 +24,25 @@ def metric_title(key: str) -> str:
     label = METRIC_INFO[key].label if key in METRIC_INFO else key
     unit = METRIC_UNITS.get(key)
     return f"{label} ({unit})" if unit else label
+
+
+# The readout-scale choices (analysis.defaults.RESCALES) as a page shows them: 1/√dₖ, not plain-text "dk^-1/2"
+READOUT_LABELS = {"original": "original readout scale 1/√dₖ (pure channel removal)",
+                  "default": "fla's default readout scale 1/√dₖ′ (the reference code's behaviour)"}
+
+
+def readout_label(rescale: str) -> str:
+    return READOUT_LABELS.get(rescale, rescale)
+
+
+def weights_name(model_path: str) -> str:
+    """What to call the loaded model beside its random-init copy: "trained" only when we know it was (a
+    training.json from `python -m analysis train`, or a hub download); a bare local directory may hold
+    random-init weights too, so it is "loaded weights"."""
+    path = Path(model_path)
+    if (path / "training.json").is_file() or "models--" in path.as_posix():  # hub cache: models--org--name
+        return "trained"
+    return "loaded weights"
 
 
 class Provenance(NamedTuple):

@@ -73,6 +73,10 @@ def section(ctx: Context) -> None:
         where = (f" on {first['device_name']} ({first['dtype']}, B{batch} T{tokens} H{info.value_heads} "
                  f"dv{info.head_v_dim})" if first else "")
         lat_drawn[0] += 1
+        if not lat_points:  # a sentence, not blank axes, until the first point
+            lat_chart.info(f"No kernel timings yet for these settings: press **{lat_label}** to time each key dim; "
+                           "the chart fills in point by point.")
+            return
         title = f"{kernel_label.capitalize()} kernel time vs key dim{where}"
         lat_chart.plotly_chart(shrink_figures.latency_figure(lat_points, title, key_dims=key_dims),
                                key=f"latency_chart_{lat_drawn[0]}")

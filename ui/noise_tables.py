@@ -14,10 +14,20 @@ def shown(df: pd.DataFrame, blank: str) -> pd.DataFrame:
                                         f"{v:.4g}" if isinstance(v, float) else str(v)))
 
 
-def closed_form_table(rows: list[dict]) -> pd.DataFrame:
+DIRECTION_COLUMN = "Σs²/s{}²"  # analysis.noise_report.state_table's per-direction column, j as a subscript
+SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+def closed_form_table(rows: list[dict], directions=None) -> pd.DataFrame:
     """One row per sequence (analysis.noise_report.state_table) plus quartile rows over the sequences; a
-    direction's quartiles are over the sequences whose numerical rank reaches it."""
+    direction's quartiles are over the sequences whose numerical rank reaches it. `directions` (1-based, the
+    page's picker): only those directions' columns, so the table follows the picker; None keeps them all."""
     table = pd.DataFrame(rows).set_index("sequence")
+    if directions is not None:
+        wanted = {DIRECTION_COLUMN.format(str(j).translate(SUBSCRIPTS)) for j in directions}
+        table = table[[c for c in table.columns if not c.startswith("Σs²/s") or c in wanted]]
+    # a Frobenius norm's subscript, not a literal underscore, in the column title
+    table = table.rename(columns={"‖S‖_F²": "‖S‖² (Frobenius)"})
     table.index = [f"sequence {i}" for i in table.index]
     quartiles = table.quantile([0.25, 0.5, 0.75])  # skips the blanks beyond a sequence's rank
     quartiles.index = ["25th percentile", "median", "75th percentile"]
@@ -46,8 +56,8 @@ def prediction_table(summaries: list[dict], snr_db, comparison_only: bool = Fals
                 ok = s[f"{order}_order_valid"][i]
                 row[f"re-norm. {order} order"] = s[f"{order}_order"]["median"][i] if ok else None
                 row[f"{order} order valid"] = _validity(ok, s[f"{order}_order_valid_from_snr_db"])
-                if "mc_rms" in s:
-                    row[f"{order} order vs MC"] = _pct(s[f"{order}_order_error_vs_mc"][i])
+                if "mc_rms" in s:  # a prediction outside its validity has no error to report either
+                    row[f"{order} order vs MC"] = _pct(s[f"{order}_order_error_vs_mc"][i]) if ok else None
             if "mc_rms" in s:
                 row["re-norm.: Monte Carlo"] = s["mc_rms"]["median"][i]
                 row["MC IQR"] = f"{s['mc_rms']['q25'][i]:.3g}–{s['mc_rms']['q75'][i]:.3g}"

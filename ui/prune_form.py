@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.models import TILE_ROWS
-from analysis.prune import ROUNDINGS, tiles
+from analysis.prune import ROUNDINGS, tiles, usable_strategies
 from analysis.strategies import STRATEGIES
 from ui import plan_inputs, shrink, shrink_figures, state
 from ui.context import Context
@@ -36,8 +36,8 @@ def explain() -> None:
         "Structured pruning of query/key channels: per linear-attention layer ℓ and key head, the same kept index "
         "set slices the query and key projection rows and their short-convolution channels (and, where the decay is "
         "per key channel, its decay rows; softmax-attention layers of a hybrid are never touched), so the state "
-        "shrinks from dk × dv to dk' × dv. The pruned model keeps the original readout scale dk^-½, so it equals the "
-        "original model with the dropped channels zeroed (fla's default dk'^-½, the reference code's choice, is "
+        "shrinks from dk × dv to dk' × dv. The pruned model keeps the original readout scale 1/√dₖ, so it equals the "
+        "original model with the dropped channels zeroed (fla's default 1/√dₖ′, the reference code's choice, is "
         "offered below). Ratios can be uniform or per layer, set beside each layer's **rank utilization** (one rank "
         "profile: the final state of the first calibration sequences, the same one the sensitivity map and *Verify "
         "and choose* use); *Suggest from rank* prunes low-utilization layers more while "
@@ -58,7 +58,7 @@ def explain() -> None:
 
 def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
     plan_inputs.apply_pending(ctx.key)  # a plan "Verify and choose" picked, before any input is drawn
-    names = list(STRATEGIES)
+    names, unusable = usable_strategies(ctx.model)  # PCA is not offered where key channels have their own decay
     c1, c2, c3 = st.columns(3)
     strategy = state.field(c1.selectbox, "Strategy", "prune_strategy", "wanda", options=names,
                            format_func=shrink.strategy_label)
@@ -66,7 +66,9 @@ def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
     roundings = [r or 0 for r in ROUNDINGS]  # 0 stands for None: a selectbox shows None as "no choice"
     rounding = state.field(c3.selectbox, "Round dk' to kernel tiles", "prune_round", 0, options=roundings,
                            format_func=lambda r: "no rounding" if not r else f"multiple of {r}") or None
-    st.caption(STRATEGIES[strategy].description)
+    st.caption(STRATEGIES[strategy].description + (
+        f" Not offered for {ctx.info.label}: {', '.join(map(shrink.strategy_label, unusable))} (it mixes key "
+        "channels, and each key channel here has its own decay)." if unusable else ""))
     rescale = shrink.rescale_control()
     if mode == "Uniform":
         ratio = state.field(st.slider, "Pruning ratio ρ (all layers)", "prune_ratio", 0.5, 0.0, 0.95, step=0.05)

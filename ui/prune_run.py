@@ -9,11 +9,12 @@ import uuid
 import streamlit as st
 
 from analysis.measure import measure
-from analysis.prune import RESCALES, prune
+from analysis.prune import prune
 from analysis.recovery import recover
 from analysis.strategies import STRATEGIES
 from ui import jobs, shrink, state
 from ui.context import Context
+from ui.labels import readout_label
 from ui.prune_form import Choices, Evaluation
 from ui.shrink_report import before_after_table, kernel_label, recovery_verdict
 
@@ -87,8 +88,10 @@ def comparison(ctx: Context, run: dict) -> dict:
     if run["recovered"]:
         columns["after recovery"] = run["recovered"]["measure"]
     st.table(before_after_table(columns))
-    notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {RESCALES[result.info['rescale']]}",
-             "Δ and %: change from the unpruned model (lower perplexity and kernel time are better)"]
+    notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {readout_label(result.info['rescale'])}",
+             "Δ and %: change from the unpruned model ("
+             + ("higher recall accuracy and lower kernel time are better)" if ctx.task is not None else
+                "lower perplexity and kernel time are better)")]
     if "kernel" in run["after"]:
         notes.append(f"kernel timing: {kernel_label(run['after']['kernel'])}; a Δ inside the larger IQR is noise")
     notes.append(f"calibration: {run['calib'] or 'none (data-free strategy)'}")

@@ -58,3 +58,12 @@ def tau_note(metric: str, tau: float = TAU) -> str:
     if metric == "numerical_rank":
         return f" (τ = {tau:g})"
     return ""
+
+
+def band_bounds(metric: str, tau: float = TAU) -> tuple[float | None, float | None]:
+    """The range a metric's ±1 std band may cover: κ_τ in [1, 1/τ], utilization in [0, 1], ranks and norms ≥ 0."""
+    if metric == "condition_number":
+        return 1.0, 1.0 / tau
+    if metric == "rank_utilization":
+        return 0.0, 1.0
+    return 0.0, None

@@ -146,10 +146,14 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         base = next((p["value"] for p in points if p["layer"] is None), None)
         title = f"{STRATEGIES[strategy].label}: each layer alone" + (f" (unpruned {value_label} {base:.4g})"
                                                                      if base is not None else "")
-        chart.plotly_chart(sensitivity_heatmap(ratios, g.losses if g else empty, g.values if g else empty,
-                                               g.dims if g else empty, loss_label, value_label, title,
-                                               g.ses if g else None),
-                           key=f"sens_chart_{drawn[0]}")
+        if g is None:  # a sentence, not blank axes, until the first point
+            chart.info(f"No map for these settings yet: press **{label}** to measure each layer at each ratio; "
+                       "the map fills in point by point.")
+        else:
+            chart.plotly_chart(sensitivity_heatmap(ratios, g.losses if g else empty, g.values if g else empty,
+                                                   g.dims if g else empty, loss_label, value_label, title,
+                                                   g.ses if g else None),
+                               key=f"sens_chart_{drawn[0]}")
         if entry["profile"]:
             table.dataframe(_profile_table(entry["profile"]).style.format({"rank util. u": "{:.3f}",
                                                                        "state bytes": "{:,}"}))

@@ -23,6 +23,7 @@ from ui import progress as progress_ui
 from ui.context import Context
 from ui.errors import guard
 from ui.keys import ModelKey
+from ui.labels import readout_label
 
 CALIB_BATCH = 8  # analysis.calibration runs its sequences 8 at a time: one forward pass each
 RECALL_PAIRS = (4, 8, 16, 32)  # pair counts for recall accuracy (those above the task's key count are skipped)
@@ -75,9 +76,9 @@ def rescale_control() -> str:
     """Readout scale of the pruned layers: the original (pure channel removal) unless asked otherwise."""
     names = list(RESCALES)
     return state.field(st.radio, "Readout scale", "prune_rescale", "original", options=names, horizontal=True,
-                       format_func=RESCALES.get,
-                       help="The original dk^-½ makes the pruned model the original one with the dropped channels "
-                            "zeroed. fla's default dk'^-½ is what the reference code does; it changes the output "
+                       format_func=readout_label,
+                       help="The original 1/√dₖ makes the pruned model the original one with the dropped channels "
+                            "zeroed. fla's default 1/√dₖ′ is what the reference code does; it changes the output "
                             "beyond the lost channels.")
 
 

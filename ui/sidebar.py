@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from analysis import data, models
+from analysis import data, inputs, models
 from analysis.errors import AnalysisError
 from ui import cache
 from ui.keys import InputSpec
@@ -81,6 +81,31 @@ def _recall_task(request):
         return None  # the page shows the error
 
 
+def _tokenizer_caption(request) -> None:
+    """Say which tokenizer reads the text when the model directory brings none."""
+    try:
+        note = models.tokenizer_note(cache.resolve(*request).path)
+    except AnalysisError:
+        return  # the page shows the error
+    if note:
+        st.caption(note)
+
+
+def _fit_text(request, text: str, tokens: int, sequences: int) -> tuple[int, int]:
+    """A pasted text shorter than tokens × sequences is read whole (fewer or shorter sequences), with a caption
+    saying so, instead of failing until two fields are changed."""
+    try:
+        tok = cache.tokenizer(cache.resolve(*request).path)
+        available = len(inputs.first_token_ids(tok, inputs.resolve_text(text=text), tokens * sequences))
+    except AnalysisError:
+        return tokens, sequences  # the page shows the error
+    fitted = inputs.fit_windows(available, tokens, sequences)
+    if fitted != (tokens, sequences) and available:
+        st.caption(f"The pasted text has {available} tokens, fewer than the {sequences} × {tokens} set above: "
+                   f"it is read as {fitted[1]} sequence{'s' if fitted[1] != 1 else ''} of {fitted[0]} tokens.")
+    return fitted
+
+
 def _inputs(request) -> InputSpec:
     task = _recall_task(request) if request[0] else None
     if task is not None:
@@ -92,6 +117,7 @@ def _inputs(request) -> InputSpec:
         return InputSpec("recall", tokens=task.seq_len, sequences=int(sequences), seed=int(seed))
     kind = state_field(st.radio, "Text", "text_kind", "Bundled split", options=("Bundled split", "Pasted text"),
                        horizontal=True)
+    _tokenizer_caption(request)
     split, text = "test", ""
     if kind == "Bundled split":
         split = state_field(st.selectbox, "Split", "split", "test", options=SPLIT_ORDER, format_func=data.dataset_label)
@@ -100,6 +126,8 @@ def _inputs(request) -> InputSpec:
                            placeholder="Paste at least tokens × sequences tokens of text")
     tokens = state_field(st.number_input, "Tokens per sequence", "tokens", 256, 8, 8192, step=64)
     sequences = state_field(st.number_input, "Number of sequences", "sequences", 4, 1, 64, step=1)
+    if kind == "Pasted text" and text.strip():
+        tokens, sequences = _fit_text(request, text, int(tokens), int(sequences))
     return InputSpec("text" if kind == "Pasted text" else "split", split=split, text=text, tokens=int(tokens),
                      sequences=int(sequences))
 

@@ -42,7 +42,7 @@ def spectrum(values, rank: int, tau: float, title: str, other: Sequence[float] |
                       annotation_text=f"τ·s₁ (τ = {tau:g})", annotation_position="bottom left")
         fig.add_vline(x=rank + 0.5, line_dash="dash", line_color=PALETTE[1],
                       annotation_text=f"numerical rank {rank}", annotation_position="top right")
-    fig.update_yaxes(**LOG_AXIS, dtick=1)  # one label per decade: no bare "2"/"5" minor labels
+    fig.update_yaxes(**LOG_AXIS)  # one label per decade: no bare "2"/"5" minor labels
     return axes_layout(fig, title, "index i (descending)", "singular value s_i (log)", height=420)
 
 
@@ -68,16 +68,16 @@ def noise_curves(probe: dict, snr_db: float, title: str, first_label: str, secon
     x = probe["snr_db"]
     fig = go.Figure()
     lines = [("Monte Carlo, q = k + ε", "mc_raw", PALETTE[0], "solid"),
-             ("exact RMS σ‖S‖_F/‖Sᵀk‖", "bound_raw", PALETTE[0], "dot"),
+             ("exact RMS σ‖S‖<sub>F</sub>/‖Sᵀk‖", "bound_raw", PALETTE[0], "dot"),
              ("Monte Carlo, re-normalised q̂", "mc_renorm", PALETTE[1], "solid"),
              (f"first order, q̂ ({first_label})", "first_order", PALETTE[2], "dash"),
              (f"second order, q̂ ({second_label})", "second_order", PALETTE[3], "dash")]
     if "retrieval_raw" in probe:
-        lines.append(("vs w_j: ‖Sᵀq − w_j‖/‖w_j‖ (exact RMS)", "retrieval_raw", "#000000", "dashdot"))
+        lines.append(("vs w<sub>j</sub>: ‖Sᵀq − w<sub>j</sub>‖/‖w<sub>j</sub>‖ (exact RMS)", "retrieval_raw", "#000000", "dashdot"))
     for name, key, color, dash in lines:
         fig.add_trace(go.Scatter(x=x, y=as_list(probe[key]), mode="lines", name=name, line=dict(color=color, dash=dash)))
     fig.add_vline(x=snr_db, line_color="black", line_width=1, annotation_text=f"{snr_db:g} dB",
                   annotation_position="top")
-    fig.update_yaxes(**LOG_AXIS, dtick=1)  # one label per decade: no bare "2"/"5" minor labels
+    fig.update_yaxes(**LOG_AXIS)  # one label per decade: no bare "2"/"5" minor labels
     return axes_layout(fig, title, "SNR = ‖k‖²/(dk σ²) (dB)", "relative error (RMS, log)",
                    height=420)

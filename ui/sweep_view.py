@@ -12,6 +12,7 @@ from analysis import sweep as sweeps
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
 from analysis.ray_executor import EXECUTORS
+from analysis.prune import usable_strategies
 from analysis.strategies import STRATEGIES
 from ui import jobs, shrink, shrink_figures, state
 from ui.context import Context
@@ -80,8 +81,11 @@ class Inputs(NamedTuple):
 
 def inputs(ctx: Context) -> Inputs:
     c1, c2 = st.columns([3, 2])
+    usable, unusable = usable_strategies(ctx.model)  # PCA is not offered where key channels have their own decay
     chosen = state.field(c1.multiselect, "Strategies", "sweep_strategies", ["random", "l1", "wanda"],
-                         options=list(STRATEGIES), format_func=LABELS.get)
+                         options=usable, format_func=LABELS.get,
+                         help=f"Not offered for {ctx.info.label}: {', '.join(map(LABELS.get, unusable))} (it mixes "
+                              "key channels, and each key channel here has its own decay)." if unusable else None)
     ratio_text = state.field(c2.text_input, "Ratios ρ (comma-separated)", "sweep_ratios", "0.25, 0.5, 0.75")
     s1, s2, s4, s5 = st.columns(4)
     context = int(state.field(s1.number_input, "Context (tokens)", "eval_context", 256, 16, 4096, step=64))
@@ -181,6 +185,10 @@ def _follow(job, points: list) -> None:
         drawn[0] += 1
         if job is not None and job.running:
             progress.progress(job.fraction, text=f"{job.text} (unpruned baseline first)")
+        if not points:  # a sentence, not blank axes, until the first point
+            chart.info("No sweep points for these settings yet: press **Run sweep** to measure the unpruned model, "
+                       "then each strategy at each ratio; the chart fills in point by point.")
+            return
         chart.plotly_chart(shrink_figures.sweep_figure(points, LABELS, "Perplexity vs pruning ratio", y_title),
                            key=f"sweep_chart_{drawn[0]}")
         if points:

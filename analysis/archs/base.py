@@ -111,6 +111,10 @@ class Adapter:
         """KV-cache bytes of one softmax-attention block for one sequence of `tokens` tokens."""
         raise NotImplementedError
 
+    def softmax_cache_note(self, module: nn.Module) -> str | None:
+        """What a softmax block caches, where it is not plain per-head keys and values (MLA); None: plain K/V."""
+        return None
+
     def complete_config(self, config: dict) -> dict:
         """A config.json dict with the fields the core's checks read filled in where the family's config derives
         them (e.g. num_hidden_layers from a per-layer pattern); unchanged by default."""

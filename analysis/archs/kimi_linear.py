@@ -77,6 +77,10 @@ class KimiLinearAdapter(Adapter):
         """MLA caches the compressed latent (kv_lora_rank) and the shared rope key (qk_rope_head_dim), one head."""
         return tokens * (module.kv_lora_rank + module.qk_rope_head_dim) * dtype_bytes
 
+    def softmax_cache_note(self, module: nn.Module) -> str:
+        return (f"MLA (multi-head latent attention): caches a {module.kv_lora_rank}-dim latent + "
+                f"{module.qk_rope_head_dim}-dim rope key per token; not pruned")
+
     # --- pruning ---------------------------------------------------------------------------------
 
     def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):

@@ -1,0 +1,123 @@
+"""Labels and chart details a lecturer found wrong (issue 23, item 5), on the pure ui/ builders."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from analysis import noise_report
+from ui import noise_tables
+
+
+def test_closed_form_table_follows_the_direction_picker():
+    torch.manual_seed(0)
+    S = torch.randn(3, 16, 8, dtype=torch.float64)  # full rank 8 in every sequence
+    rows = noise_report.state_table(S, n_directions=8)
+    table = noise_tables.closed_form_table(rows, [1, 4])
+    gains = [c for c in table.columns if c.startswith("Σs²/s")]
+    assert gains == ["Σs²/s₁²", "Σs²/s₄²"]
+    s = torch.linalg.svdvals(S[0])  # independent reference: the SVD of sequence 0
+    expected = float((s ** 2).sum() / s[3] ** 2)
+    assert float(table.loc["sequence 0", "Σs²/s₄²"]) == pytest.approx(expected, rel=1e-3)  # 4 printed digits
+    assert len(noise_tables.closed_form_table(rows).columns) == 4 + 8  # rank, ‖S‖², s₁, κ; None keeps every direction
+
+
+def test_std_bands_are_clipped_at_the_metric_floor():
+    from ui import figures, scales
+    mean, std = [1.5, 3.0, 900.0], [200.0, 1.0, 300.0]  # κ: mean − std would reach −198.5
+    fig = figures.metric_over_positions([0, 8, 16], mean, std, "κ", "t", bounds=scales.band_bounds("condition_number"))
+    band = fig.data[0].y
+    assert min(band) == 1.0 and max(band) == 1000.0  # κ_τ ∈ [1, 1/τ]
+    assert list(fig.data[1].y) == mean  # the mean line itself is not clipped
+    assert scales.band_bounds("rank_utilization") == (0.0, 1.0) and scales.band_bounds("stable_rank") == (0.0, None)
+
+
+def test_log_axes_label_decades_only():
+    from ui import figures
+    fig = figures.singular_spectrum({"after token 7": [3.0, 0.5, 0.02]}, "t")
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1  # no bare "2"/"5" minor labels
+
+
+def test_many_legend_entries_grow_the_figure_instead_of_hiding():
+    from ui import figures
+    curves = {f"after token {t}": [3.0, 1.0, 0.1] for t in range(6)}
+    fig = figures.singular_spectrum(curves, "t", random_curves=curves)  # 12 entries
+    assert fig.layout.legend.orientation == "v" and fig.layout.height >= figures.LEGEND_ROW_PX * 12
+    few = figures.singular_spectrum({"after token 1": [1.0]}, "t")
+    assert few.layout.legend.orientation == "h" and few.layout.height is None
+
+
+def test_a_local_directory_is_not_called_trained(tmp_path):
+    from ui.labels import weights_name
+    assert weights_name(str(tmp_path)) == "loaded weights"
+    (tmp_path / "training.json").write_text("{}")
+    assert weights_name(str(tmp_path)) == "trained"
+    assert weights_name("/home/u/.cache/huggingface/hub/models--org--m/snapshots/abc") == "trained"
+
+
+def test_spectrum_positions_snap_to_the_nearest_collected_position():
+    from ui.choices import snap_to
+    # stride 8 → 10 over 64 tokens: 8 and 32 move to 10 and 30 (not dropped, not 0); 63 stays the last token
+    assert snap_to([8, 32, 63], [0, 10, 20, 30, 40, 50, 60, 63]) == ([10, 30, 63], [(8, 10), (32, 30)])
+    # a shorter text: positions past its end become its last token, once
+    assert snap_to([100, 200], [0, 8, 15]) == ([15], [(100, 15), (200, 15)])
+    assert snap_to([5], []) == ([], [])
+
+
+def test_a_short_text_is_read_whole_instead_of_refused():
+    from analysis.inputs import fit_windows
+    assert fit_windows(30, 256, 4) == (30, 1)       # "only 30 tokens, fewer than the 4×256 asked for"
+    assert fit_windows(600, 256, 4) == (256, 2)     # whole windows of the asked length where the text has them
+    assert fit_windows(2000, 256, 4) == (256, 4)    # long enough: unchanged
+
+
+def test_positions_carry_their_tokens():
+    from ui import figures
+    fig = figures.metric_over_positions([0, 1, 2], [0.1, 0.2, 0.3], [0, 0, 0], "u", "t", tokens=["The", " cat", "\n"])
+    mean = fig.data[1]
+    assert list(mean.text) == ["The", " cat", "'\\n'"] and "%{text}" in mean.hovertemplate
+    assert list(fig.layout.xaxis.ticktext) == ["0 The", "1  cat", "2 '\\n'"]
+
+
+def test_notice_lines_state_what_the_numbers_show():
+    from ui import notice
+    m = 64
+    one = np.full((2, 3), 1 / m)  # every head at u = 1/m, trained and random init alike (qwen35-hybrid-small's story)
+    line = notice.rank_map("rank_utilization", "Rank utilization", one * 1.01, m, one)
+    assert "about 1/m = 0.0156" in line and "the random-init copy is the same" in line
+    spread = np.array([[0.09, 0.06], [0.05, 0.06]])  # deltanet-small-like: several directions, random init higher
+    line = notice.rank_map("rank_utilization", "Rank utilization", spread, m, spread + 0.08)
+    assert "0.05 (layer 1, head 0) to 0.09 (layer 0, head 0)" in line and "training lowered it" in line
+    assert f"about {spread.mean() * m:.1f} of m = 64 directions" in line
+    rise = notice.over_positions([0, 8, 16], [0.1, 0.12, 0.5], ["A", " cat", " sat"])
+    assert "from 0.1 after token 0 to 0.5 after token 16" in rise and "largest rise is at token 16 (“sat”)" in rise
+    spec = notice.spectrum({"after token 7": [4.0, 1.0, 0.5, 0.1]})
+    assert "s₁ is 4× s₂" in spec and "3 of 4 singular values exceed s₁/10" in spec
+
+
+def test_head_meaning_only_where_value_and_key_heads_differ():
+    from types import SimpleNamespace
+    from ui.blocks import head_meaning
+    hybrid = SimpleNamespace(heads=2, value_heads=4)
+    assert "value head (0–3)" in head_meaning(hybrid, "value") and "key head (0–1)" in head_meaning(hybrid, "key")
+    assert head_meaning(SimpleNamespace(heads=4, value_heads=4), "value") is None
+
+
+def test_importance_notices():
+    from ui import notice
+    masks = {"L1": [1, 1, 0, 0], "Wanda": [1, 0, 1, 0]}
+    assert "of the 2 channels each strategy keeps, 1 are kept by all 2; 3 of the 4" in notice.kept_masks(masks)
+    line = notice.agreement(["A", "B", "C"], [[1, 0.5, 0.2], [0.5, 1, 0.3], [0.2, 0.3, 1]], 32, 64)
+    assert "A and B agree most (J = 0.50), A and C least (J = 0.20)" in line and "= 0.33" in line  # 32/(128−32)
+    assert "L1 keeps the most key energy (90.0% " in notice.kept_energy({"L1": [0.9, 0.9], "Random": [0.5, 0.6]}, "key")
+    assert notice.top_channels({"L1": [0.1, 3.0], "Wanda": [0.2, 5.0]}).endswith("the same channel for all.")
+
+
+def test_a_fixed_height_chart_with_many_entries_still_grows_its_legend():
+    from ui import state_lab_figures as figs
+    x = [-10.0, 0.0, 10.0]
+    probe = {"snr_db": x, **{k: [1.0, 0.3, 0.1] for k in ("mc_raw", "bound_raw", "mc_renorm", "first_order",
+                                                           "second_order", "retrieval_raw")}}
+    fig = figs.noise_curves(probe, 0.0, "t", "valid ≥ 5 dB", "valid ≥ 0 dB")  # 6 entries, asked height 420
+    assert fig.layout.legend.orientation == "v" and fig.layout.height >= 400 + 22 * 6
+    assert not any("_" in t.name for t in fig.data)  # subscripts, not literal underscores

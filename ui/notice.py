@@ -1,0 +1,134 @@
+"""One plain "Notice:" line under a chart, computed from the numbers it shows (pure: no streamlit).
+
+Each sentence states what the data on screen says (its range, where it jumps, how it compares with the
+random-init copy); the one causal remark (a decay that wipes the state leaves one outer product) is worded
+as where to look, and the State lab shows that decay for the head.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+SAME = 0.1  # trained and random-init means within 10 % of each other read "the same"
+
+
+def _where(values: np.ndarray, pick) -> tuple[float, int, int]:
+    layer, head = np.unravel_index(pick(values), values.shape)
+    return float(values[layer, head]), int(layer), int(head)
+
+
+def rank_map(metric: str, label: str, final, max_rank: int, final_random=None) -> str:
+    """Under the layer × head map: its range, what the mean means for the rank utilization, and training's effect."""
+    z = np.asarray(final, dtype=float)
+    if not np.isfinite(z).any():
+        return "Notice: no head has a finite value here (zero or non-finite states)."
+    z = np.where(np.isfinite(z), z, np.nan)
+    (lo, ll, lh), (hi, hl, hh) = _where(z, np.nanargmin), _where(z, np.nanargmax)
+    mean = float(np.nanmean(z))
+    line = (f"Notice: {label} runs from {lo:.3g} (layer {ll}, head {lh}) to {hi:.3g} (layer {hl}, head {hh}), "
+            f"mean {mean:.3g}")
+    if metric == "rank_utilization":
+        if mean <= 1.25 / max_rank:
+            line += (f", about 1/m = {1 / max_rank:.3g}: a stable rank near 1, so one direction holds almost all of "
+                     "each state's energy (a decay that wipes the state every token leaves only the last write "
+                     "β k vᵀ; the State lab shows a head's decay)")
+        else:
+            line += f", i.e. about {mean * max_rank:.1f} of m = {max_rank} directions carry the energy (u · m)"
+    if final_random is not None:
+        r = np.asarray(final_random, dtype=float)
+        if np.isfinite(r).any():
+            rmean = float(np.nanmean(np.where(np.isfinite(r), r, np.nan)))
+            if abs(mean - rmean) <= SAME * max(abs(mean), abs(rmean)):
+                line += f"; the random-init copy is the same ({rmean:.3g}), so training did not change it"
+            else:
+                line += f"; random init {rmean:.3g}, so training {'lowered' if mean < rmean else 'raised'} it"
+    return line + "."
+
+
+def over_positions(positions: Sequence[int], mean, tokens: Sequence[str] | None = None) -> str:
+    """Under a metric over token positions: where it starts and ends, and the token of its largest rise."""
+    y = np.asarray(mean, dtype=float)
+    ok = np.flatnonzero(np.isfinite(y))
+    if ok.size == 0:
+        return "Notice: no finite value at any position."
+    first, last = ok[0], ok[-1]
+    line = (f"Notice: the mean goes from {y[first]:.3g} after token {positions[first]} to {y[last]:.3g} after "
+            f"token {positions[last]}")
+    steps = np.diff(y)
+    if steps.size and np.isfinite(steps).any() and np.nanmax(steps) > 0:
+        i = int(np.nanargmax(steps)) + 1
+        word = f" (“{tokens[i].strip() or repr(tokens[i])}”)" if tokens is not None else ""
+        line += f"; its largest rise is at token {positions[i]}{word}"
+    return line + "."
+
+
+def spectrum(curves: dict[str, Sequence[float]]) -> str:
+    """Under a singular spectrum: at the last picked position, s₁/s₂ and how many values exceed s₁/10."""
+    if not curves:
+        return ""
+    name, s = list(curves.items())[-1]
+    s = np.asarray(s, dtype=float)
+    s = s[np.isfinite(s)]
+    if s.size == 0 or s[0] <= 0:
+        return f"Notice: the state {name} is zero."
+    big = int((s > s[0] / 10).sum())
+    ratio = f"s₁ is {s[0] / s[1]:.3g}× s₂ and " if s.size > 1 and s[1] > 0 else ""
+    return (f"Notice: {name}, {ratio}{big} of {s.size} singular values exceed s₁/10: roughly how many directions "
+            "the state really uses.")
+
+
+def noise_plot(snr_db: Sequence[float], probes: list[dict]) -> str:
+    """Under the retrieval error vs SNR: the exact raw-query error falls 10× per 20 dB (it is ∝ σ)."""
+    if not probes or len(snr_db) < 2:
+        return ""
+    y = [v for v in probes[0]["predicted_raw"]["median"]]
+    if y[0] is None or y[-1] is None or not (math.isfinite(y[0]) and math.isfinite(y[-1])):
+        return ""
+    return (f"Notice: {probes[0]['name']}'s exact raw-query error goes from {y[0]:.3g} at {snr_db[0]:g} dB to "
+            f"{y[-1]:.3g} at {snr_db[-1]:g} dB, 10× less per 20 dB because it is proportional to σ; a direction "
+            "with a smaller sⱼ (larger Σs²/sⱼ² in the table) sits higher.")
+
+
+def kept_masks(masks: dict[str, Sequence[int]]) -> str:
+    """Under the kept-channel masks of one head: how many kept channels every strategy shares."""
+    if not masks:
+        return ""
+    m = np.asarray(list(masks.values()), dtype=bool)           # [strategies, dk]
+    kept = int(m[0].sum())
+    every, some = int(m.all(0).sum()), int(m.any(0).sum())
+    return (f"Notice: of the {kept} channels each strategy keeps, {every} are kept by all {len(masks)}; "
+            f"{some} of the {m.shape[1]} channels are kept by at least one.")
+
+
+def agreement(labels: Sequence[str], matrix, kept: int, dk: int, where: str = "") -> str:
+    """Under the Jaccard matrix: the most and least similar pair, next to what two random choices would give."""
+    pairs = [(float(matrix[i][j]), labels[i], labels[j]) for i in range(len(labels)) for j in range(i + 1, len(labels))]
+    if not pairs:
+        return ""
+    (lo, a, b), (hi, c, d) = min(pairs), max(pairs)
+    chance = kept / (2 * dk - kept) if 0 < kept < 2 * dk else float("nan")
+    return (f"Notice: {c} and {d} agree most (J = {hi:.2f}), {a} and {b} least (J = {lo:.2f}); two random choices "
+            f"of {kept} of {dk} channels{where} would overlap by about k/(2d − k) = {chance:.2f}.")
+
+
+def kept_energy(energy: dict[str, Sequence[float]], which: str) -> str:
+    """Under the kept-energy bars: which strategy keeps the most and the least of the activations, mean over layers."""
+    means = {name: float(np.mean(v)) for name, v in energy.items() if len(v)}
+    if not means:
+        return ""
+    best, worst = max(means, key=means.get), min(means, key=means.get)
+    return (f"Notice: {best} keeps the most {which} energy ({means[best]:.1%} mean over layers), {worst} the least "
+            f"({means[worst]:.1%}).")
+
+
+def top_channels(scores: dict[str, Sequence[float]]) -> str:
+    """Under the score bars (axis-aligned strategies): each one's top-scored channel, to compare at a glance."""
+    tops = {name: int(np.nanargmax(np.asarray(v, dtype=float))) for name, v in scores.items() if len(v)}
+    if not tops:
+        return ""
+    shared = len(set(tops.values())) == 1
+    listed = ", ".join(f"{name}: {c}" for name, c in tops.items())
+    return f"Notice: the top-scored channel is {listed}" + (" — the same channel for all." if shared and len(tops) > 1
+                                                          else ".")
