@@ -8,7 +8,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")  # tests/helpers/ -> the repository root
 PAGES = {"pages/model.py": "Model", "pages/states.py": "States & rank", "pages/query_noise.py": "Query noise",
          "pages/state_lab.py": "State lab", "pages/importance.py": "Channel importance", "pages/prune.py": "Prune",
          "pages/sweep.py": "Sweep & latency"}
