@@ -1,14 +1,12 @@
 """State lab: step through a text token by token and watch one head's state fill up, under three update rules."""
-import html
-
 import streamlit as st
 
 from analysis import state_lab as lab
 from analysis.archs import adapter_for
-from analysis.strategies import STRATEGIES
 from ui import frame, state
 from ui import state_lab_data as data
 from ui import state_lab_figures as figs
+from ui import state_lab_views as views
 from ui.context import current
 from ui.errors import guard
 from ui.explain import explainer
@@ -105,131 +103,10 @@ if mode == REAL and x.g is None:
 rule = st.radio("Update rule shown in the heatmap, spectrum and noise probe", list(lab.RULES), horizontal=True,
                 format_func=lab.RULES.get, key=state.remembered("lab_rule", "model", list(lab.RULES)))
 state.remember("lab_rule")
-T = x.tokens
-tr = traces[rule]
 COLORS = [figs.RULE_COLORS[r] for r in lab.RULES]  # one colour per rule on every chart
 DASHED = [lab.RULES["delta"]]  # dashed, so the model's own rule stays visible where the two coincide (no gate)
 
 play = st.toggle("▶ Play (one token per second)", key="lab_play")
-
-
-def scrubber() -> None:
-    """The per-token views: cheap, everything is precomputed; a fragment so Play reruns only this part."""
-    steps = range(T)
-    wkey = state.remembered("lab_t", T - 1, steps)
-    if play:
-        state.choose("lab_t", (int(st.session_state[wkey]) + 1) % T)
-    t = st.slider("Token t (the state after token t)", 0, max(T - 1, 1), key=wkey, disabled=T == 1)
-    t = min(int(state.remember("lab_t")), T - 1)
-    # tokens carry their own spaces: join them as they are, a faint underline marks where each one ends
-    strip = "".join(f"<mark>{html.escape(tok)}</mark>" if i == t else
-                    f"<span style='border-bottom:1px solid #ccc'>{html.escape(tok)}</span>" for i, tok in enumerate(tokens))
-    st.markdown(f"<div style='font-family:monospace;line-height:1.9;white-space:pre-wrap'>{strip}</div>",
-                unsafe_allow_html=True)
-    rank = int(tr.numerical_rank[t])
-    left, right = st.columns(2)
-    with left:
-        st.plotly_chart(figs.state_heatmap(tr.states[t].tolist(), f"State S_t after token {t} ({lab.RULES[rule]})"),
-                        key="lab_state")
-        st.caption(f"{where} · {lab.RULES[rule]}. Notice: each token adds one rank-one term k uᵀ; the delta rule "
-                   "first erases what the key held.")
-    with right:
-        st.plotly_chart(figs.spectrum(tr.singular_values[t].tolist(), rank, lab.TAU,
-                                      f"Singular values of S_t, t = {t}: numerical rank {rank}"), key="lab_spectrum")
-        st.caption(f"{where} · {lab.RULES[rule]}. Notice: values below τ·s₁ do not count as rank.")
-    left, right = st.columns(2)
-    with left:
-        util = {name: traces[r].rank_utilization.tolist() for r, name in lab.RULES.items()}
-        st.plotly_chart(figs.over_tokens(util, t, tokens, "Rank utilization u(S_t) by rule", "stable rank / min(dk, dv)",
-                                         colors=COLORS, dashed=DASHED),
-                        key="lab_utilization")
-        st.caption(f"{where}. Notice: plain linear attention piles every write onto the same few directions.")
-    with right:
-        errors = {name: traces[r].retrieval_error[t, :t + 1].tolist() for r, name in lab.RULES.items()}
-        st.plotly_chart(figs.over_tokens(errors, t, tokens[:t + 1], f"What S_t remembers: retrieval error of each "
-                                         f"earlier token j ≤ {t}", "‖S_tᵀk_j − w_j‖ / ‖w_j‖", colors=COLORS, dashed=DASHED),
-                        key="lab_retrieval")
-        st.caption(f"{where}. Notice: 0 = read back exactly; old tokens fade under a decay, get overwritten "
-                   "under the delta rule, interfere under linear attention.")
-    noise_probe(t)
-    if mode == REAL:
-        pruned_view(t)
-
-
-def noise_probe(t: int) -> None:
-    st.subheader("Query noise at token t")
-    c1, c2 = st.columns(2)
-    j = c1.slider("Read the key of token j", 0, max(t, 1), key=state.remembered("lab_j", t, range(t + 1)),
-                  disabled=t == 0)
-    j = min(int(state.remember("lab_j")), t)
-    snr = c2.slider("SNR (dB)", -10, 40, key=state.remembered("lab_snr", 10))
-    state.remember("lab_snr")
-    with guard():
-        p = lab.noise_probe(tr.states[t], x.k[j], float(snr), written=tr.written[j])
-    at = p["at"]
-    first = lab.validity_label(at["first_valid"], p["first_valid_from_db"])
-    second = lab.validity_label(at["second_valid"], p["second_valid_from_db"])
-    m1, m2, m3, m4, m5 = st.columns(5)
-    m1.metric("Monte Carlo error, q = k + ε", f"{at['mc_raw']:.3g}")
-    m2.metric(r"exact RMS $\sigma\|S\|_F/\|S^\top k\|$", f"{at['bound_raw']:.3g}")
-    m3.metric("Monte Carlo, re-normalised q̂", f"{at['mc_renorm']:.3g}")
-    m4.metric("second-order prediction, q̂", f"{at['second_order']:.3g}", help=second)
-    if "retrieval_raw" in at:
-        m5.metric(f"error vs $w_{{{j}}}$ with this noise", f"{at['retrieval_raw']:.3g}",
-                  help=f"exact RMS of $\\|S^\\top q - w_j\\|/\\|w_j\\|$: $\\sqrt{{e^2 + \\sigma^2\\|S\\|_F^2/\\|w_j\\|^2}}$, e = {tr.retrieval_error[t, j]:.3g} "
-                       "without noise")
-    st.plotly_chart(figs.noise_curves(p, float(snr), f"Reading token {j} from S_{t}: relative error vs SNR",
-                                      first, second), key="lab_noise")
-    st.caption(f"{where} · {lab.RULES[rule]} · 256 draws, seed 0 · first order {first}, second order {second}. "
-               "Notice: a state of low rank or large κ amplifies the same query noise more.")
-
-
-def pruned_view(t: int) -> None:
-    """The same head with fewer key channels, beside the original (real inputs only)."""
-    st.subheader("What if dk were smaller?")
-    c1, c2 = st.columns(2)
-    rotations = adapter_for(ctx.model).rotations  # PCA mixes channels: not offered where each has its own decay
-    names = [name for name, strat in STRATEGIES.items() if strat.axis_aligned or rotations]
-    strategy = c1.selectbox("Strategy", names, format_func=lambda s: STRATEGIES[s].label,
-                            key=state.remembered("lab_strategy", "l1", names))
-    state.remember("lab_strategy")
-    ratio = c2.slider("Pruning ratio ρ (dk′ = dk(1 − ρ))", 0.0, 0.9, key=state.remembered("lab_ratio", 0.5), step=0.05)
-    state.remember("lab_ratio")
-    pargs = (ctx.key, text, int(layer), int(head), strategy, float(ratio))
-    with guard(), first_time(data.pruned_traces.is_cached(*pargs), "Pruning this head's keys…",
-                             "Pruned head computed") as report:
-        pruned = data.pruned_traces(*pargs, progress=report)
-    pt = pruned["traces"][rule]
-    dk_p = pruned["inputs"].dims[0]
-    left, right = st.columns(2)
-    with left:
-        st.plotly_chart(figs.state_heatmap(pt.states[t].tolist(), f"Pruned state S_t after token {t}: dk′ = {dk_p}"),
-                        key="lab_pruned_state")
-    with right:
-        rank_p = int(pt.numerical_rank[t])
-        st.plotly_chart(figs.spectrum(pt.singular_values[t].tolist(), rank_p, lab.TAU,
-                                      f"Singular values, dk′ = {dk_p}: numerical rank {rank_p}",
-                                      tr.singular_values[t].tolist(), f"original dk = {x.dims[0]}"),
-                        key="lab_pruned_spectrum")
-    left, right = st.columns(2)
-    with left:
-        curves = {f"{rule} dk = {x.dims[0]}": tr.numerical_rank.tolist(),
-                  f"{rule} dk′ = {dk_p}": pt.numerical_rank.tolist()}
-        st.plotly_chart(figs.over_tokens(curves, t, tokens, f"Numerical rank, original vs pruned ({strategy})",
-                                         "numerical rank (directions)", dashed=[f"{rule} dk′ = {dk_p}"],
-                                         colors=[figs.RULE_COLORS[rule]] * 2),
-                        key="lab_pruned_utilization")
-    with right:
-        errs = {f"{rule} dk = {x.dims[0]}": tr.retrieval_error[t, :t + 1].tolist(),
-                f"{rule} dk′ = {dk_p}": pt.retrieval_error[t, :t + 1].tolist()}
-        st.plotly_chart(figs.over_tokens(errs, t, tokens[:t + 1], f"Retrieval error at t = {t}, original vs pruned",
-                                         "‖S_tᵀk_j − w_j‖ / ‖w_j‖", dashed=[f"{rule} dk′ = {dk_p}"],
-                                         colors=[figs.RULE_COLORS[rule]] * 2),
-                        key="lab_pruned_retrieval")
-    st.caption(f"{where} · {lab.RULES[rule]} · {STRATEGIES[strategy].label}, ρ = {ratio:g}: channels zeroed after "
-               "the convolution, keys re-normalised, readout scale unchanged. Notice: fewer key rows, fewer "
-               "directions to store associations in.")
-
-
-st.fragment(scrubber, run_every=1.0 if play else None)()
-
+picked_head = dict(ctx=ctx, text=text, layer=int(layer), head=int(head)) if mode == REAL else {}
+view = views.LabView(x, traces, rule, tokens, where, COLORS, DASHED, real=mode == REAL, **picked_head)
+st.fragment(views.scrubber, run_every=1.0 if play else None)(view, play)  # Play reruns only the per-token views

@@ -213,7 +213,7 @@ def test_choose_plan_measures_an_allocation_equal_to_uniform_once_and_names_its_
     """Issue 20: Verify and choose measured uniform twice when the allocation equalled it."""
     import analysis.allocate
     from analysis import data
-    from conftest import build_tiny
+    from family_cases.text_lm import build_tiny
     pruned, steps = [], []
     real = analysis.allocate.prune
     monkeypatch.setattr(analysis.allocate, "prune", lambda model, strategy, dims, *a, **k: (

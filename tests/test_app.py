@@ -1,67 +1,10 @@
 """The dashboard under streamlit.testing.v1.AppTest, on tiny random-init models saved in a tmp dir."""
-import json
-from pathlib import Path
-
 import pytest
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
-from ui_fixtures import one_torch_thread, save_tiny_lm, save_tiny_recall  # noqa: F401
+from helpers.app import APP, PAGES, assert_clean, charts, one_sentence, start
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
-PAGES = {"pages/model.py": "Model", "pages/states.py": "States & rank", "pages/query_noise.py": "Query noise",
-         "pages/state_lab.py": "State lab", "pages/importance.py": "Channel importance", "pages/prune.py": "Prune",
-         "pages/sweep.py": "Sweep & latency"}
-
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(autouse=True)
-def navigation_only(monkeypatch, request):
-    """Treat pages/ as st.navigation pages, as `streamlit run` does after the first st.navigation call.
-
-    AppTest re-detects the legacy pages/ directory before every run, so from the second run on it runs the
-    current page file directly (legacy multipage mode, what a deep link does on a fresh server), and the
-    page has to re-enter app.py itself (ui.frame). One test keeps that mode; the others see the steady state.
-    """
-    if request.node.name == "test_legacy_pages_mode_still_renders_inside_the_frame":
-        return
-    original = PagesManager.__init__
-
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-    monkeypatch.setattr(PagesManager, "__init__", init)
-
-
-@pytest.fixture(scope="module")
-def lm_dir(tmp_path_factory):
-    return save_tiny_lm(tmp_path_factory.mktemp("tiny-lm"))
-
-
-@pytest.fixture(scope="module")
-def recall_dir(tmp_path_factory):
-    return save_tiny_recall(tmp_path_factory.mktemp("tiny-recall"))
-
-
-def start(monkeypatch, model_dir) -> AppTest:
-    monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(model_dir))
-    at = AppTest.from_file(APP, default_timeout=120).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def charts(at) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-
-
-def one_sentence(message: str) -> bool:
-    return message.endswith(".") and ". " not in message.rstrip(".") and "\n" not in message
-
-
-def assert_clean(at):
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
 
 
 def test_first_open_shows_the_default_model_with_a_chart(monkeypatch, lm_dir):

@@ -2,10 +2,9 @@
 no project files), shows every block in order and collects the linear layers' states."""
 import pytest
 
-from test_app import assert_clean, charts, navigation_only, start  # noqa: F401  (fixture re-used)
-from ui_fixtures import one_torch_thread  # noqa: F401
+from helpers.app import assert_clean, charts, start
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
 
 
 @pytest.mark.parametrize("family", ["qwen3_5", "kda", "fla_hybrid", "kimi_linear", "mamba2",

@@ -6,10 +6,9 @@ import shutil
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from test_app import APP, assert_clean, charts, lm_dir, navigation_only, one_sentence, start  # noqa: F401
-from ui_fixtures import one_torch_thread  # noqa: F401
+from helpers.app import APP, assert_clean, charts, one_sentence, start
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
 
 
 def test_long_path_emoji_hub_id_and_empty_field_each_get_one_sentence(monkeypatch, lm_dir):

@@ -9,12 +9,10 @@ from streamlit.runtime.caching.cache_utils import CachedFunc
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from analysis.cancel import check
-from test_app import lm_dir  # noqa: F401  (fixture by import)
-from test_app_shrink import click, open_page, sweep_cache, sweep_page, sweep_points  # noqa: F401
+from helpers.app import click, open_page, sensitivity_map, sensitivity_page, sweep_page, sweep_points
 from ui import jobs
-from ui_fixtures import one_torch_thread  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "sweep_cache")
 
 
 @pytest.fixture
@@ -52,11 +50,10 @@ def test_sweep_job_calls_no_streamlit_cache_from_its_thread(monkeypatch, lm_dir,
 
 def test_sensitivity_map_is_a_job_that_calls_no_streamlit_cache_from_its_thread(monkeypatch, lm_dir,
                                                                                caches_only_in_script_runs):
-    from test_sensitivity import _map_chart, _page
-    at = _page(monkeypatch, lm_dir)
+    at = sensitivity_page(monkeypatch, lm_dir)
     at.selectbox(key="w:prune_strategy").set_value("wanda").run()  # needs the shared calibration
     click(at, "sensitivity:run")
-    assert all(v is not None for row in _map_chart(at) for v in row)
+    assert all(v is not None for row in sensitivity_map(at) for v in row)
     assert at.session_state["bgjob:sensitivity"].state == "done"
 
 
@@ -110,7 +107,7 @@ def test_overwrite_refuses_a_folder_another_session_saved_since_the_page_showed_
     """Defect 11: the page showed the Save form, another session then saved the same name; Overwrite asks again
     instead of silently replacing that model, and the next press replaces it."""
     from analysis.prune import save_model
-    from conftest import build_tiny
+    from family_cases.text_lm import build_tiny
     monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))
     at = open_page(monkeypatch, lm_dir, "pages/prune.py")
     at.selectbox(key="w:prune_strategy").set_value("l1").run()
@@ -133,8 +130,7 @@ def test_overwrite_refuses_a_folder_another_session_saved_since_the_page_showed_
 def test_verify_and_choose_is_a_job_that_calls_no_streamlit_cache_from_its_thread(monkeypatch, lm_dir,
                                                                                   caches_only_in_script_runs):
     """Issue 20: Verify and choose ran in a callback under a spinner; now its calibration and prunes run in a job."""
-    from test_sensitivity import _page
-    at = _page(monkeypatch, lm_dir)
+    at = sensitivity_page(monkeypatch, lm_dir)
     at.selectbox(key="w:prune_strategy").set_value("wanda").run()  # needs the shared calibration
     click(at, "sensitivity:run")
     at.radio(key="w:prune_mode").set_value("Per layer").run()

@@ -4,26 +4,14 @@ import json
 
 import pytest
 import torch
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
-from test_app import APP, assert_clean, charts
-from ui_fixtures import one_torch_thread, save_tiny_recall  # noqa: F401
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
+from helpers.app import APP, assert_clean, charts
+from ui_fixtures import save_tiny_recall
 
 PAGE = "pages/query_noise.py"
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(autouse=True)
-def navigation_only(monkeypatch):
-    """pages/ as st.navigation pages (see tests/test_app.py)."""
-    original = PagesManager.__init__
-
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-    monkeypatch.setattr(PagesManager, "__init__", init)
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
 
 
 def save_rank_one_lm(path):

@@ -6,8 +6,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analysis.io import point_cache
-from test_app import APP, lm_dir  # noqa: F401  (fixture)
-from ui_fixtures import one_torch_thread, save_tiny_lm  # noqa: F401
+from helpers.app import APP
+from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -9,12 +9,10 @@ from pathlib import Path
 import pytest
 
 from analysis.io import writes
-from test_app import lm_dir, navigation_only, one_sentence  # noqa: F401  (fixtures by import)
-from test_app_shrink import click, open_page, sweep_cache  # noqa: F401  (sweep_cache: autouse fixture)
-from ui_fixtures import one_torch_thread  # noqa: F401
+from helpers.app import click, one_sentence, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only", "sweep_cache")
 
 
 def test_dashboard_binds_localhost_by_default_and_docker_exposes_it_deliberately():

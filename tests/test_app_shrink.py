@@ -1,45 +1,11 @@
 """The Shrink pages (Channel importance, Prune, Sweep & latency) under AppTest, on tiny random-init models."""
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import analysis.sweep
-from analysis.io import point_cache
-from test_app import APP, charts, lm_dir, navigation_only, recall_dir  # noqa: F401  (fixtures by import)
+from helpers.app import charts, clean, click, open_page, sweep_page, sweep_points
 from ui import jobs
-from ui_fixtures import one_torch_thread  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-SMALL = {"calib_sequences": 2, "calib_tokens": 64, "eval_context": 64, "eval_tokens": 256}
-
-
-@pytest.fixture(autouse=True)
-def sweep_cache(tmp_path, monkeypatch):
-    """Each test gets its own on-disk sweep cache (the page reads analysis.io.point_cache.CACHE_DIR)."""
-    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "sweeps")
-
-
-def open_page(monkeypatch, model_dir, page: str) -> AppTest:
-    """The app on `page`, with calibration and evaluation settings small enough for a busy 2-core box."""
-    monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(model_dir))
-    at = AppTest.from_file(APP, default_timeout=180)
-    for name, value in SMALL.items():
-        at.session_state[name] = value
-    at.run()
-    at.switch_page(page).run()
-    clean(at)
-    return at
-
-
-def clean(at) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-
-
-def click(at, key: str) -> AppTest:
-    at.button(key=key).click().run()
-    clean(at)
-    return at
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only", "sweep_cache")
 
 
 @pytest.mark.parametrize("page,title", [("pages/importance.py", "Channel importance"), ("pages/prune.py", "Prune"),
@@ -135,19 +101,6 @@ def test_prune_of_a_recall_model_reports_recall_accuracy_and_saves_as_one(monkey
     at.text_input(key="w:prune_out").set_value("pruned-recall")
     click(at, "prune_save")
     assert (tmp_path / "pruned-recall" / "training.json").exists()  # reloads as a recall model
-
-
-def sweep_page(monkeypatch, lm_dir) -> AppTest:
-    at = open_page(monkeypatch, lm_dir, "pages/sweep.py")
-    at.multiselect(key="w:sweep_strategies").set_value(["random", "l1"])
-    at.text_input(key="w:sweep_ratios").set_value("0.5").run()
-    clean(at)
-    return at
-
-
-def sweep_points(at) -> dict:
-    [spec] = [s for s in charts(at) if s["layout"]["title"]["text"] == "Perplexity vs pruning ratio"]
-    return {t["name"]: t["x"] for t in spec["data"]}, spec
 
 
 def test_two_point_sweep_draws_both_points_and_the_baseline(monkeypatch, lm_dir):

@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from test_app import APP, PAGES, navigation_only, start  # noqa: F401  (fixture re-used)
-from ui_fixtures import one_torch_thread, save_tiny_lm  # noqa: F401
+from helpers.app import PAGES, start
+from ui_fixtures import save_tiny_lm
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
 LAB = "pages/state_lab.py"
 
 

@@ -1,11 +1,9 @@
 """Issue 13 under AppTest: emptied multiselects stay empty (every page using ui.state), "All" refills them."""
 import pytest
 
-from test_app import lm_dir  # noqa: F401  (fixture by import)
-from test_app_shrink import clean, open_page, sweep_cache  # noqa: F401
-from ui_fixtures import one_torch_thread  # noqa: F401
+from helpers.app import clean, open_page
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "sweep_cache")
 
 
 def test_an_emptied_multiselect_stays_empty_and_all_refills_it(monkeypatch, lm_dir):

@@ -9,7 +9,7 @@ import pytest
 from analysis.errors import AnalysisError
 from analysis.io import swap, writes
 from analysis.prune import save_model
-from tests.conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,7 @@ def test_real_size_saves_a_loadable_checkpoint_and_refuses_a_used_directory(tmp_
     assert sorted(p.name for p in out_dir.iterdir()) == before
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_check_scale_part_on_cuda():
     out = run("benchmarks/gpu_check.py", "--scale-only", "--layers", "2", "--tokens", "512", "--repeats", "2")

@@ -12,8 +12,7 @@ from analysis.cancel import Cancelled, check
 from analysis.evaluate import perplexity
 from analysis.recovery import recover
 from analysis.sensitivity import MapSettings, sensitivity_points
-from conftest import build_tiny
-from ui_fixtures import one_torch_thread  # noqa: F401  (fixture)
+from family_cases.text_lm import build_tiny
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -12,7 +12,7 @@ import analysis.model_card
 from analysis.cli import main
 from analysis.io import card_files, writes
 from analysis.models import SAMPLES_DIR
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 TRAINING = {"arch": "delta_net", "task": "lm", "history": [{"step": 1}]}
 STUB = {"name": "stub"}

@@ -95,7 +95,7 @@ def test_short_work_starts_without_an_estimate_line(tiny_dirs, capsys):
 
 
 def test_forward_seconds_is_measured_once_per_shape(monkeypatch):
-    from conftest import build_tiny
+    from family_cases.text_lm import build_tiny
     monkeypatch.undo()
     model = build_tiny("delta_net")
     first = workload.forward_seconds(model, 1, 16)
@@ -104,7 +104,7 @@ def test_forward_seconds_is_measured_once_per_shape(monkeypatch):
 
 
 def test_calibration_estimate_grows_with_the_kept_activations():
-    from conftest import build_tiny
+    from family_cases.text_lm import build_tiny
     model = build_tiny("delta_net")
     small, big = limits.calibration_bytes(model, 16, 256), limits.calibration_bytes(model, 16_000, 256)
     assert big > 20 * small  # 1,000 × the tokens: the kept q/k activations dominate

@@ -7,6 +7,7 @@ import analysis  # noqa: F401
 from analysis.cpu_ops.conv import causal_conv1d
 from analysis.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
 from analysis.cpu_ops.norms import rms_norm
+from helpers.state_sink import Sink
 
 
 def rel(a, b):
@@ -49,21 +50,6 @@ def test_matches_fla_naive_references():
     o, s = delta_rule_recurrence(t(q), t(k), t(v), t(beta), initial_state=h0, output_final_state=True)
     o1, s1 = chunked_delta_rule(q, k, v, beta, None, initial_state=h0)
     assert rel(o1, t(o)) < 1e-5 and rel(s1, s) < 1e-5
-
-
-class Sink:
-    """Asks for the tokens in `positions` and records what the recurrence hands over."""
-
-    def __init__(self, positions):
-        self.positions, self.offsets, self.parts = torch.tensor(positions), [], []
-
-    def wanted(self, start, stop):
-        return self.positions[(self.positions >= start) & (self.positions < stop)] - start
-
-    def take(self, start, offsets, states):
-        assert states.shape[2] == len(offsets)  # only the requested states are formed
-        self.offsets += (start + offsets).tolist()
-        self.parts.append(states)
 
 
 def test_per_token_states_and_strong_decay():

@@ -7,7 +7,7 @@ import torch
 from analysis import data
 from analysis.errors import AnalysisError
 from analysis.evaluate import _scored_windows, perplexity, unigram_baseline
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 
 @pytest.mark.parametrize("n, context, stride", [(100, 16, 16), (100, 16, 5), (17, 16, 16), (40, 7, 3)])

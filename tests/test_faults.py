@@ -28,7 +28,7 @@ import torch
 from analysis import checkpoint, data
 from analysis.cli import main
 from analysis.io import swap, writes
-from tests.conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 pytestmark = pytest.mark.faults
 

@@ -9,7 +9,7 @@ import torch
 
 from analysis.cli import main
 from analysis.report import write_json
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 PAYLOAD = {"a": 1, "b": [0.5, "x"]}
 

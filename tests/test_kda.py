@@ -15,7 +15,7 @@ from analysis.archs.kda import ADAPTER
 from analysis.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
 from analysis.errors import AnalysisError
 from family_cases.kda import make_model, reference_states
-from test_cpu_ops import Sink
+from helpers.state_sink import Sink
 
 TOL = 1e-4
 

@@ -124,3 +124,24 @@ def test_no_private_names_imported_across_modules():
                 offenders += [f"{module}: from {node.module} import {a.name}" for a in node.names
                               if a.name.startswith("_") and not a.name.startswith("__")]
     assert offenders == []
+
+
+def test_no_test_module_imports_another():
+    """Issue 20: importing a test module runs its module-level code and drags in its fixtures (an autouse fixture
+    switches on where it was never asked for). Shared helpers live in tests/helpers/, tests/family_cases/
+    (the one model factory), browser_utils.py or ui_fixtures.py; fixtures live in conftest.py, which pytest loads
+    itself and nobody imports."""
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module] if node.module else [a.name for a in node.names]  # `from . import x`
+                names += [f"{node.module}.{a.name}" for a in node.names if node.module]  # `from tests import x`
+            else:
+                continue
+            leaves = {name.split(".")[-1] for name in names}
+            if any(leaf.startswith("test_") or leaf == "conftest" for leaf in leaves):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert offenders == []

@@ -10,7 +10,7 @@ import torch
 from analysis import data, inputs, limits, models, samples
 from analysis.cli import main
 from analysis.errors import AnalysisError
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 
 # ---- parameters from the config alone -------------------------------------------------------------

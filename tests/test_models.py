@@ -7,7 +7,7 @@ import torch
 
 from analysis import models
 from analysis.errors import AnalysisError
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 
 def test_load_and_describe(tiny_model_dir):

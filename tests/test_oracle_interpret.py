@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 ORACLE = Path(__file__).parent / "oracle" / "interpret_run.py"
 

@@ -11,7 +11,7 @@ from analysis.errors import AnalysisError
 from analysis.prune import plan_key_dims, prune, save_model, tiles
 from analysis.strategies.base import Selection
 from analysis.prune import build_pruned
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 
 def test_plan_key_dims_and_rounding():

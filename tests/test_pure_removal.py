@@ -20,7 +20,8 @@ from analysis.models import attention_layers, load_model
 from analysis.prune import build_pruned, plan_key_dims, prune, save_model
 from analysis.strategies import STRATEGIES
 from analysis.strategies.base import Selection
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
+from helpers.selections import random_selections
 
 TOL = 1e-4
 QK = ("q_proj.weight", "k_proj.weight", "q_conv1d.weight", "k_conv1d.weight", "q_conv1d.bias", "k_conv1d.bias")
@@ -70,13 +71,6 @@ def assert_pure_removal(model, selections, ids, rescale="original", zeroed=None)
             assert torch.equal(tensor, original[name]), name
     with torch.no_grad():
         return (pruned(ids).logits - zeroed(ids).logits).abs().max().item()
-
-
-def random_selections(model, dims, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    return [Selection(indices=torch.stack([torch.randperm(a.head_k_dim, generator=gen)[:k].sort().values
-                                           for _ in range(a.num_heads)]))
-            for a, k in zip(attention_layers(model), dims)]
 
 
 AXIS_ALIGNED = [name for name, s in STRATEGIES.items() if s.axis_aligned]

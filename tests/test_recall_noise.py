@@ -5,8 +5,7 @@ import torch
 from analysis.errors import AnalysisError
 from analysis.recall import RecallTask, recall_accuracy, recall_batch
 from analysis.recall_noise import query_positions, recall_accuracy_under_noise
-from conftest import build_tiny
-from ui_fixtures import one_torch_thread  # noqa: F401
+from family_cases.text_lm import build_tiny
 
 TASK = RecallTask(n_keys=16, n_values=16, n_pairs=4, n_queries=4)
 

@@ -17,7 +17,7 @@ from analysis.io import writes
 from analysis.cli import main
 from analysis.errors import AnalysisError
 from analysis.prune import save_model
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,16 +11,13 @@ from analysis.evaluate import perplexity
 from analysis.io import point_cache
 from analysis.prune import prune
 from analysis.sensitivity import MapSettings, build_map, compute_map, grid, sensitivity_points
-from conftest import build_tiny
-from test_app import lm_dir  # noqa: F401  (fixture)
-from ui_fixtures import one_torch_thread  # noqa: F401  (fixture)
+from family_cases.text_lm import build_tiny
+from helpers.app import clean, click, open_page, sensitivity_map, sensitivity_page
 
 SMALL = MapSettings("l1", (0.5,), eval_tokens=256, calib_sequences=2, calib_tokens=64)
 
 
-@pytest.fixture(autouse=True)
-def sweep_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "sweeps")
+pytestmark = pytest.mark.usefixtures("sweep_cache")
 
 
 def test_each_point_prunes_one_layer_alone_and_matches_an_independent_evaluation():
@@ -118,28 +115,12 @@ def test_cli_sensitivity_and_prune_allocate(tmp_path, capsys):
 
 # ---- the Prune page section (AppTest) --------------------------------------------------------------------
 
-def _page(monkeypatch, lm_dir):
-    from test_app_shrink import open_page
-    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
-    at.selectbox(key="w:prune_strategy").set_value("l1").run()
-    at.text_input(key="w:sens_ratios").set_value("0.25, 0.75").run()
-    at.number_input(key="w:sens_eval_tokens").set_value(256).run()
-    return at
-
-
-def _map_chart(at):
-    from test_app import charts
-    [spec] = [s for s in charts(at) if "each layer alone" in s["layout"]["title"]["text"]]
-    return spec["data"][0]["z"]
-
-
 @pytest.mark.usefixtures("one_torch_thread")
 def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
-    from test_app_shrink import clean, click
-    at = _page(monkeypatch, lm_dir)
-    assert _map_chart(at) == [[None, None], [None, None]]
+    at = sensitivity_page(monkeypatch, lm_dir)
+    assert sensitivity_map(at) == [[None, None], [None, None]]
     click(at, "sensitivity:run")
-    z = _map_chart(at)
+    z = sensitivity_map(at)
     assert all(v is not None for row in z for v in row)
     assert at.button(key="sensitivity:run").label == "Run again (cached)"
     assert [b.proto.label for b in at.get("download_button") if b.proto.label.startswith("Download map")]
@@ -164,7 +145,6 @@ def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_section_stops_and_resumes(monkeypatch, lm_dir):
-    from test_app_shrink import click
     from ui import jobs, sensitivity_view
     real = sensitivity_view.sensitivity_points
     calls = []
@@ -176,13 +156,13 @@ def test_section_stops_and_resumes(monkeypatch, lm_dir):
                 jobs.this_job().stop()  # the Stop click of a real browser, between points
             yield point
     monkeypatch.setattr(sensitivity_view, "sensitivity_points", stop_after_first_point)
-    at = _page(monkeypatch, lm_dir)
+    at = sensitivity_page(monkeypatch, lm_dir)
     click(at, "sensitivity:run")
     assert at.button(key="sensitivity:run").label == "Resume map"
     assert any("Stopped after 2 of 5 points" in i.value for i in at.info)
-    assert sum(v is not None for row in _map_chart(at) for v in row) == 1
+    assert sum(v is not None for row in sensitivity_map(at) for v in row) == 1
     click(at, "sensitivity:run")
-    assert all(v is not None for row in _map_chart(at) for v in row)
+    assert all(v is not None for row in sensitivity_map(at) for v in row)
     assert calls == [False, False, True, True, False, False, False]
 
 
@@ -190,7 +170,6 @@ def test_section_stops_and_resumes(monkeypatch, lm_dir):
 def test_shipped_map_opens_at_once_for_a_bundled_sample(monkeypatch):
     from analysis.models import SAMPLES_DIR
     from analysis.sensitivity import shipped_map_path
-    from test_app_shrink import open_page
     if not shipped_map_path("deltanet-small", "l1").exists():
         pytest.skip("the shipped deltanet-small map is not built (sample_models/sensitivity_maps.sh)")
     calls = []
@@ -199,7 +178,7 @@ def test_shipped_map_opens_at_once_for_a_bundled_sample(monkeypatch):
     at.number_input(key="w:calib_sequences").set_value(16).run()  # the shipped map's calibration settings
     at.number_input(key="w:calib_tokens").set_value(256).run()
     at.selectbox(key="w:prune_strategy").set_value("l1").run()
-    z = _map_chart(at)
+    z = sensitivity_map(at)
     assert len(z) == 4 and all(v is not None for row in z for v in row)
     assert any("shipped with the sample" in c.value for c in at.caption)
     assert at.button(key="sensitivity:run").label == "Run again (cached)" and not calls

@@ -5,7 +5,7 @@ import torch
 from analysis.errors import AnalysisError
 from analysis.rank import spectral_metrics
 from analysis.states import collect_states, select_positions
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 
 def k_first(state, kind):

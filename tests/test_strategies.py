@@ -11,7 +11,7 @@ from analysis.importance import jaccard, kept_masks
 from analysis.models import attention_layers
 from analysis.prune import plan_key_dims
 from analysis.strategies import STRATEGIES, get_strategy
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 
 @pytest.fixture(scope="module", params=["delta_net", "gated_deltanet"])

@@ -42,7 +42,7 @@ def test_tile_rounding_lands_on_multiples_and_keeps_the_total():
     assert all(k % 32 == 0 and 32 <= k <= 128 for k in kept)
     assert sum(kept) == 256 and kept == sorted(kept)
     from analysis.prune import plan_key_dims
-    from conftest import build_tiny
+    from family_cases.text_lm import build_tiny
     model = build_tiny("delta_net", expand_k=2.0, num_hidden_layers=4)  # dk = 64
     planned = suggest_ratios([0.1, 0.2, 0.7, 0.8], 0.5, round_to=16, key_dims=[64] * 4)
     dks = plan_key_dims(model, ratios=planned, round_to=16)
@@ -81,7 +81,7 @@ def test_model_zip_round_trips_a_pruned_model(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from analysis.prune import plan_key_dims, prune
-    from conftest import build_tiny
+    from family_cases.text_lm import build_tiny
     model = build_tiny("delta_net")
     pruned = prune(model, "l1", plan_key_dims(model, ratio=0.5)).model
     data = model_zip(pruned, "small", metadata={"note": "zip"})
@@ -94,7 +94,7 @@ def test_model_zip_round_trips_a_pruned_model(tmp_path):
 
 def test_recall_models_keep_their_task_file(tmp_path):
     from analysis.io.export import carry_recall_task
-    from conftest import build_tiny
+    from family_cases.text_lm import build_tiny
     source = tmp_path / "recall"
     source.mkdir()
     (source / "training.json").write_text(json.dumps({"task": "recall", "recall_keys": 16, "recall_pairs": 4}))
@@ -108,7 +108,7 @@ def test_recall_models_keep_their_task_file(tmp_path):
 def test_measure_before_and_after_with_labels():
     from analysis import data
     from analysis.measure import measure
-    from conftest import build_tiny
+    from family_cases.text_lm import build_tiny
     m = measure(build_tiny("gated_deltanet"), data.load_tokenizer(), context=32, max_tokens=64, latency=True)
     assert m["head_k_dims"] == [32, 32] and m["perplexity"]["context"] == 32 and m["perplexity"]["tokens"] == 64
     assert m["kernel"]["key_dims"] == [32, 32] and m["kernel"]["op"] == "gated delta rule" and m["kernel"]["device"] == "cpu"
@@ -118,7 +118,7 @@ def test_a_per_layer_plan_is_timed_at_every_layers_key_dim(monkeypatch):
     """Issue 20: a per-layer plan was timed at layer 0's key dim only; the table shows the whole model's time."""
     import analysis.measure
     from analysis.prune import prune
-    from conftest import build_tiny
+    from family_cases.text_lm import build_tiny
     asked = []
 
     def fake(dims, **kwargs):

@@ -16,8 +16,8 @@ from analysis.errors import AnalysisError
 from analysis.io import point_cache
 from analysis.prune import build_pruned
 from analysis.io.point_identity import model_identity as fingerprint
-from conftest import build_tiny
-from test_pure_removal import random_selections
+from family_cases.text_lm import build_tiny
+from helpers.selections import random_selections
 
 SMALL = dict(strategies=["l1"], ratios=[0.5], eval_tokens=128, context=64, latency=False)
 

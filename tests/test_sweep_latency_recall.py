@@ -7,7 +7,7 @@ from analysis.latency import kernel_latency, model_latency
 from analysis.rank_trace import collect_utilization_trace
 from analysis.recall import RecallTask, recall_accuracy, recall_batch
 from analysis.states import collect_states
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 
 def test_sweep_yields_points_and_reruns_from_cache(tmp_path, monkeypatch):

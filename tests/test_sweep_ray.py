@@ -61,6 +61,7 @@ def local_ray():
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_ray_sweep_equals_in_process_survives_a_killed_worker_and_resumes(local_ray, tmp_path, monkeypatch):
     model = models.load_model("deltanet-small", "cpu")
     tok = models.load_tokenizer(model)

@@ -1,13 +1,10 @@
-"""Tiny saved models for the dashboard tests (a DeltaNet LM and a recall model), built like conftest's."""
+"""Tiny saved models for the dashboard tests (a DeltaNet LM and a recall model), from the family-case factory."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-import torch
-
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 
 RECALL = dict(recall_keys=16, recall_pairs=4)  # vocab 1 + 16 + 16
 
@@ -32,13 +29,3 @@ def save_tiny_recall(path: Path) -> Path:
     build_tiny("delta_net", vocab_size=1 + 2 * RECALL["recall_keys"]).save_pretrained(path)
     (path / "training.json").write_text(json.dumps({"task": "recall", **RECALL}))
     return path
-
-
-@pytest.fixture(scope="module", autouse=False)
-def one_torch_thread():
-    """Tiny models run thousands of tiny ops; with 2 intra-op threads on a busy 2-core box each op waits for
-    the other core (50× slower here), so these tests run single-threaded and restore the setting after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

@@ -4,13 +4,19 @@ import torch
 from family_cases import FamilyCase
 from family_cases.fla_reference import fla_layer_states
 
+SIZES = dict(hidden_size=64, num_hidden_layers=2, num_heads=2, vocab_size=512, tie_word_embeddings=True)
 
-def make_model():
-    import analysis  # noqa: F401  (CPU path)
+
+def make_config(**overrides):
     from fla.models import DeltaNetConfig
+    return DeltaNetConfig(**{**SIZES, **overrides})
+
+
+def make_model(seed: int = 0, **overrides):
+    import analysis  # noqa: F401  (CPU path)
     from transformers import AutoModelForCausalLM
-    torch.manual_seed(0)
-    config = DeltaNetConfig(hidden_size=64, num_hidden_layers=2, num_heads=2, vocab_size=512, tie_word_embeddings=True)
+    config = make_config(**overrides)
+    torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config).eval()
 
 

@@ -75,4 +75,33 @@ def reference_states(model, layer_index: int, hidden_in: torch.Tensor) -> torch.
     return torch.stack(states, dim=1)
 
 
+def make_sibling(kind: str):
+    """The other transformers Gated DeltaNet families the adapter covers, at the same tiny sizes: Qwen3-Next
+    (interleaved q|k|v|z), Qwen3.5-MoE and OLMo-hybrid (separate q/k projections, o_norm)."""
+    import analysis  # noqa: F401
+    from transformers import AutoModelForCausalLM
+
+    from analysis.archs.qwen3_5 import ADAPTER
+    common = dict(vocab_size=97, hidden_size=32, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+                  head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                  linear_value_head_dim=8, layer_types=["linear_attention"] * 3 + ["full_attention"],
+                  moe_intermediate_size=16, shared_expert_intermediate_size=16, num_experts=2, num_experts_per_tok=1,
+                  tie_word_embeddings=True, max_position_embeddings=256)
+    if kind == "qwen3_next":
+        from transformers.models.qwen3_next import Qwen3NextConfig as Config
+        common["intermediate_size"] = 32
+    elif kind == "olmo_hybrid":
+        from transformers.models.olmo_hybrid import OlmoHybridConfig as Config
+        for moe in ("moe_intermediate_size", "shared_expert_intermediate_size", "num_experts", "num_experts_per_tok"):
+            del common[moe]
+        common.update(intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, pad_token_id=0,
+                      eos_token_id=0)
+        del common["head_dim"]
+    else:
+        from transformers.models.qwen3_5_moe import Qwen3_5MoeTextConfig as Config
+    ADAPTER.install_routing()
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(Config(**common)).float().eval()
+
+
 CASE = FamilyCase(name="qwen3_5", make_model=make_model, reference_states=reference_states)

@@ -1,0 +1,162 @@
+"""The State lab's per-token views (scrubber, query-noise probe, pruned head): drawn from precomputed traces."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import streamlit as st
+
+from analysis import state_lab as lab
+from analysis.archs import adapter_for
+from analysis.strategies import STRATEGIES
+from ui import state
+from ui import state_lab_data as data
+from ui import state_lab_figures as figs
+from ui.errors import guard
+from ui.progress import first_time
+
+
+@dataclass
+class LabView:
+    """What the page read and computed, for the views: the inputs x, every rule's traces, the rule shown (tr), the
+    token strip, the provenance line, the rules' colours and dashes, and (real inputs only) the model, text, layer
+    and head."""
+    x: object
+    traces: dict
+    rule: str
+    tokens: list
+    where: str
+    colors: list
+    dashed: list
+    real: bool
+    ctx: object = None
+    text: str = ""
+    layer: int = 0
+    head: int = 0
+
+    @property
+    def tr(self):
+        return self.traces[self.rule]
+
+    @property
+    def T(self) -> int:
+        return self.x.tokens
+
+
+def scrubber(v: LabView, play: bool) -> None:
+    """The per-token views: cheap, everything is precomputed; a fragment so Play reruns only this part."""
+    steps = range(v.T)
+    wkey = state.remembered("lab_t", v.T - 1, steps)
+    if play:
+        state.choose("lab_t", (int(st.session_state[wkey]) + 1) % v.T)
+    t = st.slider("Token t (the state after token t)", 0, max(v.T - 1, 1), key=wkey, disabled=v.T == 1)
+    t = min(int(state.remember("lab_t")), v.T - 1)
+    # tokens carry their own spaces: join them as they are, a faint underline marks where each one ends
+    strip = "".join(f"<mark>{html.escape(tok)}</mark>" if i == t else
+                    f"<span style='border-bottom:1px solid #ccc'>{html.escape(tok)}</span>" for i, tok in enumerate(v.tokens))
+    st.markdown(f"<div style='font-family:monospace;line-height:1.9;white-space:pre-wrap'>{strip}</div>",
+                unsafe_allow_html=True)
+    rank = int(v.tr.numerical_rank[t])
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(figs.state_heatmap(v.tr.states[t].tolist(), f"State S_t after token {t} ({lab.RULES[v.rule]})"),
+                        key="lab_state")
+        st.caption(f"{v.where} · {lab.RULES[v.rule]}. Notice: each token adds one rank-one term k uᵀ; the delta rule "
+                   "first erases what the key held.")
+    with right:
+        st.plotly_chart(figs.spectrum(v.tr.singular_values[t].tolist(), rank, lab.TAU,
+                                      f"Singular values of S_t, t = {t}: numerical rank {rank}"), key="lab_spectrum")
+        st.caption(f"{v.where} · {lab.RULES[v.rule]}. Notice: values below τ·s₁ do not count as rank.")
+    left, right = st.columns(2)
+    with left:
+        util = {name: v.traces[r].rank_utilization.tolist() for r, name in lab.RULES.items()}
+        st.plotly_chart(figs.over_tokens(util, t, v.tokens, "Rank utilization u(S_t) by rule", "stable rank / min(dk, dv)",
+                                         colors=v.colors, dashed=v.dashed),
+                        key="lab_utilization")
+        st.caption(f"{v.where}. Notice: plain linear attention piles every write onto the same few directions.")
+    with right:
+        errors = {name: v.traces[r].retrieval_error[t, :t + 1].tolist() for r, name in lab.RULES.items()}
+        st.plotly_chart(figs.over_tokens(errors, t, v.tokens[:t + 1], f"What S_t remembers: retrieval error of each "
+                                         f"earlier token j ≤ {t}", "‖S_tᵀk_j − w_j‖ / ‖w_j‖", colors=v.colors, dashed=v.dashed),
+                        key="lab_retrieval")
+        st.caption(f"{v.where}. Notice: 0 = read back exactly; old tokens fade under a decay, get overwritten "
+                   "under the delta rule, interfere under linear attention.")
+    noise_probe(v, t)
+    if v.real:
+        pruned_view(v, t)
+
+
+def noise_probe(v: LabView, t: int) -> None:
+    st.subheader("Query noise at token t")
+    c1, c2 = st.columns(2)
+    j = c1.slider("Read the key of token j", 0, max(t, 1), key=state.remembered("lab_j", t, range(t + 1)),
+                  disabled=t == 0)
+    j = min(int(state.remember("lab_j")), t)
+    snr = c2.slider("SNR (dB)", -10, 40, key=state.remembered("lab_snr", 10))
+    state.remember("lab_snr")
+    with guard():
+        p = lab.noise_probe(v.tr.states[t], v.x.k[j], float(snr), written=v.tr.written[j])
+    at = p["at"]
+    first = lab.validity_label(at["first_valid"], p["first_valid_from_db"])
+    second = lab.validity_label(at["second_valid"], p["second_valid_from_db"])
+    m1, m2, m3, m4, m5 = st.columns(5)
+    m1.metric("Monte Carlo error, q = k + ε", f"{at['mc_raw']:.3g}")
+    m2.metric(r"exact RMS $\sigma\|S\|_F/\|S^\top k\|$", f"{at['bound_raw']:.3g}")
+    m3.metric("Monte Carlo, re-normalised q̂", f"{at['mc_renorm']:.3g}")
+    m4.metric("second-order prediction, q̂", f"{at['second_order']:.3g}", help=second)
+    if "retrieval_raw" in at:
+        m5.metric(f"error vs $w_{{{j}}}$ with this noise", f"{at['retrieval_raw']:.3g}",
+                  help=r"exact RMS of $\|S^\top q - w_j\|/\|w_j\|$: $\sqrt{e^2 + \sigma^2\|S\|_F^2/\|w_j\|^2}$, "
+                       f"e = {v.tr.retrieval_error[t, j]:.3g} without noise")
+    st.plotly_chart(figs.noise_curves(p, float(snr), f"Reading token {j} from S_{t}: relative error vs SNR",
+                                      first, second), key="lab_noise")
+    st.caption(f"{v.where} · {lab.RULES[v.rule]} · 256 draws, seed 0 · first order {first}, second order {second}. "
+               "Notice: a state of low rank or large κ amplifies the same query noise more.")
+
+
+def pruned_view(v: LabView, t: int) -> None:
+    """The same head with fewer key channels, beside the original (real inputs only)."""
+    st.subheader("What if dk were smaller?")
+    c1, c2 = st.columns(2)
+    rotations = adapter_for(v.ctx.model).rotations  # PCA mixes channels: not offered where each has its own decay
+    names = [name for name, strat in STRATEGIES.items() if strat.axis_aligned or rotations]
+    strategy = c1.selectbox("Strategy", names, format_func=lambda s: STRATEGIES[s].label,
+                            key=state.remembered("lab_strategy", "l1", names))
+    state.remember("lab_strategy")
+    ratio = c2.slider("Pruning ratio ρ (dk′ = dk(1 − ρ))", 0.0, 0.9, key=state.remembered("lab_ratio", 0.5), step=0.05)
+    state.remember("lab_ratio")
+    pargs = (v.ctx.key, v.text, int(v.layer), int(v.head), strategy, float(ratio))
+    with guard(), first_time(data.pruned_traces.is_cached(*pargs), "Pruning this head's keys…",
+                             "Pruned head computed") as report:
+        pruned = data.pruned_traces(*pargs, progress=report)
+    pt = pruned["traces"][v.rule]
+    dk_p = pruned["inputs"].dims[0]
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(figs.state_heatmap(pt.states[t].tolist(), f"Pruned state S_t after token {t}: dk′ = {dk_p}"),
+                        key="lab_pruned_state")
+    with right:
+        rank_p = int(pt.numerical_rank[t])
+        st.plotly_chart(figs.spectrum(pt.singular_values[t].tolist(), rank_p, lab.TAU,
+                                      f"Singular values, dk′ = {dk_p}: numerical rank {rank_p}",
+                                      v.tr.singular_values[t].tolist(), f"original dk = {v.x.dims[0]}"),
+                        key="lab_pruned_spectrum")
+    left, right = st.columns(2)
+    with left:
+        curves = {f"{v.rule} dk = {v.x.dims[0]}": v.tr.numerical_rank.tolist(),
+                  f"{v.rule} dk′ = {dk_p}": pt.numerical_rank.tolist()}
+        st.plotly_chart(figs.over_tokens(curves, t, v.tokens, f"Numerical rank, original vs pruned ({strategy})",
+                                         "numerical rank (directions)", dashed=[f"{v.rule} dk′ = {dk_p}"],
+                                         colors=[figs.RULE_COLORS[v.rule]] * 2),
+                        key="lab_pruned_utilization")
+    with right:
+        errs = {f"{v.rule} dk = {v.x.dims[0]}": v.tr.retrieval_error[t, :t + 1].tolist(),
+                f"{v.rule} dk′ = {dk_p}": pt.retrieval_error[t, :t + 1].tolist()}
+        st.plotly_chart(figs.over_tokens(errs, t, v.tokens[:t + 1], f"Retrieval error at t = {t}, original vs pruned",
+                                         "‖S_tᵀk_j − w_j‖ / ‖w_j‖", dashed=[f"{v.rule} dk′ = {dk_p}"],
+                                         colors=[figs.RULE_COLORS[v.rule]] * 2),
+                        key="lab_pruned_retrieval")
+    st.caption(f"{v.where} · {lab.RULES[v.rule]} · {STRATEGIES[strategy].label}, ρ = {ratio:g}: channels zeroed after "
+               "the convolution, keys re-normalised, readout scale unchanged. Notice: fewer key rows, fewer "
+               "directions to store associations in.")
+
