@@ -2,6 +2,8 @@
 tests' fixtures. Modules opt in to the non-autouse ones with `pytestmark = pytest.mark.usefixtures(...)`."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -74,3 +76,22 @@ def sweep_cache(tmp_path, monkeypatch):
     """Each test gets its own on-disk point cache (the pages and the core read analysis.io.point_cache.CACHE_DIR)."""
     from analysis.io import point_cache
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "sweeps")
+
+
+@pytest.fixture
+def caches_only_in_script_runs(monkeypatch):
+    """Any st.cache_data / st.cache_resource call (ui.memo's stores included) from a thread without a script
+    run context fails, and is recorded (a job catches the error, so the test checks the record too)."""
+    outside = []
+    from streamlit.runtime.caching.cache_utils import CachedFunc
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    real = CachedFunc.__call__
+
+    def checked(self, *args, **kwargs):
+        if get_script_run_ctx(suppress_warning=True) is None:
+            outside.append(f"{self._info.func.__qualname__} from thread {threading.current_thread().name}")
+            raise RuntimeError(f"Streamlit cache {self._info.func.__qualname__} called outside a script run")
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(CachedFunc, "__call__", checked)
+    yield outside
+    assert outside == []

@@ -15,12 +15,12 @@ import torch
 
 from analysis import inputs, models
 from analysis.states import collect_states
-from test_app import APP, navigation_only, one_sentence, start  # noqa: F401  (fixture re-used)
+from helpers.app import one_sentence, start
 from ui.keys import ModelKey
-from ui_fixtures import one_torch_thread, save_pruned_sample  # noqa: F401
-from conftest import tiny_config
+from ui_fixtures import save_pruned_sample
+from family_cases.text_lm import tiny_config
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
 SAMPLE = models.SAMPLES_DIR / "deltanet-small"
 DIMS = [32, 48, 64, 16]  # per layer: the labels must say dk → dk′ where it changed
 TOKENS, SEQUENCES, STRIDE = 32, 2, 8

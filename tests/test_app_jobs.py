@@ -5,31 +5,12 @@ import threading
 import time
 
 import pytest
-from streamlit.runtime.caching.cache_utils import CachedFunc
-from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from analysis.cancel import check
 from helpers.app import click, open_page, sensitivity_map, sensitivity_page, sweep_page, sweep_points
 from ui import jobs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "sweep_cache")
-
-
-@pytest.fixture
-def caches_only_in_script_runs(monkeypatch):
-    """Any st.cache_data / st.cache_resource call (ui.memo's stores included) from a thread without a script
-    run context fails, and is recorded (a job catches the error, so the test checks the record too)."""
-    outside = []
-    real = CachedFunc.__call__
-
-    def checked(self, *args, **kwargs):
-        if get_script_run_ctx(suppress_warning=True) is None:
-            outside.append(f"{self._info.func.__qualname__} from thread {threading.current_thread().name}")
-            raise RuntimeError(f"Streamlit cache {self._info.func.__qualname__} called outside a script run")
-        return real(self, *args, **kwargs)
-    monkeypatch.setattr(CachedFunc, "__call__", checked)
-    yield outside
-    assert outside == []
 
 
 def test_prune_job_calls_no_streamlit_cache_from_its_thread(monkeypatch, lm_dir, caches_only_in_script_runs):

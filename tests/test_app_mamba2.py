@@ -3,10 +3,9 @@ directory shows its blocks labelled and the implementation line on the Model pag
 Query noise page says which figures apply to a model that does not l2-normalise its query (C and B)."""
 import pytest
 
-from test_app import assert_clean, charts, navigation_only, start  # noqa: F401  (fixture re-used)
-from ui_fixtures import one_torch_thread  # noqa: F401
+from helpers.app import assert_clean, charts, start
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analysis import html_report
-from test_app import APP, lm_dir  # noqa: F401  (fixture by import)
-from test_app_jobs import caches_only_in_script_runs  # noqa: F401  (fixture by import)
-from ui_fixtures import one_torch_thread  # noqa: F401
+from helpers.app import APP
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

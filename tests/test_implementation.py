@@ -7,7 +7,7 @@ import torch
 
 from analysis import backend
 from analysis.archs.implementation import implementation
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 from family_cases.mamba2 import make_model as make_mamba2
 
 
