@@ -67,6 +67,7 @@ class Adapter:
     key_dims_config_key: str = "head_k_dims"   # where a pruned config lists one key dim per linear layer
     qk_l2_normalised: bool = True        # the kernel l2-normalises q and k (False: Mamba-2's B and C enter raw)
     readout_scaled: bool = True          # the readout multiplies by a key-dim factor (dk^-1/2); False: none to keep
+    lora_projections: tuple[str, ...] = ()  # linear sub-modules of a linear layer that recovery's LoRA adapts (q/k/v)
 
     @property
     def kernel_spec(self):
@@ -107,6 +108,11 @@ class Adapter:
         """A config.json dict with the fields the core's checks read filled in where the family's config derives
         them (e.g. num_hidden_layers from a per-layer pattern); unchanged by default."""
         return config
+
+    def lora_targets(self, layer: nn.Module) -> list[str]:
+        """Module paths inside `layer` of the linear projections producing q, k and v (fused or not) that a
+        recovery's LoRA adapts, as the reference adapts q_proj/k_proj/v_proj; empty: the family has none."""
+        return [name for name in self.lora_projections if hasattr(layer, name)]
 
     # --- pruning ---------------------------------------------------------------------------------
     def check_key_dims(self, dims, device_type: str = "cpu") -> None:

@@ -26,6 +26,7 @@ class KDAAdapter(Adapter):
     label = "Kimi Delta Attention"
     model_types = ("kda", "pruned_kda")
     gate = "channel"
+    lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
     kernel = "kda"
     rotations = False
     rotation_refusal = ("PCA keeps rotated channels, but every Kimi Delta Attention key channel carries its own "

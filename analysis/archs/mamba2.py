@@ -35,6 +35,7 @@ class Mamba2Adapter(Adapter):
     label = "Mamba-2 hybrids (Mamba-2 SSD + attention)"
     model_types = (*STATE_SIZE_KEYS, *(PRUNED_PREFIX + t for t in STATE_SIZE_KEYS))
     gate = "head"
+    lora_projections = ("in_proj",)  # x|B|C|z|dt in one projection: B and C are the key/query rows
     kernel = "ssd"
     key_dims_config_key = "ssm_state_sizes"
     readout_scaled = False     # y = C_tᵀ S_t: removing a channel needs no readout correction
