@@ -186,8 +186,6 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
         qk_trainable(work)
     params = trainable(work)
     net = work.get_base_model() if s.method in LORA_METHODS else work  # the model with the adapters injected
-    if teacher is not None and s.method == "lora-kd":
-        teacher.eval()
     optimizer = torch.optim.AdamW(list(params.values()), lr=s.learning_rate, weight_decay=0.0, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(s.seed)
     best = {n: p.detach().clone() for n, p in params.items()}
