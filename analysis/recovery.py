@@ -236,8 +236,8 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
         step = s.steps
     except Cancelled:
         if state_dir is not None:
-            save_state(state_dir, settings=record, identity=identity, step=step, params=params, best=best,
-                       optimizer=optimizer, generator=gen,
+            save_state(state_dir, settings=record, identity=identity, config=model.config.to_dict(), step=step,
+                       params=params, best=best, optimizer=optimizer, generator=gen,
                        record={"history": result.history, "validation": result.validation,
                                "kept_step": result.kept_step, "validation_label": result.validation_label})
         raise

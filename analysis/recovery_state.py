@@ -19,15 +19,17 @@ RECORD = "recovery.json"
 KIND = "recovery state"
 
 
-def save_state(folder, *, settings: dict, identity: str, step: int, params: dict, best: dict, optimizer,
-               generator: torch.Generator, record: dict) -> Path:
-    """Replace `folder` (only one this project wrote) with the state after `step` completed steps."""
+def save_state(folder, *, settings: dict, identity: str, config: dict, step: int, params: dict, best: dict,
+               optimizer, generator: torch.Generator, record: dict) -> Path:
+    """Replace `folder` (only one this project wrote) with the state after `step` completed steps; the pruned
+    model's config.json goes along (it says which model the state trains, and marks a folder of ours)."""
     from safetensors.torch import save_file
 
     def fill(tmp: Path) -> None:
         tensors = {f"param.{n}": p.detach().cpu().contiguous() for n, p in params.items()}
         tensors |= {f"best.{n}": t.detach().cpu().contiguous() for n, t in best.items()}
         save_file(tensors, str(tmp / WEIGHTS))
+        (tmp / "config.json").write_text(json.dumps(config, indent=1, default=str))
         save_trainer_state(tmp, optimizer.state_dict(), step, generator.get_state(), torch.get_rng_state())
         (tmp / RECORD).write_text(json.dumps({"settings": settings, "model_identity": identity, "step": step,
                                               **record}, indent=1))

@@ -145,11 +145,12 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
     job = jobs.get("recovery")
     if jobs.unsettled(job):
         with st.status(f"Recovery: {job.label}…", expanded=True):
-            bar, chart = st.progress(0.0), st.empty()
+            bar, chart, drawn = st.progress(0.0), st.empty(), [0]
 
             def draw(j):
                 bar.progress(j.fraction, text=j.text)
-                chart.plotly_chart(loss_figure(list(j.items)), key=f"recovery_curve_{len(j.items)}")
+                drawn[0] += 1  # each redraw is a new element in this run: a new key
+                chart.plotly_chart(loss_figure(list(j.items)), key=f"recovery_curve_{drawn[0]}")
             jobs.follow(job, draw)
         st.rerun()  # redraw the table with the new column
     if job is not None and job.state == "failed":
