@@ -226,3 +226,57 @@ def test_a_family_without_lora_targets_is_one_sentence(pair, monkeypatch):
     with pytest.raises(AnalysisError, match="names no q/k/v projections for LoRA; use --recover-method qk"):
         check_settings(pruned, RecoverySettings(method="lora"), teacher=model)
     check_settings(pruned, RecoverySettings(method="qk"))  # qk needs none
+
+
+# ---- the CLI: settings in, settings out, bad input before any work -------------------------------------------
+
+def _cli(argv, capsys):
+    from analysis.cli import main
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+PRUNE = ["prune", "{model}", "--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "64", "--out", "{out}"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--recover-rank", "0"], "--recover-rank must be at least 1"),
+    (["--recover-rank", "100000"], "LoRA rank 100000 is outside 1 … "),
+    (["--kd-temperature", "0"], "--kd-temperature must be positive"),
+    (["--kd-weight", "-1"], "--kd-weight must be zero or positive"),
+    (["--recover-resume"], "act on --recover-state"),
+], ids=["rank 0", "rank too large", "T 0", "negative weight", "resume without state"])
+def test_cli_bad_recovery_settings_are_one_sentence_before_any_work(extra, message, tiny_dirs, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = [a.format(model=tiny_dirs["gated_deltanet"], out=out) for a in PRUNE] + ["--recover-steps", "2", *extra]
+    code, stdout, err = _cli(argv, capsys)
+    assert code == 2 and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_cli_saved_state_needs_resume_or_discard(tiny_dirs, tmp_path, capsys):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "recovery.json").write_text("{}")
+    argv = [a.format(model=tiny_dirs["gated_deltanet"], out=tmp_path / "out") for a in PRUNE]
+    code, _, err = _cli(argv + ["--recover-steps", "2", "--recover-state", state], capsys)
+    assert code == 2 and "add --recover-resume to continue it or --recover-discard" in err, err
+
+
+def test_cli_lora_kd_recovery_writes_its_settings(tiny_dirs, tmp_path, capsys):
+    out, js = tmp_path / "out", tmp_path / "prune.json"
+    argv = [a.format(model=tiny_dirs["gated_deltanet"], out=out) for a in PRUNE]
+    code, stdout, err = _cli(argv + ["--recover-steps", "2", "--recover-method", "lora-kd", "--recover-rank", "4",
+                                     "--recover-alpha", "8", "--recover-lr", "1e-3", "--recover-batch", "2",
+                                     "--recover-seq-len", "32", "--kd-temperature", "3", "--kd-weight", "0.5",
+                                     "--recover-eval-every", "1", "--recover-eval-tokens", "64", "--json", js], capsys)
+    assert code == 0, err
+    rec = json.loads(js.read_text())["recovery"]
+    assert {k: rec[k] for k in ("method", "rank", "alpha", "lr", "steps", "temperature", "kd_weight")} == \
+        {"method": "lora-kd", "rank": 4, "alpha": 8.0, "lr": 1e-3, "steps": 2, "temperature": 3.0, "kd_weight": 0.5}
+    assert rec["kept_step"] in (0, 1, 2) and rec["kept_validation_perplexity"] <= rec["start_validation_perplexity"]
+    saved = json.loads((out / "pruning.json").read_text())
+    assert saved["recovery"] == rec and saved["readout_key_dims"]  # pure channel removal's readout rule kept
+    assert "lora-kd recovery steps (kept step" in stdout

@@ -79,7 +79,7 @@ def run_prune(args) -> None:
     from analysis.calibration import calibrate
     from analysis.evaluate import perplexity
     from analysis.prune import plan_key_dims, prune, pruning_metadata, readout_label, save_model, tiles, unchanged_plan
-        from analysis.io.writes import check_new_dir
+    from analysis.io.writes import check_new_dir
     from analysis.strategies import get_strategy
     ratio, ratios = _ratios(args)
     check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write
