@@ -159,8 +159,8 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
         rec = run["recovered"]
         verdict = recovery_verdict(run["after"], rec["measure"])
         meta = rec.get("recovery") or {}
-        kept = (f"; kept step {meta['kept_step']} (validation perplexity {meta['start_validation_perplexity']:.2f} → "
-                f"{meta['kept_validation_perplexity']:.2f}, {meta['validation']})") if meta else ""
+        kept = (f"; kept step {meta['kept_step']}, validation perplexity {meta['kept_validation_perplexity']:.2f} "
+                f"against {meta['start_validation_perplexity']:.2f} at step 0, {meta['validation']}") if meta else ""
         said = (f"{METHOD_LABELS.get(rec.get('method'), 'q/k rows')}, {rec['steps']} recovery steps (final training "
                 f"loss {rec['final_loss']:.3f}{kept}): {verdict['text']}. "
                 "Save and download below use the better of the two by default; you can pick the other.")
