@@ -205,7 +205,7 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
     if len(result.validation) == 0:
         first = _validation(net, tokenizer, s)
         result.validation_label = (f"{first['dataset']}, context {first['context']}, {first['tokens']} tokens, "
-                                   f"{first['device']}")
+                                   f"{first['device']} {first['dtype']} (the training copy)")
         result.validation.append({"step": 0, "perplexity": first["perplexity"], "tokens": first["tokens"]})
         _tell(progress, {"kind": "validation", "step": 0, "steps": s.steps, "perplexity": first["perplexity"]})
     device = next(work.parameters()).device
