@@ -167,21 +167,21 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
     check_sizes(model, s, yes, say)
     record = s.record()
     saved = None
+    identity = model_identity(model) if state_dir is not None else ""  # which pruned model a saved state trains
     if has_state(state_dir):
         if resume is None:
             raise AnalysisError(f"A stopped recovery is saved in {state_dir}; resume it or discard it.")
-        identity = model_identity(model)
         if resume:
             saved = load_state(state_dir, record, identity)
         else:
             discard_state(state_dir)
-    identity = model_identity(model) if state_dir is not None else ""
     dtype = next(model.parameters()).dtype
     work = copy.deepcopy(model).float().train()
     work.requires_grad_(False)
     if s.method in LORA_METHODS:
-        torch.manual_seed(s.seed)  # LoRA A's random init
-        work = wrap_lora(work, int(s.rank), s.alpha)
+        with torch.random.fork_rng(devices=[]):  # LoRA A's random init, seeded, leaving the caller's RNG alone
+            torch.manual_seed(s.seed)
+            work = wrap_lora(work, int(s.rank), s.alpha)
     else:
         qk_trainable(work)
     params = trainable(work)
@@ -195,7 +195,7 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
         with torch.no_grad():
             for n, p in params.items():
                 p.copy_(saved["params"][n])
-        best = {n: saved["best"][n].to(p.device) for n, p in params.items()}
+        best = {n: saved["best"][n].to(params[n].device) for n in params}
         optimizer.load_state_dict(saved["trainer"]["optimizer"])
         gen.set_state(saved["trainer"]["generator"])
         start = result.resumed_from = saved["step"]
