@@ -97,6 +97,18 @@ def comparison(ctx: Context, run: dict) -> dict:
     return columns
 
 
+class LockedTeacher:
+    """The shared unpruned model as lora-kd's teacher: each forward holds the compute lock (shared models run
+    one forward at a time, so another session's calibration hooks never see the teacher's batches)."""
+
+    def __init__(self, model, lock):
+        self.model, self.lock, self.config = model, lock, model.config
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            return self.model(*args, **kwargs)
+
+
 def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
     st.subheader("Recovery fine-tune (optional)")
     if ctx.task is not None:
@@ -124,7 +136,8 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
                                 seed=seed)
     key = json.dumps({"prune": run["id"], **settings.record(), "context": ev.context, "tokens": ev.max_tokens})
     if jobs.controls("recovery", key, "Run recovery", run_key="recover_run"):
-        pruned_model, run_id, source, teacher = run["result"].model, run["id"], ctx.key.path, ctx.model
+        pruned_model, run_id, source = run["result"].model, run["id"], ctx.key.path
+        teacher = LockedTeacher(ctx.model, shrink.using(ctx.key).lock)
 
         def work(job):
             def progress(event):
