@@ -10,7 +10,9 @@ import streamlit as st
 
 from analysis.measure import measure
 from analysis.prune import RESCALES, prune
+from analysis.io.writes import output_root
 from analysis.recovery import METHODS, RecoverySettings, recover
+from analysis.recovery_state import has_state
 from analysis.strategies import STRATEGIES
 from ui import jobs, shrink, state
 from ui.context import Context
@@ -135,7 +137,14 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
                                 alpha=alpha, temperature=temperature, kd_weight=kd_weight, eval_every=eval_every,
                                 seed=seed)
     key = json.dumps({"prune": run["id"], **settings.record(), "context": ev.context, "tokens": ev.max_tokens})
-    if jobs.controls("recovery", key, "Run recovery", run_key="recover_run"):
+    state_dir = output_root() / "recovery-state" / run["id"]  # where Stop saves a resumable state
+    resume = False
+    previous = jobs.get("recovery")
+    if has_state(state_dir) and not (previous is not None and previous.running):
+        st.info("A stopped recovery of this pruned model is saved: **Resume** continues it (keep the settings it "
+                "was stopped with); **Run recovery** starts over and discards it.")
+        resume = st.button("Resume", key="recover_resume")
+    if jobs.controls("recovery", key, "Run recovery", run_key="recover_run") or resume:
         pruned_model, run_id, source = run["result"].model, run["id"], ctx.key.path
         teacher = LockedTeacher(ctx.model, shrink.using(ctx.key).lock)
 
@@ -145,7 +154,8 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
                 if event["kind"] == "train":
                     job.report(0.8 * event["step"] / event["steps"],
                                f"step {event['step']}/{event['steps']}, loss {event['loss']:.3f}")
-            rec = recover(pruned_model, tok, settings, teacher=teacher, cancel=job.cancelled, progress=progress)
+            rec = recover(pruned_model, tok, settings, teacher=teacher, cancel=job.cancelled, progress=progress,
+                          state_dir=state_dir, resume=resume)
             rec.model.analysis_source = source
             job.report(0.8, "measuring the recovered model…")
             measured = measure(rec.model, tok, "test", ev.context, ev.max_tokens, latency=False, cancel=job.cancelled,
@@ -168,6 +178,8 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
         st.rerun()  # redraw the table with the new column
     if job is not None and job.state == "failed":
         st.error(job.error)
+    elif job is not None and job.state == "stopped" and has_state(state_dir):
+        st.info("The recovery was stopped after a finished step; its state is saved, so **Resume** continues it.")
     if run["recovered"]:
         rec = run["recovered"]
         verdict = recovery_verdict(run["after"], rec["measure"])
