@@ -228,7 +228,8 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
             _tell(progress, {"kind": "train", "steps": s.steps, **point})
             if (step + 1) % s.eval_every == 0 or step + 1 == s.steps:
                 ppl = _validation(net, tokenizer, s)["perplexity"]
-                result.validation.append({"step": step + 1, "perplexity": ppl, "tokens": result.validation[0]["tokens"]})
+                tokens = result.validation[0]["tokens"]
+                result.validation.append({"step": step + 1, "perplexity": ppl, "tokens": tokens})
                 _tell(progress, {"kind": "validation", "step": step + 1, "steps": s.steps, "perplexity": ppl})
                 if ppl < min(v["perplexity"] for v in result.validation[:-1]):
                     best = {n: p.detach().clone() for n, p in params.items()}

@@ -210,7 +210,8 @@ def test_bad_settings_are_one_sentence(pair):
     model, pruned = pair
     cases = [(dict(method="lora", rank=0), "outside 1 … "), (dict(method="lora", rank=10**6), "outside 1 … "),
              (dict(temperature=0.0), "temperature T must be positive"), (dict(kd_weight=-1.0), "zero or positive"),
-             (dict(method="nope"), "Unknown recovery method"), (dict(lr=-1.0), "learning rate must be a positive number")]
+             (dict(method="nope"), "Unknown recovery method"),
+             (dict(lr=-1.0), "learning rate must be a positive number")]
     for kwargs, message in cases:
         with pytest.raises(AnalysisError, match=message):
             check_settings(pruned, RecoverySettings(**kwargs), teacher=model)

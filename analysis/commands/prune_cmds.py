@@ -131,9 +131,9 @@ def run_prune(args) -> None:
              f"({after['tokens']} tokens, context {after['context']}, {after['dataset']})"]
     if args.recover_steps:
         rec = payload["recovery"]
-        lines.append(f"after {args.recover_steps} {rec['method']} recovery steps (kept step {rec['kept_step']}, validation "
-                     f"perplexity {rec['start_validation_perplexity']:.2f} -> {rec['kept_validation_perplexity']:.2f}): "
-                     f"test perplexity {payload['perplexity_recovered']['perplexity']:.2f}")
+        lines.append(f"after {args.recover_steps} {rec['method']} recovery steps (kept step {rec['kept_step']}, "
+                     f"validation perplexity {rec['start_validation_perplexity']:.2f} -> "
+                     f"{rec['kept_validation_perplexity']:.2f}): test perplexity {payload['perplexity_recovered']['perplexity']:.2f}")
     lines.append(f"saved {args.out}")
     emit(args, payload, "\n".join(lines))
 
