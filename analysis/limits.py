@@ -178,16 +178,21 @@ def check_calibration(model, sequences: int, tokens: int) -> None:
             "use fewer calibration sequences or tokens", next(model.parameters()).device)
 
 
-def recovery_bytes(model, batch: int, tokens: int) -> int:
+def recovery_bytes(model, batch: int, tokens: int, teacher=None) -> int:
     """A recovery fine-tune: an fp32 copy of the model, AdamW moments and gradients of (at most) all of it,
-    and one training step over [batch, tokens]."""
+    and one training step over [batch, tokens]; with a distillation `teacher`, its no-grad forward (already
+    loaded, so its activations and logits only) and the two fp32 softmaxes of the KD term."""
     params = sum(p.numel() for p in model.parameters())
-    return 16 * params + training_bytes(model, batch, tokens)
+    need = 16 * params + training_bytes(model, batch, tokens)
+    if teacher is not None:
+        need += forward_bytes(teacher, batch, tokens, logits_copies=2) + 3 * batch * tokens * _shape(model)["vocab"] * 4
+    return need
 
 
-def check_recovery(model, batch: int, tokens: int) -> None:
-    require(recovery_bytes(model, int(batch), int(tokens)),
-            f"Recovery fine-tuning on batches of {int(batch):,} × {int(tokens):,} tokens with gradients",
+def check_recovery(model, batch: int, tokens: int, teacher=None) -> None:
+    what = "with gradients" + (" and the unpruned teacher's forward" if teacher is not None else "")
+    require(recovery_bytes(model, int(batch), int(tokens), teacher),
+            f"Recovery fine-tuning on batches of {int(batch):,} × {int(tokens):,} tokens {what}",
             "use a smaller batch or shorter sequences", next(model.parameters()).device)
 
 

@@ -21,7 +21,7 @@ from analysis.evaluate import perplexity
 from analysis.latency import kernel_latency
 from analysis.models import describe
 from analysis.prune import check_rescale, plan_key_dims, prune, readout_label, tiles
-from analysis.recovery import recover
+from analysis.recovery import RecoverySettings, recover
 from analysis.strategies import get_strategy
 
 TIMING = "repeats-iqr-1thread"  # in the cache key: points timed the older way (one median, all threads) are redone
@@ -132,8 +132,8 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
     result["rescale"], result["readout"] = rescale, readout_label(model, rescale)
     result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
     if opts["recover_steps"]:
-        recovered, _ = recover(pruned, tokenizer, steps=opts["recover_steps"], seed=seed, cancel=cancel,
-                               yes=opts.get("confirmed", False))  # the whole sweep was estimated up front
+        recovered = recover(pruned, tokenizer, RecoverySettings(method="qk", steps=opts["recover_steps"], seed=seed),
+                            cancel=cancel, yes=opts.get("confirmed", False)).model  # estimated up front
         after = perplexity(recovered, tokenizer, split, context, max_tokens=eval_tokens, cancel=cancel)
         result["recovered_perplexity"] = after["perplexity"]
         result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1

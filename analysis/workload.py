@@ -60,8 +60,8 @@ def check(what: str, forwards: int, model, batch: int, tokens: int, advice: str,
         return
     each = forward_seconds(model, batch, tokens) * per_forward
     total = units * each
-    kind = "training steps" if per_forward == TRAIN_STEP else "forward passes"
-    how = "3 × a measured forward" if per_forward == TRAIN_STEP else "measured"
+    kind = "training steps" if per_forward >= TRAIN_STEP else "forward passes"
+    how = f"{per_forward:.3g} × a measured forward" if per_forward != 1 else "measured"
     line = (f"{what}: {units:,} {kind} of {int(batch)} × {int(tokens)} tokens × {duration(each)} ({how}) "
             f"≈ {duration(total)} here")
     if total > MAX_S and not yes:

@@ -48,6 +48,16 @@ def test_real_size_saves_a_loadable_checkpoint_and_refuses_a_used_directory(tmp_
     assert sorted(p.name for p in out_dir.iterdir()) == before
 
 
+def test_recovery_methods_prints_a_row_per_point_with_paired_errors():
+    out = run("benchmarks/recovery_methods.py", "--models", "gated-deltanet-small", "--points", "random:0.5",
+              "--methods", "qk,lora-kd", "--steps", "1", "--batch", "1", "--seq-len", "32", "--eval-every", "1",
+              "--eval-tokens", "512", "--context", "64", "--threads", "1")
+    row = next(line for line in out.splitlines() if line.startswith("| random 0.5"))
+    cells = row.strip("|").split("|")
+    assert len(cells) == 4 and float(cells[1]) > 0  # strategy, after pruning, after qk, after lora-kd
+    assert row.count(" ± ") == 2 and row.count("kept step") == 2  # 8 windows of 64 tokens: a finite paired SE
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_check_scale_part_on_cuda():

@@ -10,7 +10,7 @@ from analysis.io import point_cache
 from analysis.calibration import calibrate
 from analysis.cancel import Cancelled, check
 from analysis.evaluate import perplexity
-from analysis.recovery import recover
+from analysis.recovery import RecoverySettings, recover
 from analysis.sensitivity import MapSettings, sensitivity_points
 from family_cases.text_lm import build_tiny
 
@@ -65,8 +65,8 @@ def test_recovery_stops_between_steps(model_tok):
     model, tok = model_tok
     steps = []
     with pytest.raises(Cancelled):
-        recover(model, tok, steps=50, batch=1, seq_len=16, progress=lambda s, n, loss: steps.append(s),
-                cancel=After(3))
+        recover(model, tok, RecoverySettings(method="qk", steps=50, batch=1, seq_len=16, eval_tokens=32),
+                progress=lambda e: e["kind"] == "train" and steps.append(e["step"]), cancel=After(3))
     assert steps == [1, 2]
 
 
@@ -83,8 +83,8 @@ def test_a_cancelled_sweep_point_writes_nothing(model_tok, tmp_path, monkeypatch
     real = recovery_mod.recover
 
     def stop_at_step_3(*args, progress=None, **kwargs):
-        def tick(s, n, loss):
-            if s == 3:
+        def tick(event):
+            if event["step"] == 3:
                 stop.set()
         return real(*args, progress=tick, **kwargs)
     monkeypatch.setattr(sweep_mod, "recover", stop_at_step_3)

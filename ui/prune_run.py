@@ -10,12 +10,15 @@ import streamlit as st
 
 from analysis.measure import measure
 from analysis.prune import prune
-from analysis.recovery import recover
+from analysis.io.writes import output_root
+from analysis.recovery import METHODS, RecoverySettings, recover
+from analysis.recovery_state import has_state
 from analysis.strategies import STRATEGIES
 from ui import jobs, shrink, state
 from ui.context import Context
 from ui.labels import readout_label
 from ui.prune_form import Choices, Evaluation
+from ui.recovery_view import METHOD_LABELS, loss_figure
 from ui.shrink_report import before_after_table, kernel_label, recovery_verdict
 
 SESSION = "pruned"  # this session's pruned model and its measurements (never shared, never cached)
@@ -99,46 +102,96 @@ def comparison(ctx: Context, run: dict) -> dict:
     return columns
 
 
+class LockedTeacher:
+    """The shared unpruned model as lora-kd's teacher: each forward holds the compute lock (shared models run
+    one forward at a time, so another session's calibration hooks never see the teacher's batches)."""
+
+    def __init__(self, model, lock):
+        self.model, self.lock, self.config = model, lock, model.config
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            return self.model(*args, **kwargs)
+
+
 def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
     st.subheader("Recovery fine-tune (optional)")
     if ctx.task is not None:
         st.info("Recovery trains on text, and this recall model has no tokenizer; it is offered for language models.")
         return
-    r1, r2, r3, r4 = st.columns(4)
+    r0, r1, r2, r3, r4 = st.columns(5)
+    method = state.field(r0.selectbox, "Method", "recover_method", "lora-kd", options=METHODS,
+                         format_func=METHOD_LABELS.get)
     steps = int(state.field(r1.number_input, "Steps", "recover_steps", 20, 1, 10_000, step=10))
-    lr = float(state.field(r2.number_input, "Learning rate", "recover_lr", 1e-3, 1e-6, 1e-1, format="%.0e"))
+    lr = float(state.field(r2.number_input, "Learning rate", "recover_lr", 1e-4, 1e-6, 1e-1, format="%.0e"))
     batch = int(state.field(r3.number_input, "Batch (sequences)", "recover_batch", 8, 1, 64, step=1))
     seq_len = int(state.field(r4.number_input, "Tokens per sequence", "recover_seq", 256, 16, 2048, step=64))
-    st.caption("Only the pruned q/k projections and convolutions learn (AdamW, cosine schedule), on train-split "
-               "windows; the perplexity is then measured again with the settings above.")
-    key = json.dumps({"prune": run["id"], "steps": steps, "lr": lr, "batch": batch, "seq": seq_len,
-                      "context": ev.context, "tokens": ev.max_tokens})
-    if jobs.controls("recovery", key, "Run recovery", run_key="recover_run"):
+    q1, q2, q3, q4, q5 = st.columns(5)
+    rank = int(state.field(q1.number_input, "LoRA rank", "recover_rank", 32, 1, 4096, step=8))
+    alpha = float(state.field(q2.number_input, "LoRA α", "recover_alpha", 64.0, 0.01, 1e4))
+    temperature = float(state.field(q3.number_input, "KD temperature T", "recover_kd_t", 2.0, 0.05, 100.0))
+    kd_weight = float(state.field(q4.number_input, "KD weight", "recover_kd_w", 1.0, 0.0, 100.0))
+    eval_every = int(state.field(q5.number_input, "Validate every (steps)", "recover_eval_every", 10, 1, 10_000))
+    st.caption(f"{METHOD_LABELS[method]}; AdamW, cosine schedule to 0.1 × lr, clip 1.0, on train-split windows. "
+               "Validation-split perplexity at step 0 (the pruned model) and every few steps; the best state is "
+               "kept, so recovery never returns a model worse on validation. The test perplexity is then measured "
+               "with the settings above.")
+    settings = RecoverySettings(method=method, steps=steps, lr=lr, batch=batch, seq_len=seq_len, rank=rank,
+                                alpha=alpha, temperature=temperature, kd_weight=kd_weight, eval_every=eval_every,
+                                seed=seed)
+    key = json.dumps({"prune": run["id"], **settings.record(), "context": ev.context, "tokens": ev.max_tokens})
+    state_dir = output_root() / "recovery-state" / run["id"]  # where Stop saves a resumable state
+    resume = False
+    previous = jobs.get("recovery")
+    if has_state(state_dir) and not (previous is not None and previous.running):
+        st.info("A stopped recovery of this pruned model is saved: **Resume** continues it (keep the settings it "
+                "was stopped with); **Run recovery** starts over and discards it.")
+        resume = st.button("Resume", key="recover_resume")
+    if jobs.controls("recovery", key, "Run recovery", run_key="recover_run") or resume:
         pruned_model, run_id, source = run["result"].model, run["id"], ctx.key.path
+        teacher = LockedTeacher(ctx.model, shrink.using(ctx.key).lock)
 
         def work(job):
-            model, losses = recover(pruned_model, tok, steps=steps, lr=lr, batch=batch, seq_len=seq_len, seed=seed,
-                                    cancel=job.cancelled,
-                                    progress=lambda s, n, loss: job.report(0.8 * s / n, f"step {s}/{n}, loss {loss:.3f}"))
-            model.analysis_source = source
+            def progress(event):
+                job.items.append(event)
+                if event["kind"] == "train":
+                    job.report(0.8 * event["step"] / event["steps"],
+                               f"step {event['step']}/{event['steps']}, loss {event['loss']:.3f}")
+            rec = recover(pruned_model, tok, settings, teacher=teacher, cancel=job.cancelled, progress=progress,
+                          state_dir=state_dir, resume=resume)
+            rec.model.analysis_source = source
             job.report(0.8, "measuring the recovered model…")
-            measured = measure(model, tok, "test", ev.context, ev.max_tokens, latency=False, cancel=job.cancelled,
+            measured = measure(rec.model, tok, "test", ev.context, ev.max_tokens, latency=False, cancel=job.cancelled,
                                progress=lambda f: job.report(0.8 + 0.2 * f, f"perplexity after recovery: {f:.0%}"))
-            return {"for": run_id, "id": uuid.uuid4().hex, "model": model, "measure": measured, "steps": steps,
-                    "lr": lr, "final_loss": losses[-1]}
+            return {"for": run_id, "id": uuid.uuid4().hex, "model": rec.model, "measure": measured, "steps": steps,
+                    "lr": settings.learning_rate, "final_loss": rec.final_loss, "method": method,
+                    "recovery": rec.metadata(), "history": rec.history, "validation": rec.validation}
 
-        jobs.launch("recovery", key, f"{steps} steps at learning rate {lr:g}", work)
+        jobs.launch("recovery", key, f"{METHOD_LABELS[method]}: {steps} steps at learning rate {lr:g}", work)
     job = jobs.get("recovery")
     if jobs.unsettled(job):
         with st.status(f"Recovery: {job.label}…", expanded=True):
-            bar = st.progress(0.0)
-            jobs.follow(job, lambda j: bar.progress(j.fraction, text=j.text))
+            bar, chart, drawn = st.progress(0.0), st.empty(), [0]
+
+            def draw(j):
+                bar.progress(j.fraction, text=j.text)
+                drawn[0] += 1  # each redraw is a new element in this run: a new key
+                chart.plotly_chart(loss_figure(list(j.items)), key=f"recovery_curve_{drawn[0]}")
+            jobs.follow(job, draw)
         st.rerun()  # redraw the table with the new column
     if job is not None and job.state == "failed":
         st.error(job.error)
+    elif job is not None and job.state == "stopped" and has_state(state_dir):
+        st.info("The recovery was stopped after a finished step; its state is saved, so **Resume** continues it.")
     if run["recovered"]:
         rec = run["recovered"]
         verdict = recovery_verdict(run["after"], rec["measure"])
-        said = (f"{rec['steps']} recovery steps (final training loss {rec['final_loss']:.3f}): {verdict['text']}. "
+        meta = rec.get("recovery") or {}
+        kept = (f"; kept step {meta['kept_step']}, validation perplexity {meta['kept_validation_perplexity']:.2f} "
+                f"against {meta['start_validation_perplexity']:.2f} at step 0, {meta['validation']}") if meta else ""
+        said = (f"{METHOD_LABELS.get(rec.get('method'), 'q/k rows')}, {rec['steps']} recovery steps (final training "
+                f"loss {rec['final_loss']:.3f}{kept}): {verdict['text']}. "
                 "Save and download below use the better of the two by default; you can pick the other.")
         {"better": st.success, "worse": st.warning}.get(verdict["verdict"], st.info)(said)
+        if rec.get("history"):
+            st.plotly_chart(loss_figure(rec["history"], rec["validation"]), key="recovery_curve_done")

@@ -38,7 +38,8 @@ def section(ctx: Context, run: dict, columns: dict, tok) -> None:
     metadata = {**pruning_metadata(result, ctx.key.path, run["ratios"]),
                 "evaluation": dict(columns), "saved_model": chosen}
     if chosen == RECOVERED:
-        metadata["recovery"] = {k: run["recovered"][k] for k in ("steps", "lr", "final_loss") if k in run["recovered"]}
+        metadata["recovery"] = run["recovered"].get("recovery") or {
+            k: run["recovered"][k] for k in ("steps", "lr", "final_loss") if k in run["recovered"]}
     tag = f"{Path(ctx.name).name}-{result.strategy}-dk{'_'.join(map(str, result.dims))}" + (
         "-recovered" if chosen == RECOVERED else "")
     st.download_button(f"Download the {chosen} model (.zip)",  # zipped only on click, in Streamlit's download thread

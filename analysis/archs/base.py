@@ -71,6 +71,7 @@ class Adapter:
     qk_l2_normalised: bool = True        # the kernel l2-normalises q and k (False: Mamba-2's B and C enter raw)
     readout_scaled: bool = True          # the readout multiplies by a key-dim factor (dk^-1/2); False: none to keep
     entry_points: tuple[str, ...] = ()   # recurrence entry points (module globals of the layer's file) it routes
+    lora_projections: tuple[str, ...] = ()  # linear sub-modules of a linear layer that recovery's LoRA adapts (q/k/v)
 
     @property
     def kernel_spec(self):
@@ -119,6 +120,11 @@ class Adapter:
         """A config.json dict with the fields the core's checks read filled in where the family's config derives
         them (e.g. num_hidden_layers from a per-layer pattern); unchanged by default."""
         return config
+
+    def lora_targets(self, layer: nn.Module) -> list[str]:
+        """Module paths inside `layer` of the linear projections producing q, k and v (fused or not) that a
+        recovery's LoRA adapts, as the reference adapts q_proj/k_proj/v_proj; empty: the family has none."""
+        return [name for name in self.lora_projections if hasattr(layer, name)]
 
     # --- pruning ---------------------------------------------------------------------------------
     def check_key_dims(self, dims, device_type: str = "cpu") -> None:

@@ -37,6 +37,7 @@ def softmax_layer_indices(config) -> set[int]:
 class FlaAdapter(Adapter):
     """Base of the fla families whose linear layer has q_proj/k_proj and optional q_conv1d/k_conv1d."""
     rotations = True
+    lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
 
     def linear_class(self) -> type:
         raise NotImplementedError

@@ -26,6 +26,7 @@ class KDAAdapter(Adapter):
     label = "Kimi Delta Attention"
     model_types = ("kda", "pruned_kda")
     gate = "channel"
+    lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
     kernel = "kda"
     entry_points = ("chunk_kda", "fused_recurrent_kda")   # fla/layers/kda.py
     rotations = False

@@ -41,6 +41,7 @@ class KimiLinearAdapter(Adapter):
     label = "Kimi Linear (Kimi Delta Attention + MLA)"
     model_types = ("kimi_linear", "pruned_kimi_linear")
     gate = "channel"
+    lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
     kernel = "kda"
     entry_points = ENTRY_POINTS
     key_dims_config_key = "linear_key_head_dims"

@@ -36,6 +36,7 @@ class Mamba2Adapter(Adapter):
     label = "Mamba-2 hybrids (Mamba-2 SSD + attention)"
     model_types = (*STATE_SIZE_KEYS, *(PRUNED_PREFIX + t for t in STATE_SIZE_KEYS))
     gate = "head"
+    lora_projections = ("in_proj",)  # x|B|C|z|dt in one projection: B and C are the key/query rows
     kernel = "ssd"
     entry_points = (ENTRY_POINT,)   # what mamba2_routing routes
     key_dims_config_key = "ssm_state_sizes"

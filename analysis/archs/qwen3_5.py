@@ -151,6 +151,8 @@ class Qwen35Adapter(Adapter):
     model_types = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "olmo_hybrid",
                    *(PRUNED_PREFIX + t for t in _BASES))
     gate = "head"
+    # Qwen3.5 fuses q|k|v, Qwen3-Next q|k|v|z; OLMo-hybrid keeps separate q/k/v projections
+    lora_projections = ("in_proj_qkv", "in_proj_qkvz", "q_proj", "k_proj", "v_proj")
     kernel = "gated_delta_rule"
     entry_points = ENTRY_POINTS   # what qwen3_5_routing routes
     key_dims_config_key = "linear_key_head_dims"

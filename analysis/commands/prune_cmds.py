@@ -5,7 +5,8 @@ from __future__ import annotations
 from analysis.archs.kernels import MAX_KEY_DIM
 from analysis.commands.checks import number_list, real, whole
 from analysis.commands.common import add_calib_args, add_yes_arg, announce, emit, load, require_text_model
-from analysis.commands.progress import bar, fraction, say, set_done
+from analysis.commands.progress import bar, fraction, say
+from analysis.commands.recovery_args import add_recovery_args, check_state_choice, recover_for_cli, recovery_settings
 from analysis.errors import AnalysisError
 
 
@@ -65,8 +66,8 @@ def _setup_prune(p):
     p.add_argument("--out", required=True, help="new directory for the pruned model")
     p.add_argument("--overwrite", action="store_true",
                    help="replace --out if it is a model directory this tool wrote (nothing else is ever replaced)")
-    p.add_argument("--recover-steps", type=whole(0), default=0, help="fine-tune q/k for this many steps afterwards")
     p.add_argument("--eval-tokens", type=whole(1), default=8192, help="test tokens for the before/after perplexity")
+    add_recovery_args(p)
     _rescale_arg(p)
     add_calib_args(p)
     add_yes_arg(p)
@@ -78,7 +79,6 @@ def run_prune(args) -> None:
     from analysis.calibration import calibrate
     from analysis.evaluate import perplexity
     from analysis.prune import plan_key_dims, prune, pruning_metadata, readout_label, save_model, tiles, unchanged_plan
-    from analysis.recovery import recover
     from analysis.io.writes import check_new_dir
     from analysis.strategies import get_strategy
     ratio, ratios = _ratios(args)
@@ -114,17 +114,15 @@ def run_prune(args) -> None:
     if allocation:
         payload["allocation"] = allocation_report(args, model, tokenizer, *allocation)
     if args.recover_steps:
-        with bar(args, "prune: recovery fine-tuning", total=args.recover_steps, unit="step") as b:
-            def step_done(done, total, loss):
-                set_done(b, done, total)
-                b.set_postfix(loss=f"{loss:.3f}", refresh=False)
-            pruned, losses = recover(pruned, tokenizer, steps=args.recover_steps, seed=args.seed, progress=step_done,
-                                     yes=True)  # estimated before any work (_check_prune_sizes)
+        recovered = recover_for_cli(args, pruned, tokenizer, teacher=model)
+        pruned = recovered.model
         with fraction(args, "prune: test perplexity after recovery") as progress:
             payload["perplexity_recovered"] = perplexity(pruned, tokenizer, "test", max_tokens=args.eval_tokens,
                                                          progress=progress)
-        payload["recovery"] = {"steps": args.recover_steps, "final_loss": losses[-1]}
+        payload["recovery"] = recovered.metadata()
     metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
+    if args.recover_steps:
+        metadata["recovery"] = payload["recovery"]
     save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT)
     payload["out"] = args.out
     lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)}), "
@@ -132,7 +130,10 @@ def run_prune(args) -> None:
              f"test perplexity {before['perplexity']:.2f} -> {after['perplexity']:.2f} "
              f"({after['tokens']} tokens, context {after['context']}, {after['dataset']})"]
     if args.recover_steps:
-        lines.append(f"after {args.recover_steps} recovery steps: {payload['perplexity_recovered']['perplexity']:.2f}")
+        rec = payload["recovery"]
+        lines.append(f"after {args.recover_steps} {rec['method']} recovery steps (kept step {rec['kept_step']}, "
+                     f"validation perplexity {rec['start_validation_perplexity']:.2f} -> "
+                     f"{rec['kept_validation_perplexity']:.2f}): test perplexity {payload['perplexity_recovered']['perplexity']:.2f}")
     lines.append(f"saved {args.out}")
     emit(args, payload, "\n".join(lines))
 
@@ -144,9 +145,11 @@ def _check_prune_sizes(args, model, strategy) -> None:
     if strategy.needs_calibration:
         check_size(model, args.calib_sequences, args.calib_tokens)
     if args.recover_steps:
-        limits.check_recovery(model, 8, 256)  # recover()'s batch and sequence length
-        workload.check("Recovery fine-tuning", args.recover_steps, model, 8, 256, "use fewer --recover-steps",
-                       args.yes, announce, per_forward=workload.TRAIN_STEP)
+        from analysis.recovery import check_settings, check_sizes
+        settings = recovery_settings(args)
+        check_state_choice(args)
+        check_settings(model, settings, teacher=model)  # the pruned model is checked again (its narrower widths)
+        check_sizes(model, settings, args.yes, announce)
 
 
 def _setup_ppl(p):
