@@ -12,6 +12,7 @@ from analysis import data
 from analysis.errors import AnalysisError
 from analysis.evaluate import perplexity, unigram_baseline
 from analysis.models import describe, load_model, load_tokenizer
+from analysis.samples import SAMPLES_DIR
 from analysis.io import card_files
 from analysis.states import collect_states
 
@@ -78,20 +79,45 @@ def build_card(source) -> dict:
     return card
 
 
+def _layers_line(a: dict) -> str:
+    """"4 layers", or for a hybrid "6 linear layers of 8 token-mixing blocks (2 softmax attention)"."""
+    softmax = sum(b["kind"] == "softmax" for b in a.get("blocks", []))
+    if not softmax:
+        return f"{a['layers']} layers"
+    return f"{a['layers']} linear layers of {len(a['blocks'])} token-mixing blocks ({softmax} softmax attention)"
+
+
+def _heads_line(a: dict) -> str:
+    values = a.get("value_heads", a["heads"])
+    return f"{a['heads']} heads" if values == a["heads"] else f"{a['heads']} key heads serving {values} value heads"
+
+
+def _training_script(name: str) -> str:
+    """The script in sample_models/ that rebuilds this sample (the one naming its folder)."""
+    for script in sorted(SAMPLES_DIR.glob("*.sh")):
+        try:
+            if f"sample_models/{name}" in script.read_text(encoding="utf-8"):
+                return f"sample_models/{script.name}"
+        except OSError:
+            continue
+    return "sample_models/train_samples.sh"
+
+
 def render(card: dict) -> str:
     a, t = card["architecture"], card["training"]
     lines = [f"# {card['name']}", "",
-             f"A small {a['label']} ({a['parameters'] / 1e6:.2f} M parameters) trained from scratch on this machine "
+             f"A small `{a['model_type']}` model of the family “{a['label']}” ({a['parameters'] / 1e6:.2f} M "
+             "parameters) trained from scratch on this machine "
              f"for the state-rank dashboard: {'multi-query associative recall' if t['task'] == 'recall' else 'next-token prediction on the Shakespeare train split'}.",
              "", "## Architecture", "",
-             f"- {a['layers']} layers, hidden {a['hidden_size']}, {a['heads']} heads, head key dim "
+             f"- {_layers_line(a)}, hidden {a['hidden_size']}, {_heads_line(a)}, head key dim "
              f"{a['head_k_dims'][0]}, head value dim {a['head_v_dim']}, vocabulary {a['vocab_size']}",
              f"- fp32 recurrent state per sequence: {a['state_bytes_per_sequence'] / 1024:.0f} KiB",
              "", "## Training", "",
              f"- AdamW (lr {t['lr']}, warm-up {t['warmup']} steps, cosine to 10%, weight decay {t['weight_decay']}), "
              f"batch {t['batch']}, seed {t['seed']}",
              f"- {t['steps_done']} steps, {t['tokens_seen']:,} tokens seen, {t['minutes']} minutes on {card['hardware']}",
-             "- Reproduce: `sample_models/train_samples.sh` (the exact commands)", "",
+             f"- Reproduce: `{_training_script(card['name'])}` (the exact commands)", "",
              "| step | tokens | minutes | train loss | validation |", "|---|---|---|---|---|"]
     for h in card["history"]:
         val = f"ppl {h['val_ppl']:.1f}" if "val_ppl" in h else f"recall {h['recall_accuracy']:.3f}"
