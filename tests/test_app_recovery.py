@@ -6,11 +6,9 @@ import pytest
 from analysis.cancel import Cancelled
 from analysis.io.writes import output_root
 from analysis.recovery import RecoverySettings, recover
-from test_app import lm_dir  # noqa: F401  (fixture by import)
-from test_app_shrink import click, open_page, sweep_cache  # noqa: F401
-from ui_fixtures import one_torch_thread  # noqa: F401
+from helpers.app import click, open_page
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "sweep_cache")
 
 
 def test_a_stopped_recovery_resumes_on_the_page(monkeypatch, lm_dir, tmp_path):
