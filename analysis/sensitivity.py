@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -278,18 +279,33 @@ def _legacy_file_digest(model) -> str | None:
 
 
 def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
-                on_point=None, yes: bool = False, say=None) -> dict:
-    """Run the whole map (cached points), calling on_point(point) as each finishes."""
+                on_point=None, yes: bool = False, say=None, *, profile: list[dict] | None = None,
+                get_calibration=None, cancel=None, lock=None, name: str | None = None) -> dict:
+    """The sensitivity-map workflow (CLI `sensitivity` and the Prune page's map job): the rank profile, then
+    every point (cached), calling on_point(point) as each finishes; returns `build_map`'s JSON-ready map.
+
+    profile: the rank profile when the caller already holds it (the dashboard's one memoized profile, measured
+    on the same `profile_inputs`); get_calibration / cancel: as `sensitivity_points`; lock: a context manager
+    held while each step computes (the dashboard's compute lock; other sessions run between points).
+    """
+    lock = lock if lock is not None else nullcontext()
     check_settings(model, s, task)  # before the profile draws its calibration sequences
     check_time(model, s, task, yes, say)
-    calib_ids = profile_inputs(model, tokenizer, s, task)
-    profile = layer_profile(model, calib_ids)
+    if profile is None:
+        with lock:
+            profile = layer_profile(model, profile_inputs(model, tokenizer, s, task))
     points = []
-    for point in sensitivity_points(model, tokenizer, s, task, use_cache, yes=True):  # estimated above
+    gen = sensitivity_points(model, tokenizer, s, task, use_cache, get_calibration=get_calibration, cancel=cancel,
+                             yes=True)  # estimated above
+    while True:
+        with lock:
+            point = next(gen, None)
+        if point is None:
+            break
         points.append(point)
         if on_point:
             on_point(point)
-    return build_map(model, s, profile, points, task)
+    return build_map(model, s, profile, points, task, name)
 
 
 def profile_inputs(model, tokenizer, s: MapSettings, task: RecallTask | None) -> torch.Tensor:

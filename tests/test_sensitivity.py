@@ -165,8 +165,9 @@ def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
 @pytest.mark.usefixtures("one_torch_thread")
 def test_section_stops_and_resumes(monkeypatch, lm_dir):
     from test_app_shrink import click
-    from ui import jobs, sensitivity_view
-    real = sensitivity_view.sensitivity_points
+    import analysis.sensitivity as core
+    from ui import jobs
+    real = core.sensitivity_points
     calls = []
 
     def stop_after_first_point(*args, **kwargs):
@@ -175,7 +176,7 @@ def test_section_stops_and_resumes(monkeypatch, lm_dir):
             if len(calls) == 2:
                 jobs.this_job().stop()  # the Stop click of a real browser, between points
             yield point
-    monkeypatch.setattr(sensitivity_view, "sensitivity_points", stop_after_first_point)
+    monkeypatch.setattr(core, "sensitivity_points", stop_after_first_point)  # under compute_map
     at = _page(monkeypatch, lm_dir)
     click(at, "sensitivity:run")
     assert at.button(key="sensitivity:run").label == "Resume map"
@@ -194,7 +195,7 @@ def test_shipped_map_opens_at_once_for_a_bundled_sample(monkeypatch):
     if not shipped_map_path("deltanet-small", "l1").exists():
         pytest.skip("the shipped deltanet-small map is not built (sample_models/sensitivity_maps.sh)")
     calls = []
-    monkeypatch.setattr("ui.sensitivity_view.sensitivity_points", lambda *a, **k: calls.append(1) or iter(()))
+    monkeypatch.setattr("analysis.sensitivity.sensitivity_points", lambda *a, **k: calls.append(1) or iter(()))
     at = open_page(monkeypatch, SAMPLES_DIR / "deltanet-small", "pages/prune.py")
     at.number_input(key="w:calib_sequences").set_value(16).run()  # the shipped map's calibration settings
     at.number_input(key="w:calib_tokens").set_value(256).run()
