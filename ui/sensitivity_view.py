@@ -22,6 +22,7 @@ from ui import jobs, plan_inputs, shrink, state, verify_view
 from ui.context import Context
 from ui.parse import number_list
 from ui.sensitivity_figure import sensitivity_heatmap
+from ui.sweep_view import merged
 
 JOB = "sensitivity"
 RESULTS = "sensitivity_results"      # settings key -> {"points": [...], "profile": [...] | None, "source": str}
@@ -67,14 +68,6 @@ def _entry(ctx: Context, s: MapSettings) -> dict:
             entry["points"] = [{"layer": None, "ratio": 0.0, "value": shipped["baseline"]}, *shipped["points"]]
             entry["profile"], entry["source"] = shipped["layers"], "shipped with the sample"
     return entry
-
-
-def _merge(points: list, point: dict) -> None:
-    for i, old in enumerate(points):
-        if (old["layer"], old["ratio"]) == (point["layer"], point["ratio"]):
-            points[i] = point
-            return
-    points.append(point)
 
 
 def _profile_table(profile: list[dict]) -> pd.DataFrame:
@@ -188,7 +181,7 @@ def _launch(ctx: Context, s: MapSettings, calib: shrink.CalibSettings, entry: di
 
     def work(job):
         def arrived(point):
-            _merge(points, point)
+            merged(points, point, lambda a, b: (a["layer"], a["ratio"]) == (b["layer"], b["ratio"]))
             entry["source"] = "measured in this session (cached on disk)"
             job.items = points
             job.report(min(1.0, len(points) / expected), f"{len(points)} of {expected} points (unpruned first)")
