@@ -24,9 +24,9 @@ from analysis.calibration import calibrate
 from analysis.cancel import check
 from analysis.defaults import SENSITIVITY_EVAL_TOKENS, SENSITIVITY_RATIOS
 from analysis.errors import AnalysisError
-from analysis.evaluate import perplexity
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
+from analysis.measure import measure
 from analysis.models import REPO_ROOT, describe, linear_layers
 from analysis.prune import key_dims, plan_key_dims, prune
 from analysis.recall import RecallTask, recall_accuracy, recall_batch
@@ -157,8 +157,8 @@ class MapMeasure:
         if self.task is not None:
             acc = recall_accuracy(model, self.task, self.s.recall_sequences, seed=MAP_RECALL_SEED)
             return {"value": acc, "recall_accuracy": acc}
-        ppl = perplexity(model, self.tokenizer, self.s.split, self.s.context, max_tokens=self.s.eval_tokens,
-                         per_window=per_window, cancel=self.cancel)
+        ppl = measure(model, self.tokenizer, self.s.split, self.s.context, self.s.eval_tokens, latency=False,
+                      per_window=per_window, cancel=self.cancel)["perplexity"]  # the workflows' one measuring path
         self.scored = ppl["tokens"]
         out = {"value": ppl["perplexity"], "perplexity": ppl["perplexity"], "dataset": ppl["dataset"],
                "tokens": ppl["tokens"], "stride": ppl["stride"]}
