@@ -192,8 +192,10 @@ def paired_difference(a: list[float], b: list[float]) -> dict:
 
 
 def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None, cancel=None):
-    """Train-split windows (recall models: synthetic sequences of the calibration seed; calibrate chooses)."""
-    return calibrate(model, tokenizer, s.calib_sequences, s.calib_tokens, s.seed, cancel=cancel)
+    """Train-split windows (recall models: synthetic sequences of the calibration seed, as long as the task's,
+    which is what the dashboard's shared calibration draws too; a recall map's settings carry no calib_tokens)."""
+    tokens = task.seq_len if task is not None else s.calib_tokens
+    return calibrate(model, tokenizer, s.calib_sequences, tokens, s.seed, cancel=cancel)
 
 
 def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,

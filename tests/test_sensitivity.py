@@ -284,3 +284,16 @@ def test_map_cells_print_the_delta_the_colour_shows_with_its_paired_standard_err
         loss, se = g.losses[layer][0], g.ses[layer][0]
         assert text[layer][0] == f"{loss:+.3g} ± {se:.2g}"
         assert f"{g.values[layer][0]:.4g}" not in text[layer][0]  # not the perplexity
+
+
+def test_a_recall_map_calibrates_on_the_tasks_sequences():
+    """A recall map's settings carry no calib_tokens; its calibration (wanda, drrqr, …) crashed with a TypeError."""
+    from analysis.calibration import calibrate
+    from analysis.models import SAMPLES_DIR, load_model
+    from analysis.sensitivity import calibration_for, recall_task
+    model = load_model(str(SAMPLES_DIR / "deltanet-recall"), device="cpu")
+    task = recall_task(model)
+    s = MapSettings("wanda", (0.5,), metric="recall", calib_sequences=2)
+    assert s.calib_tokens is None
+    got, direct = calibration_for(model, None, s, task), calibrate(model, None, 2, task.seq_len, 0)
+    assert got.label == direct.label and "synthetic recall sequences (seed 0)" in got.label
