@@ -275,6 +275,30 @@ def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, 
     return {**choose(plans, evaluate), "measure": measure.label(), "baseline_value": base["value"]}
 
 
+def allocate_and_choose(model, tokenizer, smap: dict, budget: dict, round_to: int | None = None, task=None,
+                        calibration=None, progress=None, cancel=None) -> dict:
+    """The allocate-and-choose workflow (CLI `prune --allocate` and the Prune page's "Verify and choose"):
+    the knapsack allocation under `budget` ({"mean_ratio"}, {"state_bytes"} or {"tiles"}), the candidate plans
+    at that budget, each pruned and measured once by `choose_plan`, and the report both show.
+
+    calibration: the map's calibration when the caller holds it (same sequences, tokens and seed as the map's
+    settings), else computed here from them. Returns the allocation's fields plus `verification` (the
+    knapsack plan, predicted against measured), `choice` (every candidate measured, the winner and why) and
+    `map_settings`; `choice["ratios"]` is the plan to prune with.
+    """
+    alloc = allocate(smap, round_to=round_to, **budget)
+    plans = candidates(smap, alloc, round_to=round_to, mean_ratio=budget.get("mean_ratio"))
+    choice = choose_plan(model, tokenizer, smap, plans, alloc.strategy, task, calibration, progress=progress,
+                         cancel=cancel)
+    knap = next(c for c in choice["candidates"] if c["name"] == "sensitivity-allocated")
+    rescale = choice["baseline_value"] / alloc.baseline_value  # the choice measures more tokens than the map
+    verification = {"predicted_loss": alloc.predicted_loss, "measured_loss": knap["measured_loss"],
+                    "error": knap["measured_loss"] - alloc.predicted_loss,
+                    "predicted_value": alloc.predicted_value * rescale if alloc.metric == "ppl" else alloc.predicted_value,
+                    "measured_value": knap["measured_value"], "measure": choice["measure"]}
+    return {**alloc.as_dict(), "verification": verification, "choice": choice, "map_settings": smap["settings"]}
+
+
 def choose(plans: list[dict], evaluate) -> dict:
     """Measure every plan with `evaluate(plan) -> {"value", "loss"[, "windows"]}` (validation split), keep the best.
 

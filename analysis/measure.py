@@ -20,8 +20,11 @@ LATENCY_SHAPE = dict(batch=2, tokens=512)  # as the sweep times it, so the two p
 
 def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_tokens: int | None = 4096,
             recall_pairs: tuple[int, ...] | None = None, recall_sequences: int = 64, latency: bool = True,
-            progress=None, cancel=None) -> dict:
-    """Architecture figures plus perplexity (or recall accuracy when `recall_pairs` is given) and latency."""
+            progress=None, cancel=None, per_window: bool = False) -> dict:
+    """Architecture figures plus perplexity (or recall accuracy when `recall_pairs` is given) and latency.
+
+    The one measuring path of the workflows (prune, sweep point, sensitivity point, allocate-and-choose):
+    per_window adds the perplexity's `window_losses` (each window's mean nats/token, for paired comparisons)."""
     info = describe(model)
     out = {"head_k_dims": info.head_k_dims, "tiles": tiles(info.head_k_dims), "parameters": info.parameters,
            "state_bytes_per_sequence": info.state_bytes_per_sequence, "device": info.device, "dtype": info.dtype}
@@ -29,7 +32,7 @@ def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_
         out["recall"] = recall_report(model, pairs=tuple(recall_pairs), n_sequences=recall_sequences)
     else:
         out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=progress,
-                                       cancel=cancel)
+                                       per_window=per_window, cancel=cancel)
     if latency:
         check(cancel)
         out["kernel"] = model_kernel_time(model, info, cancel)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,9 +24,9 @@ from analysis.calibration import calibrate
 from analysis.cancel import check
 from analysis.defaults import SENSITIVITY_EVAL_TOKENS, SENSITIVITY_RATIOS
 from analysis.errors import AnalysisError
-from analysis.evaluate import perplexity
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
+from analysis.measure import measure
 from analysis.models import REPO_ROOT, describe, linear_layers
 from analysis.prune import key_dims, plan_key_dims, prune
 from analysis.recall import RecallTask, recall_accuracy, recall_batch
@@ -156,8 +157,8 @@ class MapMeasure:
         if self.task is not None:
             acc = recall_accuracy(model, self.task, self.s.recall_sequences, seed=MAP_RECALL_SEED)
             return {"value": acc, "recall_accuracy": acc}
-        ppl = perplexity(model, self.tokenizer, self.s.split, self.s.context, max_tokens=self.s.eval_tokens,
-                         per_window=per_window, cancel=self.cancel)
+        ppl = measure(model, self.tokenizer, self.s.split, self.s.context, self.s.eval_tokens, latency=False,
+                      per_window=per_window, cancel=self.cancel)["perplexity"]  # the workflows' one measuring path
         self.scored = ppl["tokens"]
         out = {"value": ppl["perplexity"], "perplexity": ppl["perplexity"], "dataset": ppl["dataset"],
                "tokens": ppl["tokens"], "stride": ppl["stride"]}
@@ -191,8 +192,10 @@ def paired_difference(a: list[float], b: list[float]) -> dict:
 
 
 def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None, cancel=None):
-    """Train-split windows (recall models: synthetic sequences of the calibration seed; calibrate chooses)."""
-    return calibrate(model, tokenizer, s.calib_sequences, s.calib_tokens, s.seed, cancel=cancel)
+    """Train-split windows (recall models: synthetic sequences of the calibration seed, as long as the task's,
+    which is what the dashboard's shared calibration draws too; a recall map's settings carry no calib_tokens)."""
+    tokens = task.seq_len if task is not None else s.calib_tokens
+    return calibrate(model, tokenizer, s.calib_sequences, tokens, s.seed, cancel=cancel)
 
 
 def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
@@ -278,18 +281,33 @@ def _legacy_file_digest(model) -> str | None:
 
 
 def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
-                on_point=None, yes: bool = False, say=None) -> dict:
-    """Run the whole map (cached points), calling on_point(point) as each finishes."""
+                on_point=None, yes: bool = False, say=None, *, profile: list[dict] | None = None,
+                get_calibration=None, cancel=None, lock=None, name: str | None = None) -> dict:
+    """The sensitivity-map workflow (CLI `sensitivity` and the Prune page's map job): the rank profile, then
+    every point (cached), calling on_point(point) as each finishes; returns `build_map`'s JSON-ready map.
+
+    profile: the rank profile when the caller already holds it (the dashboard's one memoized profile, measured
+    on the same `profile_inputs`); get_calibration / cancel: as `sensitivity_points`; lock: a context manager
+    held while each step computes (the dashboard's compute lock; other sessions run between points).
+    """
+    lock = lock if lock is not None else nullcontext()
     check_settings(model, s, task)  # before the profile draws its calibration sequences
     check_time(model, s, task, yes, say)
-    calib_ids = profile_inputs(model, tokenizer, s, task)
-    profile = layer_profile(model, calib_ids)
+    if profile is None:
+        with lock:
+            profile = layer_profile(model, profile_inputs(model, tokenizer, s, task))
     points = []
-    for point in sensitivity_points(model, tokenizer, s, task, use_cache, yes=True):  # estimated above
+    gen = sensitivity_points(model, tokenizer, s, task, use_cache, get_calibration=get_calibration, cancel=cancel,
+                             yes=True)  # estimated above
+    while True:
+        with lock:
+            point = next(gen, None)
+        if point is None:
+            break
         points.append(point)
         if on_point:
             on_point(point)
-    return build_map(model, s, profile, points, task)
+    return build_map(model, s, profile, points, task, name)
 
 
 def profile_inputs(model, tokenizer, s: MapSettings, task: RecallTask | None) -> torch.Tensor:

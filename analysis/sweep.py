@@ -17,10 +17,10 @@ from analysis.io.point_identity import model_identity
 from analysis.archs import adapter_for
 from analysis.calibration import calibrate
 from analysis.cancel import check
-from analysis.evaluate import perplexity
 from analysis.latency import kernel_latency
+from analysis.measure import measure
 from analysis.models import describe
-from analysis.prune import check_rescale, plan_key_dims, prune, readout_label, tiles
+from analysis.prune import check_rescale, plan_key_dims, prune, readout_label
 from analysis.recovery import RecoverySettings, recover
 from analysis.strategies import get_strategy
 
@@ -134,7 +134,7 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
     if opts["recover_steps"]:
         recovered = recover(pruned, tokenizer, RecoverySettings(method="qk", steps=opts["recover_steps"], seed=seed),
                             cancel=cancel, yes=opts.get("confirmed", False)).model  # estimated up front
-        after = perplexity(recovered, tokenizer, split, context, max_tokens=eval_tokens, cancel=cancel)
+        after = measure(recovered, tokenizer, split, context, eval_tokens, latency=False, cancel=cancel)["perplexity"]
         result["recovered_perplexity"] = after["perplexity"]
         result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1
     return result
@@ -198,17 +198,18 @@ def _cached(key: dict, use_cache: bool, compute) -> dict:
 
 
 def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline, cancel=None) -> dict:
-    info = describe(model)
-    ppl = perplexity(model, tokenizer, split, context, max_tokens=eval_tokens, cancel=cancel)
-    result = {"strategy": strategy, "ratio": ratio, "head_k_dims": info.head_k_dims, "tiles": tiles(info.head_k_dims),
+    got = measure(model, tokenizer, split, context, eval_tokens, latency=False, cancel=cancel)  # the one path
+    ppl = got["perplexity"]
+    result = {"strategy": strategy, "ratio": ratio, "head_k_dims": got["head_k_dims"], "tiles": got["tiles"],
               "perplexity": ppl["perplexity"], "bits_per_byte": ppl["bits_per_byte"], "dataset": ppl["dataset"],
               "split": split, "context": context, "stride": ppl["stride"], "tokens": ppl["tokens"],
-              "parameters": info.parameters, "state_bytes_per_sequence": info.state_bytes_per_sequence,
-              "device": info.device, "dtype": info.dtype}
+              "parameters": got["parameters"], "state_bytes_per_sequence": got["state_bytes_per_sequence"],
+              "device": got["device"], "dtype": got["dtype"]}
     if baseline is not None:
         result["delta_vs_unpruned"] = ppl["perplexity"] / baseline["perplexity"] - 1
     if latency:
         check(cancel)
+        info = describe(model)
         point = next(kernel_latency([info.head_k_dims[0]], batch=2, tokens=512, heads=info.value_heads,
                                     value_dim=info.head_v_dim, device=info.device,
                                     kernel=adapter_for(model).kernel, min_run_time=0.2))

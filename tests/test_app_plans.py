@@ -102,7 +102,7 @@ def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells
 
     def recording(*args, progress=None, **kwargs):
         return real(*args, progress=lambda f, text: (steps.append(text), progress(f, text)), **kwargs)
-    monkeypatch.setattr("ui.verify_view.choose_plan", recording)
+    monkeypatch.setattr("analysis.allocate.choose_plan", recording)
     at = prune_page(monkeypatch, lm_dir)
     at.selectbox(key="w:prune_strategy").set_value("l1").run()
     at.text_input(key="w:sens_ratios").set_value("0.25, 0.75").run()

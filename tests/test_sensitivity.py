@@ -145,8 +145,9 @@ def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_section_stops_and_resumes(monkeypatch, lm_dir):
-    from ui import jobs, sensitivity_view
-    real = sensitivity_view.sensitivity_points
+    import analysis.sensitivity as core
+    from ui import jobs
+    real = core.sensitivity_points
     calls = []
 
     def stop_after_first_point(*args, **kwargs):
@@ -155,7 +156,7 @@ def test_section_stops_and_resumes(monkeypatch, lm_dir):
             if len(calls) == 2:
                 jobs.this_job().stop()  # the Stop click of a real browser, between points
             yield point
-    monkeypatch.setattr(sensitivity_view, "sensitivity_points", stop_after_first_point)
+    monkeypatch.setattr(core, "sensitivity_points", stop_after_first_point)  # under compute_map
     at = sensitivity_page(monkeypatch, lm_dir)
     click(at, "sensitivity:run")
     assert at.button(key="sensitivity:run").label == "Resume map"
@@ -173,7 +174,7 @@ def test_shipped_map_opens_at_once_for_a_bundled_sample(monkeypatch):
     if not shipped_map_path("deltanet-small", "l1").exists():
         pytest.skip("the shipped deltanet-small map is not built (sample_models/sensitivity_maps.sh)")
     calls = []
-    monkeypatch.setattr("ui.sensitivity_view.sensitivity_points", lambda *a, **k: calls.append(1) or iter(()))
+    monkeypatch.setattr("analysis.sensitivity.sensitivity_points", lambda *a, **k: calls.append(1) or iter(()))
     at = open_page(monkeypatch, SAMPLES_DIR / "deltanet-small", "pages/prune.py")
     at.number_input(key="w:calib_sequences").set_value(16).run()  # the shipped map's calibration settings
     at.number_input(key="w:calib_tokens").set_value(256).run()
@@ -262,3 +263,16 @@ def test_map_cells_print_the_delta_the_colour_shows_with_its_paired_standard_err
         loss, se = g.losses[layer][0], g.ses[layer][0]
         assert text[layer][0] == f"{loss:+.3g} ± {se:.2g}"
         assert f"{g.values[layer][0]:.4g}" not in text[layer][0]  # not the perplexity
+
+
+def test_a_recall_map_calibrates_on_the_tasks_sequences():
+    """A recall map's settings carry no calib_tokens; its calibration (wanda, drrqr, …) crashed with a TypeError."""
+    from analysis.calibration import calibrate
+    from analysis.models import SAMPLES_DIR, load_model
+    from analysis.sensitivity import calibration_for, recall_task
+    model = load_model(str(SAMPLES_DIR / "deltanet-recall"), device="cpu")
+    task = recall_task(model)
+    s = MapSettings("wanda", (0.5,), metric="recall", calib_sequences=2)
+    assert s.calib_tokens is None
+    got, direct = calibration_for(model, None, s, task), calibrate(model, None, 2, task.seq_len, 0)
+    assert got.label == direct.label and "synthetic recall sequences (seed 0)" in got.label

@@ -15,13 +15,14 @@ import streamlit as st
 
 from analysis.allocate import allocate
 from analysis.errors import AnalysisError
-from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map, grid,
-                                  load_shipped, sensitivity_points)
+from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map,
+                                  compute_map, grid, load_shipped)
 from analysis.strategies import STRATEGIES
 from ui import jobs, plan_inputs, shrink, state, verify_view
 from ui.context import Context
 from ui.parse import number_list
 from ui.sensitivity_figure import sensitivity_heatmap
+from ui.sweep_view import merged
 
 JOB = "sensitivity"
 RESULTS = "sensitivity_results"      # settings key -> {"points": [...], "profile": [...] | None, "source": str}
@@ -67,14 +68,6 @@ def _entry(ctx: Context, s: MapSettings) -> dict:
             entry["points"] = [{"layer": None, "ratio": 0.0, "value": shipped["baseline"]}, *shipped["points"]]
             entry["profile"], entry["source"] = shipped["layers"], "shipped with the sample"
     return entry
-
-
-def _merge(points: list, point: dict) -> None:
-    for i, old in enumerate(points):
-        if (old["layer"], old["ratio"]) == (point["layer"], point["ratio"]):
-            points[i] = point
-            return
-    points.append(point)
 
 
 def _profile_table(profile: list[dict]) -> pd.DataFrame:
@@ -185,19 +178,22 @@ def _launch(ctx: Context, s: MapSettings, calib: shrink.CalibSettings, entry: di
             key: str) -> None:
     """The map as a background job (stoppable inside a point, ends with its session); what its thread uses is
     resolved here, in the script run, so the thread never calls Streamlit."""
-    use, model, task, points = shrink.using(ctx.key), ctx.model, ctx.task, entry["points"]
+    use, model, task, points, name = shrink.using(ctx.key), ctx.model, ctx.task, entry["points"], ctx.name
     calibrated = shrink.calibration.bind(ctx.key, calib, _using=use) if STRATEGIES[s.strategy].needs_calibration \
         else None
+    profile = entry["profile"]  # the one memoized profile, measured on the core's own profile inputs
 
     def work(job):
-        gen = sensitivity_points(model, use.tokenizer, s, task, cancel=job.cancelled,
-                                 get_calibration=calibrated and (lambda: calibrated(cancel=job.cancelled)))
-        job.report(0.0, f"0 of {expected} points (unpruned first)")
-        for point in shrink.locked(gen, use.lock):
-            _merge(points, point)
+        def arrived(point):
+            merged(points, point, lambda a, b: (a["layer"], a["ratio"]) == (b["layer"], b["ratio"]))
             entry["source"] = "measured in this session (cached on disk)"
             job.items = points
             job.report(min(1.0, len(points) / expected), f"{len(points)} of {expected} points (unpruned first)")
+        job.report(0.0, f"0 of {expected} points (unpruned first)")
+        # the core's one map workflow (the CLI's `sensitivity` calls it too); the map drawn is build_map's
+        return compute_map(model, use.tokenizer, s, task, on_point=arrived, profile=profile, cancel=job.cancelled,
+                           get_calibration=calibrated and (lambda: calibrated(cancel=job.cancelled)),
+                           lock=use.lock, name=name)
 
     jobs.launch(JOB, key, f"{ctx.name}, {STRATEGIES[s.strategy].label} at ρ = "
                 f"{', '.join(f'{r:g}' for r in s.ratios)}", work)

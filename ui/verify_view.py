@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from analysis.allocate import candidates, choose_plan
+from analysis.allocate import allocate_and_choose, candidates
 from analysis.strategies import STRATEGIES
 from ui import jobs, plan_inputs, shrink
 from ui.context import Context
@@ -37,8 +37,10 @@ def section(ctx: Context, calib: shrink.CalibSettings) -> None:
         _launch(ctx, calib, held, key)
     job = jobs.mine(JOB, key)
     if job is not None and job.state == "done" and not job.taken:
-        st.session_state[CHECK], job.taken = {"key": ctx.key, "alloc_dims": alloc.dims, **job.result}, True
-        plan_inputs.offer(job.result["ratios"], ctx.key)
+        choice = job.result["choice"]
+        st.session_state[CHECK] = {"key": ctx.key, "alloc_dims": alloc.dims, **choice, "report": job.result}
+        job.taken = True
+        plan_inputs.offer(choice["ratios"], ctx.key)
         st.rerun()  # the inputs above take the chosen plan before they are drawn
     if jobs.unsettled(job):
         with st.status(f"Verify and choose: {job.label}…", expanded=True):
@@ -52,14 +54,21 @@ def section(ctx: Context, calib: shrink.CalibSettings) -> None:
     check = st.session_state.get(CHECK)
     if check and check["key"] == ctx.key and check["alloc_dims"] == alloc.dims:
         _table(check, alloc)
+        st.download_button("Download allocation (JSON)", json.dumps(check["report"], indent=2),
+                           file_name=f"allocation-{alloc.strategy}.json", mime="application/json",
+                           on_click="ignore", key="verify_json")
 
 
 def _launch(ctx: Context, calib: shrink.CalibSettings, held: dict, key: str) -> None:
     """Resolved here in the script run (calibration, tokenizer, lock); the thread gets plain objects."""
-    alloc, use = held["alloc"], shrink.using(ctx.key)
+    alloc, use, smap = held["alloc"], shrink.using(ctx.key), held["map"]
     needs = STRATEGIES[alloc.strategy]
-    calibrated = shrink.calibration.bind(ctx.key, calib, _using=use) if needs.needs_calibration else None
-    plans = candidates(held["map"], alloc, round_to=held["round_to"], mean_ratio=held["mean_ratio"])
+    ms = smap["settings"]  # a recall map has no calib_tokens (the task fixes the length)
+    mine = ((calib.sequences, calib.seed) == (ms["calib_sequences"], ms["seed"])
+            and ms["calib_tokens"] in (None, calib.tokens))
+    # the shared calibration only when it is the map's own (else the core draws the map's, as the CLI does)
+    calibrated = shrink.calibration.bind(ctx.key, calib, _using=use) if needs.needs_calibration and mine else None
+    plans = candidates(smap, alloc, round_to=held["round_to"], mean_ratio=held["mean_ratio"])
     model, task = ctx.model, ctx.task
 
     def work(job):
@@ -70,9 +79,9 @@ def _launch(ctx: Context, calib: shrink.CalibSettings, held: dict, key: str) -> 
             if needs.needs_gradients:
                 with use.lock:
                     c.gradients(cancel=job.cancelled)
-        with use.lock:
-            return choose_plan(model, use.tokenizer, held["map"], plans, alloc.strategy, task, c,
-                               progress=job.report, cancel=job.cancelled)
+        with use.lock:  # the core's one allocate-and-choose workflow (the CLI's `prune --allocate` calls it too)
+            return allocate_and_choose(model, use.tokenizer, smap, {"mean_ratio": held["mean_ratio"]},
+                                       held["round_to"], task, c, progress=job.report, cancel=job.cancelled)
 
     jobs.launch(JOB, key, f"{len({tuple(p['dims']) for p in plans})} distinct plans of {ctx.name}", work)
 

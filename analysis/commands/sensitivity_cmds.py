@@ -115,15 +115,14 @@ def parse_budget(text: str | None) -> dict:
 
 
 def allocation_for(args, model, tokenizer):
-    """(allocation, map, choice) for `prune --allocate sensitivity`: from --map, the shipped map, or a computed one.
+    """(report, map, choice) for `prune --allocate sensitivity`: from --map, the shipped map, or a computed one.
 
-    The knapsack plan, the uniform plan and the rank-suggested plan at the same budget are measured on the
-    map's own split (validation) and the best measured one is what gets pruned (`choice["ratios"]`), see
-    `analysis.allocate.choose_plan`.
+    The report is `analysis.allocate.allocate_and_choose`'s (the workflow "Verify and choose" runs too): the
+    knapsack plan, the uniform plan and the rank-suggested plan at the same budget measured on the map's own
+    split (validation); the best measured one is what gets pruned (`choice["ratios"]`).
     """
-    from analysis.allocate import allocate, candidates, choose_plan
-    from analysis.sensitivity import recall_task
-    from analysis.sensitivity import compute_map, load_shipped, same_weights
+    from analysis.allocate import allocate_and_choose
+    from analysis.sensitivity import compute_map, load_shipped, recall_task, same_weights
     if args.ratio is not None or args.ratios:
         raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio/--ratios and give --budget.")
     budget = parse_budget(args.budget)
@@ -145,29 +144,22 @@ def allocation_for(args, model, tokenizer):
         s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
         smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task,
                                                                           yes=args.yes, say=announce)
-    alloc = allocate(smap, round_to=args.round_to, **budget)
-    task = recall_task(model)
-    plans = candidates(smap, alloc, round_to=args.round_to, mean_ratio=budget.get("mean_ratio"))
-    return alloc, smap, choose_plan(model, tokenizer, smap, plans, alloc.strategy, task)
+    report = allocate_and_choose(model, tokenizer, smap, budget, args.round_to, recall_task(model))
+    return report, smap, report["choice"]
 
 
-def allocation_report(args, model, tokenizer, alloc, smap, choice) -> dict:
-    """The knapsack plan and every candidate, predicted vs measured on the map's own split, and the winner."""
+def allocation_report(args, model, tokenizer, report: dict, smap: dict, choice: dict) -> dict:
+    """Print the knapsack plan and every candidate, predicted vs measured on the map's own split, and the winner;
+    return the report (`allocate_and_choose`'s) for the JSON."""
     if args.json != "-":
-        print(f"allocated from the {alloc.strategy} sensitivity map ({alloc.target}, {alloc.cost:,} of "
-              f"{alloc.budget:,} {alloc.unit}); candidates measured on {choice['measure']}:", flush=True)
+        print(f"allocated from the {report['strategy']} sensitivity map ({report['target']}, {report['cost']:,} of "
+              f"{report['budget']:,} {report['unit']}); candidates measured on {choice['measure']}:", flush=True)
         for c in choice["candidates"]:
             pred = "–" if c["predicted_loss"] is None else f"{c['predicted_loss']:+.4f}"
             print(f"  {c['name']:<22} ratios {[round(r, 4) for r in c['ratios']]} dk' {c['dims']} cost {c['cost']:,}: "
                   f"predicted loss {pred}, measured {c['measured_loss']:+.4f}", flush=True)
         print(f"chosen: {choice['winner']} ({choice['reason']})", flush=True)
-    knap = next(c for c in choice["candidates"] if c["name"] == "sensitivity-allocated")
-    rescale = choice["baseline_value"] / alloc.baseline_value  # the choice measures more tokens than the map
-    verification = {"predicted_loss": alloc.predicted_loss, "measured_loss": knap["measured_loss"],
-                    "error": knap["measured_loss"] - alloc.predicted_loss,
-                    "predicted_value": alloc.predicted_value * rescale if alloc.metric == "ppl" else alloc.predicted_value,
-                    "measured_value": knap["measured_value"], "measure": choice["measure"]}
-    return {**alloc.as_dict(), "verification": verification, "choice": choice, "map_settings": smap["settings"]}
+    return report
 
 
 COMMANDS = {

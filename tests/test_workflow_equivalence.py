@@ -1,0 +1,155 @@
+"""One workflow per action: the CLI and the dashboard's job give the same JSON for the same inputs.
+
+Issue 20, item 2: the sensitivity map (`analysis.sensitivity.compute_map`), allocate-and-choose
+(`analysis.allocate.allocate_and_choose`, the CLI's `prune --allocate` and the page's "Verify and choose") and a
+sweep point (`analysis.sweep.sweep`) each run once through `analysis.cli.main([... '--json', path])` and once
+through the page's background job under AppTest (same inputs, click, the click's run waits for the job), on the
+bundled deltanet-small at tiny settings. Each side has its own point cache, so neither is served the other's
+numbers.
+
+Tolerance: both sides run the same float32 code on the same machine with the same single torch thread (the job's
+worker thread shares the process-wide thread setting), so the numbers are expected to agree bitwise; they are
+compared within relative 1e-6 (float32 carries ~7 digits), which still fails on any difference in data, model,
+plan or calibration, and leaves room for a reduction order that a different thread split could change.
+Labels (dataset, split, tokens, context, device, dtype, calibration, measure) must be equal as text.
+"""
+import json
+import math
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from analysis.cli import main
+from analysis.data import dataset_label
+from analysis.io import point_cache
+from analysis.models import SAMPLES_DIR
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+SAMPLE = SAMPLES_DIR / "deltanet-small"
+REL = 1e-6
+CALIB = {"calib_sequences": 2, "calib_tokens": 64, "calib_seed": 0}
+STRATEGY = "wanda"                 # reads calibration data, so the calibration path and label are compared too
+MAP_RATIOS, MAP_TOKENS = "0.25,0.75", 512   # 2 validation windows of 256 per point: a paired SE exists
+SWEEP = {"ratio": "0.5", "context": 128, "tokens": 256}
+
+
+def same(cli, page, where: str = "") -> None:
+    """Equal structure; floats within REL (see the module docstring), everything else exactly."""
+    if isinstance(cli, float) or isinstance(page, float):
+        assert isinstance(cli, (int, float)) and isinstance(page, (int, float)), where
+        assert math.isclose(cli, page, rel_tol=REL, abs_tol=1e-12), f"{where}: CLI {cli!r} vs page {page!r}"
+    elif isinstance(cli, dict):
+        assert isinstance(page, dict) and set(cli) == set(page), f"{where}: keys {sorted(cli)} vs {sorted(page)}"
+        for k in cli:
+            same(cli[k], page[k], f"{where}.{k}")
+    elif isinstance(cli, (list, tuple)):
+        assert isinstance(page, (list, tuple)) and len(cli) == len(page), f"{where}: {cli!r} vs {page!r}"
+        for i, (a, b) in enumerate(zip(cli, page)):
+            same(a, b, f"{where}[{i}]")
+    else:
+        assert cli == page, f"{where}: CLI {cli!r} vs page {page!r}"
+
+
+def ok(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def click(at, key: str) -> None:
+    at.button(key=key).click().run()  # the run follows the job until it settles, then reruns
+    ok(at)
+
+
+def page(monkeypatch, name: str, state: dict) -> AppTest:
+    monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(SAMPLE))
+    at = AppTest.from_file(APP, default_timeout=240)
+    for key, value in {**CALIB, **state}.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page(name).run()
+    ok(at)
+    return at
+
+
+def cli(*args) -> dict:
+    out = Path(args[-1])
+    assert main([*args[:-1], "--device", "cpu", "--calib-sequences", str(CALIB["calib_sequences"]),
+                 "--calib-tokens", str(CALIB["calib_tokens"]), "--seed", str(CALIB["calib_seed"]),
+                 "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def shrink_runs(tmp_path_factory):
+    """The map and allocate-and-choose, through the CLI and through the Prune page (each with its own cache)."""
+    tmp = tmp_path_factory.mktemp("workflows")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(point_cache, "CACHE_DIR", tmp / "cli-cache")
+        cli_map = cli("sensitivity", str(SAMPLE), "--strategy", STRATEGY, "--ratios", MAP_RATIOS,
+                      "--eval-tokens", str(MAP_TOKENS), tmp / "map.json")
+        # no --map: the CLI measures (here: reads from its cache) the map with the same settings, then chooses
+        cli_prune = cli("prune", str(SAMPLE), "--strategy", STRATEGY, "--allocate", "sensitivity", "--budget", "0.5",
+                        "--map-ratios", MAP_RATIOS, "--map-eval-tokens", str(MAP_TOKENS), "--eval-tokens", "256",
+                        "--out", str(tmp / "pruned"), tmp / "prune.json")
+
+        mp.setattr(point_cache, "CACHE_DIR", tmp / "page-cache")
+        at = page(mp, "pages/prune.py", {"prune_strategy": STRATEGY, "sens_ratios": MAP_RATIOS.replace(",", ", "),
+                                         "sens_eval_tokens": MAP_TOKENS, "eval_context": 64, "eval_tokens": 256})
+        click(at, "sensitivity:run")
+        page_map = json.loads(json.dumps(at.session_state["sensitivity_current"]["map"]))  # what Download offers
+        at.radio(key="w:prune_mode").set_value("Per layer").run()
+        at.number_input(key="w:suggest_target").set_value(0.5).run()
+        click(at, "allocate")
+        click(at, "sens_verify")
+        page_alloc = json.loads(json.dumps(at.session_state["sensitivity_check"]["report"]))  # Download allocation
+        assert any(b.proto.label == "Download allocation (JSON)" for b in at.get("download_button"))
+    return {"cli_map": cli_map, "cli_alloc": cli_prune["allocation"], "page_map": page_map, "page_alloc": page_alloc}
+
+
+def test_the_sensitivity_map_is_the_same_from_the_cli_and_the_page(shrink_runs):
+    cli_map, page_map = shrink_runs["cli_map"], shrink_runs["page_map"]
+    assert page_map["complete"] and len(page_map["points"]) == 2 * len(page_map["layers"])
+    # the CLI adds the load metadata (source, parameters, …) around the map; every field of the map is the same
+    same({k: cli_map[k] for k in page_map}, page_map, "map")
+    assert page_map["measure"] == f"perplexity, {dataset_label('validation')}, first {MAP_TOKENS} tokens, context 256"
+    assert page_map["device"] == "cpu" and page_map["dtype"] == "float32"
+    assert page_map["settings"]["calib_sequences"] == CALIB["calib_sequences"]
+    assert all("se" in p for p in page_map["points"])  # two windows per point: the paired SE is there, and equal
+
+
+def test_allocate_and_choose_is_the_same_from_the_cli_and_the_page(shrink_runs):
+    cli_alloc, page_alloc = shrink_runs["cli_alloc"], shrink_runs["page_alloc"]
+    same(cli_alloc, page_alloc, "allocation")
+    choice = page_alloc["choice"]
+    assert {c["name"] for c in choice["candidates"]} >= {"sensitivity-allocated", "uniform"}
+    assert choice["measure"] == (f"perplexity, {dataset_label('validation')}, first {4 * MAP_TOKENS:,} tokens, "
+                                 "context 256")  # the map's split, 4× its tokens
+    assert page_alloc["map_settings"]["eval_tokens"] == MAP_TOKENS
+
+
+def test_a_sweep_point_is_the_same_from_the_cli_and_the_page(tmp_path, monkeypatch):
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cli-cache")
+    cli_run = cli("sweep", str(SAMPLE), "--strategies", STRATEGY, "--ratios", SWEEP["ratio"],
+                  "--context", str(SWEEP["context"]), "--eval-tokens", str(SWEEP["tokens"]), "--no-latency",
+                  tmp_path / "sweep.json")
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "page-cache")
+    at = page(monkeypatch, "pages/sweep.py", {"sweep_strategies": [STRATEGY], "sweep_ratios": SWEEP["ratio"],
+                                              "eval_context": SWEEP["context"], "eval_tokens": SWEEP["tokens"],
+                                              "sweep_latency": False})
+    click(at, "sweep:run")
+    [page_points] = list(at.session_state["sweep_results"].values())  # what Download JSON offers as "results"
+    drop = lambda p: {k: v for k, v in p.items() if k != "cached"}  # noqa: E731  (where it came from, not what)
+    cli_points = [drop(p) for p in cli_run["results"]]
+    page_points = [drop(p) for p in json.loads(json.dumps(page_points, default=str))]
+    assert not any(p["cached"] for p in cli_run["results"])
+    assert [(p["strategy"], p["ratio"]) for p in page_points] == [("unpruned", 0.0), (STRATEGY, 0.5)]
+    same(cli_points, page_points, "sweep")
+    point = page_points[1]
+    assert (point["split"], point["context"], point["tokens"], point["device"], point["dtype"]) == \
+        ("test", SWEEP["context"], SWEEP["tokens"], "cpu", "float32")
+    assert point["dataset"] == dataset_label("test")
+    assert point["calibration"] == (f"{CALIB['calib_sequences']}×{CALIB['calib_tokens']} tokens of the Shakespeare "
+                                    "train split")
