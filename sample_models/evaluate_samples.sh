@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-MODELS=${MODELS:-"deltanet-small gated-deltanet-small deltanet-recall"}
+MODELS=${MODELS:-"deltanet-small gated-deltanet-small deltanet-recall granite-h-small"}
 for m in $MODELS; do
   $PY -m analysis card "$m"
 done

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 for strategy in l1 wanda drrqr; do
-  for model in deltanet-recall deltanet-small gated-deltanet-small; do
+  for model in deltanet-recall deltanet-small gated-deltanet-small granite-h-small; do
     nice "$PY" -m analysis sensitivity "$model" --strategy "$strategy" --ratios 0.25,0.5,0.75,0.875 --device cpu \
       --json "sample_models/results/sensitivity-$model-$strategy.json"
   done

@@ -19,5 +19,5 @@ $PY -m analysis train --arch mamba2 --model-type granitemoehybrid --out "$WORK/f
     --steps "$STEPS" --max-minutes 85 "$@"
 test ! -e sample_models/granite-h-small || { echo "sample_models/granite-h-small exists: move it away first" >&2; exit 1; }
 cp -r "$WORK/final" sample_models/granite-h-small
+$PY -m analysis card sample_models/granite-h-small   # writes README.md + card.json (the marker allows it)
 rm -f sample_models/granite-h-small/.state-rank-model.json   # shipped samples carry no write marker
-$PY -m analysis card sample_models/granite-h-small
