@@ -89,7 +89,7 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
     """
     progress(0.0, "loading the random-init copy (seed 0)" if random_init else "tokenizing the inputs")
     model = random_init_model(key) if random_init else shared_model(key)
-    return _trace(model, *_input_ids(key, spec), stride, progress)
+    return _trace(key, model, *_input_ids(key, spec), stride, progress)
 
 
 @memo.memoized("compare_trace_data", max_entries=8)
@@ -98,10 +98,11 @@ def compare_trace_data(key: ModelKey, spec: InputSpec, stride: int, compare: str
     """As trace_data, for the comparison model `_model` (identified by `compare`: its cache identity) on exactly
     the token ids the loaded model `key` reads, so both columns of a side-by-side see the same text."""
     progress(0.0, "tokenizing the inputs")
-    return _trace(_model, *_input_ids(key, spec), stride, progress)
+    return _trace(key, _model, *_input_ids(key, spec), stride, progress)
 
 
-def _trace(model, ids: torch.Tensor, label: str, stride: int, progress: progress_ui.Report) -> dict:
+def _trace(key: ModelKey, model, ids: torch.Tensor, label: str, stride: int, progress: progress_ui.Report) -> dict:
+    """The trace of `model` on `ids`; `key`: the loaded model, whose tokenizer names the tokens."""
     with compute_lock(), progress_ui.per_layer(model, progress, "recurrence, then the singular values of every kept state"):
         trace = collect_states(model, ids, stride=stride, keep_keys=min(REAL_KEYS, ids.shape[1]), tau=scales.TAU)
     return {

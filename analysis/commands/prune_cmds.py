@@ -140,7 +140,6 @@ def run_prune(args) -> None:
 
 def _check_prune_sizes(args, model, strategy) -> None:
     """Calibration and recovery memory, and the recovery's time, before the first step (not after the prune)."""
-    from analysis import limits, workload
     from analysis.calibration import check_size
     if strategy.needs_calibration:
         check_size(model, args.calib_sequences, args.calib_tokens)
