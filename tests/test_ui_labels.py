@@ -121,3 +121,27 @@ def test_a_fixed_height_chart_with_many_entries_still_grows_its_legend():
     fig = figs.noise_curves(probe, 0.0, "t", "valid ≥ 5 dB", "valid ≥ 0 dB")  # 6 entries, asked height 420
     assert fig.layout.legend.orientation == "v" and fig.layout.height >= 400 + 22 * 6
     assert not any("_" in t.name for t in fig.data)  # subscripts, not literal underscores
+
+
+def test_notice_lines_under_the_sweep_latency_and_sensitivity_charts():
+    """Each Shrink chart gets its "Notice:" line from the numbers it shows (issue 23 item 5)."""
+    from ui import notice
+    points = [{"strategy": "unpruned", "ratio": 0.0, "delta_vs_unpruned": 0.0},
+              {"strategy": "l1", "ratio": 0.5, "delta_vs_unpruned": 0.002},
+              {"strategy": "random", "ratio": 0.5, "delta_vs_unpruned": 0.68},
+              {"strategy": "l1", "ratio": 0.75, "delta_vs_unpruned": 0.021},
+              {"strategy": "random", "ratio": 0.75, "delta_vs_unpruned": 3.16}]
+    line = notice.sweep(points, {"l1": "L1", "random": "Random"})
+    assert "at ρ = 0.75" in line and "L1 loses least (+2.1%)" in line and "Random most (+316.0%)" in line
+    assert notice.sweep(points[:1], {}) == ""
+    timed = [{"key_dim": 64, "median_ms": 2.0}, {"key_dim": 16, "median_ms": 1.0}]
+    assert "dk 16 takes 1 ms and dk 64 2 ms (2.00× the time)" in notice.latency(timed)
+    assert notice.latency(timed[:1]) == ""
+    losses = [[0.001, 0.010], [0.002, 0.200], [0.0, None]]
+    assert notice.sensitivity([0.25, 0.5], losses) == ("Notice: at ρ = 0.25, layer 1 is the most sensitive (loss "
+                                                       "+0.0020) and layer 2 the least (+0.0000).")
+    full = [[0.001, 0.010], [0.002, 0.200]]
+    real = notice.sensitivity([0.25, 0.5], full, [[0.001, 0.002], [0.001, 0.003]])
+    assert "at ρ = 0.5, layer 1" in real and "a real choice" in real
+    noisy = notice.sensitivity([0.25, 0.5], full, [[0.001, 0.2], [0.001, 0.3]])
+    assert "cannot be told apart" in noisy

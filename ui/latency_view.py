@@ -6,7 +6,7 @@ import json
 import streamlit as st
 
 from analysis import latency as latencies
-from ui import cache, jobs, shrink, shrink_figures, state
+from ui import cache, jobs, notice, shrink, shrink_figures, state
 from ui.context import Context
 from ui.errors import guard
 from ui.parse import number_list
@@ -64,7 +64,7 @@ def section(ctx: Context) -> None:
     if lat_other is not None:
         st.info(jobs.other_inputs_note(lat_other))
     lat_job = jobs.mine("latency", lat_key)
-    lat_chart = st.empty()
+    lat_chart, lat_noticed = st.empty(), st.empty()
     lat_table = st.empty()
     lat_drawn = [0]
 
@@ -80,8 +80,8 @@ def section(ctx: Context) -> None:
         title = f"{kernel_label.capitalize()} kernel time vs key dim{where}"
         lat_chart.plotly_chart(shrink_figures.latency_figure(lat_points, title, key_dims=key_dims),
                                key=f"latency_chart_{lat_drawn[0]}")
-        if lat_points:
-            lat_table.table(styled(latency_table(lat_points), LATENCY_FORMATS))
+        lat_noticed.caption(notice.latency(lat_points))
+        lat_table.table(styled(latency_table(lat_points), LATENCY_FORMATS))
 
     draw_latency()
     if jobs.unsettled(lat_job):

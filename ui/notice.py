@@ -132,3 +132,52 @@ def top_channels(scores: dict[str, Sequence[float]]) -> str:
     listed = ", ".join(f"{name}: {c}" for name, c in tops.items())
     return f"Notice: the top-scored channel is {listed}" + (" — the same channel for all." if shared and len(tops) > 1
                                                           else ".")
+
+
+def sweep(points: Sequence[dict], labels: dict[str, str]) -> str:
+    """Under the sweep: at the largest ratio measured, the strategy that lost least and the one that lost most."""
+    pruned = [p for p in points if p.get("strategy") != "unpruned" and p.get("delta_vs_unpruned") is not None]
+    if not pruned:
+        return ""
+    top = max(p["ratio"] for p in pruned)
+    at = sorted((p for p in pruned if p["ratio"] == top), key=lambda p: p["delta_vs_unpruned"])
+    best, worst = at[0], at[-1]
+    name = lambda p: labels.get(p["strategy"], p["strategy"])  # noqa: E731
+    if best is worst:
+        return f"Notice: at ρ = {top:g}, {name(best)} changes perplexity by {best['delta_vs_unpruned']:+.1%}."
+    return (f"Notice: at ρ = {top:g} (the largest measured), {name(best)} loses least "
+            f"({best['delta_vs_unpruned']:+.1%}) and {name(worst)} most ({worst['delta_vs_unpruned']:+.1%}); one "
+            "text sample, so differences of a few tenths of a percent need not carry over to other text.")
+
+
+def latency(points: Sequence[dict]) -> str:
+    """Under the kernel time vs key dim: the smallest against the largest key dim timed, as a ratio."""
+    rows = sorted((p for p in points if p.get("median_ms")), key=lambda p: p["key_dim"])
+    if len(rows) < 2:
+        return ""
+    small, large = rows[0], rows[-1]
+    ratio = large["median_ms"] / small["median_ms"]
+    return (f"Notice: dk {small['key_dim']} takes {small['median_ms']:.3g} ms and dk {large['key_dim']} "
+            f"{large['median_ms']:.3g} ms ({ratio:.2f}× the time); kernels work in tiles of key rows, so time moves "
+            "in steps at the dotted boundaries rather than in proportion to dk.")
+
+
+def sensitivity(ratios: Sequence[float], losses, ses=None) -> str:
+    """Under the map: at the largest ratio with every layer measured, the most and least sensitive layer, and
+    whether their gap exceeds twice the larger paired standard error."""
+    for j in reversed(range(len(ratios))):
+        column = [row[j] for row in losses]
+        if column and all(v is not None for v in column):
+            break
+    else:
+        return ""
+    worst, best = int(np.argmax(column)), int(np.argmin(column))
+    line = (f"Notice: at ρ = {ratios[j]:g}, layer {worst} is the most sensitive (loss {column[worst]:+.4f}) and "
+            f"layer {best} the least ({column[best]:+.4f})")
+    se = [row[j] for row in ses] if ses else []
+    if se and se[worst] is not None and se[best] is not None:
+        noise = 2 * max(se[worst], se[best])
+        line += ("; the gap is larger than twice the standard error, so the allocator has a real choice"
+                 if column[worst] - column[best] > noise else
+                 "; the gap is within twice the standard error, so these layers cannot be told apart on this text")
+    return line + "."

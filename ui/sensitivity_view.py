@@ -18,7 +18,7 @@ from analysis.errors import AnalysisError
 from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map,
                                   compute_map, grid, load_shipped)
 from analysis.strategies import STRATEGIES
-from ui import jobs, plan_inputs, shrink, state, verify_view
+from ui import jobs, notice, plan_inputs, shrink, state, verify_view
 from ui.context import Context
 from ui.parse import number_list
 from ui.sensitivity_figure import sensitivity_heatmap
@@ -124,7 +124,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
     job = jobs.mine(JOB, job_key)
     progress = st.empty()
     left, right = st.columns([3, 2])
-    chart, table = left.empty(), right.empty()
+    chart, noticed, table = left.empty(), left.empty(), right.empty()
     drawn = [0]
     loss_label = "drop in recall accuracy" if recall else "Δ log perplexity (nats/token)"
     value_label = "recall accuracy" if recall else "validation perplexity"
@@ -147,6 +147,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                                                    g.dims if g else empty, loss_label, value_label, title,
                                                    g.ses if g else None),
                                key=f"sens_chart_{drawn[0]}")
+            noticed.caption(notice.sensitivity(ratios, g.losses, g.ses))
         if entry["profile"]:
             table.dataframe(_profile_table(entry["profile"]).style.format({"rank util. u": "{:.3f}",
                                                                        "state bytes": "{:,}"}))

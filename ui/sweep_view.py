@@ -14,7 +14,7 @@ from analysis.io import point_cache
 from analysis.ray_executor import EXECUTORS
 from analysis.prune import usable_strategies
 from analysis.strategies import STRATEGIES
-from ui import jobs, shrink, shrink_figures, state
+from ui import jobs, notice, shrink, shrink_figures, state
 from ui.context import Context
 from ui.explain import explainer
 from ui.errors import guard
@@ -175,7 +175,7 @@ def _launch(ctx: Context, inp: Inputs, calib: shrink.CalibSettings, points: list
 
 def _follow(job, points: list) -> None:
     """Draw the chart and table now, and again at each new point while the job runs (Stop ends it)."""
-    progress, chart, table = st.empty(), st.empty(), st.empty()
+    progress, chart, noticed, table = st.empty(), st.empty(), st.empty(), st.empty()
     drawn = [0]
 
     def draw(job=None):
@@ -191,8 +191,8 @@ def _follow(job, points: list) -> None:
             return
         chart.plotly_chart(shrink_figures.sweep_figure(points, LABELS, "Perplexity vs pruning ratio", y_title),
                            key=f"sweep_chart_{drawn[0]}")
-        if points:
-            table.table(styled(sweep_table(points, LABELS), SWEEP_FORMATS))
+        table.table(styled(sweep_table(points, LABELS), SWEEP_FORMATS))
+        noticed.caption(notice.sweep(points, LABELS))
 
     draw()
     if jobs.unsettled(job):
