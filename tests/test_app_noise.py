@@ -31,10 +31,6 @@ def rank_one_dir(tmp_path_factory):
     return save_rank_one_lm(tmp_path_factory.mktemp("rank-one-lm"))
 
 
-@pytest.fixture(scope="module")
-def recall_dir(tmp_path_factory):
-    return save_tiny_recall(tmp_path_factory.mktemp("tiny-recall"))
-
 
 def open_noise(monkeypatch, model_dir, tokens=32) -> AppTest:
     monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(model_dir))

@@ -251,6 +251,17 @@ def unsettled(job: Job | None) -> bool:
     return job is not None and (job.running or not job.settled)
 
 
+def follow_in_status(job: Job, title: str, notes: tuple[str, ...] = ()) -> None:
+    """A job of this page that is running: a status box with its notes and a progress bar until it ends, then
+    a rerun, so the page takes the result (or shows the error) and redraws its buttons."""
+    with st.status(title, expanded=True):
+        for note in notes:
+            st.caption(note)
+        bar = st.progress(0.0)
+        follow(job, lambda j: bar.progress(j.fraction, text=j.text))
+    st.rerun()
+
+
 def follow(job: Job, draw: Callable[[Job], None], interval: float = 0.3) -> None:
     """Redraw while `job` runs (a rerun or page switch ends this loop, not the job), then once more; the
     caller then reruns the page (st.rerun) so buttons and captions match the end state."""

@@ -66,13 +66,9 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
     if job is not None and job.state == "done" and not job.taken:
         st.session_state[SESSION], job.taken = job.result, True
     if jobs.unsettled(job):
-        with st.status(f"Pruning {job.label}…", expanded=True):
-            if job.key != key:
-                st.caption("Started for other settings than the ones above; it goes on, and its result appears here.")
-            st.caption("You can open other pages meanwhile: the prune goes on, and this page shows it when you return.")
-            bar = st.progress(0.0)
-            jobs.follow(job, lambda j: bar.progress(j.fraction, text=j.text))
-        st.rerun()  # take the result (or show the error) and redraw the buttons
+        other = ("Started for other settings than the ones above; it goes on, and its result appears here.",)
+        jobs.follow_in_status(job, f"Pruning {job.label}…", (other if job.key != key else ()) + (
+            "You can open other pages meanwhile: the prune goes on, and this page shows it when you return.",))
     if job is not None and job.state == "failed":
         st.error(job.error)
     elif job is not None and job.state == "stopped":

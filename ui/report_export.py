@@ -42,10 +42,7 @@ def section(ctx: Context) -> None:
         _launch(ctx, settings, key)
     job = jobs.mine(JOB, key)
     if jobs.unsettled(job):
-        with st.status(f"Building the report: {job.label}…", expanded=True):
-            bar = st.progress(0.0)
-            jobs.follow(job, lambda j: bar.progress(j.fraction, text=j.text))
-        st.rerun()
+        jobs.follow_in_status(job, f"Building the report: {job.label}…")
     if job is not None and job.error:
         st.error(job.error)
     elif job is not None and job.state == "stopped":

@@ -43,10 +43,7 @@ def section(ctx: Context, calib: shrink.CalibSettings) -> None:
         plan_inputs.offer(choice["ratios"], ctx.key)
         st.rerun()  # the inputs above take the chosen plan before they are drawn
     if jobs.unsettled(job):
-        with st.status(f"Verify and choose: {job.label}…", expanded=True):
-            bar = st.progress(0.0)
-            jobs.follow(job, lambda j: bar.progress(j.fraction, text=j.text))
-        st.rerun()
+        jobs.follow_in_status(job, f"Verify and choose: {job.label}…")
     if job is not None and job.error:
         st.error(job.error)
     elif job is not None and job.state == "stopped":
