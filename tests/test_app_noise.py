@@ -8,7 +8,6 @@ from streamlit.testing.v1 import AppTest
 
 from family_cases.text_lm import build_tiny
 from helpers.app import APP, assert_clean, charts
-from ui_fixtures import save_tiny_recall
 
 PAGE = "pages/query_noise.py"
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
