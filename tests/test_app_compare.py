@@ -132,7 +132,7 @@ def test_states_side_by_side_matches_the_core_for_both_models(monkeypatch, prune
 def closed_form(at, index: int) -> dict:
     """Sequence 0's row of the `index`-th closed-form table (original, then pruned: the columns in order)."""
     table = [f.value for f in at.dataframe if "κ" in f.value.columns][index]
-    return {col: table.loc["sequence 0", col] for col in ("‖S‖_F²", "s₁", "κ", "numerical rank")}
+    return {col: table.loc["sequence 0", col] for col in ("‖S‖² (Frobenius)", "s₁", "κ", "numerical rank")}
 
 
 def test_query_noise_side_by_side_matches_the_core(monkeypatch, pruned):
@@ -147,7 +147,7 @@ def test_query_noise_side_by_side_matches_the_core(monkeypatch, pruned):
         s = np.linalg.svd(S, compute_uv=False)
         rank = int((s > 1e-3 * s[0]).sum())
         got = closed_form(at, index)
-        np.testing.assert_allclose(float(got["‖S‖_F²"]), (S ** 2).sum(), rtol=1e-3)
+        np.testing.assert_allclose(float(got["‖S‖² (Frobenius)"]), (S ** 2).sum(), rtol=1e-3)
         np.testing.assert_allclose(float(got["s₁"]), s[0], rtol=1e-3)
         np.testing.assert_allclose(float(got["κ"]), s[0] / s[rank - 1], rtol=1e-3)
         assert int(got["numerical rank"]) == rank

@@ -118,7 +118,7 @@ def test_cli_sensitivity_and_prune_allocate(tmp_path, capsys):
 @pytest.mark.usefixtures("one_torch_thread")
 def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
     at = sensitivity_page(monkeypatch, lm_dir)
-    assert sensitivity_map(at) == [[None, None], [None, None]]
+    assert any("No map for these settings yet" in i.value for i in at.info)  # a sentence, not blank axes
     click(at, "sensitivity:run")
     z = sensitivity_map(at)
     assert all(v is not None for row in z for v in row)
