@@ -1,7 +1,8 @@
 """Issue 21 in a real browser: transformers-saved tiny Nemotron-H and Granite-4.0-H (granitemoehybrid) directories,
 opened as "Local directory": the Model page lists their blocks labelled (Mamba-2 mixers, attention, MLP / MoE) with
 the implementation line, States & rank draws its chart, and Query noise marks the re-normalised figures as
-comparison only (Mamba-2 does not l2-normalise C and B)."""
+comparison only (Mamba-2 does not l2-normalise C and B); the State lab, Channel importance, Prune and Sweep pages
+render too."""
 import pytest
 
 from browser_utils import ARTIFACTS, TIMEOUT_MS, app_server, chromium_page, full_screenshot, idle, no_exception, \
@@ -57,6 +58,12 @@ def check_pages(page, blocks: list[str], layers: int, cls: str) -> None:
     assert renormalised and all(t.endswith("(comparison only)") for t in renormalised), legend
     assert any(t.endswith("raw query: exact") for t in legend), legend
     full_screenshot(page, ARTIFACTS / f"query-noise-{cls}.png")
+
+    for title in ("State lab", "Channel importance", "Prune", "Sweep & latency"):  # every page renders (issue 21)
+        open_page(page, title)  # waits for its title, then idle, and fails on any exception shown
+        assert "Traceback" not in main_text(page)
+    open_page(page, "Channel importance")
+    page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=TIMEOUT_MS)
 
 
 def test_nemotron_h_and_granite_h_directories(server, dirs):
