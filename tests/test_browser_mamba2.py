@@ -70,7 +70,8 @@ def test_nemotron_h_and_granite_h_directories(server, dirs):
     with chromium_page(server) as page:
         page.wait_for_selector("h1:has-text('Model')", timeout=TIMEOUT_MS)
         idle(page)
-        assert page.get_by_label("Model directory").input_value() == str(dirs["nemotron_h"])
+        from playwright.sync_api import expect  # polls: the sidebar may still be drawing after the first idle frame
+        expect(page.get_by_label("Model directory")).to_have_value(str(dirs["nemotron_h"]), timeout=TIMEOUT_MS)
         check_pages(page, ["Mamba-2 SSD mixer (layer 0)", "softmax attention", "Mamba-2 SSD mixer (layer 1)",
                            "MLP feed-forward, not pruned"], layers=2, cls="NemotronHForCausalLM")
 
