@@ -6,9 +6,7 @@ import pytest
 from analysis.cancel import Cancelled
 from analysis.io.writes import output_root
 from analysis.recovery import RecoverySettings, recover
-from test_app import lm_dir  # noqa: F401  (fixture by import)
-from test_app_shrink import click, open_page, sweep_cache  # noqa: F401
-from ui_fixtures import one_torch_thread  # noqa: F401
+from helpers.app import click, open_page
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -41,5 +39,6 @@ def test_a_stopped_recovery_resumes_on_the_page(monkeypatch, lm_dir, tmp_path):
     assert rec["recovery"]["resumed_from"] == 2 and [h["step"] for h in rec["history"]] == [1, 2, 3, 4]
     assert rec["method"] == "lora-kd" and not state.exists()
     assert list(at.table[1].value.columns)[4:] == ["after recovery", "Δ after recovery", "% after recovery"]
+    assert at.table[1].value.loc["method", "after recovery"].startswith("lora-kd (LoRA + distillation")
     curves = [c.proto.spec for c in at.get("plotly_chart") if "KD term" in c.proto.spec]
     assert curves and "validation perplexity" in curves[0] and "cross-entropy" in curves[0]  # the loss curve

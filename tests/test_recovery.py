@@ -17,9 +17,8 @@ from analysis.cancel import Cancelled
 from analysis.errors import AnalysisError
 from analysis.prune import plan_key_dims, prune, save_model
 from analysis.recovery import RecoverySettings, kd_loss, recover, step_loss
-from conftest import build_tiny
+from family_cases.text_lm import build_tiny
 from family_cases import CASE_MODULES
-from ui_fixtures import one_torch_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parent.parent
