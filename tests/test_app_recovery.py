@@ -39,5 +39,6 @@ def test_a_stopped_recovery_resumes_on_the_page(monkeypatch, lm_dir, tmp_path):
     assert rec["recovery"]["resumed_from"] == 2 and [h["step"] for h in rec["history"]] == [1, 2, 3, 4]
     assert rec["method"] == "lora-kd" and not state.exists()
     assert list(at.table[1].value.columns)[4:] == ["after recovery", "Δ after recovery", "% after recovery"]
+    assert at.table[1].value.loc["method", "after recovery"].startswith("lora-kd (LoRA + distillation")
     curves = [c.proto.spec for c in at.get("plotly_chart") if "KD term" in c.proto.spec]
     assert curves and "validation perplexity" in curves[0] and "cross-entropy" in curves[0]  # the loss curve

@@ -111,6 +111,14 @@ def test_before_after_table_names_its_settings_and_carries_delta_and_percent():
     assert table.loc["parameters"].tolist()[2:4] == ["±0", "±0.0%"]
 
 
+def test_before_after_table_names_the_method_of_each_column_first():
+    """Issue 22: the table names the recovery method that made its "after recovery" column."""
+    table = before_after_table({"before": measured([32], 10.0), "after recovery": measured([16], 9.0)},
+                               methods={"before": "unpruned", "after recovery": "lora-kd, 5 steps"})
+    assert table.index[0] == "method"
+    assert table.loc["method"].tolist() == ["unpruned", "lora-kd, 5 steps", "—", "—"]
+
+
 def test_kernel_rows_show_median_iqr_and_repeats():
     before, after = measured([32], 10.0), measured([16], 10.0)
     before["kernel"], after["kernel"] = timed(32, 2.0), timed(16, 1.0, noisy=True)

@@ -84,9 +84,13 @@ def comparison(ctx: Context, run: dict) -> dict:
     st.subheader(f"Before and after: {shrink.strategy_label(result.strategy)}, dk {result.original_dims} → "
                  f"{result.dims}")
     columns = {"before": run["before"], "after pruning": run["after"]}
+    methods = {"before": "unpruned", "after pruning": shrink.strategy_label(result.strategy)}
     if run["recovered"]:
-        columns["after recovery"] = run["recovered"]["measure"]
-    st.table(before_after_table(columns))
+        rec = run["recovered"]
+        columns["after recovery"] = rec["measure"]
+        method = rec.get("method") or "qk"
+        methods["after recovery"] = f"{method} ({METHOD_LABELS.get(method, method)}), {rec['steps']} steps"
+    st.table(before_after_table(columns, methods))
     notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {readout_label(result.info['rescale'])}",
              "Δ and %: change from the unpruned model ("
              + ("higher recall accuracy and lower kernel time are better)" if ctx.task is not None else

@@ -69,10 +69,17 @@ def _delta(new: tuple, old: tuple) -> tuple[str, str]:
     return sign + fmt.format(abs(diff)), pct
 
 
-def before_after_table(columns: dict[str, dict]) -> pd.DataFrame:
+METHOD_ROW = "method"
+
+
+def before_after_table(columns: dict[str, dict], methods: dict[str, str] | None = None) -> pd.DataFrame:
     """One column per measurement (before, after pruning, after recovery), one row per quantity; after each
-    later column, its change from the first column: "Δ <name>" (absolute) and "% <name>" (relative)."""
+    later column, its change from the first column: "Δ <name>" (absolute) and "% <name>" (relative).
+    `methods` (column → what produced it) is the first row, so a reader sees which recovery made the column."""
     per_column = {name: _rows(m) for name, m in columns.items()}
+    if methods:
+        per_column = {name: {METHOD_ROW: (methods[name], None), **rows} if name in methods else rows
+                      for name, rows in per_column.items()}
     order = list(dict.fromkeys(row for rows in per_column.values() for row in rows))
     names = list(per_column)
     first = per_column[names[0]]
