@@ -16,7 +16,7 @@ def server(tmp_path_factory):
 
 
 def test_a_5000_character_model_path_is_one_sentence(server):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -24,7 +24,8 @@ def test_a_5000_character_model_path_is_one_sentence(server):
             page.goto(server["url"], timeout=TIMEOUT_MS)
             idle(page)
             field = page.get_by_label("Model directory")
-            assert field.input_value() == server["model"]
+            # polled: the first idle frame can come before the first script run has drawn the sidebar
+            expect(field).to_have_value(server["model"], timeout=TIMEOUT_MS)
             field.fill("/tmp/" + "x" * 5000)
             field.press("Enter")
             idle(page)
