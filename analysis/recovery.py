@@ -161,7 +161,7 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
     step; on a stop with `state_dir` the state is saved there before Cancelled propagates. A later call with
     a saved state in `state_dir` must say `resume=True` (continue) or `resume=False` (discard, start over)."""
     from analysis.io.point_identity import model_identity
-    from analysis.recovery_state import discard_state, has_state, load_state, save_state
+    from analysis.io.recovery_state import discard_state, has_state, load_state, save_state
     s = settings
     check_settings(model, s, teacher)
     check_sizes(model, s, yes, say)

@@ -12,7 +12,7 @@ from analysis.measure import measure
 from analysis.prune import prune
 from analysis.io.writes import output_root
 from analysis.recovery import METHODS, RecoverySettings, recover
-from analysis.recovery_state import has_state
+from analysis.io.recovery_state import has_state
 from analysis.strategies import STRATEGIES
 from ui import jobs, shrink, state
 from ui.context import Context

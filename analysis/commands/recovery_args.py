@@ -62,7 +62,7 @@ def recovery_settings(args):
 
 def check_state_choice(args) -> None:
     """A saved state with neither --recover-resume nor --recover-discard: one sentence before any work."""
-    from analysis.recovery_state import has_state
+    from analysis.io.recovery_state import has_state
     if args.recover_steps and has_state(args.recover_state) and not (args.recover_resume or args.recover_discard):
         raise AnalysisError(f"A stopped recovery is saved in {args.recover_state}; add --recover-resume to continue "
                             "it or --recover-discard to start over.")
