@@ -280,3 +280,17 @@ def test_cli_lora_kd_recovery_writes_its_settings(tiny_dirs, tmp_path, capsys):
     saved = json.loads((out / "pruning.json").read_text())
     assert saved["recovery"] == rec and saved["readout_key_dims"]  # pure channel removal's readout rule kept
     assert "lora-kd recovery steps (kept step" in stdout
+
+
+def test_discard_never_removes_a_folder_this_tool_did_not_write(tmp_path):
+    """`--recover-discard` / resume=False on a user's own folder holding a file named like our record: refused,
+    nothing removed (only a state this project wrote, marked, is ever deleted)."""
+    from analysis.io.recovery_state import RECORD, discard_state, has_state
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / RECORD).write_text("{}")
+    (folder / "thesis.tex").write_text("precious")
+    assert has_state(folder)
+    with pytest.raises(AnalysisError, match="not a recovery state this tool wrote; it was left alone"):
+        discard_state(folder)
+    assert (folder / "thesis.tex").read_text() == "precious"
