@@ -10,8 +10,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from analysis.errors import AnalysisError
 
 NO_PROGRESS = lambda _fraction, _step: None  # noqa: E731
@@ -148,6 +146,7 @@ def pruning_section(model, tokenizer, settings: ReportSettings, progress) -> dic
 
 def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> dict:
     """Every number of the report; progress(fraction, step) before each step."""
+    import torch  # here, not at import: `--help` and the CLI's argument setup stay torch-free
     from analysis import inputs, limits, models
     from analysis.archs import adapter_for
     from analysis.importance import importance_report
@@ -195,6 +194,7 @@ def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> d
 
 
 def _plain(value):
+    import torch  # here, not at import: `--help` and the CLI's argument setup stay torch-free
     if isinstance(value, torch.Tensor):
         return value.tolist()
     if isinstance(value, Path):
@@ -204,6 +204,7 @@ def _plain(value):
 
 def generated_line() -> str:
     """When and by what the report was made, for its header."""
+    import torch  # here, not at import: `--help` and the CLI's argument setup stay torch-free
     import datetime
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"Generated {now} by the state-rank tool (torch {torch.__version__})"
