@@ -53,6 +53,9 @@ def _check_json_outside_out(args) -> None:
                             f"--out {show(out)}, which the command writes as a whole; put the JSON elsewhere.")
 
 
+LIGHT_COMMANDS = ("models",)  # commands that never import torch (fast `models`; tests/test_start.py)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -64,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
             from analysis.io.writes import check_file_destination
             check_file_destination(args.json)
             _check_json_outside_out(args)
+        if args.command not in LIGHT_COMMANDS:
+            from analysis.runtime import exit_on_ctrl_c, ready
+            with exit_on_ctrl_c():  # Ctrl-C during the heavy imports ends the process at once (nothing to clean
+                ready()             # up yet; a KeyboardInterrupt inside a half-done import can break numpy/torch)
         args.run(args)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@ imports torch, fla and transformers (seconds), which is why it is called explici
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 
 _lock = threading.Lock()  # two dashboard sessions may load their first model at the same moment
@@ -19,7 +20,7 @@ def ready() -> None:
     global _ready
     if _ready:
         return
-    with _lock:
+    with _lock, exit_on_ctrl_c():
         if _ready:
             return
         from transformers.utils import logging as hf_logging
@@ -31,3 +32,20 @@ def ready() -> None:
         from analysis import archs
         archs.install_all()  # every family's kernel entry points and model types
         _ready = True
+
+
+@contextlib.contextmanager
+def exit_on_ctrl_c():
+    """In `python -m analysis`, Ctrl-C during these imports ends the process ("interrupted", exit 130): a
+    KeyboardInterrupt raised inside a half-done import (numpy's, under transformers under fla) can leave that
+    module broken and surface later as an unrelated traceback, and there is nothing to clean up yet."""
+    import signal
+    from analysis.interrupt import cli_run, exit_interrupted
+    if not cli_run() or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, exit_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
