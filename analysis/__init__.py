@@ -11,8 +11,8 @@ import sys
 if sys.argv[:1] == ["-m"]:  # being located by `python -m`: Ctrl-C from here on is "interrupted", exit 130
     from analysis.interrupt import cli_run, exit_interrupted
     if cli_run():
-        import signal
-        signal.signal(signal.SIGINT, exit_interrupted)
+        import _signal  # the C module: `signal` would first build its enums (imports enum, ~10 ms unprotected)
+        _signal.signal(_signal.SIGINT, exit_interrupted)
 
 import warnings  # noqa: E402  (after the handler: compiling the filters below takes a few ms)
 
