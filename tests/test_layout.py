@@ -145,3 +145,13 @@ def test_no_test_module_imports_another():
             if any(leaf.startswith("test_") or leaf == "conftest" for leaf in leaves):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert offenders == []
+
+
+PAGE_MAX_LINES = 150
+
+
+def test_pages_stay_thin():
+    """Issue 20 item 8: a page reads state, calls the core and draws; drawing logic beyond that lives in ui/."""
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "pages").glob("*.py"))
+            if (n := len(p.read_text().splitlines())) > PAGE_MAX_LINES}
+    assert long == {}
