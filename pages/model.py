@@ -5,7 +5,7 @@ import streamlit as st
 from analysis.archs.implementation import implementation
 from analysis.archs.kernels import kernel_spec
 from analysis.models import TILE_ROWS
-from ui import figures, frame, report_export
+from ui import figures, frame, notice, report_export
 from ui.blocks import blocks_frame
 from ui.context import current
 from ui.explain import explainer
@@ -79,5 +79,6 @@ with right:
                     f"({spec.min_reason}); a smaller pruned key dim is refused on a GPU, never a kernel crash.")
     st.plotly_chart(figures.key_dim_bars(info.head_k_dims, TILE_ROWS), key="dk_bars")
     st.caption(f"{ctx.name} · architecture read from the loaded modules · device {info.device} · dtype {info.dtype}")
+    st.caption(notice.key_dims(info.head_k_dims, TILE_ROWS))
 
 report_export.section(ctx)

@@ -42,3 +42,7 @@ def test_a_stopped_recovery_resumes_on_the_page(monkeypatch, lm_dir, tmp_path):
     assert at.table[1].value.loc["method", "after recovery"].startswith("lora-kd (LoRA + distillation")
     curves = [c.proto.spec for c in at.get("plotly_chart") if "KD term" in c.proto.spec]
     assert curves and "validation perplexity" in curves[0] and "cross-entropy" in curves[0]  # the loss curve
+    kept, checks = rec["recovery"]["kept_step"], rec["validation"]
+    [line] = [c.value for c in at.caption if c.value.startswith("Notice: ") and "validation" in c.value]
+    assert (f"recovery keeps step {kept}'s weights" in line) if kept else ("no validation check improved" in line)
+    assert f"{checks[0]['perplexity']:.4g} at step 0" in line or f"perplexity {checks[0]['perplexity']:.4g}" in line

@@ -145,3 +145,38 @@ def test_notice_lines_under_the_sweep_latency_and_sensitivity_charts():
     assert "at ρ = 0.5, layer 1" in real and "a real choice" in real
     noisy = notice.sensitivity([0.25, 0.5], full, [[0.001, 0.2], [0.001, 0.3]])
     assert "cannot be told apart" in noisy
+
+
+def test_notice_under_the_key_dim_bars_counts_the_tiles_drawn():
+    """Issue 20: the Model page's key-dim chart gets a Notice computed from the dks it draws."""
+    from ui import figures, notice
+    dks = [96, 128, 16]  # tiles of 64: 2, 2, 1; last tiles hold 32, 64, 16 rows
+    line = notice.key_dims(dks, 64)
+    drawn = sum(int(t.split()[0]) for t in figures.key_dim_bars(dks, 64).data[0].text)  # the bars' "N tiles" labels
+    assert f"{drawn} tiles of 64 rows per head" in line and drawn == 5
+    assert "from 16 (layer 2) to 128 (layer 1)" in line and "2 of 3 layers leave their last tile partly empty" in line
+    # layer 2 has only one tile (nothing to free); of the others, layer 0's last tile holds the fewest rows (96 − 64)
+    assert "32 per head in layer 0 (ρ = 0.333)" in line
+    uniform = notice.key_dims([128] * 4, 64)
+    assert "every layer has dk = 128 per head, 2 tiles" in uniform and "64 per head in layer 0 (ρ = 0.5)" in uniform
+    assert "partly empty" not in uniform
+    assert "cannot free a tile" in notice.key_dims([32, 16], 64)
+
+
+def test_notice_under_the_recovery_curve_reads_validation_and_loss():
+    """Issue 20: the recovery curve's Notice: validation perplexity from step 0 to the best check (the one recover()
+    keeps: strictly lower than every earlier check), and whether the training loss moved beyond its noise."""
+    from ui import notice
+    checks = [{"step": 0, "perplexity": 40.0}, {"step": 10, "perplexity": 35.2}, {"step": 20, "perplexity": 36.0}]
+    falling = [{"step": i + 1, "loss": 3 - 0.05 * i + 0.01 * (-1) ** i} for i in range(40)]
+    line = notice.recovery(falling, checks)
+    assert "fell from 40 at step 0 to 35.2 at step 10 (-12.0%); recovery keeps step 10's weights" in line
+    # the first and last quarters' means: 3 − 0.05·4.5 = 2.775 and 3 − 0.05·34.5 = 1.275 (the ±0.01 wiggle cancels)
+    assert "loss fell from 2.775 (mean of the first 10 steps) to 1.275 (last 10)" in line
+    flat = [{"step": i + 1, "loss": 3 + 0.05 * (-1) ** i} for i in range(40)]
+    same = notice.recovery(flat, [checks[0], {"step": 10, "perplexity": 41.0}])
+    assert "no validation check improved on step 0's perplexity 40" in same and "flat within its" in same
+    rising = [{"step": i + 1, "loss": 3 + 0.05 * i} for i in range(8)]
+    assert "loss rose from" in notice.recovery(rising, checks)
+    assert "training loss" not in notice.recovery(rising[:7], checks)  # under 8 steps: no quarters to compare
+    assert notice.recovery(falling, []) == ""

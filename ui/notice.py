@@ -181,3 +181,64 @@ def sensitivity(ratios: Sequence[float], losses, ses=None) -> str:
                  if column[worst] - column[best] > noise else
                  "; the gap is within twice the standard error, so these layers cannot be told apart on this text")
     return line + "."
+
+
+def key_dims(head_k_dims: Sequence[int], tile_rows: int) -> str:
+    """Under the key-dim bars: the tiles each layer's dk fills, and the fewest channels whose removal frees a tile."""
+    dks = [int(d) for d in head_k_dims]
+    if not dks or min(dks) <= 0:
+        return ""
+    tiles = [-(-d // tile_rows) for d in dks]
+    if len(set(dks)) == 1:
+        line = f"Notice: every layer has dk = {dks[0]} per head, {tiles[0]} tile{'s' if tiles[0] != 1 else ''} of " \
+               f"{tile_rows} rows"
+    else:
+        lo, hi = int(np.argmin(dks)), int(np.argmax(dks))
+        line = (f"Notice: dk per head runs from {dks[lo]} (layer {lo}) to {dks[hi]} (layer {hi}), "
+                f"{sum(tiles)} tiles of {tile_rows} rows per head over all {len(dks)} layers")
+    partial = [i for i, d in enumerate(dks) if d % tile_rows]
+    if partial:
+        line += (f"; {len(partial)} of {len(dks)} layers leave their last tile partly empty (dk not a multiple of "
+                 f"{tile_rows}), and the kernel still works on the whole tile")
+    # the rows in a layer's last tile: removing that many channels per head frees one tile
+    last = {i: d - tile_rows * (t - 1) for i, (d, t) in enumerate(zip(dks, tiles)) if t > 1}
+    if last:
+        cheapest = min(last, key=last.get)
+        line += (f"; the fewest channels to remove to free a tile: {last[cheapest]} per head in layer {cheapest} "
+                 f"(ρ = {last[cheapest] / dks[cheapest]:.3g})")
+    else:
+        line += "; every layer holds one tile, so pruning dk cannot free a tile here"
+    return line + "."
+
+
+def recovery(history: Sequence[dict], validation: Sequence[dict]) -> str:
+    """Under the recovery curve: validation perplexity at step 0 against the best check (the step kept), and
+    whether the training loss moved beyond its own step-to-step noise."""
+    checks = [v for v in validation if v.get("perplexity") is not None and math.isfinite(v["perplexity"])]
+    if not checks:
+        return ""
+    start, best = checks[0], min(checks, key=lambda v: v["perplexity"])
+    if best["perplexity"] < start["perplexity"]:
+        change = best["perplexity"] / start["perplexity"] - 1
+        line = (f"Notice: validation perplexity fell from {start['perplexity']:.4g} at step {start['step']} to "
+                f"{best['perplexity']:.4g} at step {best['step']} ({change:+.1%}); recovery keeps step {best['step']}'s weights")
+    else:
+        line = (f"Notice: no validation check improved on step {start['step']}'s perplexity "
+                f"{start['perplexity']:.4g}, so the pruned model's own weights are kept")
+    loss = np.asarray([e["loss"] for e in history if e.get("loss") is not None], dtype=float)
+    loss = loss[np.isfinite(loss)]
+    window = loss.size // 4
+    if window >= 2:
+        # the loss's step-to-step noise (successive differences of independent noise have √2 × its sd) sets
+        # the standard error of the difference between the first and the last quarter's means
+        head, tail = loss[:window].mean(), loss[-window:].mean()
+        noise = float(np.std(np.diff(loss), ddof=1)) / math.sqrt(2)
+        se = noise * math.sqrt(2 / window)
+        moved = head - tail
+        if abs(moved) > 2 * se:
+            line += (f"; the training loss {'fell' if moved > 0 else 'rose'} from {head:.4g} (mean of the first "
+                     f"{window} steps) to {tail:.4g} (last {window}), beyond its step-to-step noise (± {noise:.2g})")
+        else:
+            line += (f"; the training loss is flat within its step-to-step noise (first {window} steps {head:.4g}, "
+                     f"last {window} {tail:.4g}, noise ± {noise:.2g})")
+    return line + "."

@@ -14,7 +14,7 @@ from analysis.io.writes import output_root
 from analysis.recovery import METHODS, RecoverySettings, recover
 from analysis.io.recovery_state import has_state
 from analysis.strategies import STRATEGIES
-from ui import jobs, shrink, state
+from ui import jobs, notice, shrink, state
 from ui.context import Context
 from ui.labels import readout_label
 from ui.prune_form import Choices, Evaluation
@@ -195,3 +195,4 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
         {"better": st.success, "worse": st.warning}.get(verdict["verdict"], st.info)(said)
         if rec.get("history"):
             st.plotly_chart(loss_figure(rec["history"], rec["validation"]), key="recovery_curve_done")
+            st.caption(notice.recovery(rec["history"], rec["validation"]))
