@@ -3,11 +3,10 @@ import streamlit as st
 
 from analysis.rank import METRIC_INFO
 from ui import compare as side_by_side
-from ui import compare_views, figures, frame, notice, scales, state, states_views
+from ui import compare_views, frame, scales, state, states_views
 from ui.blocks import head_meaning, hybrid_note
 from ui.context import current, traced
 from ui.explain import explainer
-from ui.labels import caption, metric_title, weights_name
 from ui.reduce import mean_std
 
 TAU = scales.TAU  # the numerical-rank threshold of the collected metrics (ui.cache uses the core's default)
@@ -52,7 +51,7 @@ data_other = side_by_side.traced_side(ctx, other, stride) if other else None
 prov = side_by_side.provenance(ctx, sides[0], data) if other else ctx.provenance(data)
 prov_other = side_by_side.provenance(ctx, other, data_other) if other else None
 values = data["metrics"][metric]                     # [L, B, H, P]
-n_layers, n_seq, n_heads, _ = values.shape
+n_layers, _, n_heads, _ = values.shape
 final, _ = mean_std(values[..., -1], axis=1)         # [L, H]: last position, mean over sequences
 if (note := hybrid_note(ctx.info)) is not None:
     st.caption(note)
@@ -61,8 +60,6 @@ if (meaning := head_meaning(ctx.info, "value")) is not None:
 
 layer, head = states_views.clicked_cell(n_layers, n_heads)  # a click on the heatmap picks the drill-in
 
-title = f"{METRIC_INFO[metric].label} of the final state, by layer and head{scales.tau_note(metric, TAU)}"
-z_title = metric_title(metric)
 final_rand = mean_std(rand["metrics"][metric][..., -1], axis=1)[0] if rand else None
 final_other = mean_std(data_other["metrics"][metric][..., -1], axis=1)[0] if other else None
 max_rank = max(s.shape[-1] for s in data["singular_values"])  # m = min(dk, dv), largest over layers
@@ -73,24 +70,9 @@ scale = state.field(c3.radio, "Colour scale", "colour_scale", scales.DATA, optio
                          "up to 1/τ for κ), so small differences look small.")
 second = [m for m in (final_rand, final_other) if m is not None]
 zrange = scales.colour_range(scale, metric, [final] + second, max_rank, TAU)
-cols = st.columns(2) if second else [st.container()]
-with cols[0]:
-    suffix = f" ({weights_name(ctx.key.path)})" if rand else f" ({sides[0].title})" if other else ""
-    st.plotly_chart(figures.layer_head_heatmap(final, z_title, title + suffix, (layer, head), zrange),
-                    key=states_views.HEATMAP_KEY, on_select="rerun", selection_mode="points")
-    st.caption(caption(prov, f"state after token {data['tokens'] - 1}, mean over {n_seq} sequences"))
-    st.caption(notice.rank_map(metric, METRIC_INFO[metric].label, final, max_rank, final_rand))
-if rand:
-    with cols[1]:
-        st.plotly_chart(figures.layer_head_heatmap(final_rand, z_title, title + " (random init, seed 0)",
-                                                   (layer, head), zrange), key="rank_heatmap_random")
-        st.caption(caption(prov, "random-init weights (seed 0), same config and inputs"))
+states_views.final_maps(ctx, sides, (data, rand, data_other), (prov, prov_other), (final, final_rand, final_other),
+                        metric, (layer, head), zrange, max_rank)
 if other:
-    with cols[1]:
-        st.plotly_chart(figures.layer_head_heatmap(final_other, z_title, f"{title} ({other.title})", (layer, head),
-                                                   zrange), key="rank_heatmap_compare")
-        st.caption(caption(prov_other, f"state after token {data_other['tokens'] - 1}, mean over {n_seq} sequences, "
-                                       "same token ids as the original"))
     compare_views.difference_map(ctx, sides, data, final, final_other, metric, (layer, head))
     side_by_side.delta_section(ctx, sides, (data, data_other))
 

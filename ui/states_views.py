@@ -1,6 +1,7 @@
-"""The States & rank page's single-model views: a heatmap click choosing the drill-in's head, the spectrum
-position picker that follows a new stride, and the drill-in's two columns (metric over positions | spectrum).
-The side-by-side versions of the drill-in live in ui/compare_views.py."""
+"""The States & rank page's views: the final-state maps (one model, beside its random-init copy or a compared
+model), a heatmap click choosing the drill-in's head, the spectrum position picker that follows a new stride,
+and one model's drill-in (metric over positions | spectrum). The side-by-side drill-in and difference map live
+in ui/compare_views.py."""
 from __future__ import annotations
 
 import streamlit as st
@@ -8,11 +9,41 @@ import streamlit as st
 from analysis.rank import METRIC_INFO
 from ui import figures, notice, scales, state
 from ui.choices import multi_choice, snap_to
+from ui.compare import Side
 from ui.context import Context, traced_every_token
 from ui.labels import Provenance, caption, metric_title, weights_name
 from ui.reduce import mean_std
 
 HEATMAP_KEY = "rank_heatmap"  # the clickable map's chart key: its selection is read on the next run
+
+
+def final_maps(ctx: Context, sides: tuple[Side, Side] | tuple, traces: tuple[dict, dict | None, dict | None],
+               provs: tuple[Provenance, Provenance | None], finals: tuple, metric: str, selected: tuple[int, int],
+               zrange: tuple[float, float] | None, max_rank: int) -> None:
+    """The metric of the final state by layer and head (clickable), with the random-init copy's map or the
+    compared model's beside it on the same colour range. `finals`: the [L, H] means (original, random, other)."""
+    (data, rand, data_other), (prov, prov_other), (final, final_rand, final_other) = traces, provs, finals
+    other = sides[1] if sides else None
+    title = f"{METRIC_INFO[metric].label} of the final state, by layer and head{scales.tau_note(metric)}"
+    z_title, n_seq = metric_title(metric), data["sequences"]
+    cols = st.columns(2) if rand or other else [st.container()]
+    with cols[0]:
+        suffix = f" ({weights_name(ctx.key.path)})" if rand else f" ({sides[0].title})" if other else ""
+        st.plotly_chart(figures.layer_head_heatmap(final, z_title, title + suffix, selected, zrange),
+                        key=HEATMAP_KEY, on_select="rerun", selection_mode="points")
+        st.caption(caption(prov, f"state after token {data['tokens'] - 1}, mean over {n_seq} sequences"))
+        st.caption(notice.rank_map(metric, METRIC_INFO[metric].label, final, max_rank, final_rand))
+    if rand:
+        with cols[1]:
+            st.plotly_chart(figures.layer_head_heatmap(final_rand, z_title, title + " (random init, seed 0)",
+                                                       selected, zrange), key="rank_heatmap_random")
+            st.caption(caption(prov, "random-init weights (seed 0), same config and inputs"))
+    if other:
+        with cols[1]:
+            st.plotly_chart(figures.layer_head_heatmap(final_other, z_title, f"{title} ({other.title})", selected,
+                                                       zrange), key="rank_heatmap_compare")
+            st.caption(caption(prov_other, f"state after token {data_other['tokens'] - 1}, mean over {n_seq} "
+                                           "sequences, same token ids as the original"))
 
 
 def clicked_cell(n_layers: int, n_heads: int) -> tuple[int, int]:
