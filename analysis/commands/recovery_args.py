@@ -68,24 +68,28 @@ def check_state_choice(args) -> None:
                             "it or --recover-discard to start over.")
 
 
-def recover_for_cli(args, pruned, tokenizer, teacher):
-    """recover() with a progress bar; Ctrl-C stops after the current step and saves the state (--recover-state)."""
+def recover_for_cli(args, pruned, tokenizer, teacher, evaluation):
+    """recover_and_measure() with progress bars; Ctrl-C stops after the current step and saves the state
+    (--recover-state)."""
     from analysis.cancel import Cancelled
     from analysis.commands.common import announce
-    from analysis.recovery import recover
+    from analysis.commands.progress import fraction
+    from analysis.prune_workflow import recover_and_measure
     settings = recovery_settings(args)
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) \
         if args.recover_state and threading.current_thread() is threading.main_thread() else None
     resume = True if args.recover_resume else (False if args.recover_discard else None)
     try:
-        with bar(args, f"prune: {settings.method} recovery", total=settings.steps, unit="step") as b:
+        with bar(args, f"prune: {settings.method} recovery", total=settings.steps, unit="step") as b, \
+                fraction(args, "prune: test measurement after recovery") as measured:
             def step_done(event):
                 if event["kind"] == "train":
                     set_done(b, event["step"], event["steps"])
                     b.set_postfix(loss=f"{event['loss']:.3f}", refresh=False)
-            return recover(pruned, tokenizer, settings, teacher=teacher, progress=step_done, cancel=stop, yes=True,
-                           say=announce, state_dir=args.recover_state, resume=resume)  # estimated up front
+            return recover_and_measure(pruned, tokenizer, settings, evaluation, teacher=teacher, progress=step_done,
+                                       cancel=stop, yes=True, say=announce, state_dir=args.recover_state,
+                                       resume=resume, measure_progress=measured)  # estimated up front
     except Cancelled:
         raise AnalysisError(f"Recovery stopped; its state is saved in {args.recover_state}: run the same command "
                             "with --recover-resume to continue it, or --recover-discard to start over.") from None
