@@ -224,3 +224,30 @@ def test_recovery_is_the_same_from_the_cli_and_the_page(prune_runs):
     ppl = page_rec["measure"]["perplexity"]
     assert (ppl["split"], ppl["context"], ppl["tokens"]) == ("test", EVAL["context"], EVAL["tokens"])
     assert ppl["perplexity"] != prune_runs["page"]["after"]["perplexity"]["perplexity"]  # the steps did train
+
+
+def test_a_recall_model_is_pruned_the_same_from_the_cli_and_the_page(tmp_path, monkeypatch):
+    """The CLI prunes a recall model (as the page does) and measures recall accuracy on the same pair counts and
+    sequences; the saved copy carries its task, so it loads as a recall model."""
+    from analysis.inputs import recall_task
+    recall = SAMPLES_DIR / "deltanet-recall"
+    cli_run = cli("prune", str(recall), "--strategy", "l1", "--ratio", "0.5", "--recall-sequences", "8",
+                  "--out", str(tmp_path / "pruned"), tmp_path / "prune.json")
+    monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(recall))
+    at = AppTest.from_file(APP, default_timeout=240)
+    for key, value in {"prune_strategy": "l1", "prune_ratio": 0.5, "recall_sequences_eval": 8,
+                       "prune_latency": False}.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page("pages/prune.py").run()
+    ok(at)
+    click(at, "prune_run")
+    run = at.session_state["pruned"]
+    assert cli_run["head_k_dims"] == list(run["result"].dims)
+    same(cli_run["measured_before"], plain(run["before"]), "before", PRUNE_REL)
+    same(cli_run["measured_after"], plain(run["after"]), "after", PRUNE_REL)
+    by_pairs = cli_run["measured_after"]["recall"]["by_pairs"]
+    assert [r["pairs"] for r in by_pairs] == [4, 8, 16, 32] and cli_run["measured_after"]["recall"][
+        "sequences_per_point"] == 8
+    assert "perplexity_before" not in cli_run  # no text was scored
+    assert recall_task(tmp_path / "pruned") is not None

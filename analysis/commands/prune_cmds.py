@@ -85,6 +85,7 @@ def run_prune(args) -> None:
     from analysis.calibration import calibrate
     from analysis.prune import plan_key_dims, pruning_metadata, readout_label, save_model, tiles, unchanged_plan
     from analysis.prune_workflow import Evaluation, prune_and_measure, recall_pairs
+    from analysis.io.export import carry_recall_task
     from analysis.io.writes import check_new_dir
     from analysis.strategies import get_strategy
     ratio, ratios = _ratios(args)
@@ -138,7 +139,8 @@ def run_prune(args) -> None:
     metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
     if args.recover_steps:
         metadata["recovery"] = payload["recovery"]
-    save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT)
+    save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT,
+               extra=lambda folder: carry_recall_task(meta["source"], folder))  # a recall model stays one
     payload["out"] = args.out
     lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)}), "
              f"{payload['readout']}; calibration: {payload['calibration']}", _quality_line(before, after)]
