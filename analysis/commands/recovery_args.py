@@ -73,7 +73,6 @@ def recover_for_cli(args, pruned, tokenizer, teacher, evaluation):
     (--recover-state)."""
     from analysis.cancel import Cancelled
     from analysis.commands.common import announce
-    from analysis.commands.progress import fraction
     from analysis.prune_workflow import recover_and_measure
     settings = recovery_settings(args)
     stop = threading.Event()
@@ -81,16 +80,20 @@ def recover_for_cli(args, pruned, tokenizer, teacher, evaluation):
         if args.recover_state and threading.current_thread() is threading.main_thread() else None
     resume = True if args.recover_resume else (False if args.recover_discard else None)
     try:
-        with bar(args, f"prune: {settings.method} recovery", total=settings.steps, unit="step") as b, \
-                fraction(args, "prune: test measurement after recovery") as measured:
+        with bar(args, f"prune: {settings.method} recovery", total=settings.steps, unit="step") as b:
             def step_done(event):
                 if event["kind"] == "train":
                     set_done(b, event["step"], event["steps"])
                     b.set_postfix(loss=f"{event['loss']:.3f}", refresh=False)
             return recover_and_measure(pruned, tokenizer, settings, evaluation, teacher=teacher, progress=step_done,
                                        cancel=stop, yes=True, say=announce, state_dir=args.recover_state,
-                                       resume=resume, measure_progress=measured)  # estimated up front
+                                       resume=resume,  # estimated up front; then the test measurement:
+                                       measure_progress=lambda f: b.set_postfix_str(f"test measurement {f:.0%}"))
     except Cancelled:
+        from analysis.io.recovery_state import has_state
+        if not has_state(args.recover_state):  # stopped while the finished recovery was being measured
+            raise AnalysisError("Stopped while the recovered model was measured; nothing was saved: run the same "
+                                "command again.") from None
         raise AnalysisError(f"Recovery stopped; its state is saved in {args.recover_state}: run the same command "
                             "with --recover-resume to continue it, or --recover-discard to start over.") from None
     finally:
