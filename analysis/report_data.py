@@ -98,11 +98,12 @@ def recorded_effect(record: dict) -> list[dict]:
     evaluation = record.get("evaluation")
     if not isinstance(evaluation, dict):
         return []
-    if "perplexity_before" in evaluation:  # `python -m analysis prune`
-        pairs = [("before", evaluation.get("perplexity_before")), ("after pruning", evaluation.get("perplexity_after")),
-                 ("after recovery", evaluation.get("perplexity_recovered"))]
-        return [{"column": c, "perplexity": p} for c, p in pairs if isinstance(p, dict)]
-    rows = []  # the dashboard: one measure() dict per column
+    if "perplexity_before" in evaluation or "measured_before" in evaluation:  # `python -m analysis prune`
+        # measured_*: measure() dicts (recall models too); older saves carry only the perplexity_* dicts
+        columns = {"before": "before", "after pruning": "after", "after recovery": "recovered"}
+        evaluation = {c: evaluation.get(f"measured_{k}") or {"perplexity": evaluation.get(f"perplexity_{k}")}
+                      for c, k in columns.items()}
+    rows = []  # one measure() dict per column (the dashboard saves them so)
     for column, measured in evaluation.items():
         if isinstance(measured, dict) and isinstance(measured.get("perplexity"), dict):
             rows.append({"column": column, "perplexity": measured["perplexity"]})

@@ -138,8 +138,10 @@ PROBES = [
     ("train too big", ["train", "--out", "{tmp}/t", "--hidden-size", "100000"], r"Training [\d,]+ parameters .* needs"),
     # item 9: a recall model where text is needed
     ("ppl on a recall model", ["ppl", "{recall}"], r"associative-recall model .* --split recall` for its recall accuracy"),
-    ("prune on a recall model", ["prune", "{recall}", "--strategy", "l1", "--ratio", "0.5", "--out", "{tmp}/p"],
-     r"`prune` \(which reads text\) cannot run on it"),
+    # a recall model is pruned and measured on recall accuracy (as on the Prune page); recovery reads text
+    ("prune --recover-steps on a recall model", ["prune", "{recall}", "--strategy", "l1", "--ratio", "0.5",
+                                                 "--recover-steps", "2", "--out", "{tmp}/p"],
+     r"associative-recall model without a tokenizer, and recovery trains on text; drop --recover-steps"),
     ("sweep on a recall model", ["sweep", "{recall}"], r"`sweep` \(which reads text\) cannot run on it"),
     ("rank on a recall model with --text", ["rank", "{recall}", "--text", "{latin1}"],
      r"associative-recall model without a tokenizer: it reads its own recall sequences, not text"),

@@ -12,6 +12,8 @@ worker thread shares the process-wide thread setting), so the numbers are expect
 compared within relative 1e-6 (float32 carries ~7 digits), which still fails on any difference in data, model,
 plan or calibration, and leaves room for a reduction order that a different thread split could change.
 Labels (dataset, split, tokens, context, device, dtype, calibration, measure) must be equal as text.
+Prune-and-measure and recover-and-measure (analysis/prune_workflow.py) are compared the same way, within relative
+1e-5 (see PRUNE_REL below).
 """
 import json
 import math
@@ -36,19 +38,19 @@ MAP_RATIOS, MAP_TOKENS = "0.25,0.75", 512   # 2 validation windows of 256 per po
 SWEEP = {"ratio": "0.5", "context": 128, "tokens": 256}
 
 
-def same(cli, page, where: str = "") -> None:
-    """Equal structure; floats within REL (see the module docstring), everything else exactly."""
+def same(cli, page, where: str = "", rel: float = REL) -> None:
+    """Equal structure; floats within `rel` (see the module docstring), everything else exactly."""
     if isinstance(cli, float) or isinstance(page, float):
         assert isinstance(cli, (int, float)) and isinstance(page, (int, float)), where
-        assert math.isclose(cli, page, rel_tol=REL, abs_tol=1e-12), f"{where}: CLI {cli!r} vs page {page!r}"
+        assert math.isclose(cli, page, rel_tol=rel, abs_tol=1e-12), f"{where}: CLI {cli!r} vs page {page!r}"
     elif isinstance(cli, dict):
         assert isinstance(page, dict) and set(cli) == set(page), f"{where}: keys {sorted(cli)} vs {sorted(page)}"
         for k in cli:
-            same(cli[k], page[k], f"{where}.{k}")
+            same(cli[k], page[k], f"{where}.{k}", rel)
     elif isinstance(cli, (list, tuple)):
         assert isinstance(page, (list, tuple)) and len(cli) == len(page), f"{where}: {cli!r} vs {page!r}"
         for i, (a, b) in enumerate(zip(cli, page)):
-            same(a, b, f"{where}[{i}]")
+            same(a, b, f"{where}[{i}]", rel)
     else:
         assert cli == page, f"{where}: CLI {cli!r} vs page {page!r}"
 
@@ -153,3 +155,99 @@ def test_a_sweep_point_is_the_same_from_the_cli_and_the_page(tmp_path, monkeypat
     assert point["dataset"] == dataset_label("test")
     assert point["calibration"] == (f"{CALIB['calib_sequences']}×{CALIB['calib_tokens']} tokens of the Shakespeare "
                                     "train split")
+
+
+# Prune-and-measure and recover-and-measure (analysis/prune_workflow.py): a wanda prune at ratio 0.5, measured on
+# 256 test tokens at context 128 (not the default 256, so a path that ignored the setting would differ), then 2
+# lora-kd recovery steps. Tolerance: relative 1e-5. Both sides run the same float32 ops in the same order on one
+# torch thread, so bitwise agreement is expected for the prune; the recovery's AdamW steps and the KD loss can
+# amplify a last-bit difference of a reduction a little, so 1e-5 (~100 float32 ulps) leaves room for that while any
+# change of data, context, plan, seed or calibration moves these numbers by 1e-3 or more.
+PRUNE_REL = 1e-5
+EVAL = {"context": 128, "tokens": 256}
+RECOVERY = {"steps": 2, "batch": 2, "seq": 32, "rank": 8, "eval_every": 2}
+
+
+def plain(value):
+    return json.loads(json.dumps(value, default=str))  # what the page's Download / saved metadata carry
+
+
+@pytest.fixture(scope="module")
+def prune_runs(tmp_path_factory):
+    """A prune with recovery through the CLI, and the same prune and recovery through the Prune page's jobs."""
+    tmp = tmp_path_factory.mktemp("prune-workflows")
+    cli_run = cli("prune", str(SAMPLE), "--strategy", STRATEGY, "--ratio", "0.5",
+                  "--eval-context", str(EVAL["context"]), "--eval-tokens", str(EVAL["tokens"]),
+                  "--recover-steps", str(RECOVERY["steps"]), "--recover-method", "lora-kd",
+                  "--recover-batch", str(RECOVERY["batch"]), "--recover-seq-len", str(RECOVERY["seq"]),
+                  "--recover-rank", str(RECOVERY["rank"]), "--recover-eval-every", str(RECOVERY["eval_every"]),
+                  "--out", str(tmp / "pruned"), tmp / "prune.json")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp / "page-output"))
+        at = page(mp, "pages/prune.py", {
+            "prune_strategy": STRATEGY, "prune_ratio": 0.5, "eval_context": EVAL["context"],
+            "eval_tokens": EVAL["tokens"], "prune_latency": False, "recover_method": "lora-kd",
+            "recover_steps": RECOVERY["steps"], "recover_batch": RECOVERY["batch"], "recover_seq": RECOVERY["seq"],
+            "recover_rank": RECOVERY["rank"], "recover_eval_every": RECOVERY["eval_every"]})
+        click(at, "prune_run")
+        run = at.session_state["pruned"]
+        click(at, "recover_run")
+        page_run = {"dims": list(run["result"].dims), "calibration": run["calib"], "before": plain(run["before"]),
+                    "after": plain(run["after"]), "recovered": plain(at.session_state["pruned"]["recovered"])}
+    return {"cli": cli_run, "page": page_run}
+
+
+def test_prune_is_the_same_from_the_cli_and_the_page(prune_runs):
+    cli_run, page_run = prune_runs["cli"], prune_runs["page"]
+    assert cli_run["head_k_dims"] == page_run["dims"] == [32, 32, 32, 32]
+    assert cli_run["calibration"] == page_run["calibration"]
+    same(cli_run["measured_before"], page_run["before"], "before", PRUNE_REL)
+    same(cli_run["measured_after"], page_run["after"], "after", PRUNE_REL)
+    for side in (cli_run["measured_before"], cli_run["measured_after"], page_run["before"], page_run["after"]):
+        ppl = side["perplexity"]
+        assert (ppl["split"], ppl["context"], ppl["tokens"], ppl["device"], ppl["dtype"]) == \
+            ("test", EVAL["context"], EVAL["tokens"], "cpu", "float32")
+        assert ppl["dataset"] == dataset_label("test") and "kernel" not in side  # kernel timing was off on both
+    # the long-standing CLI keys are the same numbers
+    assert cli_run["perplexity_before"] == cli_run["measured_before"]["perplexity"]
+    assert cli_run["perplexity_after"] == cli_run["measured_after"]["perplexity"]
+    assert page_run["after"]["perplexity"]["perplexity"] != page_run["before"]["perplexity"]["perplexity"]
+
+
+def test_recovery_is_the_same_from_the_cli_and_the_page(prune_runs):
+    cli_run, page_rec = prune_runs["cli"], prune_runs["page"]["recovered"]
+    same(cli_run["measured_recovered"], page_rec["measure"], "recovered", PRUNE_REL)
+    same(cli_run["recovery"], page_rec["recovery"], "recovery", PRUNE_REL)  # settings, kept step, validation
+    rec = cli_run["recovery"]
+    assert (rec["method"], rec["steps"], rec["batch"], rec["seq_len"], rec["rank"]) == \
+        ("lora-kd", RECOVERY["steps"], RECOVERY["batch"], RECOVERY["seq"], RECOVERY["rank"])
+    ppl = page_rec["measure"]["perplexity"]
+    assert (ppl["split"], ppl["context"], ppl["tokens"]) == ("test", EVAL["context"], EVAL["tokens"])
+    assert ppl["perplexity"] != prune_runs["page"]["after"]["perplexity"]["perplexity"]  # the steps did train
+
+
+def test_a_recall_model_is_pruned_the_same_from_the_cli_and_the_page(tmp_path, monkeypatch):
+    """The CLI prunes a recall model (as the page does) and measures recall accuracy on the same pair counts and
+    sequences; the saved copy carries its task, so it loads as a recall model."""
+    from analysis.inputs import recall_task
+    recall = SAMPLES_DIR / "deltanet-recall"
+    cli_run = cli("prune", str(recall), "--strategy", "l1", "--ratio", "0.5", "--recall-sequences", "8",
+                  "--out", str(tmp_path / "pruned"), tmp_path / "prune.json")
+    monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(recall))
+    at = AppTest.from_file(APP, default_timeout=240)
+    for key, value in {"prune_strategy": "l1", "prune_ratio": 0.5, "recall_sequences_eval": 8,
+                       "prune_latency": False}.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page("pages/prune.py").run()
+    ok(at)
+    click(at, "prune_run")
+    run = at.session_state["pruned"]
+    assert cli_run["head_k_dims"] == list(run["result"].dims)
+    same(cli_run["measured_before"], plain(run["before"]), "before", PRUNE_REL)
+    same(cli_run["measured_after"], plain(run["after"]), "after", PRUNE_REL)
+    by_pairs = cli_run["measured_after"]["recall"]["by_pairs"]
+    assert [r["pairs"] for r in by_pairs] == [4, 8, 16, 32] and cli_run["measured_after"]["recall"][
+        "sequences_per_point"] == 8
+    assert "perplexity_before" not in cli_run  # no text was scored
+    assert recall_task(tmp_path / "pruned") is not None

@@ -8,10 +8,9 @@ import uuid
 
 import streamlit as st
 
-from analysis.measure import measure
-from analysis.prune import prune
 from analysis.io.writes import output_root
-from analysis.recovery import METHODS, RecoverySettings, recover
+from analysis.prune_workflow import Evaluation as CoreEvaluation, prune_and_measure, recover_and_measure
+from analysis.recovery import METHODS, RecoverySettings
 from analysis.io.recovery_state import has_state
 from analysis.strategies import STRATEGIES
 from ui import jobs, notice, shrink, state
@@ -24,10 +23,16 @@ from ui.shrink_report import before_after_table, kernel_label, recovery_verdict
 SESSION = "pruned"  # this session's pruned model and its measurements (never shared, never cached)
 
 
+def core_evaluation(ev: Evaluation, pairs: tuple | None) -> CoreEvaluation:
+    """The page's evaluation settings as the core workflow's (test split; recall pairs for a recall model)."""
+    return CoreEvaluation("test", ev.context, ev.max_tokens, pairs, ev.recall_sequences, ev.timed)
+
+
 def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrink.CalibSettings, ev: Evaluation,
               tok) -> None:
     """Prune and Stop; a click starts the job for these inputs; the page follows it and takes its result."""
     pairs = shrink.recall_pairs(ctx)
+    evaluation = core_evaluation(ev, pairs)
     key = json.dumps({"model": list(ctx.key), "strategy": choice.strategy, "dims": planned,
                       "calibration": list(settings), "context": ev.context, "tokens": ev.max_tokens, "pairs": pairs,
                       "recall": ev.recall_sequences, "timed": ev.timed, "rescale": choice.rescale})
@@ -48,16 +53,10 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
                     job.report(0.15, "backward pass: gradients of the query/key projections for the Taylor scores…")
                     with use.lock:
                         calib.gradients(cancel=job.cancelled)  # kept on the shared calibration, as the memo did
-            job.report(0.25, "choosing channels and building a new model (the shared model is not changed)…")
-            with use.lock:
-                result = prune(model, choice.strategy, planned, calib, seed=settings.seed, rescale=choice.rescale)
-            result.model.analysis_source = mkey.path  # recall models find their task beside the source
-            job.report(0.4, "measuring the unpruned model (cached per setting)…")
-            before = measured_before(progress=lambda f, text: job.report(0.4 + 0.15 * f, text), cancel=job.cancelled)
-            job.report(0.55, "measuring the pruned model…")
-            after = measure(result.model, tok, "test", ev.context, ev.max_tokens, recall_pairs=pairs,
-                            recall_sequences=ev.recall_sequences, latency=ev.timed, cancel=job.cancelled,
-                            progress=lambda f: job.report(0.55 + 0.45 * f, f"perplexity of the pruned model: {f:.0%}"))
+            run = prune_and_measure(model, tok, choice.strategy, planned, calib, evaluation, seed=settings.seed,
+                                    rescale=choice.rescale, before=measured_before, lock=use.lock,
+                                    cancel=job.cancelled, progress=lambda f, text: job.report(0.25 + 0.75 * f, text))
+            result, before, after = run.pruned, run.before, run.after
             return {"key": mkey, "id": uuid.uuid4().hex, "result": result, "ratios": choice.ratios or choice.ratio,
                     "before": before, "after": after, "recovered": None, "calib": calib and calib.label}
 
@@ -148,7 +147,7 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
                 "was stopped with); **Run recovery** starts over and discards it.")
         resume = st.button("Resume", key="recover_resume")
     if jobs.controls("recovery", key, "Run recovery", run_key="recover_run") or resume:
-        pruned_model, run_id, source = run["result"].model, run["id"], ctx.key.path
+        pruned_model, run_id, evaluation = run["result"].model, run["id"], core_evaluation(ev, None)
         teacher = LockedTeacher(ctx.model, shrink.using(ctx.key).lock)
 
         def work(job):
@@ -157,12 +156,11 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
                 if event["kind"] == "train":
                     job.report(0.8 * event["step"] / event["steps"],
                                f"step {event['step']}/{event['steps']}, loss {event['loss']:.3f}")
-            rec = recover(pruned_model, tok, settings, teacher=teacher, cancel=job.cancelled, progress=progress,
-                          state_dir=state_dir, resume=resume)
-            rec.model.analysis_source = source
-            job.report(0.8, "measuring the recovered model…")
-            measured = measure(rec.model, tok, "test", ev.context, ev.max_tokens, latency=False, cancel=job.cancelled,
-                               progress=lambda f: job.report(0.8 + 0.2 * f, f"perplexity after recovery: {f:.0%}"))
+            done = recover_and_measure(pruned_model, tok, settings, evaluation, teacher=teacher, cancel=job.cancelled,
+                                       progress=progress, state_dir=state_dir, resume=resume,
+                                       measure_progress=lambda f: job.report(0.8 + 0.2 * f,
+                                                                             f"perplexity after recovery: {f:.0%}"))
+            rec, measured = done.recovery, done.measured
             return {"for": run_id, "id": uuid.uuid4().hex, "model": rec.model, "measure": measured, "steps": steps,
                     "lr": settings.learning_rate, "final_loss": rec.final_loss, "method": method,
                     "recovery": rec.metadata(), "history": rec.history, "validation": rec.validation}

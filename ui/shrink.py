@@ -14,7 +14,7 @@ import streamlit as st
 
 from analysis.calibration import Calibration, calibrate
 from analysis.importance import importance_report
-from analysis.measure import measure
+from analysis.prune_workflow import Evaluation, recall_pairs as core_recall_pairs
 from analysis.prune import RESCALES
 from analysis.sensitivity import calibration_profile_ids, layer_profile, profile_label
 from analysis.strategies import STRATEGIES
@@ -26,7 +26,6 @@ from ui.keys import ModelKey
 from ui.labels import readout_label
 
 CALIB_BATCH = 8  # analysis.calibration runs its sequences 8 at a time: one forward pass each
-RECALL_PAIRS = (4, 8, 16, 32)  # pair counts for recall accuracy (those above the task's key count are skipped)
 CALIBRATION_USE = (
     "Random and L1 use no data. Wanda (feature RMS of the attention input), gradient (one backward pass for "
     "|W ⊙ ∇W L|, every sequence weighted equally), PCA (key covariance) and DRRQR (post-convolution q/k "
@@ -152,9 +151,7 @@ def importance(key: ModelKey, settings: CalibSettings, names: tuple, ratio: floa
 
 def recall_pairs(ctx: Context) -> tuple[int, ...] | None:
     """Pair counts to score a recall model on (None for a language model)."""
-    if ctx.task is None:
-        return None
-    return tuple(sorted({p for p in RECALL_PAIRS if p <= ctx.task.n_keys} | {ctx.task.n_pairs}))
+    return core_recall_pairs(ctx.task)
 
 
 @memo.memoized("baseline", max_entries=16)
@@ -162,10 +159,10 @@ def baseline(key: ModelKey, context: int, max_tokens: int, pairs: tuple | None, 
              latency: bool, *, progress: progress_ui.Report, _using: Using | None = None, cancel=None) -> dict:
     """The unpruned model measured once per setting (test split); shared: callers must not mutate it."""
     model, tok, lock = _using or using(key)
+    evaluation = Evaluation("test", context, max_tokens, pairs, recall_sequences, latency)  # as prune_and_measure's
     with lock:
-        return measure(model, None if pairs is not None else tok, "test", context, max_tokens, recall_pairs=pairs,
-                       recall_sequences=recall_sequences, latency=latency, cancel=cancel,
-                       progress=lambda f: progress(f, f"perplexity of the unpruned model: {f:.0%}"))
+        return evaluation.measure(model, tok, cancel=cancel,
+                                  progress=lambda f: progress(f, f"perplexity of the unpruned model: {f:.0%}"))
 
 
 @memo.memoized("rank_profile", max_entries=8)

@@ -67,6 +67,11 @@ def _setup_prune(p):
     p.add_argument("--overwrite", action="store_true",
                    help="replace --out if it is a model directory this tool wrote (nothing else is ever replaced)")
     p.add_argument("--eval-tokens", type=whole(1), default=8192, help="test tokens for the before/after perplexity")
+    p.add_argument("--eval-context", type=whole(1), default=256, help="context of the before/after perplexity")
+    p.add_argument("--recall-sequences", type=whole(1), default=64,
+                   help="recall models: sequences per pair count for the before/after recall accuracy")
+    p.add_argument("--time-kernel", action="store_true",
+                   help="also time the recurrence kernel before and after (every layer at its key dim)")
     add_recovery_args(p)
     _rescale_arg(p)
     add_calib_args(p)
@@ -76,16 +81,25 @@ def _setup_prune(p):
 
 
 def run_prune(args) -> None:
+    from analysis import inputs
     from analysis.calibration import calibrate
-    from analysis.evaluate import perplexity
-    from analysis.prune import plan_key_dims, prune, pruning_metadata, readout_label, save_model, tiles, unchanged_plan
+    from analysis.prune import plan_key_dims, pruning_metadata, readout_label, save_model, tiles, unchanged_plan
+    from analysis.prune_workflow import Evaluation, prune_and_measure, recall_pairs
+    from analysis.io.export import carry_recall_task
     from analysis.io.writes import check_new_dir
     from analysis.strategies import get_strategy
     ratio, ratios = _ratios(args)
     check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write
     strategy = get_strategy(args.strategy)
     model, tokenizer, meta = load(args)
-    require_text_model(model, tokenizer, "prune")
+    task = inputs.recall_task(model)
+    if task is None:
+        require_text_model(model, tokenizer, "prune")
+    else:  # a recall model reads its own recall sequences and is measured on recall accuracy, as on the page
+        tokenizer = None
+        if args.recover_steps:
+            raise AnalysisError(f"{model.analysis_name} is an associative-recall model without a tokenizer, and "
+                                "recovery trains on text; drop --recover-steps.")
     _check_prune_sizes(args, model, strategy)
     allocation = None
     if args.allocate:  # per-layer ratios from the sensitivity map (see analysis/allocate.py)
@@ -96,39 +110,43 @@ def run_prune(args) -> None:
     unchanged = unchanged_plan(model, dims, ratio, ratios, args.round_to)
     if unchanged:  # refused, not warned: a saved copy labelled "pruned" would mislead whoever loads it
         raise AnalysisError(unchanged)
-    with bar(args, "prune: calibration and pruning", total=2, unit="step") as b:
-        calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed) \
-            if strategy.needs_calibration else None
-        b.update()
-        result = prune(model, args.strategy, dims, calib, seed=args.seed, rescale=args.rescale)
-        b.update()
-    with fraction(args, "prune: test perplexity before") as progress:
-        before = perplexity(model, tokenizer, "test", max_tokens=args.eval_tokens, progress=progress)
-    with fraction(args, "prune: test perplexity after") as progress:
-        after = perplexity(result.model, tokenizer, "test", max_tokens=args.eval_tokens, progress=progress)
+    evaluation = Evaluation("test", args.eval_context, args.eval_tokens, recall_pairs(task), args.recall_sequences,
+                            latency=args.time_kernel)
+    calib = None
+    if strategy.needs_calibration:
+        with bar(args, "prune: calibration", total=1, unit="step") as b:
+            calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed)
+            b.update()
+    with fraction(args, "prune: pruning, then the test measurements before and after") as progress:
+        run = prune_and_measure(model, tokenizer, args.strategy, dims, calib, evaluation, seed=args.seed,
+                                rescale=args.rescale, progress=progress)
+    result, before, after = run.pruned, run.before, run.after
     pruned = result.model
     payload = {**meta, "strategy": args.strategy, "head_k_dims": dims, "tiles_per_head": tiles(dims),
                "rescale": args.rescale, "readout": readout_label(model, args.rescale),
                "calibration": calib.label if calib is not None else "none (data-free)",
-               "perplexity_before": before, "perplexity_after": after}
+               "measured_before": before, "measured_after": after}
+    if task is None:  # the test perplexities under their long-standing keys
+        payload.update(perplexity_before=before["perplexity"], perplexity_after=after["perplexity"])
     if allocation:
         payload["allocation"] = allocation_report(args, model, tokenizer, *allocation)
     if args.recover_steps:
-        recovered = recover_for_cli(args, pruned, tokenizer, teacher=model)
-        pruned = recovered.model
-        with fraction(args, "prune: test perplexity after recovery") as progress:
-            payload["perplexity_recovered"] = perplexity(pruned, tokenizer, "test", max_tokens=args.eval_tokens,
-                                                         progress=progress)
-        payload["recovery"] = recovered.metadata()
+        recovered = recover_for_cli(args, pruned, tokenizer, teacher=model, evaluation=evaluation)
+        pruned = recovered.recovery.model
+        payload["measured_recovered"] = recovered.measured
+        payload["perplexity_recovered"] = recovered.measured["perplexity"]
+        payload["recovery"] = recovered.recovery.metadata()
     metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
     if args.recover_steps:
         metadata["recovery"] = payload["recovery"]
-    save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT)
+    save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT,
+               extra=lambda folder: carry_recall_task(meta["source"], folder))  # a recall model stays one
     payload["out"] = args.out
     lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)}), "
-             f"{payload['readout']}; calibration: {payload['calibration']}",
-             f"test perplexity {before['perplexity']:.2f} -> {after['perplexity']:.2f} "
-             f"({after['tokens']} tokens, context {after['context']}, {after['dataset']})"]
+             f"{payload['readout']}; calibration: {payload['calibration']}", _quality_line(before, after)]
+    if "kernel" in after:
+        lines.append(f"kernel time (all layers, {after['kernel']['op']}): {before['kernel']['median_ms']:.3f} ms -> "
+                     f"{after['kernel']['median_ms']:.3f} ms ({after['kernel']['device_name']})")
     if args.recover_steps:
         rec = payload["recovery"]
         lines.append(f"after {args.recover_steps} {rec['method']} recovery steps (kept step {rec['kept_step']}, "
@@ -136,6 +154,16 @@ def run_prune(args) -> None:
                      f"{rec['kept_validation_perplexity']:.2f}): test perplexity {payload['perplexity_recovered']['perplexity']:.2f}")
     lines.append(f"saved {args.out}")
     emit(args, payload, "\n".join(lines))
+
+
+def _quality_line(before: dict, after: dict) -> str:
+    if "recall" in after:
+        pairs = zip(before["recall"]["by_pairs"], after["recall"]["by_pairs"])
+        return "recall accuracy " + ", ".join(f"{b['pairs']} pairs {b['accuracy']:.3f} -> {a['accuracy']:.3f}"
+                                              for b, a in pairs)
+    b, a = before["perplexity"], after["perplexity"]
+    return (f"test perplexity {b['perplexity']:.2f} -> {a['perplexity']:.2f} "
+            f"({a['tokens']} tokens, context {a['context']}, {a['dataset']})")
 
 
 def _check_prune_sizes(args, model, strategy) -> None:

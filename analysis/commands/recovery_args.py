@@ -68,11 +68,12 @@ def check_state_choice(args) -> None:
                             "it or --recover-discard to start over.")
 
 
-def recover_for_cli(args, pruned, tokenizer, teacher):
-    """recover() with a progress bar; Ctrl-C stops after the current step and saves the state (--recover-state)."""
+def recover_for_cli(args, pruned, tokenizer, teacher, evaluation):
+    """recover_and_measure() with progress bars; Ctrl-C stops after the current step and saves the state
+    (--recover-state)."""
     from analysis.cancel import Cancelled
     from analysis.commands.common import announce
-    from analysis.recovery import recover
+    from analysis.prune_workflow import recover_and_measure
     settings = recovery_settings(args)
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) \
@@ -84,9 +85,15 @@ def recover_for_cli(args, pruned, tokenizer, teacher):
                 if event["kind"] == "train":
                     set_done(b, event["step"], event["steps"])
                     b.set_postfix(loss=f"{event['loss']:.3f}", refresh=False)
-            return recover(pruned, tokenizer, settings, teacher=teacher, progress=step_done, cancel=stop, yes=True,
-                           say=announce, state_dir=args.recover_state, resume=resume)  # estimated up front
+            return recover_and_measure(pruned, tokenizer, settings, evaluation, teacher=teacher, progress=step_done,
+                                       cancel=stop, yes=True, say=announce, state_dir=args.recover_state,
+                                       resume=resume,  # estimated up front; then the test measurement:
+                                       measure_progress=lambda f: b.set_postfix_str(f"test measurement {f:.0%}"))
     except Cancelled:
+        from analysis.io.recovery_state import has_state
+        if not has_state(args.recover_state):  # stopped while the finished recovery was being measured
+            raise AnalysisError("Stopped while the recovered model was measured; nothing was saved: run the same "
+                                "command again.") from None
         raise AnalysisError(f"Recovery stopped; its state is saved in {args.recover_state}: run the same command "
                             "with --recover-resume to continue it, or --recover-discard to start over.") from None
     finally:
