@@ -9,7 +9,7 @@ import os
 import sys
 
 if sys.argv[:1] == ["-m"]:  # being located by `python -m`: Ctrl-C from here on is "interrupted", exit 130
-    from analysis.interrupt import cli_run, exit_interrupted
+    from analysis.runtime.interrupt import cli_run, exit_interrupted
     if cli_run():
         import _signal  # the C module: `signal` would first build its enums (imports enum, ~10 ms unprotected)
         _signal.signal(_signal.SIGINT, exit_interrupted)
@@ -24,5 +24,5 @@ warnings.filterwarnings("ignore", message=".*roll back to CPU.*")
 
 def ready() -> None:
     """Install the CPU path for fla's ops and register the pruned model types (idempotent; imports fla)."""
-    from analysis.runtime import ready as _ready
+    from analysis.runtime.process import ready as _ready
     _ready()

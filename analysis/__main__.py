@@ -2,17 +2,17 @@
 
 analysis/__init__.py already ended the process on Ctrl-C while the package itself was imported; here the
 same holds through the heavy imports (torch, transformers, fla), then Ctrl-C raises KeyboardInterrupt as
-usual, so a save in progress removes its partial files (analysis.cli prints `interrupted`, exit 130), and
+usual, so a save in progress removes its partial files (analysis.cli.main prints `interrupted`, exit 130), and
 once the CLI has returned it ends the process at once again (interpreter shutdown).
 """
 import signal
 import sys
 
-from analysis.interrupt import exit_interrupted
+from analysis.runtime.interrupt import exit_interrupted
 
 signal.signal(signal.SIGINT, exit_interrupted)  # before any heavy import
 try:
-    from analysis.cli import main
+    from analysis.cli.main import main
     signal.signal(signal.SIGINT, signal.default_int_handler)
     code = main()
 except KeyboardInterrupt:  # one that arrived outside the CLI's own try (while the parser was built)

@@ -1,6 +1,6 @@
 """Choices and defaults that the CLI's parser shows, free of torch so that `--help` stays fast.
 
-The modules that use them (analysis.prune, analysis.sensitivity) import them from here.
+The modules that use them (analysis.shrink.prune, analysis.shrink.sensitivity) import them from here.
 """
 RESCALES = {"original": "original readout scale dk^-1/2 (pure channel removal)",
             "default": "fla's default readout scale dk'^-1/2 (the reference code's behaviour)"}

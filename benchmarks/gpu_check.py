@@ -17,12 +17,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import analysis  # noqa: E402
 
 analysis.ready()  # the CPU path for fla's ops and the project's model types
-from analysis import data, models  # noqa: E402
-from analysis.calibration import calibrate  # noqa: E402
-from analysis.evaluate import perplexity  # noqa: E402
-from analysis.latency import KERNELS, kernel_latency, summary, time_call  # noqa: E402
-from analysis.prune import plan_key_dims, prune  # noqa: E402
-from analysis.states import collect_states  # noqa: E402
+from analysis.data import corpus as data
+from analysis.models import load as models  # noqa: E402
+from analysis.shrink.calibration import calibrate  # noqa: E402
+from analysis.evaluate.perplexity import perplexity  # noqa: E402
+from analysis.evaluate.latency import KERNELS, kernel_latency, summary, time_call  # noqa: E402
+from analysis.shrink.prune import plan_key_dims, prune  # noqa: E402
+from analysis.inspect.states import collect_states  # noqa: E402
 from benchmarks.real_size import FAMILIES, build  # noqa: E402
 
 
@@ -41,7 +42,7 @@ def scale_check(device: str, dtype: torch.dtype, layers: int = 24, tokens: int =
     """The 340M shape (random init, seed 0; the bundled tokenizer's vocabulary so perplexity can be scored):
     forward vs rank (stride 64) side by side, a 0.5 prune on the model's own device, perplexity of both
     (random weights: the values only show the pipeline runs; ~vocab size is expected), kernel latency at
-    the shape's dims. Timings: median over `repeats` with their spread (analysis.latency.summary)."""
+    the shape's dims. Timings: median over `repeats` with their spread (analysis.evaluate.latency.summary)."""
     dev = torch.device(device)
     tok = models.load_tokenizer("deltanet-small")
     ids = torch.randint(0, len(tok), (1, tokens), generator=torch.Generator().manual_seed(1)).to(dev)

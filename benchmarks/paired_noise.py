@@ -15,18 +15,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis import models  # noqa: E402
-from analysis.allocate import paired_difference  # noqa: E402
-from analysis.evaluate import perplexity  # noqa: E402
-from analysis.prune import prune  # noqa: E402
-from analysis.report import write_json  # noqa: E402
-from analysis.sensitivity import MapSettings, calibration_for  # noqa: E402
-from analysis.strategies import get_strategy  # noqa: E402
+from analysis.models import load as models  # noqa: E402
+from analysis.shrink.allocate import paired_difference  # noqa: E402
+from analysis.evaluate.perplexity import perplexity  # noqa: E402
+from analysis.shrink.prune import prune  # noqa: E402
+from analysis.inspect.report import write_json  # noqa: E402
+from analysis.shrink.sensitivity import MapSettings, calibration_for  # noqa: E402
+from analysis.shrink.strategies import get_strategy  # noqa: E402
 from sensitivity_evidence import OUT, TEST_TOKENS  # noqa: E402
 
 
 def window_losses(model, tok) -> list[float]:
-    """Mean log-loss per window of the evidence's test measurement (analysis.evaluate.perplexity's windows)."""
+    """Mean log-loss per window of the evidence's test measurement (analysis.evaluate.perplexity.perplexity's windows)."""
     return perplexity(model, tok, "test", 256, max_tokens=TEST_TOKENS, per_window=True)["window_losses"]
 
 

@@ -39,7 +39,7 @@ def peak_rss() -> int:
 
 def measure(family: str, args) -> dict:
     """One family in this process: side-by-side timings, peak RSS, fp32 weight bytes."""
-    from analysis.states import collect_states
+    from analysis.inspect.states import collect_states
     model = build(family, "340M", args.layers)
     params = sum(p.numel() for p in model.parameters())
     ids = torch.randint(0, VOCAB, (1, args.tokens), generator=torch.Generator().manual_seed(1))

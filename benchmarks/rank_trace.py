@@ -5,7 +5,7 @@ post-conv q/k/v and β, then a token-by-token Python recurrence per layer, and p
 LAPACK spectral norm (numpy.linalg.norm(ord=2), a full SVD) plus the Frobenius norm. Here it is run for
 every sequence of the batch so both methods produce the same numbers (the reference code itself only
 kept batch element 0).
-Ours: analysis.rank_trace — the same recurrence compiled (numba), s1² tracked by a warm-started
+Ours: analysis.linalg.rank_trace — the same recurrence compiled (numba), s1² tracked by a warm-started
 Rayleigh–Ritz iteration instead of an SVD per token.
 Both start from the same recorded recurrence inputs (one shared model forward, timed separately and
 also reported end to end) and are timed layer by layer in turn, so machine noise falls on both alike.
@@ -25,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import analysis  # noqa: E402
 
 analysis.ready()  # the CPU path for fla's ops and the project's model types
-from analysis import data, models  # noqa: E402
-from analysis.backend import observe_recurrences  # noqa: E402
-from analysis.rank_trace import utilization_trace  # noqa: E402
+from analysis.data import corpus as data
+from analysis.models import load as models  # noqa: E402
+from analysis.runtime.backend import observe_recurrences  # noqa: E402
+from analysis.linalg.rank_trace import utilization_trace  # noqa: E402
 
 
 def record_inputs(model, ids) -> list:
@@ -62,8 +63,8 @@ def reference_trace(r) -> np.ndarray:
 
 def forward_tokens_per_s(model, ids, token_loop: bool = False) -> float:
     """Best of 3 no-grad forwards; `token_loop` swaps the chunked recurrence for the per-token loop."""
-    from analysis import backend
-    from analysis.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
+    from analysis.runtime import backend
+    from analysis.runtime.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
     backend.chunked_delta_rule = (lambda *a, sink=None, **k: recurrent_delta_rule(*a, **k)) if token_loop \
         else chunked_delta_rule
     try:

@@ -42,14 +42,14 @@ def main(argv=None) -> None:
 
     import analysis
     analysis.ready()
-    from analysis import data
-    from analysis.calibration import calibrate
-    from analysis.evaluate import perplexity
-    from analysis.models import load_model
-    from analysis.prune import plan_key_dims, prune
-    from analysis.recovery import RecoverySettings, recover
-    from analysis.sensitivity import paired_difference
-    from analysis.strategies import get_strategy
+    from analysis.data import corpus as data
+    from analysis.shrink.calibration import calibrate
+    from analysis.evaluate.perplexity import perplexity
+    from analysis.models.load import load_model
+    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.recovery import RecoverySettings, recover
+    from analysis.shrink.sensitivity import paired_difference
+    from analysis.shrink.strategies import get_strategy
     if args.threads:
         torch.set_num_threads(args.threads)
     tok = data.load_tokenizer()

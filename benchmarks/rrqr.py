@@ -15,7 +15,7 @@ import time
 
 # Same resources for both methods, and timings that stay stable when other processes share the
 # cores: one BLAS thread for numpy/scipy (the reference), set before they load; export
-# OPENBLAS_NUM_THREADS to override. analysis.rrqr runs its torch work at rrqr.TORCH_THREADS itself.
+# OPENBLAS_NUM_THREADS to override. analysis.linalg.rrqr runs its torch work at rrqr.TORCH_THREADS itself.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
@@ -24,8 +24,8 @@ import torch  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis import rrqr  # noqa: E402
-from analysis.rrqr import kahan_test_matrix, reference_rrqr, strong_rrqr  # noqa: E402
+from analysis.linalg import rrqr  # noqa: E402
+from analysis.linalg.rrqr import kahan_test_matrix, reference_rrqr, strong_rrqr  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "rrqr_activations.npz"
 N_ROWS = 5000                # the reference subsamples to 5000 rows
@@ -37,10 +37,10 @@ KAHAN = [(1.2, 96, 1), (1.3, 64, 1), (1.4, 120, 1), (1.5, 32, 1), (1.0, 64, 4), 
 
 def _bundled_model_activations(name: str = "deltanet-small") -> list[tuple[str, np.ndarray]]:
     """Per-head [A_q; A_k] calibration matrices of the bundled trained model (5000 × dk), if it exists."""
-    from analysis import models
+    from analysis.models import load as models
     if not any(s.name == name for s in models.list_samples()):
         return []
-    from analysis.calibration import calibrate
+    from analysis.shrink.calibration import calibrate
     model = models.load_model(name, device="cpu")
     calib = calibrate(model, models.load_tokenizer(model), n_sequences=16, seq_len=256)
     return [(f"{name} layer {l} head {h}", calib.drrqr_matrix(l, h).float().numpy())

@@ -1,9 +1,9 @@
 """Evidence for the allocator: uniform vs rank-suggested vs sensitivity-allocated at equal mean ratio.
 
 For each bundled sample and mean ratio ρ̄ ∈ {0.5, 0.75}: the uniform plan, the rank-suggested plan
-(analysis.suggest from the map's per-layer rank utilization) and the sensitivity allocation (same state
+(analysis.shrink.suggest from the map's per-layer rank utilization) and the sensitivity allocation (same state
 bytes as uniform, from the shipped map of each strategy), each pruned with every strategy in STRATEGIES
-and measured on the TEST split. The allocated plan is the one `analysis.allocate.choose` keeps after
+and measured on the TEST split. The allocated plan is the one `analysis.shrink.allocate.choose` keeps after
 measuring the knapsack plan, uniform and rank-suggested on the VALIDATION split (the map's own
 measurement), with the same strategy (from that strategy's shipped map, else the l1 map). Reported per
 strategy (like with like) and best per plan, with the knapsack plan's predicted vs measured loss.
@@ -23,14 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import analysis  # noqa: E402
 
 analysis.ready()  # the CPU path for fla's ops and the project's model types
-from analysis import models  # noqa: E402
-from analysis.allocate import allocate, candidates, choose_plan  # noqa: E402
-from analysis.evaluate import perplexity  # noqa: E402
-from analysis.prune import prune  # noqa: E402
-from analysis.recall import RecallTask, recall_accuracy  # noqa: E402
-from analysis.report import write_json  # noqa: E402
-from analysis.sensitivity import MapSettings, calibration_for, recall_task, shipped_map_path  # noqa: E402
-from analysis.strategies import get_strategy  # noqa: E402
+from analysis.models import load as models  # noqa: E402
+from analysis.shrink.allocate import allocate, candidates, choose_plan  # noqa: E402
+from analysis.evaluate.perplexity import perplexity  # noqa: E402
+from analysis.shrink.prune import prune  # noqa: E402
+from analysis.data.recall import RecallTask, recall_accuracy  # noqa: E402
+from analysis.inspect.report import write_json  # noqa: E402
+from analysis.shrink.sensitivity import MapSettings, calibration_for, recall_task, shipped_map_path  # noqa: E402
+from analysis.shrink.strategies import get_strategy  # noqa: E402
 
 STRATEGIES = ("l1", "wanda", "drrqr")
 TARGETS = (0.5, 0.75)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EAGER = ("import analysis; analysis.ready(); "
-         "import analysis.models, analysis.states, analysis.report, analysis.prune, analysis.sensitivity; "
-         "from analysis.cli import main; import sys; sys.exit(main({argv!r}))")
+         "import analysis.models.load, analysis.inspect.states, analysis.inspect.report, analysis.shrink.prune, analysis.shrink.sensitivity; "
+         "from analysis.cli.main import main; import sys; sys.exit(main({argv!r}))")
 COMMANDS = [["--help"], ["models"], ["rank", "--help"]]
 
 

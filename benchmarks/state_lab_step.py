@@ -36,8 +36,8 @@ def main() -> None:
     from streamlit.runtime.pages_manager import PagesManager
     from streamlit.testing.v1 import AppTest
 
-    from analysis import data
-    from analysis.models import load_tokenizer
+    from analysis.data import corpus as data
+    from analysis.models.load import load_tokenizer
     original = PagesManager.__init__
 
     def init(self, *a, **k):  # pages/ are st.navigation pages, as `streamlit run` treats them after app.py ran

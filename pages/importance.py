@@ -3,8 +3,8 @@ import json
 
 import streamlit as st
 
-from analysis import data
-from analysis.strategies import STRATEGIES
+from analysis.data import corpus as data
+from analysis.shrink.strategies import STRATEGIES
 from ui import frame, notice, shrink, shrink_figures, state
 from ui.batches import recall_label
 from ui.blocks import head_meaning

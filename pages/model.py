@@ -4,7 +4,7 @@ import streamlit as st
 
 from analysis.archs.implementation import implementation
 from analysis.archs.kernels import kernel_spec
-from analysis.models import TILE_ROWS
+from analysis.models.load import TILE_ROWS
 from ui import figures, frame, notice, report_export
 from ui.blocks import blocks_frame
 from ui.context import current

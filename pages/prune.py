@@ -2,7 +2,7 @@
 The page reads state, starts the prune and recovery jobs, and draws; ui/prune_*.py hold the parts."""
 import streamlit as st
 
-from analysis.prune import plan_key_dims, unchanged_plan
+from analysis.shrink.prune import plan_key_dims, unchanged_plan
 from ui import cache, frame, prune_form, prune_run, prune_save, sensitivity_view, shrink
 from ui.context import current
 from ui.errors import guard

@@ -4,7 +4,7 @@ import time
 
 import streamlit as st
 
-from analysis.noise import VALIDITY_TOL
+from analysis.linalg.noise import VALIDITY_TOL
 from ui import cache, compare, compare_views, figures, frame, noise_tables, noise_view, notice, state
 from ui.clicks import click, clicked_for
 from ui.context import current

@@ -1,7 +1,7 @@
 """State lab: step through a text token by token and watch one head's state fill up, under three update rules."""
 import streamlit as st
 
-from analysis import state_lab as lab
+from analysis.inspect import state_lab as lab
 from analysis.archs import adapter_for
 from ui import frame, state
 from ui import state_lab_data as data
@@ -16,7 +16,7 @@ frame.ensure()  # a deep link may arrive before app.py ran: render inside its fr
 
 st.title("State lab")
 ctx = current()
-own = adapter_for(ctx.model)  # the explainer shows this family's own rule, as analysis.state_lab runs it
+own = adapter_for(ctx.model)  # the explainer shows this family's own rule, as analysis.inspect.state_lab runs it
 own_rule = lab.model_rule_latex(own.gate, own.kernel_spec.delta)
 readout = r"o_t = \mathrm{scale}\cdot S_t^\top q_t" if own.readout_scaled else r"o_t = S_t^\top q_t"
 explainer(

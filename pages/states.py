@@ -1,7 +1,7 @@
 """States & rank: a layer × head map of one rank metric, then one head's metric over tokens and its spectrum."""
 import streamlit as st
 
-from analysis.rank import METRIC_INFO
+from analysis.linalg.rank import METRIC_INFO
 from ui import compare as side_by_side
 from ui import compare_views, frame, scales, state, states_views
 from ui.blocks import head_meaning, hybrid_note

@@ -7,11 +7,11 @@ import numpy
 import pytest
 import torch
 
-from analysis.allocate import (allocate, candidates, choose, knapsack, options, paired_difference, uniform_budget,
+from analysis.shrink.allocate import (allocate, candidates, choose, knapsack, options, paired_difference, uniform_budget,
                                verify)
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
-from analysis.sensitivity import MapSettings, compute_map
+from analysis.shrink.sensitivity import MapSettings, compute_map
 
 
 def _brute_force(costs, losses, budget):
@@ -148,8 +148,8 @@ def test_one_layer_model_has_nothing_to_allocate():
 def test_allocator_picks_the_insensitive_layer_of_a_model_with_a_fragile_layer(tmp_path, monkeypatch):
     """deltanet-recall stores its pairs in layer 0's state (fragile); layer 1 tolerates pruning. A copy with
     layer 1's readout switched off (o_proj = 0) makes that layer exactly free to prune."""
-    from analysis import models
-    from analysis.sensitivity import recall_task
+    from analysis.models import load as models
+    from analysis.shrink.sensitivity import recall_task
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path)
     model = models.load_model("deltanet-recall", device="cpu")
     task = recall_task(model)
@@ -211,17 +211,17 @@ def test_paired_difference_matches_a_direct_computation():
 
 def test_choose_plan_measures_an_allocation_equal_to_uniform_once_and_names_its_steps(monkeypatch):
     """Issue 20: Verify and choose measured uniform twice when the allocation equalled it."""
-    import analysis.allocate
-    from analysis import data
+    import analysis.shrink.allocate
+    from analysis.data import corpus as data
     from family_cases.text_lm import build_tiny
     pruned, steps = [], []
-    real = analysis.allocate.prune
-    monkeypatch.setattr(analysis.allocate, "prune", lambda model, strategy, dims, *a, **k: (
+    real = analysis.shrink.allocate.prune
+    monkeypatch.setattr(analysis.shrink.allocate, "prune", lambda model, strategy, dims, *a, **k: (
         pruned.append(list(dims)), real(model, strategy, dims, *a, **k))[1])
     s = MapSettings("l1", (0.5,), eval_tokens=128, context=64, calib_sequences=2, calib_tokens=64)
     same = {"ratios": [0.5, 0.5], "dims": [16, 16], "predicted_loss": None, "cost": 1}
     plans = [{"name": "sensitivity-allocated", **same}, {"name": "uniform", **same}]
-    got = analysis.allocate.choose_plan(build_tiny("delta_net"), data.load_tokenizer(), {"settings": s.as_dict()},
+    got = analysis.shrink.allocate.choose_plan(build_tiny("delta_net"), data.load_tokenizer(), {"settings": s.as_dict()},
                                         plans, "l1", progress=lambda f, text: steps.append(text))
     assert pruned == [[16, 16]] and got["winner"] == "uniform"
     assert [c["same_as"] for c in got["candidates"]] == ["sensitivity-allocated", "sensitivity-allocated"]

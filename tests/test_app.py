@@ -33,7 +33,7 @@ def test_every_page_renders(monkeypatch, lm_dir, page):
         assert at.selectbox(key="w:metric").value == "rank_utilization"
         assert "Shakespeare" in at.caption[0].value and "256 tokens × 4 sequences" in at.caption[0].value
     if page == "pages/model.py":  # the key-dim bars' Notice, from the dks the page shows
-        from analysis.models import TILE_ROWS
+        from analysis.models.load import TILE_ROWS
         from ui import notice
         dks = [int(d) for d in at.table[0].value.loc["dk per head, by layer", "Value"].split(", ")]
         assert [c.value for c in at.caption if c.value.startswith("Notice:")] == [notice.key_dims(dks, TILE_ROWS)]
@@ -137,8 +137,8 @@ def test_legacy_pages_mode_still_renders_inside_the_frame(monkeypatch, lm_dir):
 
 
 def test_no_model_at_all_explains_how_to_pick_one(monkeypatch, tmp_path):
-    import analysis.models
-    monkeypatch.setattr(analysis.models, "SAMPLES_DIR", tmp_path)  # no bundled samples
+    import analysis.models.load
+    monkeypatch.setattr(analysis.models.load, "SAMPLES_DIR", tmp_path)  # no bundled samples
     monkeypatch.delenv("STATE_RANK_DEFAULT_MODEL", raising=False)
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert_clean(at)

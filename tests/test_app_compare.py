@@ -2,7 +2,7 @@
 into a temporary directory, or the Prune page's model of this session) on States & rank and Query noise.
 
 Every number the two columns show is checked against the core run on each model independently: states from
-analysis.states.collect_states on the same token ids, noise figures from the definitions (float64 numpy).
+analysis.inspect.states.collect_states on the same token ids, noise figures from the definitions (float64 numpy).
 Tolerances: the page's heatmaps hold float32 state metrics averaged in numpy, the reference the same metrics
 averaged in torch, so they agree to 1e-5 relative; the Query noise tables print 4 significant digits, so 1e-3.
 """
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from analysis import inputs, models
-from analysis.states import collect_states
+from analysis.data import inputs
+from analysis.models import load as models
+from analysis.inspect.states import collect_states
 from helpers.app import one_sentence, start
 from ui.keys import ModelKey
 from ui_fixtures import save_pruned_sample
@@ -163,7 +164,7 @@ def test_query_noise_side_by_side_matches_the_core(monkeypatch, pruned):
 
 def test_rank_utilization_after_every_token_for_both_columns(monkeypatch, pruned):
     """The every-token toggle tracks s₁ for the comparison model too, on the same token ids (core's tracker)."""
-    from analysis.rank_trace import collect_utilization_trace
+    from analysis.linalg.rank_trace import collect_utilization_trace
     _, directory = pruned
     at = compare_with_directory(open_states(monkeypatch), directory)
     at.toggle(key="w:every_token").set_value(True).run()

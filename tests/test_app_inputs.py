@@ -33,7 +33,7 @@ def test_long_path_emoji_hub_id_and_empty_field_each_get_one_sentence(monkeypatc
 
 
 def test_tokens_times_sequences_are_bounded_by_memory(monkeypatch, lm_dir):
-    from analysis import limits
+    from analysis.models import limits
     monkeypatch.setattr(limits, "available_memory", lambda device="cpu": 16 * 10**9)
     at = start(monkeypatch, lm_dir)  # the Model page computes no states: set the sizes there, then visit States
     at.selectbox(key="w:split").set_value("train")
@@ -47,12 +47,12 @@ def test_tokens_times_sequences_are_bounded_by_memory(monkeypatch, lm_dir):
 
 
 def test_a_broken_bundled_sample_does_not_break_the_dashboard(monkeypatch, lm_dir, tmp_path):
-    import analysis.models
+    import analysis.models.load
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{ not json")
     shutil.copytree(lm_dir, tmp_path / "tiny")
     shutil.copytree(lm_dir, tmp_path / ".tiny.partial")
-    monkeypatch.setattr(analysis.models, "SAMPLES_DIR", tmp_path)
+    monkeypatch.setattr(analysis.models.load, "SAMPLES_DIR", tmp_path)
     monkeypatch.delenv("STATE_RANK_DEFAULT_MODEL", raising=False)
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception, [e.value for e in at.exception]

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
 
 @pytest.fixture(scope="module")
 def nemotron_dir(tmp_path_factory):
-    from analysis import data
+    from analysis.data import corpus as data
     from family_cases.mamba2 import make_model
     path = tmp_path_factory.mktemp("nemotron-h")
     model = make_model("nemotron_h")
@@ -28,7 +28,7 @@ def test_nemotron_h_model_states_and_query_noise(monkeypatch, nemotron_dir):
     lines = [m.value for m in at.markdown]
     assert any("Loaded as transformers' `NemotronHForCausalLM`" in m for m in lines), lines
     assert any("Each of the 2 linear layers runs the Mamba-2 SSD scan" in m and "`chunked_linear_attention` "
-               "(analysis/cpu_ops/linear_attention.py" in m and "on CUDA" in m for m in lines), lines
+               "(analysis/runtime/cpu_ops/linear_attention.py" in m and "on CUDA" in m for m in lines), lines
 
     at.switch_page("pages/states.py").run()
     assert_clean(at)

@@ -96,13 +96,13 @@ def test_save_writes_the_model_picked_by_default_the_better_one_and_names_it(mon
 
 def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells(monkeypatch, lm_dir):
     """It ran behind a bare spinner in a callback (no Stop) and printed "None" for a plan off the map's dims."""
-    import analysis.allocate
+    import analysis.shrink.allocate
     steps = []
-    real = analysis.allocate.choose_plan
+    real = analysis.shrink.allocate.choose_plan
 
     def recording(*args, progress=None, **kwargs):
         return real(*args, progress=lambda f, text: (steps.append(text), progress(f, text)), **kwargs)
-    monkeypatch.setattr("analysis.allocate.choose_plan", recording)
+    monkeypatch.setattr("analysis.shrink.allocate.choose_plan", recording)
     at = prune_page(monkeypatch, lm_dir)
     at.selectbox(key="w:prune_strategy").set_value("l1").run()
     at.text_input(key="w:sens_ratios").set_value("0.25, 0.75").run()
@@ -126,9 +126,9 @@ def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells
 
 def test_sweep_stop_ends_the_job_between_points_and_the_page_keeps_updating(monkeypatch, lm_dir):
     """Stop at "1 of N": no later point is computed or cached, the page shows the stop, and Run is live again."""
-    import analysis.sweep
+    import analysis.runs.sweep
     from analysis.io import point_cache as pc
-    real = analysis.sweep.sweep
+    real = analysis.runs.sweep.sweep
     after_stop = []
 
     def stop_after_first(*args, **kwargs):
@@ -140,7 +140,7 @@ def test_sweep_stop_ends_the_job_between_points_and_the_page_keeps_updating(monk
             elif n > 1:
                 after_stop.append(point)  # computed after Stop: the defect
             yield point
-    monkeypatch.setattr(analysis.sweep, "sweep", stop_after_first)
+    monkeypatch.setattr(analysis.runs.sweep, "sweep", stop_after_first)
     at = prune_page(monkeypatch, lm_dir)
     at.switch_page("pages/sweep.py").run()
     at.multiselect(key="w:sweep_strategies").set_value(["random", "l1", "wanda"])

@@ -3,9 +3,9 @@ its settings and draws the loss curve; a recovery stopped with its state saved i
 resuming continues from the saved step."""
 import pytest
 
-from analysis.cancel import Cancelled
+from analysis.runtime.cancel import Cancelled
 from analysis.io.writes import output_root
-from analysis.recovery import RecoverySettings, recover
+from analysis.shrink.recovery import RecoverySettings, recover
 from helpers.app import click, open_page
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "sweep_cache")
@@ -28,7 +28,7 @@ def test_a_stopped_recovery_resumes_on_the_page(monkeypatch, lm_dir, tmp_path):
     settings = RecoverySettings(method="lora-kd", steps=4, lr=1e-4, batch=2, seq_len=32, rank=8, eval_every=2, seed=0)
     calls = iter([False, False, True])
     state = output_root() / "recovery-state" / run["id"]
-    from analysis import data
+    from analysis.data import corpus as data
     with pytest.raises(Cancelled):
         recover(run["result"].model, data.load_tokenizer(), settings, teacher=run["result"].model,
                 cancel=lambda: next(calls), state_dir=state)

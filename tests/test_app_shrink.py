@@ -1,7 +1,7 @@
 """The Shrink pages (Channel importance, Prune, Sweep & latency) under AppTest, on tiny random-init models."""
 import pytest
 
-import analysis.sweep
+import analysis.runs.sweep
 from helpers.app import charts, clean, click, open_page, sweep_page, sweep_points
 from ui import jobs
 
@@ -115,7 +115,7 @@ def test_two_point_sweep_draws_both_points_and_the_baseline(monkeypatch, lm_dir)
 
 
 def test_stopped_sweep_resumes_from_the_cache(monkeypatch, lm_dir):
-    real = analysis.sweep.sweep
+    real = analysis.runs.sweep.sweep
     calls = []
 
     def stop_after_first_pruned_point(*args, **kwargs):
@@ -124,7 +124,7 @@ def test_stopped_sweep_resumes_from_the_cache(monkeypatch, lm_dir):
             if n == 1 and len(calls) == 2:  # the Stop click of a real browser, once, between points
                 jobs.this_job().stop()
             yield point
-    monkeypatch.setattr(analysis.sweep, "sweep", stop_after_first_pruned_point)
+    monkeypatch.setattr(analysis.runs.sweep, "sweep", stop_after_first_pruned_point)
     at = sweep_page(monkeypatch, lm_dir)
     click(at, "sweep:run")
     assert sweep_points(at)[0] == {"Random": [0.5]}

@@ -8,7 +8,7 @@ import pytest
 
 from analysis.errors import AnalysisError
 from analysis.io import swap, writes
-from analysis.prune import save_model
+from analysis.shrink.prune import save_model
 from family_cases.text_lm import build_tiny
 
 
@@ -81,7 +81,7 @@ def test_an_interrupted_journal_swap_is_finished_or_rolled_back_by_the_next_comm
 
 
 def test_loading_a_model_finishes_its_interrupted_swap(tmp_path, model, monkeypatch, capsys):
-    from analysis.models import load_model
+    from analysis.models.load import load_model
     out = save_model(model, tmp_path / "m", metadata={"n": 1})
     new = save_model(model, tmp_path / ".m.x1234567.partial", metadata={"n": 2})
     aside = tmp_path / ".m.replaced-00000000"

@@ -38,7 +38,7 @@ def test_real_size_saves_a_loadable_checkpoint_and_refuses_a_used_directory(tmp_
     config = json.loads((out_dir / "config.json").read_text())
     assert (config["hidden_size"], config["num_heads"], config["num_hidden_layers"]) == (2048, 16, 1)
     assert list(out_dir.glob("*.safetensors")) and not list(out_dir.glob("*.bin"))
-    from analysis import models
+    from analysis.models import load as models
     model = models.load_model(str(out_dir))
     assert models.describe(model).head_k_dims == [128]
     before = sorted(p.name for p in out_dir.iterdir())

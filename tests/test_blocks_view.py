@@ -1,5 +1,5 @@
 """Issue 12: a hybrid's Model page lists every block in order, softmax attention with its KV cache, no state."""
-from analysis.models import describe
+from analysis.models.load import describe
 from family_cases.fla_hybrid import SOFTMAX_BLOCKS, make_model
 from ui.blocks import blocks_frame, hybrid_note
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.browser
 
 
 def save_mamba2(path, model_type):
-    from analysis import data
+    from analysis.data import corpus as data
     from family_cases.mamba2 import make_model
     model = make_model(model_type)
     model.resize_token_embeddings(len(data.load_tokenizer()), mean_resizing=False)  # read real text

@@ -4,14 +4,14 @@ import threading
 
 import pytest
 
-from analysis import data
-from analysis import sweep as sweep_mod
+from analysis.data import corpus as data
+from analysis.runs import sweep as sweep_mod
 from analysis.io import point_cache
-from analysis.calibration import calibrate
-from analysis.cancel import Cancelled, check
-from analysis.evaluate import perplexity
-from analysis.recovery import RecoverySettings, recover
-from analysis.sensitivity import MapSettings, sensitivity_points
+from analysis.shrink.calibration import calibrate
+from analysis.runtime.cancel import Cancelled, check
+from analysis.evaluate.perplexity import perplexity
+from analysis.shrink.recovery import RecoverySettings, recover
+from analysis.shrink.sensitivity import MapSettings, sensitivity_points
 from family_cases.text_lm import build_tiny
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -79,7 +79,7 @@ def test_a_cancelled_sweep_point_writes_nothing(model_tok, tmp_path, monkeypatch
                           cancel=lambda: stop.is_set())
     next(gen)  # the baseline, cached
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1
-    import analysis.recovery as recovery_mod
+    import analysis.shrink.recovery as recovery_mod
     real = recovery_mod.recover
 
     def stop_at_step_3(*args, progress=None, **kwargs):

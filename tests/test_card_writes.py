@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-import analysis.model_card
-from analysis.cli import main
+import analysis.models.model_card
+from analysis.cli.main import main
 from analysis.io import card_files, writes
-from analysis.models import SAMPLES_DIR
+from analysis.models.load import SAMPLES_DIR
 from family_cases.text_lm import build_tiny
 
 TRAINING = {"arch": "delta_net", "task": "lm", "history": [{"step": 1}]}
@@ -22,8 +22,8 @@ STUB = {"name": "stub"}
 def measured(monkeypatch):
     """The card's measurement, stubbed; the list records each call (a refusal must come before it)."""
     calls = []
-    monkeypatch.setattr(analysis.model_card, "build_card", lambda model: calls.append(model) or dict(STUB))
-    monkeypatch.setattr(analysis.model_card, "render", lambda card: "# stub card\n")
+    monkeypatch.setattr(analysis.models.model_card, "build_card", lambda model: calls.append(model) or dict(STUB))
+    monkeypatch.setattr(analysis.models.model_card, "render", lambda card: "# stub card\n")
     return calls
 
 

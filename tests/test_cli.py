@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from analysis.cli import main
+from analysis.cli.main import main
 
 
 def run_cli(*args):

@@ -1,6 +1,6 @@
 """Every bad input a careless or hostile user tried (issue 11, items 3, 4, 8, 9): one sentence, exit code 2.
 
-The CLI runs in-process (`analysis.cli.main`), on tiny random-init checkpoints saved in tmp dirs and
+The CLI runs in-process (`analysis.cli.main.main`), on tiny random-init checkpoints saved in tmp dirs and
 broken on purpose. The memory available is fixed at 16 GB (so one request may use 8 GB) to make the
 memory refusals the same on every machine.
 """
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis import inputs, limits
-from analysis.cli import main
+from analysis.data import inputs
+from analysis.models import limits
+from analysis.cli.main import main
 from ui_fixtures import save_tiny_recall
 
 AVAILABLE = 16 * 10**9
@@ -212,8 +213,8 @@ def test_a_few_bad_bytes_are_a_warning_not_an_error(dirs, tmp_path, capsys):
 
 def test_importance_ratio_1_is_refused_before_loading(dirs, monkeypatch, capsys):
     """Validate every argument first: no model load, no calibration (it took 23 s before the ratio check)."""
-    import analysis.models
-    monkeypatch.setattr(analysis.models, "load_model", lambda *a, **k: pytest.fail("loaded before validating"))
+    import analysis.models.load
+    monkeypatch.setattr(analysis.models.load, "load_model", lambda *a, **k: pytest.fail("loaded before validating"))
     code, _, err = run(["importance", dirs["good"], "--ratio", "1"], capsys)
     assert code == 2 and "--ratio" in err
 

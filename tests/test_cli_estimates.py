@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from analysis import limits, workload
+from analysis.models import limits, workload
 from analysis.io import point_cache
-from analysis.cli import main
+from analysis.cli.main import main
 
 AVAILABLE = 16 * 10**9
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cli import main
+from analysis.cli.main import main
 from golden_compare import mismatches, numbers
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from analysis.cli import main
-from analysis.commands import progress
+from analysis.cli.main import main
+from analysis.cli.commands import progress
 from analysis.io import point_cache
 
 

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from analysis import ray_executor
-from analysis.cli import main
+from analysis.runs import ray_executor
+from analysis.cli.main import main
 from analysis.errors import AnalysisError
 from analysis.io.writes import output_target
 
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def quick_machine(monkeypatch):
     """No timing forward (and so no estimate line on a busy machine): these tests are about other things."""
-    from analysis import workload
+    from analysis.models import workload
     monkeypatch.setattr(workload, "forward_seconds", lambda model, batch, tokens: 0.001)
 
 
@@ -80,7 +80,7 @@ def test_text_that_is_not_a_regular_file_says_so(kind, tiny_dirs, tmp_path, caps
 
 @pytest.mark.parametrize("json_at", ["{out}", "{out}/result.json", "{out}/../out"])
 def test_json_equal_to_or_inside_out_is_refused_before_any_work(json_at, tiny_dirs, tmp_path, capsys, monkeypatch):
-    import analysis.commands.common as common
+    import analysis.cli.commands.common as common
     monkeypatch.setattr(common, "load", lambda args: pytest.fail("the model was loaded before the refusal"))
     out = tmp_path / "out"
     code, _, err = run(["prune", tiny_dirs["delta_net"], "--strategy", "l1", "--ratio", "0.5", "--out", out,
@@ -101,7 +101,7 @@ def test_prune_whose_rounded_plan_keeps_every_channel_is_refused(tiny_dirs, tmp_
 
 def test_unchanged_plan_is_none_for_a_real_prune_and_for_ratio_0(tiny_dirs):
     from family_cases.text_lm import build_tiny
-    from analysis.prune import plan_key_dims, unchanged_plan
+    from analysis.shrink.prune import plan_key_dims, unchanged_plan
     model = build_tiny("delta_net")
     assert unchanged_plan(model, plan_key_dims(model, ratio=0.5, round_to=16), 0.5, None, 16) is None
     assert unchanged_plan(model, plan_key_dims(model, ratio=0.0), 0.0) is None  # asked for nothing: no surprise

@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 
 import analysis  # noqa: F401
-from analysis.cpu_ops.conv import causal_conv1d
-from analysis.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
-from analysis.cpu_ops.norms import rms_norm
+from analysis.runtime.cpu_ops.conv import causal_conv1d
+from analysis.runtime.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
+from analysis.runtime.cpu_ops.norms import rms_norm
 from helpers.state_sink import Sink
 
 
@@ -77,7 +77,7 @@ def test_only_requested_states_are_handed_over(gated):
 
 def test_states_at_takes_a_per_key_channel_gate():
     """A per-channel Γ (one decay per key channel) equal across channels gives the per-head result."""
-    from analysis.cpu_ops.delta_rule import states_at
+    from analysis.runtime.cpu_ops.delta_rule import states_at
     g = torch.Generator().manual_seed(4)
     B, H, C, K, V = 1, 2, 8, 5, 3
     S0, k, U = torch.randn(B, H, K, V, generator=g), torch.randn(B, H, C, K, generator=g), torch.randn(B, H, C, V, generator=g)

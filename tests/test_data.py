@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analysis import data
+from analysis.data import corpus as data
 from analysis.errors import AnalysisError
 
 HAMLET_TITLE = "HAMLET, PRINCE OF DENMARK"

@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from analysis import data
+from analysis.data import corpus as data
 from analysis.errors import AnalysisError
-from analysis.evaluate import _scored_windows, perplexity, unigram_baseline
+from analysis.evaluate.perplexity import _scored_windows, perplexity, unigram_baseline
 from family_cases.text_lm import build_tiny
 
 

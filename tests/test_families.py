@@ -48,8 +48,8 @@ def _ids(model, batch=2, tokens=24, seed=0):
 
 
 def test_collected_states_equal_the_token_loop(case):
-    from analysis.models import attention_layers
-    from analysis.states import collect_states
+    from analysis.models.load import attention_layers
+    from analysis.inspect.states import collect_states
     _, fam, model = case
     layers = attention_layers(model)
     inputs = {}
@@ -74,7 +74,7 @@ def _zeroed(model, selections):
     """A copy of the model whose dropped q/k channels are zero in every row block the adapter names (projection
     rows and short-convolution weights and biases): after the convolution (SiLU(0) = 0) they are exactly zero."""
     from analysis.archs import adapter_for
-    from analysis.models import linear_layers
+    from analysis.models.load import linear_layers
     zeroed = copy.deepcopy(model)
     adapter = adapter_for(zeroed)
     with torch.no_grad():
@@ -91,7 +91,7 @@ def _zeroed(model, selections):
 
 
 def _post_conv_qk(model, ids):
-    from analysis.backend import observe_recurrences
+    from analysis.runtime.backend import observe_recurrences
     seen = []
     with torch.no_grad(), observe_recurrences(lambda r: seen.append((r.q_raw, r.k_raw))):
         model(ids, use_cache=False)
@@ -101,7 +101,7 @@ def _post_conv_qk(model, ids):
 @pytest.mark.parametrize("ratios", ["uniform", "per-layer"])
 def test_pruning_is_pure_channel_removal(case, ratios, tmp_path):
     from analysis.archs import adapter_for
-    from analysis.prune import plan_key_dims, prune
+    from analysis.shrink.prune import plan_key_dims, prune
     _, _, model = case
     n = len(plan_key_dims(model, ratio=0.0))
     plan = {"ratio": 0.5} if ratios == "uniform" else {"ratios": [(0.25, 0.5, 0.75)[i % 3] for i in range(n)]}
@@ -123,7 +123,7 @@ def test_pruning_is_pure_channel_removal(case, ratios, tmp_path):
     # the saved pruned model loads back with plain transformers (after `import analysis`) and computes the same
     from transformers import AutoModelForCausalLM
 
-    from analysis.prune import save_model
+    from analysis.shrink.prune import save_model
     loaded = AutoModelForCausalLM.from_pretrained(save_model(result.model, tmp_path / "pruned")).eval()
     with torch.no_grad():
         assert torch.equal(loaded(ids, use_cache=False).logits, pruned_logits)
@@ -131,7 +131,7 @@ def test_pruning_is_pure_channel_removal(case, ratios, tmp_path):
 
 def test_softmax_blocks_are_never_touched(case):
     from analysis.archs import adapter_for
-    from analysis.prune import plan_key_dims, prune
+    from analysis.shrink.prune import plan_key_dims, prune
     name, _, model = case
     adapter = adapter_for(model)
     softmax = [b for b in adapter.blocks(model) if b.kind == "softmax"]
@@ -148,7 +148,7 @@ def test_softmax_blocks_are_never_touched(case):
 
 def test_describe_lists_every_block(case):
     from analysis.archs import adapter_for
-    from analysis.models import describe
+    from analysis.models.load import describe
     _, _, model = case
     info = describe(model)
     kinds = [b.kind for b in adapter_for(model).blocks(model)]
@@ -163,7 +163,7 @@ def test_describe_lists_every_block(case):
 @pytest.fixture
 def saved_dir(case, tmp_path):
     """The case's model saved by save_pretrained, its vocabulary grown to the bundled tokenizer's so text fits."""
-    from analysis import data
+    from analysis.data import corpus as data
     name, _, model = case
     model = copy.deepcopy(model)
     size = len(data.load_tokenizer())
@@ -184,7 +184,7 @@ COMMANDS = {
 
 
 def test_cli_commands_run_and_write_json(saved_dir, tmp_path):
-    from analysis.cli import main
+    from analysis.cli.main import main
     for command, extra in COMMANDS.items():
         out = tmp_path / f"{command}.json"
         argv = [command, str(saved_dir), "--device", "cpu", *[a.format(out=tmp_path / "pruned") for a in extra],
@@ -194,7 +194,7 @@ def test_cli_commands_run_and_write_json(saved_dir, tmp_path):
 
 
 def test_a_model_type_without_an_adapter_is_one_sentence(tmp_path, capsys):
-    from analysis.cli import main
+    from analysis.cli.main import main
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "llama"}))
     assert main(["rank", str(tmp_path / "m"), "--device", "cpu"]) == 2
@@ -206,7 +206,7 @@ def test_a_hybrid_without_linear_attention_is_one_sentence(tmp_path, capsys):
     import analysis  # noqa: F401
     from fla.models import GatedDeltaNetConfig
     from transformers import AutoModelForCausalLM
-    from analysis.cli import main
+    from analysis.cli.main import main
     config = GatedDeltaNetConfig(hidden_size=32, num_hidden_layers=2, num_heads=2, head_dim=16, vocab_size=8192,
                                  attn={"layers": [0, 1], "num_heads": 2})
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "all-softmax")
@@ -220,8 +220,8 @@ def test_fla_uniform_default_scale_prune_is_the_family_own_type(module, tmp_path
     """Uniform key dims at fla's own readout scale: fla's config can say it, so the saved model is plain fla."""
     from transformers import AutoModelForCausalLM
 
-    from analysis.models import describe
-    from analysis.prune import plan_key_dims, prune, save_model
+    from analysis.models.load import describe
+    from analysis.shrink.prune import plan_key_dims, prune, save_model
     model = _load(module).make_model()
     result = prune(model, "l1", plan_key_dims(model, ratio=0.5), rescale="default")
     assert result.model.config.model_type == model.config.model_type

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis import checkpoint, data
-from analysis.cli import main
+from analysis.models import checkpoint
+from analysis.data import corpus as data
+from analysis.cli.main import main
 from analysis.io import swap, writes
 from family_cases.text_lm import build_tiny
 
@@ -184,8 +185,8 @@ def runs(folder: Path, checkpoint_dir: bool = False) -> None:
     key = digest(folder)
     if key in RAN:
         return
-    from analysis.models import load_model
-    from analysis.train import _load_checkpoint_model
+    from analysis.models.load import load_model
+    from analysis.train.trainer import _load_checkpoint_model
     model = _load_checkpoint_model(folder) if checkpoint_dir else load_model(str(folder), device="cpu")
     vocab = model.config.vocab_size
     with torch.no_grad():
@@ -324,8 +325,8 @@ def test_dashboard_save_survives_a_kill_at_every_step(tmp_path, source, monkeypa
     with the journal that replaces RENAME_EXCHANGE where the OS lacks it (the name is missing only between its
     two renames, with the journal written, and the next save finishes or undoes it)."""
     from analysis.io.export import carry_recall_task
-    from analysis.models import load_model, load_tokenizer
-    from analysis.prune import plan_key_dims, prune, pruning_metadata, save_model
+    from analysis.models.load import load_model, load_tokenizer
+    from analysis.shrink.prune import plan_key_dims, prune, pruning_metadata, save_model
     model = load_model(str(source), device="cpu")
     tokenizer = load_tokenizer(model)
     result = prune(model, "l1", plan_key_dims(model, ratio=0.5))
@@ -404,7 +405,7 @@ def test_json_file_survives_a_kill_at_every_step(tmp_path):
 
 
 def test_model_card_survives_a_kill_at_every_step(tmp_path, monkeypatch):
-    from analysis import model_card
+    from analysis.models import model_card
 
     def scene(root):
         foreign = plant_foreign(root, "model")
@@ -442,8 +443,8 @@ def point_cache_seam(folder: Path) -> None:
 
 
 def test_sweep_cache_entry_survives_a_kill_at_every_step(tmp_path, source):
-    from analysis.models import load_model, load_tokenizer
-    from analysis.sweep import sweep
+    from analysis.models.load import load_model, load_tokenizer
+    from analysis.runs.sweep import sweep
     model = load_model(str(source), device="cpu")
     tokenizer = load_tokenizer(model)
 

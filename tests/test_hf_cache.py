@@ -46,7 +46,7 @@ def test_hub_id_loads_from_the_cache_offline(tiny_dirs, tmp_path):
 def test_missing_snapshot_offline_is_one_sentence(tiny_dirs, tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    from analysis import models
+    from analysis.models import load as models
     from analysis.errors import AnalysisError
     hub = _cache_with(tmp_path, tiny_dirs["delta_net"])
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))

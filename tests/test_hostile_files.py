@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from analysis import checkpoint
-from analysis.cli import main
+from analysis.models import checkpoint
+from analysis.cli.main import main
 from analysis.errors import AnalysisError
 
 pytestmark = pytest.mark.timeout(120)  # a FIFO that is opened for reading would hang: fail instead

@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-from analysis import html_report
-from analysis.cli import main
+from analysis.inspect import html_report
+from analysis.cli.main import main
 from analysis.io.report_file import check_destination
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,8 +46,9 @@ def effective_rank(S: torch.Tensor) -> torch.Tensor:
 
 def final_states(model_name: str, tokens: int, batch: int):
     """The same text the CLI reads, through the core's input and state collection."""
-    from analysis import inputs, models
-    from analysis.states import collect_states
+    from analysis.data import inputs
+    from analysis.models import load as models
+    from analysis.inspect.states import collect_states
     model = models.load_model(model_name, device="cpu")
     tok = models.load_tokenizer(model)
     ids = inputs.model_batch(model, tok, tokens, batch, split="test").ids
@@ -77,7 +78,7 @@ def test_rank_grid_equals_the_effective_rank_of_the_final_states(sample_report):
     fig = figure(sample_report, "rank-grid")
     z = torch.tensor(fig["data"][0]["z"], dtype=torch.float64)               # [layer, head]
     expected = torch.stack([effective_rank(S).mean(0) for S in final_states("deltanet-small", 48, 2)])
-    # the core's SVD runs on the float32 states too, in float64 (analysis.rank): agreement to 1e-6 relative
+    # the core's SVD runs on the float32 states too, in float64 (analysis.linalg.rank): agreement to 1e-6 relative
     assert torch.allclose(z, expected, rtol=1e-6, atol=0)
     assert fig["data"][0]["type"] == "heatmap" and z.shape == (4, 4)
 

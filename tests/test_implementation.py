@@ -1,11 +1,11 @@
 """The Model page's implementation line (analysis.archs.implementation) tells the truth: the CPU op it names is the
-one a forward calls (counted through analysis.backend), and the CUDA op is what the routed entry point binds."""
+one a forward calls (counted through analysis.runtime.backend), and the CUDA op is what the routed entry point binds."""
 import importlib.util
 
 import pytest
 import torch
 
-from analysis import backend
+from analysis.runtime import backend
 from analysis.archs.implementation import implementation
 from family_cases.text_lm import build_tiny
 from family_cases.mamba2 import make_model as make_mamba2
@@ -31,7 +31,7 @@ def test_mamba2_line_names_the_linear_attention_op_and_the_cuda_binding(monkeypa
     model = make_mamba2(model_type)
     impl = implementation(model)
     assert impl.layers == 3 - (model_type == "nemotron_h") and impl.device == "cpu"
-    assert "`chunked_linear_attention` (analysis/cpu_ops/linear_attention.py" in impl.cpu
+    assert "`chunked_linear_attention` (analysis/runtime/cpu_ops/linear_attention.py" in impl.cpu
     assert _calls(monkeypatch, model) == {"chunked_delta_rule": 0, "chunked_linear_attention": impl.layers}
     modeling = f"transformers.models.{model_type}.modeling_{model_type}"
     if importlib.util.find_spec("mamba_ssm") is None:   # transformers bound its own torch SSD at import
@@ -46,7 +46,7 @@ def test_mamba2_line_names_the_linear_attention_op_and_the_cuda_binding(monkeypa
 def test_fla_line_names_the_delta_rule_op_and_fla_kernels(monkeypatch):
     model = build_tiny("gated_deltanet")
     impl = implementation(model)
-    assert "`chunked_delta_rule` (analysis/cpu_ops/delta_rule.py" in impl.cpu
+    assert "`chunked_delta_rule` (analysis/runtime/cpu_ops/delta_rule.py" in impl.cpu
     assert _calls(monkeypatch, model) == {"chunked_delta_rule": impl.layers, "chunked_linear_attention": 0}
     assert impl.cuda == ("fla's Triton kernel `chunk_gated_delta_rule` (fla.ops.gated_delta_rule.chunk) and fla's "
                          "Triton kernel `fused_recurrent_gated_delta_rule` (fla.ops.gated_delta_rule.fused_recurrent)")
@@ -63,7 +63,7 @@ def test_qwen3_5_line_reads_transformers_binding():
 def test_a_saved_mamba2_says_it_loaded_as_transformers_class(tmp_path):
     """fla registers its own `mamba2` under the same model type; the project gives the type back to transformers,
     and the line says which class the checkpoint was loaded as."""
-    from analysis.models import load_model
+    from analysis.models.load import load_model
     make_mamba2("mamba2").save_pretrained(tmp_path / "m")
     model = load_model(str(tmp_path / "m"), device="cpu")
     impl = implementation(model)

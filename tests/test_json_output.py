@@ -7,8 +7,8 @@ import stat
 import pytest
 import torch
 
-from analysis.cli import main
-from analysis.report import write_json
+from analysis.cli.main import main
+from analysis.inspect.report import write_json
 from family_cases.text_lm import build_tiny
 
 PAYLOAD = {"a": 1, "b": [0.5, "x"]}

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import analysis  # noqa: F401  (CPU routing for fla, pruned_kda registered)
 from analysis.archs import adapter_for
 from analysis.archs.kda import ADAPTER
-from analysis.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
+from analysis.runtime.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
 from analysis.errors import AnalysisError
 from family_cases.kda import make_model, reference_states
 from helpers.state_sink import Sink
@@ -90,7 +90,7 @@ def test_per_channel_gradients_match_token_loop():
 @pytest.mark.parametrize("C", [64, 48])   # 48: padded to 64 inside the recursive halving
 def test_channel_products_equal_their_definition(C):
     """P_ij = Σ_c x_ic y_jc exp(Σ_{j<l≤i} g_lc) for j ≤ i, 0 above, against the direct fp64 formula."""
-    from analysis.cpu_ops.delta_rule import _channel_products
+    from analysis.runtime.cpu_ops.delta_rule import _channel_products
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(2, C, 8, generator=gen), torch.randn(2, C, 8, generator=gen)
     g = -3 * torch.rand(2, C, 8, generator=gen)
@@ -208,7 +208,7 @@ def layer_inputs(model, ids):
 
 
 def test_collected_states_equal_token_loop_from_the_definition():
-    from analysis.states import collect_states
+    from analysis.inspect.states import collect_states
     model = make_model()
     ids = torch.randint(0, 256, (2, 70), generator=torch.Generator().manual_seed(3))
     trace = collect_states(model, ids, keep_states=True, compute_metrics=False)

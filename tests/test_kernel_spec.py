@@ -8,8 +8,8 @@ import torch
 from analysis.archs import FAMILIES, get_adapter
 from analysis.archs.kernels import KERNELS, MAX_KEY_DIM, kernel_spec
 from analysis.errors import AnalysisError
-from analysis.latency import kernel_latency
-from analysis.models import resolve_dtype
+from analysis.evaluate.latency import kernel_latency
+from analysis.models.load import resolve_dtype
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -58,7 +58,7 @@ def test_gpu_dtypes_come_from_the_spec():
                                              ("pruned_kimi_linear", "linear_key_head_dims")])
 def test_each_family_s_per_layer_key_dims_are_validated(model_type, key, tmp_path):
     """The adapter names its pruned config's per-layer key-dims key, so Qwen and Kimi configs are checked too."""
-    from analysis.checkpoint import validate_config
+    from analysis.models.checkpoint import validate_config
     config = {"model_type": model_type, "num_hidden_layers": 2, "hidden_size": 64, "vocab_size": 100}
     assert validate_config({**config, key: [16, 32]}, tmp_path)
     for bad in ([0, 16], [16, 16, 16], "16", [16.5]):

@@ -11,7 +11,7 @@ import torch
 import analysis  # noqa: F401
 from analysis.archs import adapter_for
 from analysis.archs.kimi_linear import ADAPTER, ENTRY_POINTS
-from analysis.backend import observe_recurrences
+from analysis.runtime.backend import observe_recurrences
 from analysis.errors import AnalysisError
 from family_cases import assert_close, logits
 from family_cases.kimi_linear import CASE
@@ -110,7 +110,7 @@ def test_install_routing_is_idempotent():
 # --- pruning ----------------------------------------------------------------------------------------------------
 
 def _prune(model, dims, rescale="original", strategy="random"):
-    from analysis.prune import prune
+    from analysis.shrink.prune import prune
     return prune(model, strategy, dims, seed=5, rescale=rescale)
 
 
@@ -129,7 +129,7 @@ def _zeroed(model, selections):
 
 @pytest.mark.parametrize("dims", [[8, 8, 8], [12, 4, 16]], ids=["uniform", "per-layer"])
 def test_prune_equals_zeroed_channels_and_reloads(model, ids, dims, tmp_path):
-    from analysis.prune import save_model
+    from analysis.shrink.prune import save_model
     result = _prune(model, dims)
     pruned = result.model
     assert pruned.config.model_type == "pruned_kimi_linear"       # KimiLinearConfig has one head dim for k and v
@@ -179,8 +179,8 @@ def test_checkpoint_check_expects_the_hub_layout_save_pretrained_writes(model, t
     the tensor check must expect those names, and still name a tensor of the wrong shape."""
     from safetensors.torch import load_file, save_file
 
-    from analysis import checkpoint
-    from analysis.models import check_loadable
+    from analysis.models import checkpoint
+    from analysis.models.load import check_loadable
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     required, _ = checkpoint.expected_tensors(config, tmp_path)
@@ -197,7 +197,7 @@ def test_checkpoint_check_expects_the_hub_layout_save_pretrained_writes(model, t
 def test_bf16_prune_keeps_the_fp32_tensors_transformers_keeps(model, ids, tmp_path):
     """transformers loads dt_bias and the MoE router in fp32 inside a bf16 model; the pruned model keeps them so
     (the router's weights bit for bit), and its saved directory loads back to the same logits."""
-    from analysis.prune import save_model
+    from analysis.shrink.prune import save_model
     model.save_pretrained(tmp_path / "orig")
     bf16 = AutoModelForCausalLM.from_pretrained(tmp_path / "orig", dtype=torch.bfloat16).eval()
     kept = {n: p for n, p in bf16.named_parameters() if p.dtype == torch.float32}

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.cli import main
+from analysis.cli.main import main
 from analysis.errors import AnalysisError
-from analysis.latency import NOISY_SPREAD, kernel_latency, summary, time_call, timing_stats
+from analysis.evaluate.latency import NOISY_SPREAD, kernel_latency, summary, time_call, timing_stats
 from family_cases.text_lm import build_tiny
 
 SAMPLES = [[5.0], [3.0, 1.0], [12.0, 11.0, 13.0, 12.5, 55.0, 11.8, 12.1], list(np.linspace(1.0, 2.0, 10) ** 2)]

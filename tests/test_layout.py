@@ -49,7 +49,7 @@ def test_family_knowledge_lives_in_the_adapters():
     """Issue 20: no model type, family key, family parameter name or family module import outside analysis/archs/,
     no `model_type ==`, and no strategy singled out by name (a strategy says what it is: `axis_aligned`)."""
     from analysis.archs import FAMILIES, supported_model_types
-    from analysis.strategies import STRATEGIES
+    from analysis.shrink.strategies import STRATEGIES
     family_words = set(FAMILIES) | set(supported_model_types()) | FAMILY_PARAMETERS
     offenders = []
     for path in outside_archs():
@@ -155,3 +155,15 @@ def test_pages_stay_thin():
     long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "pages").glob("*.py"))
             if (n := len(p.read_text().splitlines())) > PAGE_MAX_LINES}
     assert long == {}
+
+
+def test_the_readme_names_every_core_package():
+    """Issue 20: the README's layout section is the map of analysis/; a package missing there is a stale map."""
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):]
+    layout = layout[:layout.index("```", layout.index("```") + 3)]
+    packages = sorted(p.parent.name for p in (ROOT / "analysis").glob("*/__init__.py"))
+    assert len(packages) >= 10, packages
+    assert [p for p in packages if f"  {p}/ " not in layout] == []
+    stray = sorted(p.name for p in (ROOT / "analysis").glob("*.py"))
+    assert stray == ["__init__.py", "__main__.py", "defaults.py", "errors.py"], "a new core module belongs in a package"

@@ -1,4 +1,4 @@
-"""Memory estimates (analysis.limits), bounded text reading (analysis.inputs) and a robust sample listing."""
+"""Memory estimates (analysis.models.limits), bounded text reading (analysis.data.inputs) and a robust sample listing."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,9 @@ import shutil
 import pytest
 import torch
 
-from analysis import data, inputs, limits, models, samples
-from analysis.cli import main
+from analysis.data import corpus as data, inputs
+from analysis.models import limits, load as models, samples
+from analysis.cli.main import main
 from analysis.errors import AnalysisError
 from family_cases.text_lm import build_tiny
 
@@ -33,7 +34,7 @@ def test_parameter_count_matches_real_models_exact_and_extrapolated(kind):
 
 
 def test_parameter_count_of_a_per_layer_pruned_config():
-    from analysis.pruned_models import PrunedDeltaNetConfig
+    from analysis.models.pruned_models import PrunedDeltaNetConfig
     from transformers import AutoModelForCausalLM
     config = PrunedDeltaNetConfig(hidden_size=64, num_hidden_layers=3, num_heads=2, vocab_size=512,
                                   head_k_dims=[32, 16, 8])
@@ -115,7 +116,7 @@ def samples_dir(tmp_path, monkeypatch, tiny_dirs):
     (root / "listed" / "config.json").write_text("[]")
     shutil.copytree(tiny_dirs["delta_net"], root / ".good.tmp-123")
     monkeypatch.setattr(models, "SAMPLES_DIR", root)
-    monkeypatch.setattr(samples, "SAMPLES_DIR", root)  # `models` lists through analysis.samples (no torch)
+    monkeypatch.setattr(samples, "SAMPLES_DIR", root)  # `models` lists through analysis.models.samples (no torch)
     return root
 
 
@@ -144,7 +145,7 @@ def test_counts_in_messages_read_as_english():
 
 
 def test_calibration_with_fewer_tokens_than_the_key_dim_is_refused():
-    from analysis.calibration import calibrate
+    from analysis.shrink.calibration import calibrate
     model = build_tiny("delta_net")  # head key dim 32
     with pytest.raises(AnalysisError, match=r"1×16 = 16 tokens gives fewer activation rows than the key dim 32"):
         calibrate(model, data.load_tokenizer(), n_sequences=1, seq_len=16)
@@ -152,7 +153,7 @@ def test_calibration_with_fewer_tokens_than_the_key_dim_is_refused():
 
 def test_model_too_big_for_memory_is_refused_before_loading_with_dtype_advice(tiny_model_dir, monkeypatch):
     """Issue 14: the size and the memory available, and --dtype bfloat16 or a GPU as the way out."""
-    from analysis import limits, models
+    from analysis.models import limits, load as models
     from analysis.errors import AnalysisError
     monkeypatch.setattr(limits, "available_memory", lambda device="cpu": 100_000)  # 100 kB free
     built = []

@@ -35,7 +35,7 @@ def _ids(model, tokens=21, seed=0):
 
 
 def test_chunked_op_equals_the_token_loop():
-    from analysis.cpu_ops.linear_attention import chunked_linear_attention, recurrent_linear_attention
+    from analysis.runtime.cpu_ops.linear_attention import chunked_linear_attention, recurrent_linear_attention
     gen = torch.Generator().manual_seed(0)
     B, T, H, dk, dv = 2, 21, 3, 5, 4
     q, k = torch.randn(B, T, H, dk, generator=gen), torch.randn(B, T, H, dk, generator=gen)
@@ -83,8 +83,8 @@ def test_routed_scan_equals_transformers_scan_with_a_prior_state():
 
 
 def test_dense_rank_trace_follows_plain_linear_attention():
-    from analysis.cpu_ops.linear_attention import recurrent_linear_attention
-    from analysis.spectral_tracker import track_top_singular
+    from analysis.runtime.cpu_ops.linear_attention import recurrent_linear_attention
+    from analysis.linalg.spectral_tracker import track_top_singular
     gen = torch.Generator().manual_seed(1)
     B, T, H, dk, dv = 1, 12, 2, 6, 5
     k, v = torch.randn(B, T, H, dk, generator=gen), torch.randn(B, T, H, dv, generator=gen)
@@ -106,7 +106,7 @@ def test_blocks_are_listed_in_order_and_labelled(model_type):
     """Every token mixer once per use, in forward order: Falcon-H1's parallel attention beside each Mamba-2 mixer,
     Zamba2's shared attention before its hybrid layer's mixer, Nemotron-H's MLP as "other"."""
     from analysis.archs import adapter_for
-    from analysis.models import describe
+    from analysis.models.load import describe
     model = _model(model_type)
     blocks = adapter_for(model).blocks(model)
     assert [b.index for b in blocks] == list(range(len(blocks)))
@@ -119,8 +119,8 @@ def test_blocks_are_listed_in_order_and_labelled(model_type):
 
 @pytest.mark.parametrize("model_type", TYPES)
 def test_states_equal_the_definition(model_type):
-    from analysis.models import attention_layers
-    from analysis.states import collect_states
+    from analysis.models.load import attention_layers
+    from analysis.inspect.states import collect_states
     model = _model(model_type)
     layers, inputs = attention_layers(model), {}
     hooks = [m.register_forward_pre_hook(
@@ -158,7 +158,7 @@ def test_logits_equal_transformers_torch_path(model_type):
 
 def _zeroed(model, selections):
     from analysis.archs import adapter_for
-    from analysis.models import linear_layers
+    from analysis.models.load import linear_layers
     zeroed = copy.deepcopy(model)
     adapter = adapter_for(zeroed)
     with torch.no_grad():
@@ -177,7 +177,7 @@ def test_pruning_n_is_pure_channel_removal(model_type, ratios, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from analysis.archs import adapter_for
-    from analysis.prune import plan_key_dims, prune, save_model
+    from analysis.shrink.prune import plan_key_dims, prune, save_model
     model = _model(model_type)
     n = len(plan_key_dims(model, ratio=0.0))
     plan = {"ratio": 0.5} if ratios == "uniform" else {"ratios": [(0.25, 0.75)[i % 2] for i in range(n)]}
@@ -204,8 +204,8 @@ def test_pruning_n_is_pure_channel_removal(model_type, ratios, tmp_path):
 def test_fla_mamba2_type_is_given_back_to_transformers(tmp_path):
     """fla registers its own Mamba2 (Triton-only ops) under model type `mamba2` when imported; after the project is
     ready a transformers-saved mamba2 loads as transformers' class and runs on CPU."""
-    from analysis.models import load_model
-    from analysis.runtime import ready
+    from analysis.models.load import load_model
+    from analysis.runtime.process import ready
     ready()
     import fla.models  # noqa: F401  (fla's registration has run)
     _model("mamba2").save_pretrained(tmp_path / "m")
@@ -215,8 +215,8 @@ def test_fla_mamba2_type_is_given_back_to_transformers(tmp_path):
 
 
 def test_cli_on_a_saved_mamba2(tmp_path):
-    from analysis import data
-    from analysis.cli import main
+    from analysis.data import corpus as data
+    from analysis.cli.main import main
     model = copy.deepcopy(_model("mamba2"))
     model.resize_token_embeddings(len(data.load_tokenizer()), mean_resizing=False)
     model.save_pretrained(tmp_path / "m")
@@ -243,7 +243,7 @@ def test_cli_on_a_saved_mamba2(tmp_path):
 
 @pytest.mark.parametrize("model_type", ["mamba", "jamba", "falcon_mamba"])
 def test_mamba1_is_one_sentence(model_type, tmp_path, capsys):
-    from analysis.cli import main
+    from analysis.cli.main import main
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": model_type}))
     assert main(["rank", str(tmp_path / "m"), "--device", "cpu"]) == 2
@@ -254,8 +254,8 @@ def test_mamba1_is_one_sentence(model_type, tmp_path, capsys):
 def test_groups_that_do_not_divide_the_heads_are_one_sentence(tmp_path, capsys):
     from transformers import AutoModelForCausalLM
 
-    from analysis.cli import main
-    from analysis.runtime import ready
+    from analysis.cli.main import main
+    from analysis.runtime.process import ready
     ready()
     config = make_config("mamba2")
     config.n_groups, config.vocab_size = 3, 8192
@@ -268,8 +268,8 @@ def test_groups_that_do_not_divide_the_heads_are_one_sentence(tmp_path, capsys):
 def test_train_builds_a_nemotron_h_hybrid(tmp_path):
     """`python -m analysis train --arch mamba2`: a Nemotron-H of Mamba-2 / attention mixers each followed by an MLP."""
     from analysis.archs import adapter_for
-    from analysis.cli import main
-    from analysis.models import load_model
+    from analysis.cli.main import main
+    from analysis.models.load import load_model
     out = tmp_path / "out"
     assert main(["train", "--arch", "mamba2", "--out", str(out), "--work", str(tmp_path / "work"), "--hidden-size",
                  "32", "--layers", "4", "--heads", "4", "--head-dim", "16", "--seq-len", "32", "--batch", "2",
@@ -285,8 +285,8 @@ def test_train_builds_a_granite_h_hybrid_with_tied_embeddings(tmp_path):
     N set apart from the head dim, the LM head tied to the embedding (so the file holds it once)."""
     from safetensors import safe_open
     from analysis.archs import adapter_for
-    from analysis.cli import main
-    from analysis.models import load_model
+    from analysis.cli.main import main
+    from analysis.models.load import load_model
     out = tmp_path / "out"
     assert main(["train", "--arch", "mamba2", "--model-type", "granitemoehybrid", "--out", str(out), "--work",
                  str(tmp_path / "work"), "--hidden-size", "32", "--layers", "4", "--heads", "4", "--head-dim", "16",
@@ -309,7 +309,7 @@ def test_train_builds_a_granite_h_hybrid_with_tied_embeddings(tmp_path):
     (["--arch", "gated_deltanet", "--state-size", "16"], "--state-size applies to Mamba-2 models only"),
 ])
 def test_train_refuses_a_model_type_or_state_size_the_family_cannot_build(tmp_path, capsys, argv, said):
-    from analysis.cli import main
+    from analysis.cli.main import main
     assert main(["train", *argv, "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--hidden-size", "32",
                  "--layers", "1", "--heads", "2", "--head-dim", "16", "--steps", "1", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()

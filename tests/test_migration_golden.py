@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.cli import main
+from analysis.cli.main import main
 from golden_compare import mismatches, numbers
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -59,7 +59,7 @@ TEXT_SAMPLES = {"deltanet-small": "0.25,0.5,0.75,0.5", "gated-deltanet-small": "
 def svd_route(monkeypatch):
     """The goldens predate issue 14's float64-Gram route for float32 states (same math, other rounding): the
     migration is compared on the svdvals route they were written with; tests/test_rank.py checks the Gram one."""
-    import analysis.rank as rank
+    import analysis.linalg.rank as rank
     original = rank.singular_values
     monkeypatch.setattr(rank, "singular_values", lambda S, method, finite=None: original(S, "svd", finite))
 
@@ -120,14 +120,14 @@ def test_text_samples_reproduce_the_pre_adapter_json(sample, case, tmp_path):
 @pytest.mark.golden
 def test_recall_sample_reproduces_the_pre_adapter_numbers(tmp_path):
     """The recall model through the core on its own recall sequences: rank, importance, an l1 and a wanda prune."""
-    from analysis import models
-    from analysis.calibration import calibrate
-    from analysis.importance import importance_report
-    from analysis.prune import plan_key_dims, prune, save_model
-    from analysis.recall import recall_batch
-    from analysis.recall_eval import task_of
-    from analysis.report import rank_report
-    from analysis.states import collect_states
+    from analysis.models import load as models
+    from analysis.shrink.calibration import calibrate
+    from analysis.shrink.importance import importance_report
+    from analysis.shrink.prune import plan_key_dims, prune, save_model
+    from analysis.data.recall import recall_batch
+    from analysis.evaluate.recall_eval import task_of
+    from analysis.inspect.report import rank_report
+    from analysis.inspect.states import collect_states
 
     model = models.load_model("deltanet-recall", device="cpu")
     task = task_of(model)

@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from analysis import models
+from analysis.models import load as models
 from analysis.errors import AnalysisError
 from family_cases.text_lm import build_tiny
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis import models
+from analysis.models import load as models
 from analysis.errors import AnalysisError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,12 +1,12 @@
-"""analysis.noise: closed forms against numpy, Monte Carlo against the closed forms."""
+"""analysis.linalg.noise: closed forms against numpy, Monte Carlo against the closed forms."""
 
 import numpy as np
 import pytest
 import torch
 
-import analysis.noise as noise
+import analysis.linalg.noise as noise
 from analysis.errors import AnalysisError
-from analysis.noise import (analytic_noise, analytic_retrieval_error, monte_carlo_retrieval_error,
+from analysis.linalg.noise import (analytic_noise, analytic_retrieval_error, monte_carlo_retrieval_error,
                             normalized_first_order, singular_direction_keys)
 
 
@@ -266,7 +266,7 @@ def test_numerical_rank_is_reported():
 # --- summaries over sequences (CLI and dashboard) ---------------------------------------------------------
 
 def test_directions_beyond_the_numerical_rank_are_left_out_with_the_reason():
-    from analysis.noise_report import directions_within_rank, state_table
+    from analysis.inspect.noise_report import directions_within_rank, state_table
     S = torch.stack([low_rank(8, 3, seed=60), low_rank(8, 1, seed=61, tail=1e-9)])
     table = state_table(S)
     assert [r["numerical rank"] for r in table] == [3, 1]
@@ -278,7 +278,7 @@ def test_directions_beyond_the_numerical_rank_are_left_out_with_the_reason():
 
 
 def test_summaries_take_the_median_over_sequences_and_validity_for_all():
-    from analysis.noise_report import monte_carlo, predictions, summarize_probe
+    from analysis.inspect.noise_report import monte_carlo, predictions, summarize_probe
     S = torch.stack([low_rank(16, 1, seed=70, tail=1e-7), low_rank(16, 4, seed=71), low_rank(16, 4, seed=72)])
     keys = noise.singular_direction_keys(S, [0])
     snr = [0.0, 10.0, 20.0, 40.0]
@@ -297,7 +297,7 @@ def test_summaries_take_the_median_over_sequences_and_validity_for_all():
 
 
 def test_noise_cli_carries_median_spread_and_validity(tiny_dirs, capsys):
-    from analysis.cli import main
+    from analysis.cli.main import main
     model = str(tiny_dirs["delta_net"])
     args = ["noise", model, "--tokens", "24", "--batch", "3", "--samples", "16", "--device", "cpu"]
     assert main([*args, "--snr=-10,40", "--json", "-"]) == 0

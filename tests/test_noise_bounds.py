@@ -13,14 +13,14 @@ SNR = [0.0, 20.0]
 
 @pytest.fixture(scope="module")
 def trace():
-    from analysis.states import collect_states
+    from analysis.inspect.states import collect_states
     model = make_model("nemotron_h")
     ids = torch.randint(1, 97, (3, 24), generator=torch.Generator().manual_seed(1))
     return collect_states(model, ids, positions=[23], compute_metrics=False, keep_states=True, keep_keys=4)
 
 
 def test_raw_query_report_labels_and_monte_carlo(trace):
-    from analysis.noise_report import RAW_FIGURES, RENORMALISED_PREDICTIONS, noise_report
+    from analysis.inspect.noise_report import RAW_FIGURES, RENORMALISED_PREDICTIONS, noise_report
     report = noise_report(trace, SNR, n_samples=2000, seed=0, qk_l2_normalised=False)
     assert report["query_l2_normalised"] is False and report["monte_carlo_query"].startswith("raw")
     assert report["apply_to_this_model"] == list(RAW_FIGURES)
@@ -48,15 +48,15 @@ def test_raw_query_report_labels_and_monte_carlo(trace):
 
 
 def test_normalised_report_keeps_the_renormalised_monte_carlo(trace):
-    from analysis.noise_report import noise_report
+    from analysis.inspect.noise_report import noise_report
     report = noise_report(trace, SNR, n_samples=16, seed=0, qk_l2_normalised=True)
     probe = report["layers"][0]["heads"][0]["mc_real_keys"]
     assert report["comparison_only"] == [] and probe["monte_carlo_query"] == "re-normalised" and "mc_rms" in probe
 
 
 def test_cli_noise_json_and_text_carry_the_labels(tmp_path, capsys):
-    from analysis import data
-    from analysis.cli import main
+    from analysis.data import corpus as data
+    from analysis.cli.main import main
     model = make_model("nemotron_h")
     model.resize_token_embeddings(len(data.load_tokenizer()), mean_resizing=False)
     model.save_pretrained(tmp_path / "m")

@@ -5,12 +5,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from analysis import data
-from analysis.calibration import calibrate
+from analysis.data import corpus as data
+from analysis.shrink.calibration import calibrate
 from analysis.errors import AnalysisError
-from analysis.prune import plan_key_dims, prune, save_model, tiles
-from analysis.strategies.base import Selection
-from analysis.prune import build_pruned
+from analysis.shrink.prune import plan_key_dims, prune, save_model, tiles
+from analysis.shrink.strategies.base import Selection
+from analysis.shrink.prune import build_pruned
 from family_cases.text_lm import build_tiny
 
 
@@ -75,7 +75,7 @@ def test_prune_needs_calibration_and_fitting_dims():
 
 
 def test_cli_prune_says_readout_scale_and_calibration_used(tiny_dirs, tmp_path):
-    from analysis.cli import main
+    from analysis.cli.main import main
     common = ["--ratio", "0.5", "--eval-tokens", "256", "--calib-sequences", "3", "--calib-tokens", "32"]
     assert main(["prune", str(tiny_dirs["delta_net"]), "--strategy", "wanda", "--rescale", "default", *common,
                  "--out", str(tmp_path / "a"), "--json", str(tmp_path / "a.json")]) == 0

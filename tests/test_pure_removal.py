@@ -13,13 +13,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from analysis import data
-from analysis.backend import observe_recurrences
-from analysis.calibration import calibrate
-from analysis.models import attention_layers, load_model
-from analysis.prune import build_pruned, plan_key_dims, prune, save_model
-from analysis.strategies import STRATEGIES
-from analysis.strategies.base import Selection
+from analysis.data import corpus as data
+from analysis.runtime.backend import observe_recurrences
+from analysis.shrink.calibration import calibrate
+from analysis.models.load import attention_layers, load_model
+from analysis.shrink.prune import build_pruned, plan_key_dims, prune, save_model
+from analysis.shrink.strategies import STRATEGIES
+from analysis.shrink.strategies.base import Selection
 from family_cases.text_lm import build_tiny
 from helpers.selections import random_selections
 

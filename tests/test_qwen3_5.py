@@ -1,5 +1,5 @@
 """transformers' Qwen3.5 text models through the qwen3_5 adapter: CPU routing, per-token states, and pure pruning
-(the real analysis.prune path against the original with the dropped channels zeroed)."""
+(the real analysis.shrink.prune path against the original with the dropped channels zeroed)."""
 from __future__ import annotations
 
 import json
@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import analysis  # noqa: F401
-from analysis import states as states_mod
+from analysis.inspect import states as states_mod
 from analysis.archs import adapter_for
 from analysis.archs.qwen3_5 import ADAPTER, sum_over_value_heads
 from analysis.archs import qwen3_5_routing as routing
-from analysis.backend import observe_recurrences
+from analysis.runtime.backend import observe_recurrences
 from analysis.errors import AnalysisError
-from analysis.prune import prune, save_model
+from analysis.shrink.prune import prune, save_model
 from family_cases import assert_close, logits
 from family_cases.qwen3_5 import CASE, make_sibling
 
@@ -106,7 +106,7 @@ def test_value_head_scores_sum_per_key_head():
     assert torch.equal(sum_over_value_heads(x, 2, dim=1), torch.tensor([[1.0, 5.0], [9.0, 13.0]]))
 
 
-# --- pruning: the real analysis.prune path against an independent reference ----------------------------------
+# --- pruning: the real analysis.shrink.prune path against an independent reference ----------------------------------
 
 def reference_with_channels_zeroed(model, selections, ids, monkeypatch, readout_key_dims=True):
     """The original model's logits with every dropped q/k channel set to zero where the recurrence reads it.
@@ -213,7 +213,7 @@ def test_train_qwen3_5_on_cpu_stops_at_a_step_and_resumes_to_the_same_weights(tm
     uninterrupted run's weights, keeping the schedule of --steps (how the bundled hybrid sample was trained)."""
     from safetensors.torch import load_file
 
-    from analysis.cli import main
+    from analysis.cli.main import main
     monkeypatch.chdir(tmp_path)
     tiny = ["--arch", "qwen3_5", "--hidden-size", "32", "--layers", "4", "--heads", "2", "--key-heads", "1",
             "--head-dim", "16", "--intermediate-size", "32", "--seq-len", "32", "--batch", "2", "--warmup", "1",

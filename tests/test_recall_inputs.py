@@ -1,14 +1,15 @@
 """A recall model (no tokenizer) reads its own recall sequences everywhere: CLI and dashboard choose the
-input in one core function (analysis.inputs), and every label says what was really used."""
+input in one core function (analysis.data.inputs), and every label says what was really used."""
 import json
 
 import torch
 
-from analysis import inputs, models
-from analysis.calibration import calibrate
-from analysis.cli import main
-from analysis.recall import recall_batch
-from analysis.recall_eval import task_of
+from analysis.data import inputs
+from analysis.models import load as models
+from analysis.shrink.calibration import calibrate
+from analysis.cli.main import main
+from analysis.data.recall import recall_batch
+from analysis.evaluate.recall_eval import task_of
 
 
 def test_importance_on_deltanet_recall_runs_on_recall_sequences(capsys):

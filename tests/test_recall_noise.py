@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from analysis.errors import AnalysisError
-from analysis.recall import RecallTask, recall_accuracy, recall_batch
-from analysis.recall_noise import query_positions, recall_accuracy_under_noise
+from analysis.data.recall import RecallTask, recall_accuracy, recall_batch
+from analysis.evaluate.recall_noise import query_positions, recall_accuracy_under_noise
 from family_cases.text_lm import build_tiny
 
 TASK = RecallTask(n_keys=16, n_values=16, n_pairs=4, n_queries=4)
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def trained_recall(tmp_path_factory):
     """A tiny DeltaNet trained on a 4-pair recall task (~100 steps, a few seconds on CPU, >90% accuracy)."""
-    from analysis.train import TrainConfig, train
+    from analysis.train.trainer import TrainConfig, train
     cfg = TrainConfig(out=str(tmp_path_factory.mktemp("recall-run")), task="recall", hidden_size=64, layers=2,
                       heads=2, head_dim=32, batch=32, steps=120, warmup=20, lr=3e-3, eval_every=1000,
                       checkpoint_every=10000, recall_pairs=TASK.n_pairs, recall_keys=TASK.n_keys)

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis import data
-from analysis.cancel import Cancelled
+from analysis.data import corpus as data
+from analysis.runtime.cancel import Cancelled
 from analysis.errors import AnalysisError
-from analysis.prune import plan_key_dims, prune, save_model
-from analysis.recovery import RecoverySettings, kd_loss, recover, step_loss
+from analysis.shrink.prune import plan_key_dims, prune, save_model
+from analysis.shrink.recovery import RecoverySettings, kd_loss, recover, step_loss
 from family_cases.text_lm import build_tiny
 from family_cases import CASE_MODULES
 
@@ -75,7 +75,7 @@ def test_kd_loss_matches_torch_kl_div():
 def test_validation_best_never_returns_a_worse_model(pair, tok):
     """On a trained model (the bundled gated-deltanet-small), a learning rate that wrecks it (Adam moves every
     q/k weight by about lr): every check is worse, so step 0 (the pruned model itself) is kept, exactly."""
-    from analysis.models import load_model
+    from analysis.models.load import load_model
     trained = load_model(str(ROOT / "sample_models" / "gated-deltanet-small"), device="cpu")
     pruned_trained = prune(trained, "l1", plan_key_dims(trained, ratio=0.5), None).model
     out = recover(pruned_trained, tok, RecoverySettings(method="qk", steps=2, lr=1.0, **{**TINY, "eval_every": 1}))
@@ -90,7 +90,7 @@ def test_validation_best_never_returns_a_worse_model(pair, tok):
     kept = good.metadata()
     assert kept["kept_validation_perplexity"] <= kept["start_validation_perplexity"]
     # the returned (merged) model measures what was kept: merge is a float re-association, so 1e-4 relative
-    from analysis.evaluate import perplexity
+    from analysis.evaluate.perplexity import perplexity
     again = perplexity(good.model, tok, "validation", context=32, max_tokens=128)["perplexity"]
     assert abs(again / kept["kept_validation_perplexity"] - 1) < 1e-4
 
@@ -193,7 +193,7 @@ def test_every_method_runs_and_the_saved_model_loads_without_peft(module, tok, t
 
 def test_lora_targets_name_each_family_s_projections():
     from analysis.archs import adapter_for
-    from analysis.recovery_setup import lora_target_modules
+    from analysis.shrink.recovery_setup import lora_target_modules
     expect = {"delta_net": {"q_proj", "k_proj", "v_proj"}, "gated_deltanet": {"q_proj", "k_proj", "v_proj"},
               "kda": {"q_proj", "k_proj", "v_proj"}, "kimi_linear": {"q_proj", "k_proj", "v_proj"},
               "qwen3_5": {"in_proj_qkv"}, "mamba2": {"in_proj"}}
@@ -205,7 +205,7 @@ def test_lora_targets_name_each_family_s_projections():
 
 
 def test_bad_settings_are_one_sentence(pair):
-    from analysis.recovery import check_settings
+    from analysis.shrink.recovery import check_settings
     model, pruned = pair
     cases = [(dict(method="lora", rank=0), "outside 1 … "), (dict(method="lora", rank=10**6), "outside 1 … "),
              (dict(temperature=0.0), "temperature T must be positive"), (dict(kd_weight=-1.0), "zero or positive"),
@@ -220,7 +220,7 @@ def test_bad_settings_are_one_sentence(pair):
 
 def test_a_family_without_lora_targets_is_one_sentence(pair, monkeypatch):
     from analysis.archs import adapter_for
-    from analysis.recovery import check_settings
+    from analysis.shrink.recovery import check_settings
     model, pruned = pair
     monkeypatch.setattr(type(adapter_for(pruned)), "lora_projections", ())
     with pytest.raises(AnalysisError, match="names no q/k/v projections for LoRA; use --recover-method qk"):
@@ -231,7 +231,7 @@ def test_a_family_without_lora_targets_is_one_sentence(pair, monkeypatch):
 # ---- the CLI: settings in, settings out, bad input before any work -------------------------------------------
 
 def _cli(argv, capsys):
-    from analysis.cli import main
+    from analysis.cli.main import main
     code = main([str(a) for a in argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err

@@ -1,12 +1,12 @@
-"""analysis.rrqr against independent numpy oracles: ρ from a fresh QR, singular values from an SVD."""
+"""analysis.linalg.rrqr against independent numpy oracles: ρ from a fresh QR, singular values from an SVD."""
 
 import numpy as np
 import pytest
 import torch
 
-from analysis import rrqr
+from analysis.linalg import rrqr
 from analysis.errors import AnalysisError
-from analysis.rrqr import (kahan_test_matrix, reference_rrqr, strong_rrqr,
+from analysis.linalg.rrqr import (kahan_test_matrix, reference_rrqr, strong_rrqr,
                            strong_rrqr_batched)
 
 F = 1.5

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from analysis.io import writes
-from analysis.cli import main
+from analysis.cli.main import main
 from analysis.errors import AnalysisError
-from analysis.prune import save_model
+from analysis.shrink.prune import save_model
 from family_cases.text_lm import build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ def test_prune_out_never_replaces_the_project_cwd_samples_or_user_folders(projec
     before = {"project": snapshot(project_copy), "user": snapshot(tmp_path)}
     driver = (
         "import contextlib, io, json, sys\n"
-        "from analysis.cli import main\n"
+        "from analysis.cli.main import main\n"
         "for out in json.loads(sys.argv[1]):\n"
         "    err = io.StringIO()\n"
         "    with contextlib.redirect_stderr(err):\n"

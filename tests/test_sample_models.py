@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from analysis import models
+from analysis.models import load as models
 
 SAMPLES = {s.name: s for s in models.list_samples()}
 LM_SAMPLES = [n for n in ("deltanet-small", "gated-deltanet-small", "qwen35-hybrid-small", "granite-h-small") if n in SAMPLES]
@@ -28,7 +28,7 @@ def test_loads_by_name_and_with_transformers(name):
 
 @pytest.mark.parametrize("name", LM_SAMPLES)
 def test_test_perplexity_matches_card(name):
-    from analysis.evaluate import perplexity
+    from analysis.evaluate.perplexity import perplexity
     card = json.loads((models.SAMPLES_DIR / name / "card.json").read_text())
     model = models.load_model(name, device="cpu")
     result = perplexity(model, models.load_tokenizer(model), "test", context=256, max_tokens=2048)

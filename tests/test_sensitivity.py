@@ -4,13 +4,13 @@ import math
 
 import pytest
 
-from analysis import data
-from analysis.cli import main
+from analysis.data import corpus as data
+from analysis.cli.main import main
 from analysis.errors import AnalysisError
-from analysis.evaluate import perplexity
+from analysis.evaluate.perplexity import perplexity
 from analysis.io import point_cache
-from analysis.prune import prune
-from analysis.sensitivity import MapSettings, build_map, compute_map, grid, sensitivity_points
+from analysis.shrink.prune import prune
+from analysis.shrink.sensitivity import MapSettings, build_map, compute_map, grid, sensitivity_points
 from family_cases.text_lm import build_tiny
 from helpers.app import clean, click, open_page, sensitivity_map, sensitivity_page
 
@@ -145,7 +145,7 @@ def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_section_stops_and_resumes(monkeypatch, lm_dir):
-    import analysis.sensitivity as core
+    import analysis.shrink.sensitivity as core
     from ui import jobs
     real = core.sensitivity_points
     calls = []
@@ -169,12 +169,12 @@ def test_section_stops_and_resumes(monkeypatch, lm_dir):
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_shipped_map_opens_at_once_for_a_bundled_sample(monkeypatch):
-    from analysis.models import SAMPLES_DIR
-    from analysis.sensitivity import shipped_map_path
+    from analysis.models.load import SAMPLES_DIR
+    from analysis.shrink.sensitivity import shipped_map_path
     if not shipped_map_path("deltanet-small", "l1").exists():
         pytest.skip("the shipped deltanet-small map is not built (sample_models/sensitivity_maps.sh)")
     calls = []
-    monkeypatch.setattr("analysis.sensitivity.sensitivity_points", lambda *a, **k: calls.append(1) or iter(()))
+    monkeypatch.setattr("analysis.shrink.sensitivity.sensitivity_points", lambda *a, **k: calls.append(1) or iter(()))
     at = open_page(monkeypatch, SAMPLES_DIR / "deltanet-small", "pages/prune.py")
     at.number_input(key="w:calib_sequences").set_value(16).run()  # the shipped map's calibration settings
     at.number_input(key="w:calib_tokens").set_value(256).run()
@@ -219,8 +219,8 @@ def test_map_points_are_believed_only_when_they_prove_themselves(tmp_path):
 def test_shipped_maps_name_their_sample_by_the_point_cache_identity():
     """The bundled maps carry model_identity (the point cache's), equal to the bundled weights' identity today."""
     from analysis.io.point_identity import model_identity
-    from analysis.models import load_model
-    from analysis.sensitivity import RESULTS_DIR, same_weights
+    from analysis.models.load import load_model
+    from analysis.shrink.sensitivity import RESULTS_DIR, same_weights
     maps = [json.loads(p.read_text()) for p in sorted(RESULTS_DIR.glob("sensitivity-*.json"))]
     maps = [m for m in maps if m.get("kind") == "sensitivity-map"]
     assert maps
@@ -236,8 +236,8 @@ def test_a_map_written_before_model_identity_is_still_matched_by_its_file_digest
     """Maps saved by `sensitivity --json` before maps carried model_identity name their weights by the sha256
     of the safetensors files; `--map` still accepts them for the same weights, and only for those."""
     import hashlib
-    from analysis.models import SAMPLES_DIR, load_model
-    from analysis.sensitivity import same_weights
+    from analysis.models.load import SAMPLES_DIR, load_model
+    from analysis.shrink.sensitivity import same_weights
     model = load_model("deltanet-recall", device="cpu")
     digest = hashlib.sha256((SAMPLES_DIR / "deltanet-recall" / "model.safetensors").read_bytes()).hexdigest()[:16]
     assert same_weights({"weights_sha256": digest}, model)
@@ -246,7 +246,7 @@ def test_a_map_written_before_model_identity_is_still_matched_by_its_file_digest
 
 def test_map_cells_print_the_delta_the_colour_shows_with_its_paired_standard_error():
     """Issue 20: the cells printed perplexity while the colour was Δ nats/token."""
-    from analysis.sensitivity import paired_difference
+    from analysis.shrink.sensitivity import paired_difference
     from ui.sensitivity_figure import sensitivity_heatmap
     model, tok = build_tiny("delta_net"), data.load_tokenizer()
     s = MapSettings("l1", (0.5,), eval_tokens=256, context=64, calib_sequences=2, calib_tokens=64)
@@ -267,9 +267,9 @@ def test_map_cells_print_the_delta_the_colour_shows_with_its_paired_standard_err
 
 def test_a_recall_map_calibrates_on_the_tasks_sequences():
     """A recall map's settings carry no calib_tokens; its calibration (wanda, drrqr, …) crashed with a TypeError."""
-    from analysis.calibration import calibrate
-    from analysis.models import SAMPLES_DIR, load_model
-    from analysis.sensitivity import calibration_for, recall_task
+    from analysis.shrink.calibration import calibrate
+    from analysis.models.load import SAMPLES_DIR, load_model
+    from analysis.shrink.sensitivity import calibration_for, recall_task
     model = load_model(str(SAMPLES_DIR / "deltanet-recall"), device="cpu")
     task = recall_task(model)
     s = MapSettings("wanda", (0.5,), metric="recall", calib_sequences=2)

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from analysis.errors import AnalysisError
-from analysis.strategies import get_strategy
+from analysis.shrink.strategies import get_strategy
 from ui import shrink_figures as sf
 from ui.parse import number_list
 from ui.shrink_report import (KERNEL_ROW, before_after_table, latency_table, points_csv, points_json, recovery_verdict,

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from analysis.spectral_tracker import DEFAULT_TOL, track_top_singular as _track_bthd
+from analysis.linalg.spectral_tracker import DEFAULT_TOL, track_top_singular as _track_bthd
 
 
 def track_top_singular(k, v, beta, decay, **kwargs):
@@ -91,9 +91,10 @@ def test_sample_models_within_the_benchmark_target(name, random_init):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from analysis import data, models
-    from analysis.rank_trace import collect_utilization_trace
-    from analysis.states import collect_states
+    from analysis.data import corpus as data
+    from analysis.models import load as models
+    from analysis.linalg.rank_trace import collect_utilization_trace
+    from analysis.inspect.states import collect_states
     model = models.load_model(name, device="cpu")
     ids = data.token_windows(data.encode(data.load_text("validation"), models.load_tokenizer(model)), 256,
                              max_windows=2)

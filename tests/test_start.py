@@ -41,6 +41,6 @@ def test_help_and_models_import_no_torch(argv):
 def test_import_analysis_is_cheap_and_ready_installs():
     """`import analysis` alone patches nothing; analysis.ready() installs the CPU path (once)."""
     code = ("import sys, analysis; assert 'torch' not in sys.modules; analysis.ready(); analysis.ready(); "
-            "from analysis import backend; assert backend._installed; "
+            "from analysis.runtime import backend; assert backend._installed; "
             "import fla.layers.delta_net as dn; assert hasattr(dn.chunk_delta_rule, '__wrapped__')")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=300)

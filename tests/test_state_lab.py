@@ -11,9 +11,9 @@ import importlib
 import pytest
 import torch
 
-from analysis import state_lab as lab
+from analysis.inspect import state_lab as lab
 from analysis.errors import AnalysisError
-from analysis.states import collect_states
+from analysis.inspect.states import collect_states
 from family_cases import CASE_MODULES
 
 TOKENS = 70  # crosses one 64-token chunk of the model's own chunked recurrence
@@ -75,7 +75,7 @@ def test_lab_states_rules_and_retrieval_match_the_definitions(family):
     layer, head = obs.n_layers - 1, obs.heads(obs.n_layers - 1) - 1
     x = lab.head_inputs(obs, layer, head)
     traces = lab.trace_head(x)
-    # the model's own rule equals the states the forward's chunked recurrence forms (analysis.states)
+    # the model's own rule equals the states the forward's chunked recurrence forms (analysis.inspect.states)
     ref = collect_states(model, ids[None], keep_states=True, compute_metrics=False).layers[layer].states[0, head]
     assert close(traces["model"].states, ref)
     for rule, tr in traces.items():
@@ -128,7 +128,7 @@ def test_synthetic_decay_fades_old_memories_under_the_model_rule_only():
 
 @pytest.fixture(scope="module")
 def small():
-    from analysis.models import load_model, load_tokenizer
+    from analysis.models.load import load_model, load_tokenizer
     model = load_model("deltanet-small", "cpu", "float32")
     return model, load_tokenizer(model)
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from analysis.errors import AnalysisError
-from analysis.rank import spectral_metrics
-from analysis.states import collect_states, select_positions
+from analysis.linalg.rank import spectral_metrics
+from analysis.inspect.states import collect_states, select_positions
 from family_cases.text_lm import build_tiny
 
 
@@ -60,8 +60,8 @@ def test_positions_and_stride_validation():
 @pytest.mark.parametrize("kind", ["delta_net", "gated_deltanet"])
 def test_cpu_collection_runs_the_recurrence_once_and_forms_only_requested_states(kind, monkeypatch):
     """On CPU the forward's own recurrence hands the states over (no replay), and only the asked-for ones."""
-    from analysis import backend
-    from analysis.cpu_ops import delta_rule
+    from analysis.runtime import backend
+    from analysis.runtime.cpu_ops import delta_rule
     model = build_tiny(kind)
     ids = torch.randint(0, 8192, (1, 150), generator=torch.Generator().manual_seed(3))
     runs, formed = [], []
@@ -81,8 +81,8 @@ def test_cpu_collection_runs_the_recurrence_once_and_forms_only_requested_states
 def test_every_token_trace_comes_from_the_same_single_pass(monkeypatch):
     """`rank --every-token` needs one forward: the dense trace rides on collect_states' pass and equals
     collect_utilization_trace's own."""
-    from analysis import backend
-    from analysis.rank_trace import collect_utilization_trace
+    from analysis.runtime import backend
+    from analysis.linalg.rank_trace import collect_utilization_trace
     model = build_tiny("gated_deltanet")
     ids = torch.randint(0, 8192, (2, 90), generator=torch.Generator().manual_seed(4))
     alone = collect_utilization_trace(model, ids)

@@ -4,13 +4,13 @@ import copy
 import pytest
 import torch
 
-from analysis import data
-from analysis.calibration import calibrate
+from analysis.data import corpus as data
+from analysis.shrink.calibration import calibrate
 from analysis.errors import AnalysisError
-from analysis.importance import jaccard, kept_masks
-from analysis.models import attention_layers
-from analysis.prune import plan_key_dims
-from analysis.strategies import STRATEGIES, get_strategy
+from analysis.shrink.importance import jaccard, kept_masks
+from analysis.models.load import attention_layers
+from analysis.shrink.prune import plan_key_dims
+from analysis.shrink.strategies import STRATEGIES, get_strategy
 from family_cases.text_lm import build_tiny
 
 

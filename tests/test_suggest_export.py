@@ -7,7 +7,7 @@ import pytest
 
 from analysis.errors import AnalysisError
 from analysis.io.export import model_zip, zip_directory
-from analysis.suggest import suggest_ratios
+from analysis.shrink.suggest import suggest_ratios
 
 
 def test_lower_utilization_prunes_more_and_the_mean_is_the_target():
@@ -41,7 +41,7 @@ def test_tile_rounding_lands_on_multiples_and_keeps_the_total():
     kept = [round(d * (1 - r)) for d, r in zip(dims, ratios)]
     assert all(k % 32 == 0 and 32 <= k <= 128 for k in kept)
     assert sum(kept) == 256 and kept == sorted(kept)
-    from analysis.prune import plan_key_dims
+    from analysis.shrink.prune import plan_key_dims
     from family_cases.text_lm import build_tiny
     model = build_tiny("delta_net", expand_k=2.0, num_hidden_layers=4)  # dk = 64
     planned = suggest_ratios([0.1, 0.2, 0.7, 0.8], 0.5, round_to=16, key_dims=[64] * 4)
@@ -80,7 +80,7 @@ def test_model_zip_round_trips_a_pruned_model(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from analysis.prune import plan_key_dims, prune
+    from analysis.shrink.prune import plan_key_dims, prune
     from family_cases.text_lm import build_tiny
     model = build_tiny("delta_net")
     pruned = prune(model, "l1", plan_key_dims(model, ratio=0.5)).model
@@ -106,8 +106,8 @@ def test_recall_models_keep_their_task_file(tmp_path):
 
 
 def test_measure_before_and_after_with_labels():
-    from analysis import data
-    from analysis.measure import measure
+    from analysis.data import corpus as data
+    from analysis.evaluate.measure import measure
     from family_cases.text_lm import build_tiny
     m = measure(build_tiny("gated_deltanet"), data.load_tokenizer(), context=32, max_tokens=64, latency=True)
     assert m["head_k_dims"] == [32, 32] and m["perplexity"]["context"] == 32 and m["perplexity"]["tokens"] == 64
@@ -116,8 +116,8 @@ def test_measure_before_and_after_with_labels():
 
 def test_a_per_layer_plan_is_timed_at_every_layers_key_dim(monkeypatch):
     """Issue 20: a per-layer plan was timed at layer 0's key dim only; the table shows the whole model's time."""
-    import analysis.measure
-    from analysis.prune import prune
+    import analysis.evaluate.measure
+    from analysis.shrink.prune import prune
     from family_cases.text_lm import build_tiny
     asked = []
 
@@ -129,8 +129,8 @@ def test_a_per_layer_plan_is_timed_at_every_layers_key_dim(monkeypatch):
                    "spread": {"iqr_ms": 0.1, "min_ms": ms - 0.1, "max_ms": ms + 0.2}, "op": "delta rule", "kernel": "delta_rule", "batch": 2, "tokens": 512,
                    "heads": 4, "value_dim": 16, "dtype": "float32", "device": "cpu", "device_name": "CPU",
                    "timer": "t"}
-    monkeypatch.setattr(analysis.measure, "kernel_latency", fake)
+    monkeypatch.setattr(analysis.evaluate.measure, "kernel_latency", fake)
     pruned = prune(build_tiny("delta_net"), "l1", [16, 32]).model
-    k = analysis.measure.model_kernel_time(pruned, analysis.measure.describe(pruned))
+    k = analysis.evaluate.measure.model_kernel_time(pruned, analysis.evaluate.measure.describe(pruned))
     assert asked == [[16, 32]] and k["key_dims"] == [16, 32]
     assert k["per_layer_ms"] == [1.0, 2.0] and abs(k["median_ms"] - 3.0) < 1e-12

@@ -1,7 +1,7 @@
 """Suggest from rank under tile rounding: the page is told when rounding changes the suggestion, with both."""
 import pytest
 
-from analysis.suggest import suggest, suggest_ratios
+from analysis.shrink.suggest import suggest, suggest_ratios
 
 ISSUE_PROFILE = [0.088, 0.061, 0.056, 0.062]  # deltanet-small's layers (issue 13, item 7)
 

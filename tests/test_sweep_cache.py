@@ -10,11 +10,11 @@ import warnings
 import pytest
 import torch
 
-from analysis import data
-from analysis import sweep as sweep_mod
+from analysis.data import corpus as data
+from analysis.runs import sweep as sweep_mod
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
-from analysis.prune import build_pruned
+from analysis.shrink.prune import build_pruned
 from analysis.io.point_identity import model_identity as fingerprint
 from family_cases.text_lm import build_tiny
 from helpers.selections import random_selections
@@ -184,13 +184,13 @@ def test_a_change_to_the_code_that_computes_points_invalidates_them(cache_dir, m
 def test_the_code_hash_covers_the_modules_that_compute_a_point(tmp_path, monkeypatch):
     from analysis.io import point_identity
     names = {p.relative_to(point_identity.PACKAGE_DIR).as_posix() for p in point_identity._closure(point_identity.ROOTS)}
-    for module in ("sweep.py", "sensitivity.py", "prune.py", "evaluate.py", "calibration.py", "recovery.py",
-                   "latency.py", "pruned_models.py", "data.py", "strategies/drrqr.py", "archs/kda.py",
-                   "cpu_ops/delta_rule.py"):
+    for module in ("runs/sweep.py", "shrink/sensitivity.py", "shrink/prune.py", "evaluate/perplexity.py",
+                   "shrink/calibration.py", "shrink/recovery.py", "evaluate/latency.py", "models/pruned_models.py",
+                   "data/corpus.py", "shrink/strategies/drrqr.py", "archs/kda.py", "runtime/cpu_ops/delta_rule.py"):
         assert module in names, module
     copy_dir = tmp_path / "analysis"
     shutil.copytree(point_identity.PACKAGE_DIR, copy_dir, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(point_identity, "PACKAGE_DIR", copy_dir)
     before = point_identity.code_hash.__wrapped__()
-    (copy_dir / "prune.py").write_text((copy_dir / "prune.py").read_text() + "\n# a fix\n")
+    (copy_dir / "shrink/prune.py").write_text((copy_dir / "shrink/prune.py").read_text() + "\n# a fix\n")
     assert point_identity.code_hash.__wrapped__() != before

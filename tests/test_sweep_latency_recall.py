@@ -1,17 +1,17 @@
 """Sweeps (generator + disk cache), latency labels, the recall task, and the dense rank trace."""
 import torch
 
-from analysis import data
+from analysis.data import corpus as data
 from analysis.io import point_cache
-from analysis.latency import kernel_latency, model_latency
-from analysis.rank_trace import collect_utilization_trace
-from analysis.recall import RecallTask, recall_accuracy, recall_batch
-from analysis.states import collect_states
+from analysis.evaluate.latency import kernel_latency, model_latency
+from analysis.linalg.rank_trace import collect_utilization_trace
+from analysis.data.recall import RecallTask, recall_accuracy, recall_batch
+from analysis.inspect.states import collect_states
 from family_cases.text_lm import build_tiny
 
 
 def test_sweep_yields_points_and_reruns_from_cache(tmp_path, monkeypatch):
-    from analysis import sweep as sweep_mod
+    from analysis.runs import sweep as sweep_mod
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path)
     model, tok = build_tiny("delta_net"), data.load_tokenizer()
     kwargs = dict(strategies=["random", "l1"], ratios=[0.5], eval_tokens=512, calib_sequences=2, latency=False)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import analysis.sweep as sweep_mod
-from analysis import models, ray_executor
-from analysis.cli import main
+import analysis.runs.sweep as sweep_mod
+from analysis.models import load as models
+from analysis.runs import ray_executor
+from analysis.cli.main import main
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from analysis.cli import main
+from analysis.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = ".state-rank-model.json"  # analysis.io.writes.MARKER, spelled out so this file also runs on older code

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis import noise_report
+from analysis.inspect import noise_report
 from ui import noise_tables
 
 
@@ -65,7 +65,7 @@ def test_spectrum_positions_snap_to_the_nearest_collected_position():
 
 
 def test_a_short_text_is_read_whole_instead_of_refused():
-    from analysis.inputs import fit_windows
+    from analysis.data.inputs import fit_windows
     assert fit_windows(30, 256, 4) == (30, 1)       # "only 30 tokens, fewer than the 4×256 asked for"
     assert fit_windows(600, 256, 4) == (256, 2)     # whole windows of the asked length where the text has them
     assert fit_windows(2000, 256, 4) == (256, 4)    # long enough: unchanged

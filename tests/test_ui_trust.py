@@ -49,9 +49,9 @@ def test_memo_store_computes_once_per_key_and_forgets_the_oldest():
 
 def test_the_sweep_takes_the_calibration_it_is_given(lm):
     """Sweep, Prune and Channel importance share one calibration: the sweep asks for it once, computes none."""
-    import analysis.sweep as sweeps
-    from analysis import models
-    from analysis.calibration import calibrate
+    import analysis.runs.sweep as sweeps
+    from analysis.models import load as models
+    from analysis.shrink.calibration import calibrate
     model = models.load_model(str(lm), "cpu", "float32")
     tok = models.load_tokenizer(str(lm))
     calib = calibrate(model, tok, 2, 64, 0)

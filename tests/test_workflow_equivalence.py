@@ -1,8 +1,8 @@
 """One workflow per action: the CLI and the dashboard's job give the same JSON for the same inputs.
 
-Issue 20, item 2: the sensitivity map (`analysis.sensitivity.compute_map`), allocate-and-choose
-(`analysis.allocate.allocate_and_choose`, the CLI's `prune --allocate` and the page's "Verify and choose") and a
-sweep point (`analysis.sweep.sweep`) each run once through `analysis.cli.main([... '--json', path])` and once
+Issue 20, item 2: the sensitivity map (`analysis.shrink.sensitivity.compute_map`), allocate-and-choose
+(`analysis.shrink.allocate.allocate_and_choose`, the CLI's `prune --allocate` and the page's "Verify and choose") and a
+sweep point (`analysis.runs.sweep.sweep`) each run once through `analysis.cli.main.main([... '--json', path])` and once
 through the page's background job under AppTest (same inputs, click, the click's run waits for the job), on the
 bundled deltanet-small at tiny settings. Each side has its own point cache, so neither is served the other's
 numbers.
@@ -12,7 +12,7 @@ worker thread shares the process-wide thread setting), so the numbers are expect
 compared within relative 1e-6 (float32 carries ~7 digits), which still fails on any difference in data, model,
 plan or calibration, and leaves room for a reduction order that a different thread split could change.
 Labels (dataset, split, tokens, context, device, dtype, calibration, measure) must be equal as text.
-Prune-and-measure and recover-and-measure (analysis/prune_workflow.py) are compared the same way, within relative
+Prune-and-measure and recover-and-measure (analysis/shrink/prune_workflow.py) are compared the same way, within relative
 1e-5 (see PRUNE_REL below).
 """
 import json
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis.cli import main
-from analysis.data import dataset_label
+from analysis.cli.main import main
+from analysis.data.corpus import dataset_label
 from analysis.io import point_cache
-from analysis.models import SAMPLES_DIR
+from analysis.models.load import SAMPLES_DIR
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -157,7 +157,7 @@ def test_a_sweep_point_is_the_same_from_the_cli_and_the_page(tmp_path, monkeypat
                                     "train split")
 
 
-# Prune-and-measure and recover-and-measure (analysis/prune_workflow.py): a wanda prune at ratio 0.5, measured on
+# Prune-and-measure and recover-and-measure (analysis/shrink/prune_workflow.py): a wanda prune at ratio 0.5, measured on
 # 256 test tokens at context 128 (not the default 256, so a path that ignored the setting would differ), then 2
 # lora-kd recovery steps. Tolerance: relative 1e-5. Both sides run the same float32 ops in the same order on one
 # torch thread, so bitwise agreement is expected for the prune; the recovery's AdamW steps and the KD loss can
@@ -229,7 +229,7 @@ def test_recovery_is_the_same_from_the_cli_and_the_page(prune_runs):
 def test_a_recall_model_is_pruned_the_same_from_the_cli_and_the_page(tmp_path, monkeypatch):
     """The CLI prunes a recall model (as the page does) and measures recall accuracy on the same pair counts and
     sequences; the saved copy carries its task, so it loads as a recall model."""
-    from analysis.inputs import recall_task
+    from analysis.data.inputs import recall_task
     recall = SAMPLES_DIR / "deltanet-recall"
     cli_run = cli("prune", str(recall), "--strategy", "l1", "--ratio", "0.5", "--recall-sequences", "8",
                   "--out", str(tmp_path / "pruned"), tmp_path / "prune.json")

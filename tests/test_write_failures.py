@@ -8,7 +8,7 @@ import pytest
 import safetensors.torch
 from safetensors import SafetensorError
 
-from analysis.cli import main
+from analysis.cli.main import main
 
 TINY_TRAIN = ["--task", "recall", "--hidden-size", "32", "--layers", "1", "--heads", "1", "--head-dim", "16",
               "--batch", "2", "--warmup", "1", "--eval-every", "2", "--checkpoint-every", "2", "--recall-pairs", "2",

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import torch
 
-from analysis import inputs, models
-from analysis.recall import RecallTask
+from analysis.data import inputs
+from analysis.models import load as models
+from analysis.data.recall import RecallTask
 from ui.keys import InputSpec
 
 

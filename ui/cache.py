@@ -18,11 +18,13 @@ import numpy as np
 import streamlit as st
 import torch
 
-from analysis import models, noise, noise_report
-from analysis.rank import METRIC_INFO
-from analysis.recall import RecallTask
-from analysis.recall_noise import recall_accuracy_at
-from analysis.states import collect_states
+from analysis.models import load as models
+from analysis.linalg import noise
+from analysis.inspect import noise_report
+from analysis.linalg.rank import METRIC_INFO
+from analysis.data.recall import RecallTask
+from analysis.evaluate.recall_noise import recall_accuracy_at
+from analysis.inspect.states import collect_states
 from ui import batches, memo, scales
 from ui import progress as progress_ui
 from ui.keys import InputSpec, ModelKey
@@ -142,7 +144,7 @@ def compare_every_token_data(key: ModelKey, spec: InputSpec, compare: str, *, _m
 
 
 def _every_token(model, ids: torch.Tensor, progress: progress_ui.Report) -> dict:
-    from analysis.rank_trace import collect_utilization_trace  # loads numba: only when first asked for
+    from analysis.linalg.rank_trace import collect_utilization_trace  # loads numba: only when first asked for
     with compute_lock(), progress_ui.per_layer(model, progress, "tracking s₁ of the state after every token"):
         layers = collect_utilization_trace(model, ids)
     return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers])}
@@ -201,7 +203,7 @@ def noise_mc_step(key: ModelKey, spec: InputSpec, stride: int, layer: int, head:
 
 
 def noise_summary(name: str, snr_db, pred: dict, mc_raw: dict | None = None, mc_renorm: dict | None = None) -> dict:
-    """Median [IQR] summary of one probe (analysis.noise_report.summarize_probe) from the cached lists."""
+    """Median [IQR] summary of one probe (analysis.inspect.noise_report.summarize_probe) from the cached lists."""
     as_tensors = lambda d: None if d is None else {k: torch.tensor(v, dtype=torch.float64) for k, v in d.items()}
     return noise_report.summarize_probe(name, list(snr_db), as_tensors(pred), as_tensors(mc_raw), as_tensors(mc_renorm))
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from analysis import models
-from analysis.comparable import check_comparable
+from analysis.models import load as models
+from analysis.models.comparable import check_comparable
 from analysis.errors import AnalysisError
 from analysis.io.writes import show
 from ui import cache, state

@@ -3,7 +3,7 @@
 One row per layer and head: the key dims dk → dk′, the final state's effective rank (mean over the sequences,
 as the heatmap) and its noise gain, each for the loaded model, the comparison model and their difference.
 The noise gain is the exact relative RMS retrieval error of the last real keys for a raw query at 0 dB SNR
-(analysis.noise_report.predictions; the error scales as 10^(−SNR/20), so at 0 dB it is the gain itself),
+(analysis.inspect.noise_report.predictions; the error scales as 10^(−SNR/20), so at 0 dB it is the gain itself),
 median over the sequences as on the Query noise page.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis import noise_report
+from analysis.inspect import noise_report
 
 GAIN_SNR_DB = 0.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from analysis.rank import METRIC_INFO
+from analysis.linalg.rank import METRIC_INFO
 from ui import figures, scales
 from ui.compare import Side, provenance, traced_side_every_token
 from ui.context import Context

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from analysis import models
-from analysis.recall import RecallTask
+from analysis.models import load as models
+from analysis.data.recall import RecallTask
 from ui import cache
 from ui.batches import display_name
 from ui.errors import guard

@@ -195,7 +195,7 @@ def retrieval_error_vs_snr(snr_db: Sequence[float], probes: list[dict], title: s
                            comparison_only: bool = False) -> go.Figure:
     """Analytic predictions (lines) and, once run, Monte Carlo (markers, IQR bars) per probe, one plot.
 
-    probes: summaries from analysis.noise_report.summarize_probe (median/q25/q75 over sequences). The raw-query
+    probes: summaries from analysis.inspect.noise_report.summarize_probe (median/q25/q75 over sequences). The raw-query
     prediction is exact; the re-normalised first and second orders are drawn only inside their validity
     range (the legend says where), so no figure appears where its approximation does not hold.
     comparison_only: the model reads its state with the raw query; the re-normalised curves say so in the legend.

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from analysis.cancel import Cancelled  # the core's: raised by Job.report and inside the core's loops
+from analysis.runtime.cancel import Cancelled  # the core's: raised by Job.report and inside the core's loops
 from analysis.errors import AnalysisError, count
 
 log = logging.getLogger(__name__)

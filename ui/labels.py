@@ -20,7 +20,7 @@ METRIC_UNITS = {
 
 def metric_title(key: str) -> str:
     """'Stable rank (directions)': the METRIC_INFO label with its unit."""
-    from analysis.rank import METRIC_INFO  # light module; keeps this file importable without fla at import time
+    from analysis.linalg.rank import METRIC_INFO  # light module; keeps this file importable without fla at import time
     label = METRIC_INFO[key].label if key in METRIC_INFO else key
     unit = METRIC_UNITS.get(key)
     return f"{label} ({unit})" if unit else label

@@ -5,7 +5,7 @@ import json
 
 import streamlit as st
 
-from analysis import latency as latencies
+from analysis.evaluate import latency as latencies
 from ui import cache, jobs, notice, shrink, shrink_figures, state
 from ui.context import Context
 from ui.errors import guard

@@ -14,12 +14,12 @@ def shown(df: pd.DataFrame, blank: str) -> pd.DataFrame:
                                         f"{v:.4g}" if isinstance(v, float) else str(v)))
 
 
-DIRECTION_COLUMN = "Σs²/s{}²"  # analysis.noise_report.state_table's per-direction column, j as a subscript
+DIRECTION_COLUMN = "Σs²/s{}²"  # analysis.inspect.noise_report.state_table's per-direction column, j as a subscript
 SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
 def closed_form_table(rows: list[dict], directions=None) -> pd.DataFrame:
-    """One row per sequence (analysis.noise_report.state_table) plus quartile rows over the sequences; a
+    """One row per sequence (analysis.inspect.noise_report.state_table) plus quartile rows over the sequences; a
     direction's quartiles are over the sequences whose numerical rank reaches it. `directions` (1-based, the
     page's picker): only those directions' columns, so the table follows the picker; None keeps them all."""
     table = pd.DataFrame(rows).set_index("sequence")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.noise import VALIDITY_TOL
-from analysis.noise_report import bounds
+from analysis.linalg.noise import VALIDITY_TOL
+from analysis.inspect.noise_report import bounds
 from ui import cache, figures, state
 from ui.batches import recall_label
 from ui.clicks import click, clicked_for
@@ -48,11 +48,11 @@ def explain() -> None:
         "The series comes from writing $\\hat q = \\cos\\theta\\,k + \\sin\\theta\\,e$ with $e$ uniform on the sphere "
         "orthogonal to $k$: exactly $\\mathbb E\\|S^\\top(\\hat q-k)\\|^2 = g\\,\\mathbb E(1-\\cos\\theta)^2 + "
         "p\\,\\mathbb E\\sin^2\\theta/(d-1)$, and both expectations are expanded in $\\sigma^2$ "
-        "(`analysis/noise.py`). Raw queries need no approximation.")
+        "(`analysis/linalg/noise.py`). Raw queries need no approximation.")
 
 
 def bounds_note(ctx: Context) -> bool:
-    """Say which figures describe this model's readout (analysis.noise_report.bounds); True when the re-normalised
+    """Say which figures describe this model's readout (analysis.inspect.noise_report.bounds); True when the re-normalised
     ones are comparison only (a kernel without an l2 norm on q and k, e.g. Mamba-2's C and B)."""
     labels = bounds(ctx.info.query_l2_normalised)
     if labels["comparison_only"]:
@@ -66,7 +66,7 @@ def recall_section(ctx: Context, snr: tuple) -> None:
     st.subheader("Recall accuracy under query noise")
     st.markdown("Gaussian noise at the given SNR is added to every layer's query (the output of its short convolution, "
                 "before the kernel's l2 norm) at the positions where the model must name a queried value; "
-                "the same sequences and noise draws are used at every SNR (`analysis.recall_noise`).")
+                "the same sequences and noise draws are used at every SNR (`analysis.evaluate.recall_noise`).")
     n_eval = int(state.field(st.number_input, "Evaluation sequences", "recall_eval", 256, 16, 2048, step=16))
     recall_settings = (ctx.key, ctx.task, snr, n_eval)
     recall_done = st.session_state.setdefault("recall_noise_done", set())

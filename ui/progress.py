@@ -12,7 +12,7 @@ from collections.abc import Callable
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
-from analysis.models import attention_layers
+from analysis.models.load import attention_layers
 
 Report = Callable[[float, str], None]
 

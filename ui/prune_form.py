@@ -7,9 +7,9 @@ from typing import NamedTuple
 import pandas as pd
 import streamlit as st
 
-from analysis.models import TILE_ROWS
-from analysis.prune import ROUNDINGS, tiles, usable_strategies
-from analysis.strategies import STRATEGIES
+from analysis.models.load import TILE_ROWS
+from analysis.shrink.prune import ROUNDINGS, tiles, usable_strategies
+from analysis.shrink.strategies import STRATEGIES
 from ui import plan_inputs, shrink, shrink_figures, state
 from ui.context import Context
 from ui.explain import explainer

@@ -9,10 +9,10 @@ import uuid
 import streamlit as st
 
 from analysis.io.writes import output_root
-from analysis.prune_workflow import Evaluation as CoreEvaluation, prune_and_measure, recover_and_measure
-from analysis.recovery import METHODS, RecoverySettings
+from analysis.shrink.prune_workflow import Evaluation as CoreEvaluation, prune_and_measure, recover_and_measure
+from analysis.shrink.recovery import METHODS, RecoverySettings
 from analysis.io.recovery_state import has_state
-from analysis.strategies import STRATEGIES
+from analysis.shrink.strategies import STRATEGIES
 from ui import jobs, notice, shrink, state
 from ui.context import Context
 from ui.labels import readout_label

@@ -6,7 +6,7 @@ import math
 import streamlit as st
 
 from analysis.errors import AnalysisError
-from analysis.suggest import suggest
+from analysis.shrink.suggest import suggest
 from ui import plan_inputs, shrink, state
 from ui.context import Context
 

@@ -13,11 +13,11 @@ import json
 import pandas as pd
 import streamlit as st
 
-from analysis.allocate import allocate
+from analysis.shrink.allocate import allocate
 from analysis.errors import AnalysisError
-from analysis.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map,
+from analysis.shrink.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map,
                                   compute_map, grid, load_shipped)
-from analysis.strategies import STRATEGIES
+from analysis.shrink.strategies import STRATEGIES
 from ui import jobs, notice, plan_inputs, shrink, state, verify_view
 from ui.context import Context
 from ui.parse import number_list

@@ -12,12 +12,12 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from analysis.calibration import Calibration, calibrate
-from analysis.importance import importance_report
-from analysis.prune_workflow import Evaluation, recall_pairs as core_recall_pairs
-from analysis.prune import RESCALES
-from analysis.sensitivity import calibration_profile_ids, layer_profile, profile_label
-from analysis.strategies import STRATEGIES
+from analysis.shrink.calibration import Calibration, calibrate
+from analysis.shrink.importance import importance_report
+from analysis.shrink.prune_workflow import Evaluation, recall_pairs as core_recall_pairs
+from analysis.shrink.prune import RESCALES
+from analysis.shrink.sensitivity import calibration_profile_ids, layer_profile, profile_label
+from analysis.shrink.strategies import STRATEGIES
 from ui import cache, memo, state
 from ui import progress as progress_ui
 from ui.context import Context
@@ -25,7 +25,7 @@ from ui.errors import guard
 from ui.keys import ModelKey
 from ui.labels import readout_label
 
-CALIB_BATCH = 8  # analysis.calibration runs its sequences 8 at a time: one forward pass each
+CALIB_BATCH = 8  # analysis.shrink.calibration runs its sequences 8 at a time: one forward pass each
 CALIBRATION_USE = (
     "Random and L1 use no data. Wanda (feature RMS of the attention input), gradient (one backward pass for "
     "|W ⊙ ∇W L|, every sequence weighted equally), PCA (key covariance) and DRRQR (post-convolution q/k "
@@ -106,7 +106,7 @@ def gradients(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.R
 
 
 def shared_calibration(key: ModelKey, sequences: int, seed: int = 0, progress: progress_ui.Report | None = None):
-    """For analysis.sweep(calibration=...): the very Calibration Channel importance and Prune use for these
+    """For analysis.runs.sweep(calibration=...): the very Calibration Channel importance and Prune use for these
     settings (train split, 256 tokens per sequence, as the sweep's own default), computed at most once
     (reporting each pass and layer to `progress` when it is computed). Resolved here, in the script run: the
     callable it returns (which also takes `progress` and a `cancel` token) is safe in a job's thread."""

@@ -11,7 +11,8 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from analysis import data, inputs, models
+from analysis.data import corpus as data, inputs
+from analysis.models import load as models
 from analysis.errors import AnalysisError
 from ui import cache
 from ui.keys import InputSpec

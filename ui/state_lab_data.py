@@ -2,8 +2,8 @@
 server process (ui.memo: shared, read-only), so a scrubber step only indexes them."""
 from __future__ import annotations
 
-from analysis import state_lab as lab
-from analysis.strategies import get_strategy
+from analysis.inspect import state_lab as lab
+from analysis.shrink.strategies import get_strategy
 from ui import cache, memo
 from ui.keys import InputSpec, ModelKey
 

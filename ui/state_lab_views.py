@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from analysis import state_lab as lab
+from analysis.inspect import state_lab as lab
 from analysis.archs import adapter_for
-from analysis.strategies import STRATEGIES
+from analysis.shrink.strategies import STRATEGIES
 from ui import state
 from ui import state_lab_data as data
 from ui import state_lab_figures as figs

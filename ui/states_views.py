@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.rank import METRIC_INFO
+from analysis.linalg.rank import METRIC_INFO
 from ui import figures, notice, scales, state
 from ui.choices import multi_choice, snap_to
 from ui.compare import Side

@@ -7,13 +7,13 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from analysis import data
-from analysis import sweep as sweeps
+from analysis.data import corpus as data
+from analysis.runs import sweep as sweeps
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
-from analysis.ray_executor import EXECUTORS
-from analysis.prune import usable_strategies
-from analysis.strategies import STRATEGIES
+from analysis.runs.ray_executor import EXECUTORS
+from analysis.shrink.prune import usable_strategies
+from analysis.shrink.strategies import STRATEGIES
 from ui import jobs, notice, shrink, shrink_figures, state
 from ui.context import Context
 from ui.explain import explainer

@@ -8,8 +8,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from analysis.allocate import allocate_and_choose, candidates
-from analysis.strategies import STRATEGIES
+from analysis.shrink.allocate import allocate_and_choose, candidates
+from analysis.shrink.strategies import STRATEGIES
 from ui import jobs, plan_inputs, shrink
 from ui.context import Context
 

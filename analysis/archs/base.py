@@ -12,7 +12,7 @@ Conventions shared by every family:
   projection) is channel i of key head h; `ChannelRows` says where those rows are;
 - key heads Hk ≤ value heads Hv, Hv a multiple of Hk: key head h serves value heads h·Hv/Hk … (h+1)·Hv/Hk − 1
   (grouped value attention); states are per value head, K-first [dk, dv];
-- the recurrence inputs the layer hands to its kernel are observed through `analysis.backend`
+- the recurrence inputs the layer hands to its kernel are observed through `analysis.runtime.backend`
   (RecurrenceInputs), whatever the device; the adapter routes its family's kernel entry points there.
 """
 from __future__ import annotations
@@ -158,7 +158,7 @@ class Adapter:
                                 "--head-dim channels.")
 
     def training_config(self, cfg, vocab_size: int):
-        """A fresh config of this family for `python -m analysis train` (`cfg`: analysis.train.TrainConfig);
+        """A fresh config of this family for `python -m analysis train` (`cfg`: analysis.train.trainer.TrainConfig);
         only families in analysis.archs.TRAINABLE implement it."""
         raise NotImplementedError
 

@@ -27,7 +27,7 @@ class DeltaNetAdapter(FlaAdapter):
 
     def install_routing(self) -> None:
         super().install_routing()
-        from analysis import backend
+        from analysis.runtime import backend
         import fla.layers.delta_net as layer_file
         backend.route(layer_file, self.entry_points)
 

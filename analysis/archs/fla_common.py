@@ -107,16 +107,16 @@ class FlaAdapter(Adapter):
 
 
 def fla_training_kwargs(cfg, vocab_size: int) -> dict:
-    """The config fields every fla family's training run shares (`cfg`: analysis.train.TrainConfig)."""
+    """The config fields every fla family's training run shares (`cfg`: analysis.train.trainer.TrainConfig)."""
     return dict(hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers, num_heads=cfg.heads,
                 vocab_size=vocab_size, tie_word_embeddings=True, max_position_embeddings=cfg.seq_len,
                 bos_token_id=0, eos_token_id=0)
 
 
 def install_fla_routing() -> None:
-    """fla's linear ops (analysis.backend) plus its softmax-attention entry points, routed by device."""
+    """fla's linear ops (analysis.runtime.backend) plus its softmax-attention entry points, routed by device."""
     global _routed
-    from analysis import backend
+    from analysis.runtime import backend
     backend.install()
     if _routed:
         return

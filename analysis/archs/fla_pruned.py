@@ -9,7 +9,7 @@ Pruning is pure channel removal: the pruned model equals the original with the d
 zeroed, at the ORIGINAL readout scale dk^-1/2. fla's layers read out at dk'^-1/2 (no config field sets
 the scale), i.e. c = sqrt(dk/dk') times the original o, and o reaches only the per-head output norm.
 `readout_key_dims` (the key dim whose ^-1/2 each layer's readout should keep) sets that norm's eps to
-eps·dk/dk', which is exact: RMSNorm(c·o, c²·eps) = RMSNorm(o, eps), gated or not, on CPU (analysis.cpu_ops)
+eps·dk/dk', which is exact: RMSNorm(c·o, c²·eps) = RMSNorm(o, eps), gated or not, on CPU (analysis.runtime.cpu_ops)
 and GPU (fla's kernels read `o_norm.eps` at every call). A plain fla config cannot say this: its one
 `norm_eps` also sets the block norms. `readout_key_dims` absent (models saved before it existed, or
 `--rescale default`) keeps fla's dk'^-1/2, the reference code's behaviour.

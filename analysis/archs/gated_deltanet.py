@@ -28,7 +28,7 @@ class GatedDeltaNetAdapter(FlaAdapter):
 
     def install_routing(self) -> None:
         super().install_routing()
-        from analysis import backend
+        from analysis.runtime import backend
         import fla.layers.gated_deltanet as layer_file
         backend.route(layer_file, self.entry_points)
         backend.route(layer_file, ("causal_conv1d",), wrap=backend.conv_by_device)  # its fused q|k|v conv path

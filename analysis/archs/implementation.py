@@ -1,11 +1,11 @@
 """Which implementation runs a model's linear layers on each device, read from the routing itself.
 
 Every adapter names its recurrence entry points (`Adapter.entry_points`): module globals of the layer's modeling
-file that its `install_routing` replaces by device-routed versions (`analysis.backend.route`). A routed entry point
+file that its `install_routing` replaces by device-routed versions (`analysis.runtime.backend.route`). A routed entry point
 keeps what the family bound for CUDA as `__wrapped__`; transformers' `use_kernel_func_from_hub_with_fallback`
 binds, in turn, the package kernel it found at import (fla, mamba_ssm) or its own torch code. On CPU a routed entry
 point runs the project's chunked op: the delta rule, or plain linear attention for kernels without one (the kernel
-spec's `delta`, as `analysis.backend` picks). So the sentence below is what will run, not a per-family text.
+spec's `delta`, as `analysis.runtime.backend` picks). So the sentence below is what will run, not a per-family text.
 """
 from __future__ import annotations
 
@@ -74,8 +74,8 @@ def _entry(layer_cls: type, name: str):
 
 def implementation(model) -> Implementation:
     """What runs the linear layers of `model` on CPU and on CUDA, read from its adapter's routed entry points."""
-    from analysis.cpu_ops.delta_rule import chunked_delta_rule
-    from analysis.cpu_ops.linear_attention import chunked_linear_attention
+    from analysis.runtime.cpu_ops.delta_rule import chunked_delta_rule
+    from analysis.runtime.cpu_ops.linear_attention import chunked_linear_attention
     adapter = adapter_for(model)
     spec = adapter.kernel_spec
     layers = adapter.linear_layers(model)

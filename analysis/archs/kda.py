@@ -120,8 +120,8 @@ class KDAAdapter(Adapter):
         """chunk_kda / fused_recurrent_kda, as fla/layers/kda.py looks them up, go through backend.by_device.
 
         The layer's other ops (ShortConvolution, FusedRMSNormGated with sigmoid, RMSNorm, SwiGLU, fused
-        cross-entropy) are the ones analysis.backend.install() already routes."""
-        from analysis import backend
+        cross-entropy) are the ones analysis.runtime.backend.install() already routes."""
+        from analysis.runtime import backend
         from analysis.archs import kda_pruned  # noqa: F401  (registers pruned_kda with transformers)
         backend.install()
         import fla.layers.kda as kda_layer

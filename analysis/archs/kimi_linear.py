@@ -12,7 +12,7 @@ then a gated RMSNorm per head (o_norm, sigmoid gate g_b_proj(g_a_proj x)) and o_
 The recurrence goes through two module globals of transformers' modeling file, `chunk_kimi_delta_attention`
 and `recurrent_kimi_delta_attention` (decode), which transformers binds to fla's `chunk_kda` /
 `fused_recurrent_kda` whenever fla is importable — Triton kernels that crash on CPU. `install_routing`
-replaces both: CUDA tensors keep the bound kernel, CPU tensors take `analysis.backend`'s torch recurrence
+replaces both: CUDA tensors keep the bound kernel, CPU tensors take `analysis.runtime.backend`'s torch recurrence
 (per-key-channel g), and on both the observer sees q/k per key head. The short conv and the gated norm take
 torch unless the `kernels` hub or `causal_conv1d` is installed (this project installs neither).
 

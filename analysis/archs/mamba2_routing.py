@@ -3,7 +3,7 @@
 Every mixer's prefill calls one module global, `mamba2_chunk_scan(x, dt, A, B, C, chunk_size, D, dt_bias, ...)`,
 which transformers binds to mamba_ssm's `mamba_chunk_scan_combined` when mamba_ssm is importable and to its own
 pure-torch chunked SSD otherwise (`__wrapped__`). We replace that global: CPU tensors take the project's chunked
-linear attention (`analysis.cpu_ops.linear_attention`, through `backend.observed`, so the state sink is fed by the
+linear attention (`analysis.runtime.cpu_ops.linear_attention`, through `backend.observed`, so the state sink is fed by the
 forward's own pass); CUDA tensors keep the bound kernel, the observer's states coming from a torch replay.
 
 The recurrence inputs, per head h of group h // (heads/groups), dt = clamp(softplus(dt + dt_bias), dt_limit):
@@ -19,7 +19,7 @@ import importlib
 import torch
 import torch.nn.functional as F
 
-from analysis import backend
+from analysis.runtime import backend
 
 MODELING_MODULES = tuple(f"transformers.models.{m}.modeling_{m}" for m in
                          ("mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba", "zamba2"))

@@ -5,15 +5,15 @@ each modeling file, looked up at call time) to fla's Triton kernels whenever fla
 forward dies in Triton ("0 active drivers"). The conv and the gated RMSNorm take fla/causal-conv1d only
 through the `kernels` hub or `causal_conv1d`, neither of which this project installs, so they already run
 torch. We replace the two recurrence globals: CUDA tensors keep transformers' bound kernel (fla), CPU tensors
-take `analysis.backend`'s torch recurrence; on both devices the observer sees the prepared inputs, with
+take `analysis.runtime.backend`'s torch recurrence; on both devices the observer sees the prepared inputs, with
 q_raw/k_raw per KEY head (transformers hands the kernel Hk key heads and Hv value heads; the repeat to the
-value heads happens inside the kernel, and inside `analysis.backend.prepare`).
+value heads happens inside the kernel, and inside `analysis.runtime.backend.prepare`).
 """
 from __future__ import annotations
 
 import importlib
 
-from analysis import backend
+from analysis.runtime import backend
 
 MODELING_MODULES = ("transformers.models.qwen3_5.modeling_qwen3_5",
                     "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",

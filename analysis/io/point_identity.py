@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]   # analysis/
-ROOTS = ("analysis.sweep", "analysis.sensitivity")   # the modules that compute cached points
+ROOTS = ("analysis.runs.sweep", "analysis.shrink.sensitivity")   # the modules that compute cached points
 
 
 def model_identity(model) -> str:

@@ -21,7 +21,7 @@ def make_model(seed: int = 0, **overrides):
 
 
 def reference_states(model, layer_index, hidden_in):
-    from analysis.models import attention_layers
+    from analysis.models.load import attention_layers
     return fla_layer_states(attention_layers(model)[layer_index], hidden_in)
 
 

@@ -1,8 +1,8 @@
 """Random kept-channel selections: a strategy-free way to prune, for tests that check the prune itself."""
 import torch
 
-from analysis.models import attention_layers
-from analysis.strategies.base import Selection
+from analysis.models.load import attention_layers
+from analysis.shrink.strategies.base import Selection
 
 
 def random_selections(model, dims, seed=0):

@@ -1,4 +1,4 @@
-"""A sink for the recurrences' per-token states (the protocol analysis.cpu_ops hands states over by)."""
+"""A sink for the recurrences' per-token states (the protocol analysis.runtime.cpu_ops hands states over by)."""
 import torch
 
 

@@ -1,0 +1,1 @@
+"""`python -m analysis`: the parser and one module per group of subcommands."""

@@ -1,0 +1,10 @@
+"""Subcommand registry of the CLI: name -> (help, argparse setup, run). One module per concern."""
+from analysis.cli.commands import inspect_cmds, prune_cmds, report_cmds, sensitivity_cmds, train_cmds
+
+COMMANDS = {
+    **inspect_cmds.COMMANDS,
+    **prune_cmds.COMMANDS,
+    **sensitivity_cmds.COMMANDS,
+    **train_cmds.COMMANDS,
+    **report_cmds.COMMANDS,
+}

@@ -1,0 +1,304 @@
+"""importance, prune, ppl, latency, sweep: shrink a model and measure what it costs and gains."""
+from __future__ import annotations
+
+
+from analysis.archs.kernels import MAX_KEY_DIM
+from analysis.cli.commands.checks import number_list, real, whole
+from analysis.cli.commands.common import add_calib_args, add_yes_arg, announce, emit, load, require_text_model
+from analysis.cli.commands.progress import bar, fraction, say
+from analysis.cli.commands.recovery_args import add_recovery_args, check_state_choice, recover_for_cli, recovery_settings
+from analysis.errors import AnalysisError
+
+
+RATIO = real(0, 1, hi_open=True)
+RATIOS = number_list(0, 1, hi_open=True)
+
+
+def _ratios(args):
+    if args.ratio is not None and args.ratios is not None:
+        raise AnalysisError("Give either --ratio (one ratio for all layers) or --ratios (one per layer), not both.")
+    if getattr(args, "allocate", None):
+        if args.ratio is not None or args.ratios is not None:
+            raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio / --ratios.")
+        return None, None
+    if args.ratio is None and args.ratios is None:
+        raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer).")
+    return (None, args.ratios) if args.ratios is not None else (args.ratio, None)
+
+
+def _rescale_arg(p):
+    from analysis.defaults import RESCALES
+    p.add_argument("--rescale", choices=list(RESCALES), default="original",
+                   help="readout scale of the pruned layers: " + "; ".join(f"{k}: {v}" for k, v in RESCALES.items()))
+
+
+def _setup_importance(p):
+    p.add_argument("--strategies", default="random,l1,wanda,grad,pca,drrqr")
+    p.add_argument("--ratio", type=RATIO, default=0.5, help="ratio at which kept sets are compared")
+    add_calib_args(p)
+
+
+def run_importance(args) -> None:
+    from analysis.shrink.importance import importance_report
+    model, tokenizer, meta = load(args)  # calibration reads text, or a recall model's own recall sequences
+    with fraction(args, "importance: strategies scored") as progress:
+        report = importance_report(model, tokenizer, args.strategies.split(","), args.ratio,
+                                   calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
+                                   seed=args.seed, progress=progress)
+    report = {**meta, **report}
+    lines = [f"channel importance, {report['calibration']}; kept sets at ratio {args.ratio}",
+             "mean Jaccard agreement of kept sets (all layers and heads):"]
+    names = report["strategies"]
+    lines.append(" " * 8 + "".join(f"{n:>8s}" for n in names))
+    for a, row in zip(names, report["agreement"]):
+        lines.append(f"{a:>8s}" + "".join(f"{v:8.2f}" for v in row))
+    emit(args, report, "\n".join(lines))
+
+
+OUT_HINT = "choose a new --out directory or pass --overwrite"
+
+
+def _setup_prune(p):
+    p.add_argument("--strategy", required=True)
+    p.add_argument("--ratio", type=RATIO, help="one ratio for all layers")
+    p.add_argument("--ratios", type=RATIOS, help="comma-separated ratio per layer")
+    p.add_argument("--round-to", type=int, choices=[16, 32, 64], help="round kept key dims to a multiple")
+    p.add_argument("--out", required=True, help="new directory for the pruned model")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out if it is a model directory this tool wrote (nothing else is ever replaced)")
+    p.add_argument("--eval-tokens", type=whole(1), default=8192, help="test tokens for the before/after perplexity")
+    p.add_argument("--eval-context", type=whole(1), default=256, help="context of the before/after perplexity")
+    p.add_argument("--recall-sequences", type=whole(1), default=64,
+                   help="recall models: sequences per pair count for the before/after recall accuracy")
+    p.add_argument("--time-kernel", action="store_true",
+                   help="also time the recurrence kernel before and after (every layer at its key dim)")
+    add_recovery_args(p)
+    _rescale_arg(p)
+    add_calib_args(p)
+    add_yes_arg(p)
+    from analysis.cli.commands.sensitivity_cmds import add_allocate_args
+    add_allocate_args(p)
+
+
+def run_prune(args) -> None:
+    from analysis.data import inputs
+    from analysis.shrink.calibration import calibrate
+    from analysis.shrink.prune import plan_key_dims, pruning_metadata, readout_label, save_model, tiles, unchanged_plan
+    from analysis.shrink.prune_workflow import Evaluation, prune_and_measure, recall_pairs
+    from analysis.io.export import carry_recall_task
+    from analysis.io.writes import check_new_dir
+    from analysis.shrink.strategies import get_strategy
+    ratio, ratios = _ratios(args)
+    check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write
+    strategy = get_strategy(args.strategy)
+    model, tokenizer, meta = load(args)
+    task = inputs.recall_task(model)
+    if task is None:
+        require_text_model(model, tokenizer, "prune")
+    else:  # a recall model reads its own recall sequences and is measured on recall accuracy, as on the page
+        tokenizer = None
+        if args.recover_steps:
+            raise AnalysisError(f"{model.analysis_name} is an associative-recall model without a tokenizer, and "
+                                "recovery trains on text; drop --recover-steps.")
+    _check_prune_sizes(args, model, strategy)
+    allocation = None
+    if args.allocate:  # per-layer ratios from the sensitivity map (see analysis/shrink/allocate.py)
+        from analysis.cli.commands.sensitivity_cmds import allocation_for, allocation_report
+        allocation = allocation_for(args, model, tokenizer)
+        ratio, ratios = None, allocation[2]["ratios"]  # the plan that measured best (validation split)
+    dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
+    unchanged = unchanged_plan(model, dims, ratio, ratios, args.round_to)
+    if unchanged:  # refused, not warned: a saved copy labelled "pruned" would mislead whoever loads it
+        raise AnalysisError(unchanged)
+    evaluation = Evaluation("test", args.eval_context, args.eval_tokens, recall_pairs(task), args.recall_sequences,
+                            latency=args.time_kernel)
+    calib = None
+    if strategy.needs_calibration:
+        with bar(args, "prune: calibration", total=1, unit="step") as b:
+            calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed)
+            b.update()
+    with fraction(args, "prune: pruning, then the test measurements before and after") as progress:
+        run = prune_and_measure(model, tokenizer, args.strategy, dims, calib, evaluation, seed=args.seed,
+                                rescale=args.rescale, progress=progress)
+    result, before, after = run.pruned, run.before, run.after
+    pruned = result.model
+    payload = {**meta, "strategy": args.strategy, "head_k_dims": dims, "tiles_per_head": tiles(dims),
+               "rescale": args.rescale, "readout": readout_label(model, args.rescale),
+               "calibration": calib.label if calib is not None else "none (data-free)",
+               "measured_before": before, "measured_after": after}
+    if task is None:  # the test perplexities under their long-standing keys
+        payload.update(perplexity_before=before["perplexity"], perplexity_after=after["perplexity"])
+    if allocation:
+        payload["allocation"] = allocation_report(args, model, tokenizer, *allocation)
+    if args.recover_steps:
+        recovered = recover_for_cli(args, pruned, tokenizer, teacher=model, evaluation=evaluation)
+        pruned = recovered.recovery.model
+        payload["measured_recovered"] = recovered.measured
+        payload["perplexity_recovered"] = recovered.measured["perplexity"]
+        payload["recovery"] = recovered.recovery.metadata()
+    metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
+    if args.recover_steps:
+        metadata["recovery"] = payload["recovery"]
+    save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT,
+               extra=lambda folder: carry_recall_task(meta["source"], folder))  # a recall model stays one
+    payload["out"] = args.out
+    lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)}), "
+             f"{payload['readout']}; calibration: {payload['calibration']}", _quality_line(before, after)]
+    if "kernel" in after:
+        lines.append(f"kernel time (all layers, {after['kernel']['op']}): {before['kernel']['median_ms']:.3f} ms -> "
+                     f"{after['kernel']['median_ms']:.3f} ms ({after['kernel']['device_name']})")
+    if args.recover_steps:
+        rec = payload["recovery"]
+        lines.append(f"after {args.recover_steps} {rec['method']} recovery steps (kept step {rec['kept_step']}, "
+                     f"validation perplexity {rec['start_validation_perplexity']:.2f} -> "
+                     f"{rec['kept_validation_perplexity']:.2f}): test perplexity {payload['perplexity_recovered']['perplexity']:.2f}")
+    lines.append(f"saved {args.out}")
+    emit(args, payload, "\n".join(lines))
+
+
+def _quality_line(before: dict, after: dict) -> str:
+    if "recall" in after:
+        pairs = zip(before["recall"]["by_pairs"], after["recall"]["by_pairs"])
+        return "recall accuracy " + ", ".join(f"{b['pairs']} pairs {b['accuracy']:.3f} -> {a['accuracy']:.3f}"
+                                              for b, a in pairs)
+    b, a = before["perplexity"], after["perplexity"]
+    return (f"test perplexity {b['perplexity']:.2f} -> {a['perplexity']:.2f} "
+            f"({a['tokens']} tokens, context {a['context']}, {a['dataset']})")
+
+
+def _check_prune_sizes(args, model, strategy) -> None:
+    """Calibration and recovery memory, and the recovery's time, before the first step (not after the prune)."""
+    from analysis.shrink.calibration import check_size
+    if strategy.needs_calibration:
+        check_size(model, args.calib_sequences, args.calib_tokens)
+    if args.recover_steps:
+        from analysis.shrink.recovery import check_settings, check_sizes
+        settings = recovery_settings(args)
+        check_state_choice(args)
+        check_settings(model, settings, teacher=model)  # the pruned model is checked again (its narrower widths)
+        check_sizes(model, settings, args.yes, announce)
+
+
+def _setup_ppl(p):
+    p.add_argument("--split", default="test", help="test, validation, train, wiki, or recall (recall models)")
+    p.add_argument("--context", type=whole(1), default=256)
+    p.add_argument("--stride", type=whole(1), default=None, help="default: the context (non-overlapping)")
+    p.add_argument("--max-tokens", type=whole(1), default=None)
+    add_yes_arg(p)
+
+
+def run_ppl(args) -> None:
+    from analysis.evaluate.perplexity import perplexity
+    model, tokenizer, meta = load(args)
+    if args.split == "recall":
+        from analysis.evaluate.recall_eval import recall_report
+        payload = {**meta, **recall_report(model)}
+        human = "\n".join(f"{r['pairs']:4d} pairs: accuracy {r['accuracy']:.3f}" for r in payload["by_pairs"])
+        emit(args, payload, human)
+        return
+    require_text_model(model, tokenizer, "ppl")
+    with fraction(args, f"ppl: {args.split} split") as progress:
+        payload = {**meta, **perplexity(model, tokenizer, args.split, args.context, args.stride, args.max_tokens,
+                                        progress=progress, yes=args.yes, say=announce)}
+    human = (f"perplexity {payload['perplexity']:.3f}, {payload['bits_per_byte']:.4f} bits/byte on "
+             f"{payload['dataset']} ({payload['tokens']} tokens, context {payload['context']}, "
+             f"stride {payload['stride']}, {payload['device']} {payload['dtype']})")
+    if "note" in payload:
+        human += f"\nnote: {payload['note']}"
+    emit(args, payload, human)
+
+
+def _setup_latency(p):
+    p.add_argument("--key-dims", type=number_list(1, MAX_KEY_DIM, integer=True), default=[16, 32, 48, 64],
+                   help=f"comma-separated key dims for the kernel sweep (1..{MAX_KEY_DIM}; the model's kernel "
+                        "may allow fewer, e.g. a minimum on GPU)")
+    p.add_argument("--batch", type=whole(1), default=4)
+    p.add_argument("--tokens", type=whole(1), default=1024)
+    p.add_argument("--threads", type=whole(1, 1024), default=None,
+                   help="CPU intra-op threads while timing (default 1: stable times on a shared machine)")
+    p.add_argument("--repeats", type=whole(1, 10000), default=None,
+                   help="timed repeats per point (default 15 on CPU, 50 on CUDA)")
+
+
+def run_latency(args) -> None:
+    from analysis.archs import adapter_for
+    from analysis.evaluate.latency import kernel_latency, model_latency, summary
+    from analysis.models.load import describe
+    from analysis.models import limits
+    model, _, meta = load(args)
+    info = describe(model)
+    dims = args.key_dims
+    limits.check_forward(model, args.batch, min(args.tokens, 256), "The whole-model forward")
+    timing = dict(threads=args.threads, repeats=args.repeats)
+    with bar(args, "latency: kernel per key dim, then the model", total=len(dims) + 1, unit="timing") as b:
+        points = []
+        for point in kernel_latency(dims, args.batch, args.tokens, info.value_heads, info.head_v_dim,
+                                    device=info.device, kernel=adapter_for(model).kernel, **timing):
+            points.append(point)
+            b.update()
+        whole = model_latency(model, batch=args.batch, tokens=min(args.tokens, 256), **timing)
+        b.update()
+    payload = {**meta, "kernel": points, "model_forward": whole}
+    lines = [f"{points[0]['op']} kernel, B{args.batch} T{args.tokens} H{info.value_heads} dv{info.head_v_dim}, "
+             f"{points[0]['dtype']} on {points[0]['device_name']} ({points[0]['timer']})"]
+    lines += [f"  dk {p['key_dim']:4d} ({p['tiles']} tile{'s' if p['tiles'] > 1 else ''}): {summary(p)}" for p in points]
+    lines.append(f"model forward B{whole['batch']} T{whole['tokens']}: {summary(whole)}")
+    noisy = sum(p["noisy"] for p in points) + whole["noisy"]
+    if noisy:
+        lines.append(f"{noisy} measurement(s) are noisy (IQR above 20 % of the median): the machine is busy; "
+                     "time again or raise --repeats.")
+    emit(args, payload, "\n".join(lines))
+
+
+def _setup_sweep(p):
+    p.add_argument("--strategies", default="random,l1,wanda,grad,pca,drrqr")
+    p.add_argument("--ratios", type=RATIOS, default=[0.25, 0.5, 0.75])
+    p.add_argument("--split", default="test")
+    p.add_argument("--context", type=whole(1), default=256)
+    p.add_argument("--eval-tokens", type=whole(1), default=8192)
+    p.add_argument("--recover-steps", type=whole(0), default=0)
+    p.add_argument("--no-latency", action="store_true")
+    p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
+    p.add_argument("--executor", choices=["in-process", "ray"], default="in-process",
+                   help="in-process (default): one point after another here; ray: one Ray task per point, on a "
+                        "local Ray with this machine's cores or on the cluster at --address")
+    p.add_argument("--address", help="with --executor ray: the cluster to join (host:port from `ray start --head`, "
+                                     "ray://host:port, or auto)")
+    _rescale_arg(p)
+    add_calib_args(p)
+    add_yes_arg(p)
+
+
+def run_sweep(args) -> None:
+    from analysis.runs.sweep import sweep
+    if args.address and args.executor != "ray":
+        raise AnalysisError("--address is the Ray cluster to run on: add --executor ray, or drop --address.")
+    strategies = args.strategies.split(",")
+    model, tokenizer, meta = load(args)
+    require_text_model(model, tokenizer, "sweep")
+    ratios = args.ratios
+    order = {("unpruned", 0.0): -1, **{(s, r): i for i, (s, r) in enumerate((s, r) for s in strategies for r in ratios)}}
+    results = []
+    with bar(args, f"sweep ({args.executor}): points", total=len(order), unit="point") as b:
+        for point in sweep(model, tokenizer, strategies, ratios, split=args.split, context=args.context,
+                           eval_tokens=args.eval_tokens, recover_steps=args.recover_steps,
+                           calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed,
+                           latency=not args.no_latency, use_cache=not args.no_cache, rescale=args.rescale,
+                           executor=args.executor, address=args.address, yes=args.yes, say=announce):
+            results.append(point)
+            b.update()
+            extra = "" if point["strategy"] == "unpruned" else f" ({point['delta_vs_unpruned']:+.1%})"
+            say(args, f"{point['strategy']:>9s} ratio {point['ratio']:.2f} dk {point['head_k_dims']}: "
+                      f"ppl {point['perplexity']:.2f}{extra}" + (" [cached]" if point["cached"] else ""))
+    results.sort(key=lambda p: order[(p["strategy"], p["ratio"])])  # Ray's finishing order → the plan's order
+    emit(args, {**meta, "executor": args.executor, "results": results}, "")
+
+
+COMMANDS = {
+    "importance": ("per-channel scores of every strategy and agreement of their kept sets",
+                   _setup_importance, run_importance),
+    "prune": ("prune query/key channels (uniform or per-layer ratios) into a new saved model", _setup_prune, run_prune),
+    "ppl": ("perplexity and bits per byte on a bundled split (or recall accuracy)", _setup_ppl, run_ppl),
+    "latency": ("recurrence-kernel latency vs key dim and whole-model forward latency", _setup_latency, run_latency),
+    "sweep": ("perplexity of strategies × ratios, cached; one line per result as it finishes", _setup_sweep, run_sweep),
+}

@@ -1,0 +1,168 @@
+"""sensitivity: the layer × ratio map; plus the `prune --allocate sensitivity --budget ...` hook."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from analysis.cli.commands.common import add_calib_args, add_yes_arg, announce, emit, load
+from analysis.cli.commands.progress import bar, say
+from analysis.errors import AnalysisError
+from analysis.io import reads
+from analysis.io.writes import show
+
+MAX_MAP_BYTES = 64 << 20  # a map is tens of KiB; far bigger is not one
+
+
+def _number_list(text: str, what: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        raise AnalysisError(f"{what} must be comma-separated numbers, got {show(text, 60)!r}.") from None
+
+
+def add_map_args(p, prefix: str = "") -> None:
+    """Settings of the map (shared by `sensitivity` and `prune --allocate`, where they take a map- prefix)."""
+    from analysis.defaults import SENSITIVITY_EVAL_TOKENS as DEFAULT_EVAL_TOKENS
+    from analysis.defaults import SENSITIVITY_RATIOS as DEFAULT_RATIOS
+    p.add_argument(f"--{prefix}metric", default="auto", choices=["auto", "ppl", "recall"],
+                   help="ppl: Δ log perplexity; recall: drop in recall accuracy (auto: recall for a recall model)")
+    p.add_argument(f"--{prefix}split", default="validation", help="split the map's perplexity is measured on")
+    p.add_argument(f"--{prefix}context", type=int, default=256)
+    p.add_argument(f"--{prefix}eval-tokens", type=int, default=DEFAULT_EVAL_TOKENS, help="tokens scored per point")
+    p.add_argument(f"--{prefix}recall-pairs", type=int, default=None, help="recall metric: pairs per sequence")
+    p.add_argument(f"--{prefix}recall-sequences", type=int, default=256, help="recall metric: sequences per point")
+    if prefix:
+        p.add_argument("--map-ratios", default=",".join(map(str, DEFAULT_RATIOS)), help="ratios the map measures")
+
+
+def map_settings(args, model, strategy: str, ratios, prefix: str = ""):
+    from analysis.shrink.sensitivity import MapSettings, recall_task
+    get = lambda name: getattr(args, prefix + name)  # noqa: E731
+    task = recall_task(model)
+    metric = get("metric")
+    if metric == "auto":
+        metric = "recall" if task is not None else "ppl"
+    return MapSettings(strategy=strategy, ratios=tuple(ratios), metric=metric, split=get("split"),
+                       context=get("context"), eval_tokens=get("eval_tokens"),
+                       calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed,
+                       recall_pairs=get("recall_pairs"), recall_sequences=get("recall_sequences")), task
+
+
+def _setup_sensitivity(p):
+    p.add_argument("--strategy", required=True)
+    p.add_argument("--ratios", default="0.25,0.5,0.75", help="comma-separated ratios; each layer alone at each")
+    add_map_args(p)
+    p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
+    add_calib_args(p)
+    add_yes_arg(p)
+
+
+def run_sensitivity(args) -> None:
+    from analysis.shrink.sensitivity import compute_map
+    model, tokenizer, meta = load(args)
+    from analysis.models.load import describe
+    s, task = map_settings(args, model, args.strategy, _number_list(args.ratios, "--ratios"))
+    total = 1 + describe(model).layers * len(s.ratios)  # the unpruned model, then each layer at each ratio
+
+    with bar(args, "sensitivity: map points", total=total, unit="point") as b:
+        def show(p):
+            tag = " [cached]" if p["cached"] else ""
+            if p["layer"] is None:
+                say(args, f"unpruned: {p['value']:.4f}{tag}")
+            else:
+                say(args, f"layer {p['layer']} ratio {p['ratio']:.3f} dk {p['head_k_dim']}: {p['value']:.4f} "
+                          f"(loss {p['loss']:+.4f}){tag}")
+            b.update()
+
+        smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show, yes=args.yes,
+                           say=announce)
+    smap["model"] = meta["model"]
+    lines = [f"{meta['model']} ({meta['device']}, {meta['dtype']}), strategy {s.strategy}: {smap['measure']}; "
+             f"unpruned {smap['baseline']:.4f}; loss = {smap['loss']}",
+             "layer  u      state bytes  " + "".join(f"ρ={r:<9g}" for r in s.ratios)]
+    from analysis.shrink.sensitivity import grid
+    g = grid(smap)
+    for row, losses in zip(smap["layers"], g.losses):
+        u = row["rank_utilization"]
+        lines.append(f"{row['layer']:5d}  {u if u is None else format(u, '.3f'):5}  {row['state_bytes']:11,d}  "
+                     + "".join(f"{x:+.4f}    " if x is not None else "   -       " for x in losses))
+    emit(args, {**meta, **smap}, "\n".join(lines))
+
+
+# ---- prune --allocate sensitivity ----------------------------------------------------------------------
+
+def add_allocate_args(p) -> None:
+    p.add_argument("--allocate", choices=["sensitivity"], help="choose per-layer ratios from a sensitivity map")
+    p.add_argument("--budget", help="with --allocate: mean ratio (0.5), state bytes (bytes:131072) or tiles (tiles:12)")
+    p.add_argument("--map", help="with --allocate: a map JSON from `sensitivity --json` (default: shipped or computed)")
+    add_map_args(p, prefix="map-")
+
+
+def parse_budget(text: str | None) -> dict:
+    if not text:
+        raise AnalysisError("--allocate needs --budget: a mean ratio like 0.5, bytes:N or tiles:N.")
+    kind, _, value = text.partition(":") if ":" in text else ("mean", "", text)
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if kind not in ("mean", "bytes", "tiles") or number is None or number < 0:
+        raise AnalysisError(f"--budget {show(text, 60)!r} is not a mean ratio (0.5), bytes:N or tiles:N; write it that way.")
+    if kind == "mean":
+        return {"mean_ratio": number}
+    if number != int(number):
+        raise AnalysisError(f"--budget {show(text, 60)!r} must be a whole number of {kind}.")
+    return {"state_bytes": int(number)} if kind == "bytes" else {"tiles": int(number)}
+
+
+def allocation_for(args, model, tokenizer):
+    """(report, map, choice) for `prune --allocate sensitivity`: from --map, the shipped map, or a computed one.
+
+    The report is `analysis.shrink.allocate.allocate_and_choose`'s (the workflow "Verify and choose" runs too): the
+    knapsack plan, the uniform plan and the rank-suggested plan at the same budget measured on the map's own
+    split (validation); the best measured one is what gets pruned (`choice["ratios"]`).
+    """
+    from analysis.shrink.allocate import allocate_and_choose
+    from analysis.shrink.sensitivity import compute_map, load_shipped, recall_task, same_weights
+    if args.ratio is not None or args.ratios:
+        raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio/--ratios and give --budget.")
+    budget = parse_budget(args.budget)
+    if args.map:
+        hint = "write one with `sensitivity --json`"
+        try:  # a regular file of sane size (a FIFO would hang, /dev/zero never ends), any nesting refused
+            raw = reads.read_bytes(Path(args.map).expanduser(), MAX_MAP_BYTES, "--map", hint)
+            smap = reads.loads(raw.decode("utf-8"), f"--map {args.map}", hint)
+        except (OSError, ValueError) as exc:  # also JSONDecodeError and UnicodeDecodeError
+            raise AnalysisError(f"--map {args.map} cannot be read as a sensitivity map JSON ({exc}).") from None
+        if not isinstance(smap, dict) or smap.get("kind") != "sensitivity-map":
+            raise AnalysisError(f"--map {args.map} is not a sensitivity map; write one with `sensitivity --json`.")
+        if smap.get("strategy") != args.strategy:
+            raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {show(args.strategy, 60)!r}; "
+                                "prune with the map's strategy or measure a map for this one.")
+        if not same_weights(smap, model):
+            raise AnalysisError("The map was measured on other weights than this model's; measure a map for it.")
+    else:
+        s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
+        smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task,
+                                                                          yes=args.yes, say=announce)
+    report = allocate_and_choose(model, tokenizer, smap, budget, args.round_to, recall_task(model))
+    return report, smap, report["choice"]
+
+
+def allocation_report(args, model, tokenizer, report: dict, smap: dict, choice: dict) -> dict:
+    """Print the knapsack plan and every candidate, predicted vs measured on the map's own split, and the winner;
+    return the report (`allocate_and_choose`'s) for the JSON."""
+    if args.json != "-":
+        print(f"allocated from the {report['strategy']} sensitivity map ({report['target']}, {report['cost']:,} of "
+              f"{report['budget']:,} {report['unit']}); candidates measured on {choice['measure']}:", flush=True)
+        for c in choice["candidates"]:
+            pred = "–" if c["predicted_loss"] is None else f"{c['predicted_loss']:+.4f}"
+            print(f"  {c['name']:<22} ratios {[round(r, 4) for r in c['ratios']]} dk' {c['dims']} cost {c['cost']:,}: "
+                  f"predicted loss {pred}, measured {c['measured_loss']:+.4f}", flush=True)
+        print(f"chosen: {choice['winner']} ({choice['reason']})", flush=True)
+    return report
+
+
+COMMANDS = {
+    "sensitivity": ("layer-sensitivity map: each layer pruned alone at each ratio, Δ perplexity or Δ recall",
+                    _setup_sensitivity, run_sensitivity),
+}

@@ -1,0 +1,1 @@
+"""Inputs: the bundled corpus and tokenizer, user text turned into labelled batches, synthetic recall."""

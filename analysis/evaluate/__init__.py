@@ -1,0 +1,1 @@
+"""Measuring a model: perplexity, recall accuracy, kernel and model latency, before/after measurement."""

@@ -1,0 +1,61 @@
+"""What a prune changes, measured the same way before and after: quality, size, state, kernel time.
+
+Quality is text perplexity (dataset/split/context/stride/tokens stated) for a language model, or recall
+accuracy by number of stored pairs for a recall-trained model (which has no tokenizer). Kernel time is
+the whole model's: the recurrence kernel timed at every layer's key dim (each distinct dim once) and summed
+over the layers, on the model's own device, with its shape; a per-layer plan is never timed at layer 0 only.
+"""
+from __future__ import annotations
+
+from analysis.archs import adapter_for
+from analysis.runtime.cancel import check
+from analysis.evaluate.perplexity import perplexity
+from analysis.evaluate.latency import kernel_latency
+from analysis.models.load import describe
+from analysis.shrink.prune import tiles
+from analysis.evaluate.recall_eval import recall_report
+
+LATENCY_SHAPE = dict(batch=2, tokens=512)  # as the sweep times it, so the two pages agree
+
+
+def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_tokens: int | None = 4096,
+            recall_pairs: tuple[int, ...] | None = None, recall_sequences: int = 64, latency: bool = True,
+            progress=None, cancel=None, per_window: bool = False) -> dict:
+    """Architecture figures plus perplexity (or recall accuracy when `recall_pairs` is given) and latency.
+
+    The one measuring path of the workflows (prune, sweep point, sensitivity point, allocate-and-choose):
+    per_window adds the perplexity's `window_losses` (each window's mean nats/token, for paired comparisons)."""
+    info = describe(model)
+    out = {"head_k_dims": info.head_k_dims, "tiles": tiles(info.head_k_dims), "parameters": info.parameters,
+           "state_bytes_per_sequence": info.state_bytes_per_sequence, "device": info.device, "dtype": info.dtype}
+    if recall_pairs is not None:
+        out["recall"] = recall_report(model, pairs=tuple(recall_pairs), n_sequences=recall_sequences)
+    else:
+        out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=progress,
+                                       per_window=per_window, cancel=cancel)
+    if latency:
+        check(cancel)
+        out["kernel"] = model_kernel_time(model, info, cancel)
+    return out
+
+
+def model_kernel_time(model, info, cancel=None) -> dict:
+    """Σ over linear-attention layers of the kernel's median time at that layer's key dim; the spread fields
+    (IQR, min, max) are summed the same way, so a before/after Δ can be judged against them."""
+    dims = info.head_k_dims
+    dtype = next(model.parameters()).dtype   # on a GPU, kernel_latency swaps a dtype its kernel refuses
+    timed = {}
+    for point in kernel_latency(sorted(set(dims)), heads=info.value_heads, value_dim=info.head_v_dim,
+                                device=info.device, dtype=dtype, kernel=adapter_for(model).kernel,
+                                min_run_time=0.2, **LATENCY_SHAPE):
+        timed[point["key_dim"]] = point
+        check(cancel)
+    first = timed[dims[0]]
+    total = lambda f: sum(f(timed[d]) for d in dims)  # noqa: E731
+    return {**{k: first[k] for k in ("op", "kernel", "batch", "tokens", "heads", "value_dim", "dtype", "device",
+                                     "device_name", "timer", "threads")},
+            "key_dims": list(dims), "layers": len(dims), "per_layer_ms": [timed[d]["median_ms"] for d in dims],
+            "median_ms": total(lambda p: p["median_ms"]),
+            "spread": {"iqr_ms": total(lambda p: p["spread"]["iqr_ms"]), "min_ms": total(lambda p: p["spread"]["min_ms"]),
+                       "max_ms": total(lambda p: p["spread"]["max_ms"])},
+            "repeats": min(p["repeats"] for p in timed.values()), "noisy": any(p["noisy"] for p in timed.values())}

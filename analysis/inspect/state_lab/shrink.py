@@ -1,0 +1,56 @@
+"""What if dk were smaller: keep this head's best dk′ key channels by a pruning strategy and re-run the rules.
+
+Pure channel removal, as the Prune page does it: the dropped channels are zeroed after the short convolution,
+before the l2 norm, so a pruned key is l2(mask ⊙ k_raw) when the layer normalises its keys (the same for the
+query); v, β and the readout scale (the original dk^-½) do not change, and a per-key-channel decay keeps only
+the kept channels' rows. The state then has dk′ rows. PCA keeps rotated directions instead (not axis-aligned).
+"""
+from __future__ import annotations
+
+import torch
+
+from analysis.archs import adapter_for
+from analysis.errors import AnalysisError
+from analysis.models.layers import linear_layers
+from analysis.inspect.state_lab.observe import l2_normalise
+from analysis.inspect.state_lab.rules import HeadInputs
+from analysis.shrink.strategies import get_strategy
+
+
+def kept_dim(dk: int, ratio: float) -> int:
+    if not 0.0 <= float(ratio) < 1.0:
+        raise AnalysisError(f"The pruning ratio must lie in [0, 1), got {ratio}.")
+    return max(1, round(dk * (1.0 - float(ratio))))
+
+
+def head_selection(model, strategy: str, ratio: float, layer: int, key_head: int, calibration=None,
+                   seed: int = 0) -> torch.Tensor:
+    """Indices [dk′] (axis-aligned) or a projection [dk′, dk] (PCA) for one key head of one layer."""
+    strat = get_strategy(strategy)
+    layers = linear_layers(model)
+    if not strat.axis_aligned and not adapter_for(model).rotations:
+        raise AnalysisError(f"The {strat.label} strategy mixes key channels, which this model's family cannot take "
+                            "(each key channel has its own decay); pick an axis-aligned strategy such as l1.")
+    if strat.needs_calibration and calibration is None:
+        raise AnalysisError(f"The {strat.label} strategy needs calibration data; pick random or l1, or calibrate first.")
+    dims = [kept_dim(info.key_dim, ratio) for info in layers]
+    sel = strat.select(model, calibration, dims, seed=seed)[layer]
+    return sel.indices[key_head] if sel.indices is not None else sel.projection[key_head]
+
+
+def pruned_inputs(x: HeadInputs, selection: torch.Tensor, label: str) -> HeadInputs:
+    """The head's inputs with only the selected key channels (1-D indices) or directions (2-D projection)."""
+    if x.k_raw is None or x.q_raw is None:
+        raise AnalysisError("This head's inputs carry no pre-normalisation keys, so it cannot be pruned here.")
+    if selection.dim() == 1:
+        idx = selection.long()
+        k, q = x.k_raw[:, idx], x.q_raw[:, idx]
+        g = x.g[:, idx] if x.g is not None and x.g.dim() == 2 else x.g
+    else:
+        P = selection.float()
+        if x.g is not None and x.g.dim() == 2:
+            raise AnalysisError("A rotation cannot keep per-channel decays; pick an axis-aligned strategy.")
+        k, q, g = x.k_raw @ P.T, x.q_raw @ P.T, x.g
+    if x.unit_keys:
+        k, q = l2_normalise(k), l2_normalise(q)
+    return x.with_keys(q=q, k=k, g=g, label=label)

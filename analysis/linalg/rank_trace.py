@@ -1,0 +1,60 @@
+"""Rank utilization u(S_t) = ‖S_t‖_F² / (s1(S_t)² · min(dk, dv)) at EVERY token, without any SVD.
+
+The recurrence inputs of each layer are intercepted during one forward pass and handed to
+`analysis.linalg.spectral_tracker`, which steps the state token by token (the same recurrence as the model,
+decay gate included) and tracks s1² with a warm-started Rayleigh–Ritz iteration. States are never
+stored. Ritz values never exceed s1², so the tracker can only over-estimate u; `tol` is the error of u
+at which it stops, by residual-based estimates (tests and the benchmark compare against numpy's SVD).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from analysis.runtime.backend import RecurrenceInputs, observe_recurrences
+from analysis.errors import AnalysisError
+from analysis.models.load import attention_layers
+from analysis.linalg.spectral_tracker import DEFAULT_TOL, track_top_singular
+
+
+def _array(x: torch.Tensor) -> np.ndarray:
+    """A float32 numpy view (no copy for the float32 CPU tensors the recurrence receives)."""
+    return x.detach().float().cpu().numpy()
+
+
+def utilization_trace(r: RecurrenceInputs, tol: float = DEFAULT_TOL, threads: int | None = None
+                      ) -> dict[str, torch.Tensor]:
+    """u, ‖S_t‖_F², s1² after every token: tensors [B, H, T]; plus the mean Rayleigh–Ritz steps per token."""
+    if r.initial_state is not None or r.cu_seqlens is not None:
+        raise AnalysisError("The dense rank trace needs whole, unpadded sequences without a prior cache.")
+    B, T, H, dk = r.k.shape
+    dv = r.v.shape[-1]
+    # the gate in numpy, not torch: torch's OpenMP workers would keep spinning on the tracker's cores
+    beta = _array(r.beta)
+    decay = np.ones_like(beta) if r.g is None else np.exp(_array(r.g))
+    fro2, top2, steps = track_top_singular(_array(r.k), _array(r.v), beta, decay,
+                                           tol=tol, threads=threads or torch.get_num_threads(), delta=r.delta)
+    fro2, top2 = torch.from_numpy(fro2), torch.from_numpy(top2)
+    u = torch.where(top2 > 0, fro2 / top2.clamp(min=1e-300), fro2 * 0) / min(dk, dv)  # 0 for a zero state
+    return {"rank_utilization": u.float(), "fro_norm_sq": fro2.float(), "spectral_norm_sq": top2.float(),
+            "mean_ritz_steps": torch.tensor(float(steps.mean()))}
+
+
+def collect_utilization_trace(model, input_ids: torch.Tensor, progress=None, **kwargs) -> list[dict[str, torch.Tensor]]:
+    """Run the model once and return, per layer, the dense utilization trace of `utilization_trace`
+    (progress(layers_done, layers) after each layer)."""
+    if input_ids.dim() != 2 or input_ids.numel() == 0:
+        raise AnalysisError("input_ids must be a non-empty [batch, tokens] tensor of token ids.")
+    results: list[dict] = []
+    n_layers = len(attention_layers(model))
+
+    def observe(r) -> None:
+        results.append(utilization_trace(r, **kwargs))
+        if progress:
+            progress(len(results), n_layers)
+
+    with torch.no_grad(), observe_recurrences(observe):
+        model(input_ids.to(next(model.parameters()).device), use_cache=False)
+    if len(results) != len(attention_layers(model)):
+        raise AnalysisError("Expected one recurrence per layer; this architecture is not supported.")
+    return results

@@ -1,0 +1,211 @@
+"""Memory estimates that bound every size a user can type, checked before the work starts.
+
+One request may use at most MEMORY_FRACTION of the memory available right now (the dashboard is a shared
+server: the models and other sessions need the rest). Estimates are deliberately simple upper-ish sums of
+the big tensors (logits, activations, recurrent states, parameters); they say "about".
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from analysis.errors import AnalysisError
+
+MEMORY_FRACTION = 0.5
+EXACT_LAYERS = 64   # configs with more layers are counted from a 1- and a 2-layer build (linear in layers)
+CHUNK = 64          # tokens per chunk of the chunked recurrence (fla's and the CPU path's)
+
+
+def available_memory(device: str | torch.device = "cpu") -> int | None:
+    """Bytes available now: free GPU memory for CUDA, else /proc/meminfo MemAvailable (None if unknown)."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # other Unixes: free physical pages (an underestimate of what could be reclaimed)
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def size_text(n: float) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def require(need: float, what: str, advice: str, device: str | torch.device = "cpu") -> None:
+    """Raise one sentence when `what` needs more than this request's share of the available memory."""
+    available = available_memory(device)
+    if available is None:
+        return  # nothing to compare with: let the work run
+    allowed = available * MEMORY_FRACTION
+    if need > allowed:
+        where = "GPU memory" if torch.device(device).type == "cuda" else "memory"
+        raise AnalysisError(f"{what} needs about {size_text(need)} of {where}, more than the "
+                            f"{size_text(allowed)} one request may use here ({MEMORY_FRACTION:.0%} of the "
+                            f"{size_text(available)} available now); {advice}.")
+
+
+# ---- parameters, from the config alone ------------------------------------------------------------
+
+def parameter_count(config: dict) -> int:
+    """Parameters of the model a config.json describes, counted on the meta device (no memory used).
+
+    Up to EXACT_LAYERS layers the model is built as is (exact); deeper configs are counted from a 1- and a
+    2-layer build (embedding + per-layer cost × layers; per-layer key dims take their largest value).
+    """
+    from analysis.runtime.process import ready
+    ready()  # the CPU path for fla's ops and the project's model types
+    layers = config.get("num_hidden_layers")
+    if layers <= EXACT_LAYERS:
+        return _meta_count(config)
+    one, two = (_meta_count(_with_layers(config, n)) for n in (1, 2))
+    return one + (two - one) * (layers - 1)
+
+
+def _with_layers(config: dict, n: int) -> dict:
+    from analysis.archs import adapter_for
+    out = {**config, "num_hidden_layers": n}
+    for key in (adapter_for(config).key_dims_config_key, "readout_key_dims"):  # per-layer lists: the widest, n times
+        if isinstance(config.get(key), list) and config[key]:
+            out[key] = [max(config[key])] * n
+    return out
+
+
+def _meta_count(config: dict) -> int:
+    from transformers import AutoConfig, AutoModelForCausalLM
+    cfg = AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())  # tied weights counted once
+
+
+def check_model_fits(params: int, dtype: torch.dtype, device, where: str) -> None:
+    """Refuse, before loading, a model whose weights alone exceed this request's share of the memory."""
+    element = torch.empty((), dtype=dtype).element_size()
+    smaller = "pick a smaller model (check num_hidden_layers, hidden_size and vocab_size in its config.json)"
+    if element > 2:
+        advice = f"load it in bfloat16 (--dtype bfloat16, half the bytes) or on a GPU (--device cuda), or {smaller}"
+    elif torch.device(device).type == "cpu":
+        advice = f"load it on a GPU (--device cuda), or {smaller}"
+    else:
+        advice = smaller
+    require(params * element, f"The model in {where} ({params:,} parameters in {str(dtype).replace('torch.', '')})",
+            advice, device)
+
+
+# ---- activations ---------------------------------------------------------------------------------
+
+def _shape(model) -> dict:
+    cfg = model.config
+    hidden = int(cfg.hidden_size)
+    inter = getattr(cfg, "intermediate_size", None) or int(hidden * getattr(cfg, "hidden_ratio", 4) or 4)
+    from analysis.models.layers import linear_layers
+    layers = linear_layers(model)
+    return dict(hidden=hidden, inter=int(inter), vocab=int(cfg.vocab_size), layers=len(layers),
+                heads=max(layer.value_heads for layer in layers),
+                dk=max(layer.key_dim for layer in layers), dv=max(layer.value_dim for layer in layers),
+                element=next(model.parameters()).element_size())
+
+
+def recurrence_bytes(batch: int, tokens: int, heads: int, dk: int, dv: int) -> int:
+    """One layer's chunked recurrence: q, k, v, o and their chunked copies, intra-chunk weights, and the
+    states after every token of one chunk (what state collection reads)."""
+    return 4 * batch * heads * (3 * tokens * (2 * dk + 2 * dv) + tokens * CHUNK + 2 * CHUNK * dk * dv)
+
+
+def forward_bytes(model, batch: int, tokens: int, logits_copies: int = 2) -> int:
+    """A no-grad forward over [batch, tokens]: logits (model dtype + fp32 copies), one layer's activations
+    and recurrence at a time."""
+    s = _shape(model)
+    bt = batch * tokens
+    logits = bt * s["vocab"] * (s["element"] + 4 * (logits_copies - 1))
+    activations = bt * (8 * s["hidden"] + 3 * s["inter"]) * 4
+    return logits + activations + recurrence_bytes(batch, tokens, s["heads"], s["dk"], s["dv"])
+
+
+def training_bytes(model, batch: int, tokens: int) -> int:
+    """A forward + backward over [batch, tokens]: every layer's activations are kept for the gradient."""
+    s = _shape(model)
+    bt = batch * tokens
+    per_layer = bt * (16 * s["hidden"] + 4 * s["inter"]) * 4 + recurrence_bytes(batch, tokens, s["heads"],
+                                                                               s["dk"], s["dv"])
+    return 3 * bt * s["vocab"] * 4 + s["layers"] * per_layer
+
+
+def check_forward(model, batch: int, tokens: int, what: str, advice: str = "use fewer tokens or sequences",
+                  logits_copies: int = 2) -> None:
+    require(forward_bytes(model, batch, tokens, logits_copies),
+            f"{what} ({batch} × {tokens} tokens, logits alone {size_text(batch * tokens * model.config.vocab_size * 4)})",
+            advice, next(model.parameters()).device)
+
+
+def check_training(model, batch: int, tokens: int, what: str, advice: str) -> None:
+    require(training_bytes(model, batch, tokens), f"{what} ({batch} × {tokens} tokens with gradients)", advice,
+            next(model.parameters()).device)
+
+
+def parameter_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def calibration_bytes(model, sequences: int, tokens: int) -> int:
+    """Calibration (analysis.shrink.calibration): the ids and their index tensor, every layer's post-conv q and k
+    activations kept for all tokens (fp32), one forward of 8 sequences at a time, and the gradient pass
+    (an fp32 copy of the model, 4 sequences at a time with gradients)."""
+    s = _shape(model)
+    n_tokens = sequences * tokens
+    ids = 2 * 8 * n_tokens + 8 * sequences
+    kept = s["layers"] * n_tokens * s["heads"] * s["dk"] * 4 * 2
+    forward = forward_bytes(model, min(sequences, 8), tokens)
+    grads = 4 * sum(p.numel() for p in model.parameters()) + training_bytes(model, min(sequences, 4), tokens)
+    return ids + kept + max(forward, grads)
+
+
+def check_calibration(model, sequences: int, tokens: int) -> None:
+    """Checked before a calibration batch is drawn (a recall model's sequences have its task's length)."""
+    require(calibration_bytes(model, int(sequences), int(tokens)),
+            f"Calibration on {int(sequences):,} × {int(tokens):,} tokens",
+            "use fewer calibration sequences or tokens", next(model.parameters()).device)
+
+
+def recovery_bytes(model, batch: int, tokens: int, teacher=None) -> int:
+    """A recovery fine-tune: an fp32 copy of the model, AdamW moments and gradients of (at most) all of it,
+    and one training step over [batch, tokens]; with a distillation `teacher`, its no-grad forward (already
+    loaded, so its activations and logits only) and the two fp32 softmaxes of the KD term."""
+    params = sum(p.numel() for p in model.parameters())
+    need = 16 * params + training_bytes(model, batch, tokens)
+    if teacher is not None:
+        need += forward_bytes(teacher, batch, tokens, logits_copies=2) + 3 * batch * tokens * _shape(model)["vocab"] * 4
+    return need
+
+
+def check_recovery(model, batch: int, tokens: int, teacher=None) -> None:
+    what = "with gradients" + (" and the unpruned teacher's forward" if teacher is not None else "")
+    require(recovery_bytes(model, int(batch), int(tokens), teacher),
+            f"Recovery fine-tuning on batches of {int(batch):,} × {int(tokens):,} tokens {what}",
+            "use a smaller batch or shorter sequences", next(model.parameters()).device)
+
+
+def check_kernel(batch: int, tokens: int, heads: int, dk: int, dv: int, device) -> None:
+    require(recurrence_bytes(batch, tokens, heads, dk, dv),
+            f"Timing the recurrence at batch {batch} × {tokens} tokens × {heads} heads (dk {dk}, dv {dv})",
+            "use fewer tokens or a smaller batch", device)
+
+
+def check_noise_samples(samples: int, snrs: int, dk: int, dv: int, keys: int = 1, batch: int = 1) -> None:
+    """The Monte Carlo holds, per key, float64 noise for every sample and SNR (noise.monte_carlo_retrieval_error
+    works key by key beyond that), plus the states and four results per key and SNR for `keys` × `batch` keys."""
+    per_key = 8 * (dk * dv + samples * dk + 3 * snrs * samples * (dk + dv))
+    need = per_key + 8 * batch * dk * dv + 32 * batch * max(1, keys) * snrs
+    require(need, f"The Monte Carlo with {samples:,} samples × {snrs:,} SNRs per key (dk {dk}, dv {dv})",
+            "use fewer --samples or --snr values", "cpu")

@@ -1,0 +1,1 @@
+"""Many measurements as one run: the sweep (cached points) and its Ray executor."""

@@ -1,0 +1,220 @@
+"""Strategies × ratios (× optional recovery) as a generator of results, cached on disk.
+
+Each result: strategy, ratio, key dims, tiles, perplexity (dataset/split/context/stride/tokens), Δ vs
+the unpruned model, parameters, state bytes per sequence, kernel latency at the layer-0 key dim. A
+rerun with the same model weights, settings and code is served from the cache (`analysis.io.point_cache`)
+instantly; an entry that does not prove itself is recomputed.
+
+Executors: "in-process" (default) computes the points one after another here; "ray" runs one Ray task
+per point (analysis.runs.ray_executor) and yields the results as they finish. Both write the same cache
+entries under the same keys, so either resumes what the other started.
+"""
+from __future__ import annotations
+
+from analysis.runs import ray_executor
+from analysis.io import point_cache
+from analysis.io.point_identity import model_identity
+from analysis.archs import adapter_for
+from analysis.shrink.calibration import calibrate
+from analysis.runtime.cancel import check
+from analysis.evaluate.latency import kernel_latency
+from analysis.evaluate.measure import measure
+from analysis.models.load import describe
+from analysis.shrink.prune import check_rescale, plan_key_dims, prune, readout_label
+from analysis.shrink.recovery import RecoverySettings, recover
+from analysis.shrink.strategies import get_strategy
+
+TIMING = "repeats-iqr-1thread"  # in the cache key: points timed the older way (one median, all threads) are redone
+# what a cached result must hold, typed, to be served (analysis.io.point_cache checks it)
+BASE_FIELDS = {"strategy": point_cache.TEXT, "ratio": point_cache.NUMBER, "perplexity": point_cache.NUMBER,
+               "bits_per_byte": point_cache.NUMBER, "head_k_dims": point_cache.INT_LIST,
+               "tiles": point_cache.INT_LIST, "parameters": point_cache.INT, "state_bytes_per_sequence": point_cache.INT,
+               "context": point_cache.INT, "stride": point_cache.INT, "tokens": point_cache.INT,
+               "dataset": point_cache.TEXT, "split": point_cache.TEXT}
+LATENCY_FIELDS = {"kernel_ms": point_cache.NUMBER, "kernel": point_cache.DICT, "kernel_timer": point_cache.TEXT}
+POINT_FIELDS = {"delta_vs_unpruned": point_cache.NUMBER, "rescale": point_cache.TEXT,
+                "calibration": point_cache.TEXT}
+RECOVERY_FIELDS = {"recovered_perplexity": point_cache.NUMBER, "recovered_delta_vs_unpruned": point_cache.NUMBER}
+
+
+def _checks(key: dict) -> tuple[dict, dict]:
+    """(schema, expected values) a cached result for `key` must satisfy: right fields, right types, this point."""
+    schema = {**BASE_FIELDS, **(LATENCY_FIELDS if key["latency"] else {})}
+    expect = {"split": key["split"], "context": key["context"]}
+    if key.get("point") == "unpruned":
+        return schema, {**expect, "strategy": "unpruned", "ratio": 0.0}
+    schema = {**schema, **POINT_FIELDS, **(RECOVERY_FIELDS if key["recover_steps"] else {})}
+    return schema, {**expect, "strategy": key["strategy"], "ratio": key["ratio"], "rescale": key["rescale"]}
+
+
+def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: str = "test", context: int = 256,
+          eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, calib_tokens: int = 256,
+          seed: int = 0, latency: bool = True, use_cache: bool = True, rescale: str = "original", calibration=None,
+          executor: str = "in-process", address: str | None = None, num_cpus: int | None = None, cancel=None,
+          yes: bool = False, say=None):
+    """Yield the unpruned baseline first, then one result per (strategy, ratio).
+
+    calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × `calib_tokens`
+    train tokens (seed `seed`), for a caller that already holds one (the dashboard shares a single one between
+    its pages); by default it is computed here, once, when the first strategy needs it.
+    executor "ray": the points run as Ray tasks on the cluster at `address` (default: a local Ray with
+    `num_cpus` cores, all of them by default) and arrive in the order they finish, cached ones first.
+    cancel (analysis.runtime.cancel): checked inside every point (windows, batches, recovery steps); a cancelled
+    point raises Cancelled before its cache entry is written (on Ray: closing the generator cancels the tasks).
+    yes / say: the whole sweep's estimated time is refused past an hour unless `yes`; `say` gets its line.
+    """
+    for name in strategies:
+        get_strategy(name)  # validate up front, before any work
+    check_rescale(rescale)
+    ray_executor.check_executor(executor)
+    _check_size(model, len(strategies) * len(ratios), context, eval_tokens, recover_steps, calib_sequences,
+                calib_tokens, calibration is None and any(get_strategy(n).needs_calibration for n in strategies),
+                yes, say)
+    ray = ray_executor.connect(address, num_cpus) if executor == "ray" else None  # before anything is written
+    point_cache.check_writable()
+    settings = {"model": model_identity(model), "split": split, "context": context, "eval_tokens": eval_tokens,
+                "recover_steps": recover_steps, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
+                "seed": seed, "device": str(next(model.parameters()).device),
+                "latency": TIMING if latency else False}
+    base_key = {**settings, "point": "unpruned"}
+    opts = {"split": split, "context": context, "eval_tokens": eval_tokens, "latency": latency,
+            "recover_steps": recover_steps, "seed": seed, "rescale": rescale, "confirmed": True}
+    points = [({**settings, "strategy": name, "ratio": ratio, "rescale": rescale}, name, ratio)
+              for name in strategies for ratio in ratios]
+
+    def calibrated():
+        return calibration() if calibration is not None else \
+            calibrate(model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed, cancel=cancel)
+    if ray is not None:
+        yield from _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts)  # a token cannot travel to Ray
+        return
+    baseline = _cached(base_key, use_cache, lambda: _evaluate(model, tokenizer, "unpruned", 0.0, split, context,
+                                                              eval_tokens, latency, None, cancel))
+    yield baseline
+    calib = None
+    for key, name, ratio in points:
+        check(cancel)
+
+        def compute():
+            nonlocal calib
+            if calib is None and get_strategy(name).needs_calibration:
+                calib = calibrated()
+            return _point(model, tokenizer, calib, baseline, {**opts, "cancel": cancel}, name, ratio)
+        yield _cached(key, use_cache, compute)
+
+
+def _check_size(model, points: int, context: int, eval_tokens: int, recover_steps: int, calib_sequences: int,
+                calib_tokens: int, calibrates: bool, yes: bool, say) -> None:
+    """Memory of the calibration and recovery, and the time of every point, before the first point runs."""
+    from analysis.models import limits, workload
+    from analysis.shrink.calibration import check_size
+    if calibrates:
+        check_size(model, calib_sequences, calib_tokens)
+    if recover_steps:
+        limits.check_recovery(model, 8, 256)  # recover()'s defaults, as _point calls it
+    evals = -(-workload.windows(eval_tokens + 1, context, context) // 8)
+    parts = [(evals * (2 if recover_steps else 1), 8, context, 1.0), (recover_steps, 8, 256, workload.TRAIN_STEP)]
+    workload.check_points("The sweep", points + 1, model, parts, "use fewer strategies, ratios, tokens to score "
+                          "or recovery steps", yes, say)
+
+
+def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio: float) -> dict:
+    """One (strategy, ratio) point: prune, score (and recover): the same function in-process and on Ray."""
+    strategy = get_strategy(name)
+    split, context, eval_tokens, seed, rescale = (opts[k] for k in ("split", "context", "eval_tokens", "seed",
+                                                                    "rescale"))
+    dims = plan_key_dims(model, ratio=ratio)
+    pruned = prune(model, name, dims, calib if strategy.needs_calibration else None, seed=seed, rescale=rescale).model
+    cancel = opts.get("cancel")
+    check(cancel)
+    result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, opts["latency"], baseline,
+                       cancel)
+    result["rescale"], result["readout"] = rescale, readout_label(model, rescale)
+    result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
+    if opts["recover_steps"]:
+        recovered = recover(pruned, tokenizer, RecoverySettings(method="qk", steps=opts["recover_steps"], seed=seed),
+                            cancel=cancel, yes=opts.get("confirmed", False)).model  # estimated up front
+        after = measure(recovered, tokenizer, split, context, eval_tokens, latency=False, cancel=cancel)["perplexity"]
+        result["recovered_perplexity"] = after["perplexity"]
+        result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1
+    return result
+
+
+# ---- Ray: one task per point; the driver reads and writes the cache ------------------------------------
+
+def _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts):
+    device = str(next(model.parameters()).device)
+    options = ray_executor.task_options(ray, device)
+    baseline = _lookup(base_key, use_cache)
+    if baseline is None:
+        for _, result in ray_executor.run_unordered(ray, _baseline_task, (model, tokenizer, opts), [()], options):
+            baseline = _store(base_key, result)
+    yield baseline
+    todo = []
+    for key, name, ratio in points:
+        hit = _lookup(key, use_cache)
+        if hit is not None:
+            yield hit
+        else:
+            todo.append((key, name, ratio))
+    if not todo:
+        return
+    # one calibration for every point that needs it, computed once (as in-process) and shared through Ray
+    calib = calibrated() if any(get_strategy(name).needs_calibration for _, name, _ in todo) else None
+    items = [(name, ratio) for _, name, ratio in todo]
+    keys = {(name, ratio): key for key, name, ratio in todo}
+    for item, result in ray_executor.run_unordered(ray, _point_task, (model, tokenizer, calib, baseline, opts),
+                                                   items, options):
+        yield _store(keys[item], result)
+
+
+def _worker_setup() -> None:
+    from analysis.runtime.process import ready
+    ready()  # the worker's own process: the CPU path for fla's ops and the project's model types
+
+
+def _baseline_task(model, tokenizer, opts):
+    _worker_setup()
+    return _evaluate(model, tokenizer, "unpruned", 0.0, opts["split"], opts["context"], opts["eval_tokens"],
+                     opts["latency"], None)
+
+
+def _point_task(model, tokenizer, calib, baseline, opts, name, ratio):
+    _worker_setup()
+    return _point(model, tokenizer, calib, baseline, opts, name, ratio)
+
+
+def _lookup(key: dict, use_cache: bool) -> dict | None:
+    """The cached result for `key` (marked cached), or None: missing, or not believed (one warning)."""
+    return point_cache.lookup(key, *_checks(key)) if use_cache else None
+
+
+def _store(key: dict, result: dict) -> dict:
+    return point_cache.store(key, result)
+
+
+def _cached(key: dict, use_cache: bool, compute) -> dict:
+    return point_cache.cached(key, use_cache, compute, *_checks(key))
+
+
+def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline, cancel=None) -> dict:
+    got = measure(model, tokenizer, split, context, eval_tokens, latency=False, cancel=cancel)  # the one path
+    ppl = got["perplexity"]
+    result = {"strategy": strategy, "ratio": ratio, "head_k_dims": got["head_k_dims"], "tiles": got["tiles"],
+              "perplexity": ppl["perplexity"], "bits_per_byte": ppl["bits_per_byte"], "dataset": ppl["dataset"],
+              "split": split, "context": context, "stride": ppl["stride"], "tokens": ppl["tokens"],
+              "parameters": got["parameters"], "state_bytes_per_sequence": got["state_bytes_per_sequence"],
+              "device": got["device"], "dtype": got["dtype"]}
+    if baseline is not None:
+        result["delta_vs_unpruned"] = ppl["perplexity"] / baseline["perplexity"] - 1
+    if latency:
+        check(cancel)
+        info = describe(model)
+        point = next(kernel_latency([info.head_k_dims[0]], batch=2, tokens=512, heads=info.value_heads,
+                                    value_dim=info.head_v_dim, device=info.device,
+                                    kernel=adapter_for(model).kernel, min_run_time=0.2))
+        result["kernel_ms"] = point["ms"]
+        result["kernel"] = {k: point[k] for k in ("median_ms", "spread", "repeats", "threads", "noisy", "timer")}
+        result["kernel_timer"] = f"{point['op']}, B{point['batch']} T{point['tokens']} H{point['heads']} " \
+                                 f"dv{point['value_dim']}, {point['dtype']} on {point['device_name']}"
+    return result

@@ -1,0 +1,296 @@
+"""Route fla's Triton entry points by device: CPU tensors take `analysis.runtime.cpu_ops`, CUDA tensors keep fla.
+
+fla 0.6.0 cannot run a single op on CPU, so `install()` wraps, once per process, fla's shared modules
+(ShortConvolution, RMSNorm, FusedRMSNormGated, SwiGLU and the fused cross-entropy), and each family's
+adapter routes its own recurrence entry points with `route(module, names)` (`by_device`; `conv_by_device`
+for a fused-qkv conv). Each wrapper checks the tensor's device and
+calls fla's untouched original for CUDA. An optional observer sees the prepared recurrence inputs on
+both devices, which is how `analysis.inspect.states` collects per-token states: an observer that returns a
+`StateSink` gets the states at the positions it asks for, then `finish(final_state)`. On CPU they come
+from the forward's own chunked recurrence (one pass); on CUDA, where fla's kernel runs the forward and
+keeps no per-token state, from a torch replay of the same inputs on the GPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from analysis.runtime.cpu_ops import conv as conv_ops
+from analysis.runtime.cpu_ops import norms
+from analysis.runtime.cpu_ops.delta_rule import StateSink, chunked_delta_rule
+from analysis.runtime.cpu_ops.linear_attention import chunked_linear_attention
+
+L2_EPS = 1e-6  # fla's in-kernel l2norm: x / sqrt(Σx² + 1e-6)
+
+
+@dataclass
+class RecurrenceInputs:
+    """What enters the recurrence, prepared as the kernel prepares it; state layout K-first."""
+    q: torch.Tensor                    # [B,T,H,dk], l2-normalised if the layer asks for it
+    k: torch.Tensor                    # [B,T,H,dk]
+    v: torch.Tensor                    # [B,T,H,dv]
+    beta: torch.Tensor                 # [B,T,H], after sigmoid (and ×2 with negative eigenvalues)
+    g: torch.Tensor | None             # log-decay: [B,T,H] per head, [B,T,H,dk] per key channel (KDA), None
+    scale: float
+    initial_state: torch.Tensor | None  # [N,H,dk,dv]
+    cu_seqlens: torch.Tensor | None
+    q_raw: torch.Tensor | None = None   # [B,T,H_qk,dk] what the layer passed in: post-conv, pre-l2norm
+    k_raw: torch.Tensor | None = None
+    delta: bool = True                  # False: plain linear attention S_t = e^{g_t} S_{t−1} + k_t v_tᵀ
+                                        # (β unused), e.g. Mamba-2's SSD (its adapter folds dt into v)
+
+
+_observer: contextvars.ContextVar[Callable[[RecurrenceInputs], object] | None] = \
+    contextvars.ContextVar("recurrence_observer", default=None)
+
+
+@contextlib.contextmanager
+def observe_recurrences(callback: Callable[[RecurrenceInputs], object]):
+    """Call `callback(inputs)` for every recurrence op a forward pass runs (CPU or CUDA); when it returns a
+    StateSink (with `finish(final_state)`), that sink receives the states it asks for."""
+    token = _observer.set(callback)
+    try:
+        yield
+    finally:
+        _observer.reset(token)
+
+
+def _l2(x: torch.Tensor) -> torch.Tensor:
+    x = x.float()
+    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + L2_EPS)
+
+
+def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l2norm_in_kernel=False,
+            use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
+            allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, gk=None, gv=None, lower_bound=None,
+            **_unused) -> RecurrenceInputs:
+    """Apply the kernel-side preprocessing of fla's (gated) delta-rule and KDA ops, in fp32.
+
+    KDA's g is per value head and key channel [B,T,HV,dk] with A_log [HV] and dt_bias [HV·dk]; its kernels
+    gate with lower_bound·sigmoid(e^{A_log}(g + dt_bias)) when a lower bound is set (A_log may then be None),
+    −e^{A_log}·softplus(g + dt_bias) otherwise."""
+    if gk is not None or gv is not None:
+        raise NotImplementedError("per-channel gates (gk/gv) are not used by DeltaNet/Gated DeltaNet")
+    H, HV = q.shape[2], v.shape[2]
+    q_raw, k_raw = q, k
+    if use_qk_l2norm_in_kernel:
+        q, k = _l2(q), _l2(k)
+    if HV != H:  # grouped value attention: each q/k head serves HV/H value heads
+        q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
+    beta = torch.ones_like(v[..., 0], dtype=torch.float32) if beta is None else beta.float()
+    if beta.dim() == v.dim():
+        raise NotImplementedError("per-channel beta is not used by DeltaNet/Gated DeltaNet")
+    if use_beta_sigmoid_in_kernel:
+        beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
+    if g is not None:
+        g = g.float()
+        if use_gate_in_kernel and g.dim() == v.dim():  # per key channel (KDA)
+            g = _kda_gate(g, A_log, dt_bias, lower_bound)
+        elif use_gate_in_kernel:
+            g = g + dt_bias.float() if dt_bias is not None else g
+            g = -A_log.float().exp() * torch.nn.functional.softplus(g)
+    if initial_state is not None and state_v_first:
+        initial_state = initial_state.transpose(-1, -2)
+    return RecurrenceInputs(q=q.float(), k=k.float(), v=v.float(), beta=beta, g=g,
+                            scale=q.shape[-1] ** -0.5 if scale is None else scale,
+                            initial_state=initial_state, cu_seqlens=cu_seqlens, q_raw=q_raw, k_raw=k_raw)
+
+
+def _kda_gate(g, A_log, dt_bias, lower_bound) -> torch.Tensor:
+    """fla's in-kernel KDA gate (kda_gate_chunk_cumsum / fused_recurrent_kda), fp32: g [..., HV, dk]."""
+    heads, dk = g.shape[-2:]
+    if dt_bias is not None:
+        g = g + dt_bias.float().view(heads, dk)
+    if lower_bound is not None:
+        scaled = g if A_log is None else A_log.float().view(heads, 1).exp() * g
+        return lower_bound * torch.sigmoid(scaled)
+    return -A_log.float().view(heads, 1).exp() * torch.nn.functional.softplus(g)
+
+
+def _chunked(r: RecurrenceInputs, q, k, v, beta, g, h0, sink=None):
+    if r.delta:
+        return chunked_delta_rule(q, k, v, beta, g, r.scale, h0, sink=sink)
+    return chunked_linear_attention(q, k, v, g, r.scale, h0, sink=sink)
+
+
+def run_recurrence(r: RecurrenceInputs, sink: StateSink | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunked recurrence over prepared inputs; packed sequences (cu_seqlens) run one by one (no sink)."""
+    if r.cu_seqlens is None:
+        return _chunked(r, r.q, r.k, r.v, r.beta, r.g, r.initial_state, sink)
+    if sink is not None:
+        raise ValueError("per-token states of packed sequences (cu_seqlens) are not supported")
+    outs, finals = [], []
+    bounds = r.cu_seqlens.tolist()
+    for n, (s, e) in enumerate(zip(bounds[:-1], bounds[1:])):
+        cut = (lambda x: None if x is None else x[:, s:e])
+        h0 = None if r.initial_state is None else r.initial_state[n:n + 1]
+        o, S = _chunked(r, cut(r.q), cut(r.k), cut(r.v), cut(r.beta), cut(r.g), h0)
+        outs.append(o)
+        finals.append(S)
+    return torch.cat(outs, dim=1), torch.cat(finals)
+
+
+def _torch_recurrence(q, k, v, *, output_final_state=False, state_v_first=False, **kwargs):
+    r = prepare(q, k, v, state_v_first=state_v_first, **kwargs)
+    sink = _notify(r)
+    o, S = run_recurrence(r, sink)  # the observer's states come from this very pass: no replay on CPU
+    if sink is not None:
+        sink.finish(S.detach())
+    if state_v_first:
+        S = S.transpose(-1, -2)
+    return o.to(v.dtype), (S.contiguous() if output_final_state else None)
+
+
+def _notify(r: RecurrenceInputs) -> StateSink | None:
+    """Tell the observer (if any); returns the StateSink it asks to be fed, if it returned one."""
+    callback = _observer.get()
+    if callback is None:
+        return None
+    with torch.no_grad():
+        sink = callback(RecurrenceInputs(**{f: (getattr(r, f).detach() if torch.is_tensor(getattr(r, f))
+                                                else getattr(r, f)) for f in r.__dataclass_fields__}))
+    return sink if hasattr(sink, "wanted") else None
+
+
+def _replay(r: RecurrenceInputs, sink: StateSink) -> None:
+    """CUDA: fla's kernel keeps no per-token state, so the sink's states come from a torch replay of its inputs."""
+    with torch.no_grad():
+        _, S = run_recurrence(r, sink)
+    sink.finish(S)
+
+
+def observed(r: RecurrenceInputs, compute: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Tell the observer about prepared inputs a family's own routing formed (not through `prepare`).
+    compute=True (CPU): run the torch recurrence, feeding the observer's sink, and return (o, final state);
+    compute=False (the family's CUDA kernel runs the forward): replay for the sink only when it wants states."""
+    sink = _notify(r)
+    if not compute:
+        if sink is not None:
+            _replay(r, sink)
+        return None
+    o, S = run_recurrence(r, sink)
+    if sink is not None:
+        sink.finish(S.detach())
+    return o, S
+
+
+def by_device(fla_op):
+    """A recurrence op that keeps fla's kernel on CUDA (telling the observer) and runs torch elsewhere."""
+    signature = inspect.signature(fla_op)
+
+    def op(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs).arguments
+        bound.update(bound.pop("kwargs", {}))
+        if bound["q"].is_cuda:
+            if _observer.get() is not None:
+                r = prepare(**bound)
+                sink = _notify(r)
+                if sink is not None:
+                    _replay(r, sink)
+            return fla_op(*args, **kwargs)
+        return _torch_recurrence(**bound)
+    op.__wrapped__ = fla_op
+    op.__name__ = fla_op.__name__
+    return op
+
+
+def _wrap_method(cls, name, torch_impl):
+    original = getattr(cls, name)
+    if getattr(original, "_analysis_wrapped", False):
+        return
+
+    def method(self, x, *args, **kwargs):
+        return original(self, x, *args, **kwargs) if x.is_cuda else torch_impl(self, x, *args, **kwargs)
+    method._analysis_wrapped = True
+    method.__wrapped__ = original
+    setattr(cls, name, method)
+
+
+def _short_conv(self, x, residual=None, mask=None, cache=None, output_final_state=False, cu_seqlens=None,
+                **_unused):
+    if mask is not None:
+        x = x * mask.unsqueeze(-1)
+    y, final = conv_ops.causal_conv1d(x, self.weight[:, 0], self.bias, residual, cache, True,
+                                      self.activation, cu_seqlens)
+    if cache is not None and not torch.is_grad_enabled() and x.shape[1] == 1:
+        cache.copy_(final)  # fla's single-token decode updates the cache in place; mirror it
+    return y, (final if output_final_state else None)
+
+
+def conv_by_device(fla_conv):
+    """fla's functional causal_conv1d on CUDA, the torch conv elsewhere (a family's fused-qkv conv path)."""
+    def conv(x, weight=None, bias=None, residual=None, initial_state=None, output_final_state=False,
+             activation=None, backend="triton", cu_seqlens=None, **kwargs):
+        if x.is_cuda:
+            return fla_conv(x, weight, bias, residual, initial_state, output_final_state, activation, backend,
+                            cu_seqlens, **kwargs)
+        return conv_ops.causal_conv1d(x, weight, bias, residual, initial_state, output_final_state, activation,
+                                      cu_seqlens)
+    conv.__wrapped__ = fla_conv
+    return conv
+
+
+def route(module, names, wrap=by_device) -> None:
+    """Replace the entry points `names` that a layer file looks up as module globals at call time by their
+    device-routed versions (`wrap`), once (idempotent)."""
+    for name in names:
+        current = getattr(module, name)
+        if getattr(current, "_analysis_routed", False):
+            continue
+        routed = wrap(current)
+        routed._analysis_routed = True
+        setattr(module, name, routed)
+
+
+def _rms(self, x, residual=None, prenorm=False, residual_in_fp32=False):
+    return norms.rms_norm(x, self.weight, self.bias, residual, self.eps, prenorm, residual_in_fp32)
+
+
+def _rms_gated(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
+    return norms.rms_norm(x, self.weight, self.bias, residual, self.eps, prenorm, residual_in_fp32,
+                          gate=g, activation=self.activation)
+
+
+def _swiglu_linear(self, x, y, weight, bias):
+    return norms.swiglu_linear(x, y, weight, bias)
+
+
+def _swiglu(x, y):
+    return _swiglu.__wrapped__(x, y) if x.is_cuda else norms.swiglu(x, y)
+
+
+def _cross_entropy(self, input, target):
+    if self.logit_softcapping or self.return_z_loss:
+        raise NotImplementedError("logit soft-capping and z-loss return are not supported on CPU")
+    return norms.cross_entropy(input, target, self.ignore_index, self.label_smoothing, self.logit_scale,
+                               self.lse_square_scale, self.reduction)
+
+
+_installed = False
+
+
+def install() -> None:
+    """Patch fla's shared modules once per process (idempotent); each family's adapter routes its own
+    recurrence entry points (`route`). Imports fla, so call it lazily."""
+    global _installed
+    if _installed:
+        return
+    import fla  # noqa: F401  (registers the model types; needs triton installed)
+    import fla.modules.mlp as mlp
+    from fla.modules import FusedCrossEntropyLoss, FusedRMSNormGated, RMSNorm, ShortConvolution
+
+    if not getattr(fla, "__all__", None):
+        raise ImportError("fla imported without its models: install triton (fla's [cpu] extra)")
+    _swiglu.__wrapped__ = mlp.swiglu
+    mlp.swiglu = _swiglu
+    _wrap_method(ShortConvolution, "forward", _short_conv)
+    _wrap_method(RMSNorm, "forward", _rms)
+    _wrap_method(FusedRMSNormGated, "forward", _rms_gated)
+    _wrap_method(mlp.SwiGLULinear, "forward", _swiglu_linear)
+    _wrap_method(FusedCrossEntropyLoss, "forward", _cross_entropy)
+    _installed = True

@@ -1,0 +1,1 @@
+"""Making a model smaller: calibration, strategies, importance, prune, recovery, sensitivity, allocation."""

@@ -1,0 +1,352 @@
+"""Per-layer pruning ratios chosen from a measured sensitivity map, under a state or kernel-tile budget.
+
+Additive model: pruning layer l to key dim d costs loss_l(d), measured with every other layer intact
+(loss 0 at the full dim), and a whole allocation is predicted to cost Σ_l loss_l(d_l). Each layer may
+take its full dim or any dim the map measured (with tile rounding: only multiples of the rounding).
+Among allocations whose cost (fp32 state bytes, or 64-row kernel tiles, summed over layers and heads)
+fits the budget, an exact dynamic programme over layers finds the least predicted loss. A mean-ratio
+target means the state bytes of the uniform plan at that ratio, so both plans hold the same state.
+
+The measured losses are first made monotone: clamped at 0 (a one-layer "gain" is measurement noise, and
+the knapsack would otherwise buy it with unused bytes) and non-decreasing in the ratio (running max), so
+pruning a layer less never predicts more loss; among equally good plans the one spending the most of the
+budget wins. `verify` prunes for real and reports measured against predicted; `choose_plan` measures the
+knapsack plan, the uniform plan and the rank-suggested plan (same budget) on the map's own split
+(validation, never test) and keeps the best measured one, because the additive model's margins are
+often below the noise. It measures on more tokens than the map (CHOICE_TOKEN_FACTOR), and a plan replaces
+uniform only when it measures better by more than SIGNIFICANCE paired standard errors over windows:
+with 4,096 validation tokens a plan that won by noise lost on the test split by 3 standard errors.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from functools import reduce
+
+from analysis.errors import AnalysisError
+from analysis.models.load import TILE_ROWS
+from analysis.shrink.prune import ROUNDINGS, plan_key_dims, prune
+from analysis.shrink.sensitivity import MapSettings, MapMeasure, calibration_for, paired_difference
+
+CHOICE_TOKEN_FACTOR = 4  # candidate plans are measured on 4× the map's tokens of its split (4,096 → 16,384)
+SIGNIFICANCE = 2.0       # paired standard errors by which a plan must beat uniform to replace it
+UNITS = {"state_bytes": "fp32 state bytes per sequence", "tiles": "kernel tiles (64 key rows, summed over heads)"}
+
+
+@dataclass(frozen=True)
+class Option:
+    ratio: float
+    dim: int
+    loss: float             # monotone: max(0, running max of the measured losses at this dim or larger ratios)
+    measured: float = 0.0   # the map's raw value
+
+
+@dataclass
+class Allocation:
+    strategy: str
+    ratios: list[float]
+    dims: list[int]
+    predicted_loss: float
+    predicted_value: float
+    baseline_value: float
+    cost: int
+    budget: int
+    unit: str
+    target: str
+    metric: str
+    points_used: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def layer_cost(row: dict, dim: int, unit: str) -> int:
+    if unit == "state_bytes":
+        return row["heads"] * dim * row["value_dim"] * 4
+    return row["heads"] * -(-dim // TILE_ROWS)
+
+
+def options(smap: dict, round_to: int | None = None) -> list[list[Option]]:
+    """Per layer: the full dim (loss 0) and every measured dim (a multiple of `round_to` when rounding)."""
+    if round_to not in ROUNDINGS:
+        raise AnalysisError(f"Rounding must be one of 16, 32 or 64 channels, got {round_to}.")
+    per_layer = [[Option(0.0, row["head_k_dim"], 0.0)] for row in smap["layers"]]
+    for p in smap["points"]:
+        dk = smap["layers"][p["layer"]]["head_k_dim"]
+        if p["loss"] is None or not math.isfinite(p["loss"]):
+            continue
+        if round_to and p["head_k_dim"] % round_to and p["head_k_dim"] != dk:
+            continue
+        if any(o.dim == p["head_k_dim"] for o in per_layer[p["layer"]]):
+            continue  # two ratios that floor to the same dim: keep the first measured
+        per_layer[p["layer"]].append(Option(p["ratio"], p["head_k_dim"], p["loss"], p["loss"]))
+    return [monotone(sorted(opts, key=lambda o: -o.dim)) for opts in per_layer]
+
+
+def monotone(layer: list[Option]) -> list[Option]:
+    """Options ordered by falling dim, with losses clamped at 0 and never decreasing as the dim falls."""
+    out, floor = [], 0.0
+    for o in layer:
+        floor = max(floor, o.measured)
+        out.append(Option(o.ratio, o.dim, floor, o.measured))
+    return out
+
+
+def knapsack(costs: list[list[int]], losses: list[list[float]], budget: int) -> tuple[list[int], float] | None:
+    """Exact: the choice per layer minimising Σ loss with Σ cost ≤ budget (ties: the larger total cost).
+
+    Dynamic programme over layers on the reachable cost sums (integers divided by their gcd), so it is
+    exact for any losses; the number of sums is bounded by budget/gcd + 1.
+    """
+    g = reduce(math.gcd, [c for row in costs for c in row] + [budget]) or 1
+    best: dict[int, tuple[float, tuple[int, ...]]] = {0: (0.0, ())}
+    for row_costs, row_losses in zip(costs, losses):
+        nxt: dict[int, tuple[float, tuple[int, ...]]] = {}
+        for total, (loss, picks) in best.items():
+            for i, (c, l) in enumerate(zip(row_costs, row_losses)):
+                t = total + c // g
+                if t * g > budget:
+                    continue
+                cand = (loss + l, picks + (i,))
+                if t not in nxt or cand[0] < nxt[t][0] - 1e-15:
+                    nxt[t] = cand
+        best = nxt
+        if not best:
+            return None
+    least = min(loss for loss, _ in best.values())
+    # among plans as good as the best (to rounding), the one spending the most of the budget
+    total = max(t for t, (loss, _) in best.items() if loss <= least + 1e-12 * max(1.0, abs(least)))
+    return list(best[total][1]), best[total][0]
+
+
+def uniform_budget(smap: dict, mean_ratio: float, round_to: int | None, unit: str) -> int:
+    """Cost of the uniform plan at `mean_ratio` (as plan_key_dims would plan it)."""
+    if not 0 <= mean_ratio < 1:
+        raise AnalysisError(f"The target mean ratio must be in [0, 1), got {mean_ratio}.")
+    total = 0
+    for row in smap["layers"]:
+        keep = math.floor(row["head_k_dim"] * (1 - mean_ratio) + 1e-9)
+        if round_to:
+            keep = min(row["head_k_dim"], max(round_to, round_to * round(keep / round_to)))
+        total += layer_cost(row, max(keep, 1), unit)
+    return total
+
+
+def allocate(smap: dict, *, mean_ratio: float | None = None, state_bytes: int | None = None,
+             tiles: int | None = None, round_to: int | None = None) -> Allocation:
+    """Least predicted loss under one budget: a mean ratio (same state bytes as uniform), state bytes, or tiles."""
+    if sum(x is not None for x in (mean_ratio, state_bytes, tiles)) != 1:
+        raise AnalysisError("Give exactly one target: a mean ratio, a state-bytes budget or a kernel-tile budget.")
+    if len(smap["layers"]) < 2:
+        raise AnalysisError("This model has a single linear-attention layer, so there is nothing to allocate "
+                            "between layers; prune it with a uniform ratio (the map still shows its sensitivity).")
+    if smap.get("baseline") is None or not smap["points"]:
+        raise AnalysisError("The sensitivity map has no measured points yet; run (or resume) the map first.")
+    unit = "tiles" if tiles is not None else "state_bytes"
+    if mean_ratio is not None:
+        budget, target = uniform_budget(smap, mean_ratio, round_to, unit), f"mean ratio {mean_ratio:g}"
+    else:
+        budget = int(tiles if tiles is not None else state_bytes)
+        target = f"{budget:,} {UNITS[unit]}"
+    opts = options(smap, round_to)
+    costs = [[layer_cost(row, o.dim, unit) for o in layer] for row, layer in zip(smap["layers"], opts)]
+    low, high = sum(min(c) for c in costs), sum(max(c) for c in costs)
+    if not low <= budget <= high:
+        if mean_ratio is not None:
+            top = 1 - low / high
+            raise AnalysisError(f"A mean ratio of {mean_ratio:g} needs {budget:,} {UNITS[unit]}, outside what this "
+                                f"map can allocate ({low:,} to {high:,}); choose a mean ratio between 0 and "
+                                f"{top:.3f} or measure the map at higher ratios.")
+        raise AnalysisError(f"A budget of {budget:,} {UNITS[unit]} cannot be met: allocations from this map range "
+                            f"from {low:,} (every layer at its smallest measured key dim) to {high:,} (unpruned); "
+                            "choose a budget in that range.")
+    picks, loss = knapsack(costs, [[o.loss for o in layer] for layer in opts], budget)
+    chosen = [layer[i] for layer, i in zip(opts, picks)]
+    base = smap["baseline"]
+    predicted = base * math.exp(loss) if smap["metric"] == "ppl" else base - loss
+    return Allocation(strategy=smap["strategy"], ratios=[o.ratio for o in chosen], dims=[o.dim for o in chosen],
+                      predicted_loss=loss, predicted_value=predicted, baseline_value=base,
+                      cost=sum(c[i] for c, i in zip(costs, picks)), budget=budget, unit=unit, target=target,
+                      metric=smap["metric"], points_used=sum(len(layer) - 1 for layer in opts))
+
+
+def verify(model, tokenizer, smap: dict, alloc: Allocation, task=None, calibration=None) -> dict:
+    """Prune with the allocation for real and measure it exactly as the map was measured."""
+    dims = plan_key_dims(model, ratios=alloc.ratios)
+    if dims != alloc.dims:
+        raise AnalysisError(f"The allocation's key dims {alloc.dims} do not fit this model's plan {dims}; "
+                            "use the model the map was measured on.")
+    got = measure_plan(model, tokenizer, smap, alloc.ratios, alloc.strategy, alloc.baseline_value, task, calibration)
+    return {"measured_value": got["value"], "measured_loss": got["loss"], "predicted_value": alloc.predicted_value,
+            "predicted_loss": alloc.predicted_loss, "error": got["loss"] - alloc.predicted_loss,
+            "measure": got["measure"], "model": got["model"]}
+
+
+def measure_plan(model, tokenizer, smap: dict, ratios: list[float], strategy: str, baseline: float, task=None,
+                 calibration=None) -> dict:
+    """Prune with `ratios` and `strategy`, measured as the map was (its split, tokens, context)."""
+    s = MapSettings(**{**smap["settings"], "ratios": tuple(smap["settings"]["ratios"])})
+    dims = plan_key_dims(model, ratios=ratios)
+    if calibration is None and _needs_calibration(strategy):
+        calibration = calibration_for(model, tokenizer, s, task)
+    pruned = prune(model, strategy, dims, calibration, seed=s.seed).model
+    measure = MapMeasure(tokenizer, s, task)
+    value = measure(pruned)["value"]
+    return {"value": value, "loss": measure.loss(value, baseline), "measure": measure.label(), "dims": dims,
+            "model": pruned}
+
+
+def candidates(smap: dict, alloc: Allocation, round_to: int | None = None,
+               mean_ratio: float | None = None) -> list[dict]:
+    """Plans at the allocation's budget to measure against each other: the knapsack's, uniform, rank-suggested.
+
+    Uniform: the mean ratio itself (a mean-ratio target), else the least shared ratio of the map whose cost
+    fits. Rank-suggested: `analysis.shrink.suggest` at the same mean ratio from the map's rank utilization, kept
+    only when it fits the budget. Predicted losses come from the monotone map (None off its measured dims).
+    """
+    opts = options(smap, round_to)
+    rows = smap["layers"]
+
+    def plan(name: str, ratios: list[float], dims: list[int]) -> dict:
+        losses = [next((o.loss for o in layer if o.dim == d), None) for layer, d in zip(opts, dims)]
+        pred = None if None in losses else sum(losses)
+        return {"name": name, "ratios": [float(r) for r in ratios], "dims": dims, "predicted_loss": pred,
+                "cost": sum(layer_cost(row, d, alloc.unit) for row, d in zip(rows, dims))}
+
+    def dims_at(ratios):
+        out = []
+        for row, r in zip(rows, ratios):
+            keep = max(1, math.floor(row["head_k_dim"] * (1 - r) + 1e-9))
+            if round_to:
+                keep = min(row["head_k_dim"], max(round_to, round_to * round(keep / round_to)))
+            out.append(keep)
+        return out
+
+    out = [plan("sensitivity-allocated", alloc.ratios, alloc.dims)]
+    if mean_ratio is not None:
+        out.append(plan("uniform", [mean_ratio] * len(rows), dims_at([mean_ratio] * len(rows))))
+        from analysis.shrink.suggest import suggest_ratios
+        u = [row.get("rank_utilization") for row in rows]
+        if None not in u:
+            try:
+                r = suggest_ratios(u, mean_ratio, round_to=round_to, key_dims=[row["head_k_dim"] for row in rows])
+                out.append(plan("rank-suggested", r, dims_at(r)))
+            except AnalysisError:
+                pass  # no rank suggestion at this target; the other plans are still compared
+    else:
+        for r in sorted({0.0, *smap["settings"]["ratios"]}):
+            p = plan("uniform", [r] * len(rows), dims_at([r] * len(rows)))
+            if p["cost"] <= alloc.budget:
+                out.append(p)
+                break
+    return [p for p in out if p["cost"] <= alloc.budget]
+
+
+def choice_settings(smap: dict) -> MapSettings:
+    """The map's measurement on CHOICE_TOKEN_FACTOR times as many tokens of its split (perplexity clips at its end)."""
+    s = smap["settings"]
+    return MapSettings(**{**s, "ratios": tuple(s["ratios"]), "eval_tokens": s["eval_tokens"] * CHOICE_TOKEN_FACTOR})
+
+
+def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, task=None,
+                calibration=None, progress=None, cancel=None) -> dict:
+    """Prune with each plan, measure it (and the unpruned model, once) with `choice_settings`, keep the best.
+
+    progress(fraction, text) names each step; cancel (analysis.runtime.cancel) is checked inside every measurement.
+    Returns `choose`'s result plus `measure` (what was measured) and the unpruned `baseline_value` on it."""
+    say = progress or (lambda f, text: None)
+    s = choice_settings(smap)
+    distinct = len({tuple(p["dims"]) for p in plans})  # choose measures plans with the same dims once
+    if calibration is None and _needs_calibration(strategy):
+        say(0.0, "calibrating…")
+        calibration = calibration_for(model, tokenizer, s, task, cancel)
+    measure = MapMeasure(tokenizer, s, task, cancel)
+    say(0.05, "measuring the unpruned model…")
+    base = measure(model, per_window=True)
+    done = []
+
+    def evaluate(plan):
+        say(0.1 + 0.9 * len(done) / distinct, f"pruning and measuring the {plan['name']} plan "
+                                               f"({len(done) + 1} of {distinct})…")
+        pruned = prune(model, strategy, plan_key_dims(model, ratios=plan["ratios"]), calibration, seed=s.seed).model
+        got = measure(pruned, per_window=True)
+        done.append(plan["name"])
+        return {"value": got["value"], "loss": measure.loss(got["value"], base["value"]), "windows": got.get("windows")}
+    return {**choose(plans, evaluate), "measure": measure.label(), "baseline_value": base["value"]}
+
+
+def allocate_and_choose(model, tokenizer, smap: dict, budget: dict, round_to: int | None = None, task=None,
+                        calibration=None, progress=None, cancel=None) -> dict:
+    """The allocate-and-choose workflow (CLI `prune --allocate` and the Prune page's "Verify and choose"):
+    the knapsack allocation under `budget` ({"mean_ratio"}, {"state_bytes"} or {"tiles"}), the candidate plans
+    at that budget, each pruned and measured once by `choose_plan`, and the report both show.
+
+    calibration: the map's calibration when the caller holds it (same sequences, tokens and seed as the map's
+    settings), else computed here from them. Returns the allocation's fields plus `verification` (the
+    knapsack plan, predicted against measured), `choice` (every candidate measured, the winner and why) and
+    `map_settings`; `choice["ratios"]` is the plan to prune with.
+    """
+    alloc = allocate(smap, round_to=round_to, **budget)
+    plans = candidates(smap, alloc, round_to=round_to, mean_ratio=budget.get("mean_ratio"))
+    choice = choose_plan(model, tokenizer, smap, plans, alloc.strategy, task, calibration, progress=progress,
+                         cancel=cancel)
+    knap = next(c for c in choice["candidates"] if c["name"] == "sensitivity-allocated")
+    rescale = choice["baseline_value"] / alloc.baseline_value  # the choice measures more tokens than the map
+    verification = {"predicted_loss": alloc.predicted_loss, "measured_loss": knap["measured_loss"],
+                    "error": knap["measured_loss"] - alloc.predicted_loss,
+                    "predicted_value": alloc.predicted_value * rescale if alloc.metric == "ppl" else alloc.predicted_value,
+                    "measured_value": knap["measured_value"], "measure": choice["measure"]}
+    return {**alloc.as_dict(), "verification": verification, "choice": choice, "map_settings": smap["settings"]}
+
+
+def choose(plans: list[dict], evaluate) -> dict:
+    """Measure every plan with `evaluate(plan) -> {"value", "loss"[, "windows"]}` (validation split), keep the best.
+
+    Plans with the same dims are measured once. Ties go to uniform (the simpler plan), then to list order.
+    When `evaluate` gives per-window losses, a plan beats uniform only by more than SIGNIFICANCE paired
+    standard errors. Returns the plans with measured values, the winner's name, ratios and dims, and a
+    sentence saying why.
+    """
+    seen: dict[tuple, dict] = {}
+    windows: dict[tuple, list | None] = {}
+    measured = []
+    for p in plans:
+        key = tuple(p["dims"])
+        if key not in seen:
+            got = evaluate(p)
+            seen[key] = {"measured_value": got["value"], "measured_loss": got["loss"]}
+            windows[key] = got.get("windows")
+        measured.append({**p, **seen[key], "same_as": next(q["name"] for q in measured + [p]
+                                                          if tuple(q["dims"]) == key)})
+    order = {"uniform": 0}
+    best = min(measured, key=lambda p: (p["measured_loss"], order.get(p["name"], 1)))
+    uniform = next((p for p in measured if p["name"] == "uniform"), None)
+    noise = None
+    if uniform is not None and windows.get(tuple(uniform["dims"])):
+        for p in measured:
+            if tuple(p["dims"]) != tuple(uniform["dims"]) and windows.get(tuple(p["dims"])):
+                p["paired_vs_uniform"] = paired_difference(windows[tuple(uniform["dims"])], windows[tuple(p["dims"])])
+        noise = best.get("paired_vs_uniform")
+    if uniform is not None and tuple(best["dims"]) == tuple(uniform["dims"]):
+        best = uniform
+        reason = ("the map found nothing better than uniform: no other plan measured a lower validation loss "
+                  f"than uniform's {uniform['measured_loss']:+.4f}")
+    elif noise is not None and noise["delta_log_ppl"] > -SIGNIFICANCE * noise["se"]:
+        reason = (f"no plan beat uniform by more than {SIGNIFICANCE:g} paired standard errors: {best['name']} "
+                  f"measured {noise['delta_log_ppl']:+.4f} ± {noise['se']:.4f} nats/token against uniform "
+                  f"over {noise['windows']} validation windows, within noise, so uniform is kept")
+        best = uniform
+    elif uniform is not None:
+        reason = (f"{best['name']} measured the lowest validation loss, {best['measured_loss']:+.4f} against "
+                  f"uniform's {uniform['measured_loss']:+.4f}")
+        if noise is not None:
+            reason += f" (paired difference {noise['delta_log_ppl']:+.4f} ± {noise['se']:.4f} nats/token)"
+    else:
+        reason = f"{best['name']} measured the lowest validation loss ({best['measured_loss']:+.4f})"
+    return {"winner": best["name"], "ratios": best["ratios"], "dims": best["dims"], "reason": reason,
+            "candidates": measured}
+
+
+def _needs_calibration(strategy: str) -> bool:
+    from analysis.shrink.strategies import get_strategy
+    return get_strategy(strategy).needs_calibration

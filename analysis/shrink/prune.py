@@ -1,0 +1,220 @@
+"""Structured pruning of query/key channels: plan per-layer key dims, build a NEW smaller model, save it.
+
+The same index set slices every row block the family's adapter names (`channel_rows`: the query and key
+projections, their short-convolution channels, per-channel decay rows), so q·k products over the kept channels are unchanged before the in-kernel l2 norm (which then renormalises
+over the survivors). By default the pruned model keeps each layer's original readout scale dk^-1/2, so it
+equals the original model with the dropped channels zeroed (pure channel removal, see
+analysis.models.pruned_models); rescale="default" keeps fla's dk'^-1/2 instead, as the reference code does.
+The input model is never modified.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from analysis.defaults import RESCALES  # defined there: the CLI's --help stays torch-free
+from analysis.archs import adapter_for
+from analysis.errors import AnalysisError
+from analysis.models.load import TILE_ROWS, linear_layers
+from analysis.io.model_dir import save_model_dir
+from analysis.shrink.strategies import STRATEGIES, Selection, get_strategy
+
+ROUNDINGS = (None, 16, 32, 64)
+
+
+def key_dims(model) -> list[int]:
+    return [layer.key_dim for layer in linear_layers(model)]
+
+
+def plan_key_dims(model, ratio: float | None = None, ratios: list[float] | None = None,
+                  round_to: int | None = None) -> list[int]:
+    """dk'_l = floor(dk_l (1 − ρ_l)), optionally rounded to the nearest multiple of `round_to`."""
+    adapter_for(model)  # one sentence for a family without an adapter
+    dims = key_dims(model)
+    if (ratio is None) == (ratios is None):
+        raise AnalysisError("Give either one pruning ratio for all layers or one ratio per layer.")
+    ratios = [ratio] * len(dims) if ratios is None else list(ratios)
+    if len(ratios) != len(dims):
+        raise AnalysisError(f"Got {len(ratios)} ratios for a model with {len(dims)} linear-attention layers; "
+                            "give one per layer.")
+    if round_to not in ROUNDINGS:
+        raise AnalysisError(f"Rounding must be one of 16, 32 or 64 channels, got {round_to}.")
+    planned = []
+    for layer, (dk, rho) in enumerate(zip(dims, ratios)):
+        if not (isinstance(rho, (int, float)) and 0 <= rho < 1):
+            raise AnalysisError(f"Layer {layer}: the pruning ratio must be in [0, 1), got {rho}.")
+        keep = math.floor(dk * (1 - rho) + 1e-9)
+        if round_to:
+            keep = min(dk, max(round_to, round_to * round(keep / round_to)))
+        if keep < 1:
+            raise AnalysisError(f"Layer {layer}: ratio {rho} leaves no key channels of {dk}; use a smaller ratio.")
+        planned.append(keep)
+    return planned
+
+
+def unchanged_plan(model, planned: list[int], ratio: float | None = None, ratios: list[float] | None = None,
+                   round_to: int | None = None) -> str | None:
+    """One sentence when a plan asked to prune (some ratio > 0) keeps every key channel, e.g. ratio 0.9999
+    of 64 channels rounded up to a multiple of 64: the "pruned" model would be the original. None otherwise."""
+    asked = [ratio] if ratios is None else list(ratios)
+    if planned != key_dims(model) or not any(r and r > 0 for r in asked):
+        return None
+    why = f"after rounding to a multiple of {round_to}" if round_to else "at these ratios"
+    fix = "a smaller rounding (16 or 32) or none" if round_to else "a larger ratio"
+    return (f"This plan keeps every key channel {why} (key dims {planned}), so the pruned model would equal the "
+            f"original; use {fix}.")
+
+
+def tiles(dims: list[int]) -> list[int]:
+    """64-row state tiles per head in fla's chunk kernel: the latency steps at multiples of 64."""
+    return [-(-d // TILE_ROWS) for d in dims]
+
+
+@dataclass
+class PruneResult:
+    model: object
+    strategy: str
+    dims: list[int]
+    original_dims: list[int]
+    selections: list[Selection]
+    info: dict = field(default_factory=dict)
+
+
+def check_rescale(rescale: str) -> str:
+    if rescale not in RESCALES:
+        raise AnalysisError(f"Readout scale must be one of {', '.join(RESCALES)}, got {rescale!r}.")
+    return rescale
+
+
+def usable_strategies(model) -> tuple[list[str], list[str]]:
+    """(usable, unusable) strategy names for this model: a strategy that mixes key channels (PCA) cannot be
+    used where each key channel has its own decay (KDA, Kimi), the same rule prune() enforces."""
+    rotations = adapter_for(model).rotations
+    usable = [name for name, s in STRATEGIES.items() if s.axis_aligned or rotations]
+    return usable, [name for name in STRATEGIES if name not in usable]
+
+
+def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0,
+          rescale: str = "original") -> PruneResult:
+    """A new model keeping `dims[l]` channels per head in layer l, chosen by `strategy`."""
+    check_rescale(rescale)
+    strat = get_strategy(strategy)
+    original = key_dims(model)
+    if len(dims) != len(original) or any(not 1 <= d <= o for d, o in zip(dims, original)):
+        raise AnalysisError(f"Key dims {dims} do not fit the model's {original}; plan them with plan_key_dims.")
+    adapter = adapter_for(model)
+    if not strat.axis_aligned and not adapter.rotations:
+        raise AnalysisError(f"The {strat.label} strategy mixes key channels, which {adapter.label} cannot take (each "
+                            "key channel has its own decay); pick an axis-aligned strategy such as l1, wanda or drrqr.")
+    if strat.needs_calibration and calibration is None:
+        raise AnalysisError(f"The {strat.label} strategy needs calibration data; run calibrate() first.")
+    selections = strat.select(model, calibration, dims, seed=seed)
+    pruned = build_pruned(model, selections, rescale)
+    return PruneResult(model=pruned, strategy=strategy, dims=list(dims),
+                       original_dims=original, selections=selections,
+                       info={"label": strat.label, "axis_aligned": strat.axis_aligned, "rescale": rescale,
+                             "readout_key_dims": getattr(pruned.config, "readout_key_dims", None),
+                             "details": [s.details for s in selections if s.details]})
+
+
+def build_pruned(model, selections: list[Selection], rescale: str = "original"):
+    """Instantiate the pruned architecture (the adapter's) and load the sliced (or PCA-projected) weights, strictly.
+
+    rescale="original" keeps the input model's effective readout scale per layer (its own, or the one it
+    kept from an earlier prune); "default" lets the family read out at dk'^-1/2. Only the rows the adapter
+    names change: every other tensor, a hybrid's softmax blocks included, is copied bit for bit.
+    """
+    check_rescale(rescale)
+    adapter = adapter_for(model)
+    layers = linear_layers(model)
+    dims = [s.kept for s in selections]
+    if len(selections) != len(layers):
+        raise AnalysisError(f"Got {len(selections)} selections for {len(layers)} linear-attention layers.")
+    adapter.check_key_dims(dims, next(model.parameters()).device.type)  # e.g. KDA's GPU minimum
+    readout = adapter.readout_key_dims(model) if rescale == "original" else None
+    new = adapter.pruned_model(model, dims, readout)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    module_names = {id(m): n for n, m in model.named_modules()}
+    for layer, sel in zip(layers, selections):
+        prefix = module_names[id(layer.module)] + "."
+        by_param: dict[str, list] = {}
+        for rows in adapter.channel_rows(layer.module):
+            by_param.setdefault(rows.param, []).append(rows)
+        for param, entries in by_param.items():
+            if prefix + param in state:
+                state[prefix + param] = reduce_rows(state[prefix + param], entries, layer, sel)
+    new.load_state_dict(state, strict=True)
+    return new
+
+
+def _head_blocks(rows, layer, sel: Selection):
+    """(heads, first row of each head's dk block, per-head selection) of one ChannelRows entry.
+
+    Decay rows ("gate") are per value head: value head j keeps the channels of key head j // (Hv/Hk)."""
+    dk = layer.key_dim
+    heads, chosen = layer.key_heads, (sel.indices if sel.indices is not None else sel.projection)
+    if rows.role == "gate":
+        if sel.indices is None:
+            raise AnalysisError("Per-channel decay rows cannot follow a rotation (PCA); use an axis-aligned strategy.")
+        group = layer.value_heads // layer.key_heads
+        heads, chosen = layer.value_heads, chosen.repeat_interleave(group, dim=0)
+    stride = getattr(rows, "head_stride", 0) or dk
+    return heads, [rows.start + h * stride for h in range(heads)], chosen
+
+
+def reduce_rows(tensor: torch.Tensor, entries: list, layer, sel: Selection) -> torch.Tensor:
+    """Keep the selected channels (or their PCA projection) of every dk-row head block the entries name."""
+    dk = layer.key_dim
+    pieces = []  # (first row, past-the-end row, replacement rows)
+    for rows in entries:
+        heads, starts, chosen = _head_blocks(rows, layer, sel)
+        idx = torch.tensor(starts, device=tensor.device)[:, None] + torch.arange(dk, device=tensor.device)
+        per_head = tensor[idx]                                               # [H, dk, ...]
+        if sel.indices is not None:
+            picked = chosen.to(tensor.device).reshape(heads, -1, *([1] * (tensor.dim() - 1)))
+            out = per_head.gather(1, picked.expand(-1, -1, *per_head.shape[2:]))
+        else:
+            T = chosen.to(tensor.device, torch.float32)                      # [H, k, dk]
+            mix = T.square() if rows.conv else T                             # conv: squared-loading approximation
+            out = torch.einsum("hkd,hd...->hk...", mix, per_head.float()).to(tensor.dtype)
+        pieces += [(s, s + dk, out[h]) for h, s in enumerate(starts)]
+    pieces.sort(key=lambda p: p[0])
+    parts, at = [], 0
+    for first, end, replacement in pieces:
+        if first < at:
+            raise AnalysisError("The adapter names overlapping q/k row blocks; this is a bug in its channel_rows.")
+        parts += [tensor[at:first], replacement]
+        at = end
+    parts.append(tensor[at:])
+    return torch.cat(parts).contiguous()
+
+
+def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = None, overwrite: bool = False,
+               extra=None, exists_hint: str = "choose a new directory or allow overwriting") -> Path:
+    """save_pretrained (safetensors) into a temporary sibling, then rename: never a half-written model.
+
+    `overwrite` replaces only a model directory this project wrote (see analysis.io.writes); `extra(tmp)`
+    may add files before the directory is sealed."""
+    return save_model_dir(model, out, tokenizer=tokenizer,
+                          json_files=None if metadata is None else {"pruning.json": metadata}, extra=extra,
+                          overwrite=overwrite, kind="pruned model", exists_hint=exists_hint)
+
+
+NO_READOUT_SCALE = "no key-dim readout scale in this family (pure channel removal either way)"
+
+
+def readout_label(model, rescale: str) -> str:
+    """How the pruned model reads out, in words (RESCALES), or that the family has no readout scale at all."""
+    return RESCALES[rescale] if adapter_for(model).readout_scaled else NO_READOUT_SCALE
+
+
+def pruning_metadata(result: PruneResult, source: str, ratios) -> dict:
+    return {"source": source, "strategy": result.strategy, "label": result.info["label"],
+            "axis_aligned": result.info["axis_aligned"], "ratios": ratios, "original_head_k_dims": result.original_dims,
+            "head_k_dims": result.dims, "rescale": result.info["rescale"], "readout": readout_label(result.model, result.info["rescale"]),
+            "readout_key_dims": result.info["readout_key_dims"], "tiles_per_head": tiles(result.dims),
+            "kept_indices": [s.indices.tolist() if s.indices is not None else None for s in result.selections],
+            "details": result.info["details"]}

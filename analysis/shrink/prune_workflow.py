@@ -1,0 +1,111 @@
+"""Prune-and-measure and recover-and-measure: the one workflow of each action, for the CLI's `prune` (and its
+`--recover-steps`) and the Prune page's jobs.
+
+Both measure through analysis.evaluate.measure.measure with one set of settings (Evaluation): test-split perplexity at a
+stated context and token count for a language model, recall accuracy by pair count for a recall model, and
+optionally the whole model's kernel time. The unpruned model's measurement may be passed in (the page caches
+it per setting); otherwise it is measured here with the same settings as the pruned one.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+from analysis.runtime.cancel import check
+from analysis.errors import AnalysisError
+from analysis.evaluate.measure import measure
+from analysis.shrink.prune import PruneResult, prune
+
+RECALL_PAIRS = (4, 8, 16, 32)  # pair counts for recall accuracy (those above the task's key count are skipped)
+
+
+def recall_pairs(task) -> tuple[int, ...] | None:
+    """Pair counts a recall model is scored on (its own trained count included); None for a language model."""
+    if task is None:
+        return None
+    return tuple(sorted({p for p in RECALL_PAIRS if p <= task.n_keys} | {task.n_pairs}))
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How before, after and recovered are measured (the same for all three)."""
+    split: str = "test"
+    context: int = 256
+    max_tokens: int | None = 4096
+    recall_pairs: tuple[int, ...] | None = None   # set: a recall model, scored on recall accuracy
+    recall_sequences: int = 64
+    latency: bool = True                          # time the kernel at every layer's key dim
+
+    def measure(self, model, tokenizer, progress=None, cancel=None, latency: bool | None = None) -> dict:
+        recall = self.recall_pairs is not None
+        return measure(model, None if recall else tokenizer, self.split, self.context, self.max_tokens,
+                       recall_pairs=self.recall_pairs, recall_sequences=self.recall_sequences,
+                       latency=self.latency if latency is None else latency, progress=progress, cancel=cancel)
+
+
+@dataclass
+class Pruned:
+    pruned: PruneResult   # the new model (the input model is never changed) and its plan
+    before: dict          # analysis.evaluate.measure.measure of the unpruned model
+    after: dict           # ... of the pruned one, with the same settings
+
+
+@dataclass
+class Recovered:
+    recovery: object      # analysis.shrink.recovery.RecoveryResult (its .model is the recovered model)
+    measured: dict        # analysis.evaluate.measure.measure of the recovered model
+
+
+def _span(progress, lo: float, hi: float, text: str):
+    """A measure-style progress(f) mapped onto [lo, hi] of the workflow's progress(f, text)."""
+    if progress is None:
+        return None
+    return lambda f: progress(lo + (hi - lo) * f, f"{text}: {f:.0%}")
+
+
+def prune_and_measure(model, tokenizer, strategy: str, dims: list[int], calibration, evaluation: Evaluation, *,
+                      seed: int = 0, rescale: str = "original", before=None, lock=None, cancel=None,
+                      progress=None) -> Pruned:
+    """Prune `model` to `dims` with `strategy` into a new model, and measure it and the unpruned one.
+
+    before: None (measured here), a measure() dict, or a callable(progress=, cancel=) returning one (a cache).
+    lock: held while the (possibly shared) unpruned model is read. progress(fraction, text)."""
+    lock = lock if lock is not None else nullcontext()
+    if progress:
+        progress(0.0, "choosing channels and building a new model (the input model is not changed)")
+    with lock:
+        result = prune(model, strategy, dims, calibration, seed=seed, rescale=rescale)
+    # recall models find their task beside the source; the pruned copy reads the same one
+    result.model.analysis_source = getattr(model, "analysis_source", None)
+    check(cancel)
+    if before is None:
+        with lock:
+            before = evaluation.measure(model, tokenizer, _span(progress, 0.1, 0.5, "measuring the unpruned model"),
+                                        cancel)
+    elif callable(before):
+        if progress:
+            progress(0.1, "measuring the unpruned model (cached per setting)")
+        before = before(progress=(lambda f, text: progress(0.1 + 0.4 * f, text)) if progress else None,
+                        cancel=cancel)
+    after = evaluation.measure(result.model, tokenizer, _span(progress, 0.5, 1.0, "measuring the pruned model"),
+                               cancel)
+    return Pruned(result, before, after)
+
+
+def recover_and_measure(pruned_model, tokenizer, settings, evaluation: Evaluation, *, teacher=None, cancel=None,
+                        progress=None, state_dir=None, resume=None, yes: bool = False, say=None,
+                        measure_progress=None) -> Recovered:
+    """analysis.shrink.recovery.recover on the pruned model, then the recovered model measured with `evaluation`.
+
+    Recovery trains on text, so a recall model is refused. The kernel is not timed again: recovery changes
+    weights, not shapes, so the pruned model's kernel time stands. progress: recover()'s per-step events;
+    measure_progress(fraction) for the measurement."""
+    from analysis.shrink.recovery import recover
+    if evaluation.recall_pairs is not None:
+        raise AnalysisError("Recovery trains on text, and a recall model has no tokenizer; drop the recovery "
+                            "steps (recovery is offered for language models).")
+    rec = recover(pruned_model, tokenizer, settings, teacher=teacher, cancel=cancel, progress=progress,
+                  state_dir=state_dir, resume=resume, yes=yes, say=say)
+    rec.model.analysis_source = getattr(pruned_model, "analysis_source", None)
+    measured = evaluation.measure(rec.model, tokenizer, measure_progress, cancel, latency=False)
+    return Recovered(rec, measured)

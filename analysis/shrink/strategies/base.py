@@ -1,0 +1,60 @@
+"""One interface for every channel-selection strategy.
+
+A strategy scores the dk query/key channels of every head (higher = keep) and picks, for a budget of
+k channels per key head, the index set that slices every q/k row block the family's adapter names
+(projections, short-convolution channels, per-channel decay rows) alike. PCA is
+the exception that is not axis-aligned: it returns a per-head rotation instead of indices.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from analysis.shrink.calibration import Calibration
+from analysis.models.layers import qk_rows  # noqa: F401  (re-exported for the strategies)
+
+
+@dataclass
+class Selection:
+    """What to keep in one layer: indices [H, k] (sorted) or, for PCA, a projection [H, k, dk]."""
+    indices: torch.Tensor | None = None
+    projection: torch.Tensor | None = None
+    details: dict | None = None  # e.g. RRQR diagnostics per head
+
+    @property
+    def kept(self) -> int:
+        return (self.indices if self.indices is not None else self.projection).shape[1]
+
+
+class Strategy:
+    name: str = ""
+    label: str = ""
+    description: str = ""
+    axis_aligned: bool = True          # False: keeps rotated directions, not channels (no mask, no agreement)
+    score_unit: str = "score"          # what one channel's score measures (a chart's y axis)
+    needs_calibration: bool = True
+    needs_gradients: bool = False
+
+    def scores(self, model, calib: Calibration | None, seed: int = 0) -> list[torch.Tensor]:
+        """Per layer, [H, dk] channel scores (for PCA: explained variance of each principal direction)."""
+        raise NotImplementedError
+
+    def select(self, model, calib: Calibration | None, dims: list[int], seed: int = 0) -> list[Selection]:
+        """Per layer, the `dims[l]` channels of every head with the highest scores (sorted indices)."""
+        return [Selection(indices=torch.topk(s, k, dim=-1).indices.sort(dim=-1).values)
+                for s, k in zip(self.scores(model, calib, seed), dims)]
+
+
+def key_head_block(tensor: torch.Tensor, rows, layer) -> torch.Tensor:
+    """The [Hk, dk, ...] fp32 copy of the key-head blocks one ChannelRows entry names inside `tensor`."""
+    stride = getattr(rows, "head_stride", 0) or layer.key_dim
+    idx = (rows.start + stride * torch.arange(layer.key_heads))[:, None] + torch.arange(layer.key_dim)
+    return tensor.detach().float()[idx.to(tensor.device)]
+
+
+def qk_weights(model):
+    """Per linear layer (Wq, Wk) as [Hk, dk, hidden] fp32 copies (the rows the adapter names)."""
+    return [(key_head_block(layer.module.get_parameter(q.param), q, layer),
+             key_head_block(layer.module.get_parameter(k.param), k, layer))
+            for layer, q, k in qk_rows(model)]

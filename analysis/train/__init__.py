@@ -1,0 +1,1 @@
+"""Training the small sample models reproducibly."""
