@@ -53,7 +53,7 @@ def _check_json_outside_out(args) -> None:
                             f"--out {show(out)}, which the command writes as a whole; put the JSON elsewhere.")
 
 
-LIGHT_COMMANDS = ("models",)  # commands that never import torch (fast `models`; tests/test_start.py)
+LIGHT_COMMANDS = ("models",)  # commands that never import torch (fast `models`; tests/runtime/test_start.py)
 
 
 def main(argv: list[str] | None = None) -> int:

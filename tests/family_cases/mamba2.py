@@ -1,5 +1,5 @@
 """transformers' Mamba-2 mixers: a tiny Nemotron-H ("M*M-": Mamba-2, attention, Mamba-2, MLP) is the family case;
-`make_model(model_type)` builds the other covered types too (tests/test_mamba2.py runs them all).
+`make_model(model_type)` builds the other covered types too (tests/archs/test_mamba2.py runs them all).
 
 reference_states is written from Mamba-2's definition (the SSD paper and transformers' Mamba2Mixer layout), not
 from the project's ops: in_proj → [z | x | B | C | dt], depthwise causal conv (with bias) over x|B|C, SiLU,

@@ -1,1 +1,1 @@
-"""Helpers shared by several test modules (no test module imports another; see tests/test_layout.py)."""
+"""Helpers shared by several test modules (no test module imports another; see tests/project/test_layout.py)."""

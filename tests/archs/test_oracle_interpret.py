@@ -12,7 +12,7 @@ import torch
 
 from family_cases.text_lm import build_tiny
 
-ORACLE = Path(__file__).parent / "oracle" / "interpret_run.py"
+ORACLE = Path(__file__).resolve().parents[1] / "oracle" / "interpret_run.py"
 
 
 def rel(a, b):

@@ -29,7 +29,7 @@ from analysis.models.load import SAMPLES_DIR
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 SAMPLE = SAMPLES_DIR / "deltanet-small"
 REL = 1e-6
 CALIB = {"calib_sequences": 2, "calib_tokens": 64, "calib_seed": 0}

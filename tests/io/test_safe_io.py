@@ -19,7 +19,7 @@ from analysis.errors import AnalysisError
 from analysis.shrink.prune import save_model
 from family_cases.text_lm import build_tiny
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def snapshot(folder: Path) -> dict:

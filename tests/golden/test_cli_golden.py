@@ -2,7 +2,7 @@
 
 `tests/golden/deltanet-small--sweep.json` and `gated-deltanet-small--sensitivity.json` were written by the code
 before the redesign (commit 7ae80c1, the last one before issue 20's work) with exactly the commands below;
-`tests/test_migration_golden.py` covers rank, importance and prune the same way. Numbers are compared as
+`tests/golden/test_migration_golden.py` covers rank, importance and prune the same way. Numbers are compared as
 there: ints and bools exactly, floats within relative 1e-5 (they go through BLAS and vectorised reductions,
 which round differently on another CPU; see that module's docstring). Timings are left out (`--no-latency`),
 and so is recovery (optimizer steps would carry last-bit differences into later steps; recovery has its own
@@ -18,7 +18,7 @@ import pytest
 from analysis.cli.main import main
 from golden_compare import mismatches, numbers
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parent
 CALIB = ["--calib-sequences", "2", "--calib-tokens", "64"]
 CASES = {
     "deltanet-small--sweep": ["sweep", "deltanet-small", "--strategies", "l1,wanda,drrqr", "--ratios", "0.25,0.5",

@@ -112,6 +112,6 @@ def test_page_states_the_tolerance_in_use():
     """pages/states.py names the tolerance without importing numba; keep the two in step."""
     import re
     from pathlib import Path
-    page = (Path(__file__).resolve().parent.parent / "pages" / "states.py").read_text()
+    page = (Path(__file__).resolve().parents[2] / "pages" / "states.py").read_text()
     stated = re.search(r"estimated error of ([0-9.e-]+) in the utilization", page)
     assert stated and float(stated.group(1)) == DEFAULT_TOL

@@ -2,7 +2,7 @@
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -167,3 +167,18 @@ def test_the_readme_names_every_core_package():
     assert [p for p in packages if f"  {p}/ " not in layout] == []
     stray = sorted(p.name for p in (ROOT / "analysis").glob("*.py"))
     assert stray == ["__init__.py", "__main__.py", "defaults.py", "errors.py"], "a new core module belongs in a package"
+
+
+TEST_FOLDERS_BESIDE_THE_CORE = {"app", "browser", "golden", "project"}     # the dashboard, real browser, goldens, rules
+TEST_SUPPORT = {"helpers", "family_cases", "oracle", "artifacts", "__pycache__"}
+
+
+def test_tests_are_organised_like_the_code():
+    """Issue 20 item 9: every test module sits in a folder named after the core package it tests (or app/,
+    browser/, golden/, project/), so a change to analysis/<package>/ has its tests in tests/<package>/."""
+    tests = ROOT / "tests"
+    assert sorted(p.name for p in tests.glob("test_*.py")) == []
+    core = {p.parent.name for p in (ROOT / "analysis").glob("*/__init__.py")}
+    folders = {p.name for p in tests.iterdir() if p.is_dir()} - TEST_SUPPORT
+    assert folders - core - TEST_FOLDERS_BESIDE_THE_CORE == set()
+    assert all(any((tests / f).glob("test_*.py")) for f in folders)

@@ -11,7 +11,7 @@ from analysis.inspect import html_report
 from analysis.cli.main import main
 from analysis.io.report_file import check_destination
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = ["--device", "cpu", "--tokens", "48", "--batch", "2", "--samples", "16", "--snr", "0,20", "--calib-sequences",
          "2", "--calib-tokens", "48", "--quiet"]
 

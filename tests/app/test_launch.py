@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ui import launch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_core_is_imported_before_the_server_starts():

@@ -1,7 +1,7 @@
 """Comparing a JSON document with a stored golden: ints/bools exact, floats within a stated tolerance.
 
 Why a tolerance: floats that went through BLAS/LAPACK or vectorised reductions round differently on another
-CPU (see tests/test_migration_golden.py's docstring for the numbers measured on an AMD EPYC).
+CPU (see tests/golden/test_migration_golden.py's docstring for the numbers measured on an AMD EPYC).
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import torch
 from analysis.models import load as models
 from analysis.errors import AnalysisError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OPENED: list = []      # *.bin paths opened while a test watches (an audit hook cannot be removed, so it is gated)
 WATCHING = [False]
 

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from analysis.cli.main import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MARKER = ".state-rank-model.json"  # analysis.io.writes.MARKER, spelled out so this file also runs on older code
 TINY = ["--task", "recall", "--hidden-size", "32", "--layers", "1", "--heads", "1", "--head-dim", "16",
         "--batch", "2", "--warmup", "1", "--eval-every", "2", "--checkpoint-every", "2", "--recall-pairs", "2",

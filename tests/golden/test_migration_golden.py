@@ -24,7 +24,7 @@ What is compared exactly, and what within a tolerance (issue 20: the test must p
 
 Marked slow (about 3 minutes on a quiet CPU; `make test` runs it). Regenerate ONLY when a number is meant to
 change, with a reason in the commit:
-    GOLDEN_REGENERATE=1 .venv/bin/python -m pytest tests/test_migration_golden.py
+    GOLDEN_REGENERATE=1 .venv/bin/python -m pytest tests/golden/test_migration_golden.py
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ import torch
 from analysis.cli.main import main
 from golden_compare import mismatches, numbers
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parent
 REGENERATE = os.environ.get("GOLDEN_REGENERATE") == "1"
 
 CALIB = ["--calib-sequences", "2", "--calib-tokens", "64"]
@@ -58,7 +58,7 @@ TEXT_SAMPLES = {"deltanet-small": "0.25,0.5,0.75,0.5", "gated-deltanet-small": "
 @pytest.fixture(autouse=True)
 def svd_route(monkeypatch):
     """The goldens predate issue 14's float64-Gram route for float32 states (same math, other rounding): the
-    migration is compared on the svdvals route they were written with; tests/test_rank.py checks the Gram one."""
+    migration is compared on the svdvals route they were written with; tests/linalg/test_rank.py checks the Gram one."""
     import analysis.linalg.rank as rank
     original = rank.singular_values
     monkeypatch.setattr(rank, "singular_values", lambda S, method, finite=None: original(S, "svd", finite))

@@ -17,7 +17,7 @@ from analysis.cli.main import main
 from analysis.errors import AnalysisError
 from analysis.io.writes import output_target
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ from family_cases.text_lm import build_tiny
 from family_cases import CASE_MODULES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = dict(batch=2, seq_len=32, eval_every=3, eval_tokens=128, rank=4)
 
 
