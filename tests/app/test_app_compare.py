@@ -213,6 +213,32 @@ def test_the_prune_pages_model_is_offered_and_compared(monkeypatch, pruned):
     title = chart(at, "rank_heatmap_compare")["layout"]["title"]["text"].replace("<br>", " ")
     assert "pruned on the Prune page" in title
 
+    # the Prune page's model now belongs to another loaded model: the choice falls back to none, said once
+    at.session_state["pruned"] = {**at.session_state["pruned"], "key": ModelKey("/elsewhere/model", "cpu", "float32")}
+    at.run()
+    clean(at)
+    assert at.selectbox(key="w:compare_with").value == "none"
+    [info] = [i.value for i in at.info if "Compare with is back to none" in i.value]
+    assert "no pruned version of the loaded model" in info and one_sentence(info), info
+
+
+def test_a_recovery_finished_while_away_from_the_prune_page_is_offered(monkeypatch, pruned, recovered):
+    """The recovery job ended while the user was on States & rank: the picker moves its result into the prune run
+    (as the Prune page's table would) and offers it; a recovery of another prune run is not taken."""
+    from ui.jobs import Job
+    result, _ = pruned
+    run = {"key": ModelKey(str(SAMPLE), "cpu", "float32"), "id": "test-run", "result": result, "recovered": None}
+    job = Job("recovery", "settings", "q/k rows: 2 steps")
+    job.state, job.result = "done", {**recovered, "for": "another-run"}
+    at = open_states(monkeypatch)
+    at.session_state["pruned"], at.session_state["bgjob:recovery"] = run, job
+    at.run()
+    assert "pruned + qk recovery (2 steps)" not in at.selectbox(key="w:compare_with").options and not job.taken
+    job.result = recovered  # for "test-run"
+    at.run()
+    assert "pruned + qk recovery (2 steps)" in at.selectbox(key="w:compare_with").options
+    assert job.taken and at.session_state["pruned"]["recovered"] is recovered
+
 
 def final_utilization(model) -> np.ndarray:
     """The core's rank utilization of `model`'s final states on the page's ids, mean over sequences: [L, H]."""
