@@ -1,9 +1,11 @@
 """Original vs pruned side by side: the "Compare with" picker that States & rank and Query noise share, the
 comparison model it resolves, its states on the loaded model's own token ids, and the difference table.
 
-The comparison model is either this session's result from the Prune page (kept in the session, never shared)
-or a saved directory (loaded read-only through ui.cache on the loaded model's device and dtype). Neither is
-ever mutated: state collection only reads it, under ui.cache.compute_lock.
+The comparison model is this session's result from the Prune page, or that result after the Prune page's
+recovery (both kept in the session, never shared, on the loaded model's device and dtype: pruning and recovery
+keep them), or a saved directory (loaded read-only through ui.cache on the loaded model's device and dtype).
+None is ever mutated: state collection only reads it, under ui.cache.compute_lock. Each has its own cache
+identity (Side.id), so the recovered model's states are never taken for the plain pruned model's.
 """
 from __future__ import annotations
 
@@ -24,10 +26,11 @@ from ui.context import Context, traced, traced_every_token
 from ui.errors import guard
 from ui.labels import Provenance, caption
 from ui.progress import first_time
-from ui.prune_run import SESSION as PRUNE_RUN
+from ui.prune_run import SESSION as PRUNE_RUN, take_recovery
 
-NONE, PRUNED, DIRECTORY = "none", "pruned", "directory"
-CHOICE_LABELS = {NONE: "none", PRUNED: "the model pruned on the Prune page", DIRECTORY: "a saved model directory"}
+NONE, PRUNED, RECOVERED, DIRECTORY = "none", "pruned", "recovered", "directory"
+CHOICE_LABELS = {NONE: "none", PRUNED: "the model pruned on the Prune page",
+                 RECOVERED: "the pruned model after recovery on the Prune page", DIRECTORY: "a saved model directory"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,8 @@ class Side:
     """One model in a side-by-side: `id` is "" for the loaded model, else the comparison's cache identity."""
     id: str
     name: str
-    role: str            # "original", "pruned" (other key dims) or "comparison" (the same key dims)
+    role: str            # "original", "pruned" (other key dims), "recovered" (pruned, then fine-tuned) or
+                         # "comparison" (the same key dims)
     model: object        # never mutated
     info: models.ArchitectureInfo
 
@@ -63,17 +67,18 @@ def picker(ctx: Context) -> Side | None:
     cannot be compared gets one st.error sentence and the page goes on without a comparison."""
     run = st.session_state.get(PRUNE_RUN)
     has_run = bool(run) and run["key"] == ctx.key
-    options = [NONE] + ([PRUNED] if has_run else []) + [DIRECTORY]
+    recovered = take_recovery(run) if has_run else None
+    options = [NONE] + ([PRUNED] if has_run else []) + ([RECOVERED] if recovered else []) + [DIRECTORY]
+    gone = _gone_sentence(st.session_state.get("w:compare_with", state.get("compare_with", NONE)), options, has_run)
     c1, c2 = st.columns([1, 2])
     choice = state.field(c1.selectbox, "Compare with", "compare_with", NONE, options=options,
-                         format_func=CHOICE_LABELS.get,
+                         format_func=lambda c: recovery_label(recovered) if c == RECOVERED else CHOICE_LABELS[c],
                          help="Show the loaded model next to a pruned version on the same text and token settings: "
                               "the same layer/head views in two columns, and what changed.")
-    if choice == PRUNED:
-        result = run["result"]
-        name = (f"{ctx.name} pruned on the Prune page ({result.info['label']}, dk {result.original_dims} → "
-                f"{result.dims})")
-        return Side(f"pruned:{run['id']}", name, "pruned", result.model, models.describe(result.model))
+    if gone:
+        st.info(gone)
+    if choice in (PRUNED, RECOVERED):
+        return _prune_page_side(ctx, run, recovered if choice == RECOVERED else None)
     if choice != DIRECTORY:
         return None
     text = state.field(c2.text_input, "Saved model directory", "compare_dir", "",
@@ -86,6 +91,41 @@ def picker(ctx: Context) -> Side | None:
     except AnalysisError as exc:
         st.error(str(exc))
         return None
+
+
+def _prune_page_side(ctx: Context, run: dict, recovered: dict | None) -> Side:
+    """The Prune page's pruned model, or (`recovered` given) that model after its recovery: each under its own
+    cache identity (the prune run's id, the recovery's id), so one's states are never shown for the other."""
+    result = run["result"]
+    pruned = f"{result.info['label']}, dk {result.original_dims} → {result.dims}"
+    if recovered is None:
+        return Side(f"pruned:{run['id']}", f"{ctx.name} pruned on the Prune page ({pruned})", "pruned",
+                    result.model, models.describe(result.model))
+    name = f"{ctx.name} pruned and recovered on the Prune page ({pruned}; {_recovery_words(recovered)})"
+    return Side(f"recovered:{recovered['id']}", name, "recovered", recovered["model"],
+                models.describe(recovered["model"]))
+
+
+def recovery_label(recovered: dict) -> str:
+    """'pruned + lora-kd recovery (20 steps)': the picker's name for the Prune page's recovered model."""
+    return f"pruned + {_recovery_words(recovered)}"
+
+
+def _recovery_words(recovered: dict) -> str:
+    # a run from before the method was recorded trained the q/k rows (as the Prune page's table says)
+    return f"{recovered.get('method') or 'qk'} recovery ({recovered['steps']} steps)"
+
+
+def _gone_sentence(wanted: str, options: list, has_run: bool) -> str:
+    """Why a remembered Prune-page choice is no longer offered ('' when it still is): the page falls back to
+    none and says so once."""
+    if wanted in options or wanted not in (PRUNED, RECOVERED):
+        return ""
+    if not has_run:
+        return ("The Prune page has no pruned version of the loaded model in this session, so Compare with is back "
+                "to none; prune it there (or pick a saved model directory) to compare again.")
+    return ("The recovered model you compared with belonged to an earlier prune and the Prune page's new pruned "
+            "model has no recovery yet, so Compare with is back to none; run a recovery there to compare its result.")
 
 
 def _directory_side(ctx: Context, text: str) -> Side:

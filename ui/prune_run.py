@@ -74,11 +74,28 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
         st.info(f"The prune of {job.label} was stopped before it finished; press **Prune** to run it again.")
 
 
-def comparison(ctx: Context, run: dict) -> dict:
-    """The before/after table (and after recovery); returns its columns for the saved metadata."""
+def take_recovery(run: dict) -> dict | None:
+    """A finished recovery of this prune run, moved into it (by whichever page runs first: the Prune page's
+    table or a "Compare with" picker); run["recovered"], or None when there is none."""
     rec = jobs.get("recovery")
     if rec is not None and rec.state == "done" and not rec.taken and rec.result["for"] == run["id"]:
         run["recovered"], rec.taken = rec.result, True
+    return run["recovered"]
+
+
+def recovered_entry(run_id: str, done, settings: RecoverySettings) -> dict:
+    """What a finished recovery leaves in the prune run (run["recovered"]): the recovered model (a new one, never
+    shared), its measurement and how it was trained; `id` names it apart from the plain pruned model."""
+    rec = done.recovery
+    return {"for": run_id, "id": uuid.uuid4().hex, "model": rec.model, "measure": done.measured,
+            "steps": settings.steps, "lr": settings.learning_rate, "final_loss": rec.final_loss,
+            "method": settings.method, "recovery": rec.metadata(), "history": rec.history,
+            "validation": rec.validation}
+
+
+def comparison(ctx: Context, run: dict) -> dict:
+    """The before/after table (and after recovery); returns its columns for the saved metadata."""
+    take_recovery(run)
     result = run["result"]
     st.subheader(f"Before and after: {shrink.strategy_label(result.strategy)}, dk {result.original_dims} → "
                  f"{result.dims}")
@@ -160,10 +177,7 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
                                        progress=progress, state_dir=state_dir, resume=resume,
                                        measure_progress=lambda f: job.report(0.8 + 0.2 * f,
                                                                              f"perplexity after recovery: {f:.0%}"))
-            rec, measured = done.recovery, done.measured
-            return {"for": run_id, "id": uuid.uuid4().hex, "model": rec.model, "measure": measured, "steps": steps,
-                    "lr": settings.learning_rate, "final_loss": rec.final_loss, "method": method,
-                    "recovery": rec.metadata(), "history": rec.history, "validation": rec.validation}
+            return recovered_entry(run_id, done, settings)
 
         jobs.launch("recovery", key, f"{METHOD_LABELS[method]}: {steps} steps at learning rate {lr:g}", work)
     job = jobs.get("recovery")

@@ -18,6 +18,7 @@ from analysis.models import load as models
 from analysis.inspect.states import collect_states
 from helpers.app import one_sentence, start
 from ui.keys import ModelKey
+from ui.prune_run import recovered_entry
 from ui_fixtures import save_pruned_sample
 from family_cases.text_lm import tiny_config
 
@@ -34,6 +35,24 @@ def pruned(tmp_path_factory):
     if not (SAMPLE / "config.json").exists():
         pytest.skip("the bundled sample deltanet-small is not installed")
     return save_pruned_sample(SAMPLE, tmp_path_factory.mktemp("cmp") / "deltanet-small-l1", DIMS)
+
+
+@pytest.fixture(scope="module")
+def recovered(pruned):
+    """The pruned model after a real 2-step recovery of its q/k rows, measured on a short test split, as the Prune
+    page's recovery job leaves it in the prune run (ui.prune_run.recovered_entry). qk at lr 1e-4: with these tiny
+    batches two LoRA steps (lora, lora-kd) do not improve validation, so recovery would keep step 0 (the pruned
+    model itself) and the recovered column could not be told from the pruned one."""
+    from analysis.shrink.prune_workflow import Evaluation, recover_and_measure
+    from analysis.shrink.recovery import RecoverySettings
+    result, _ = pruned
+    settings = RecoverySettings(method="qk", steps=2, lr=1e-4, batch=2, seq_len=32, eval_every=2, eval_tokens=512)
+    done = recover_and_measure(result.model, models.load_tokenizer(result.model), settings,
+                               Evaluation("test", 32, 256, latency=False))
+    entry = recovered_entry("test-run", done, settings)
+    # the recovered weights are those of step 2 (validation improved on the pruned model), so its states differ
+    assert entry["recovery"]["kept_step"] == 2, entry["validation"]
+    return entry
 
 
 def reference(model_dir_or_model) -> tuple:
@@ -193,6 +212,89 @@ def test_the_prune_pages_model_is_offered_and_compared(monkeypatch, pruned):
     np.testing.assert_allclose(heat(at, "rank_heatmap_compare"), want, rtol=1e-5, atol=1e-7)
     title = chart(at, "rank_heatmap_compare")["layout"]["title"]["text"].replace("<br>", " ")
     assert "pruned on the Prune page" in title
+
+    # the Prune page's model now belongs to another loaded model: the choice falls back to none, said once
+    at.session_state["pruned"] = {**at.session_state["pruned"], "key": ModelKey("/elsewhere/model", "cpu", "float32")}
+    at.run()
+    clean(at)
+    assert at.selectbox(key="w:compare_with").value == "none"
+    [info] = [i.value for i in at.info if "Compare with is back to none" in i.value]
+    assert "no pruned version of the loaded model" in info and one_sentence(info), info
+
+
+def test_a_recovery_finished_while_away_from_the_prune_page_is_offered(monkeypatch, pruned, recovered):
+    """The recovery job ended while the user was on States & rank: the picker moves its result into the prune run
+    (as the Prune page's table would) and offers it; a recovery of another prune run is not taken."""
+    from ui.jobs import Job
+    result, _ = pruned
+    run = {"key": ModelKey(str(SAMPLE), "cpu", "float32"), "id": "test-run", "result": result, "recovered": None}
+    job = Job("recovery", "settings", "q/k rows: 2 steps")
+    job.state, job.result = "done", {**recovered, "for": "another-run"}
+    at = open_states(monkeypatch)
+    at.session_state["pruned"], at.session_state["bgjob:recovery"] = run, job
+    at.run()
+    assert "pruned + qk recovery (2 steps)" not in at.selectbox(key="w:compare_with").options and not job.taken
+    job.result = recovered  # for "test-run"
+    at.run()
+    assert "pruned + qk recovery (2 steps)" in at.selectbox(key="w:compare_with").options
+    assert job.taken and at.session_state["pruned"]["recovered"] is recovered
+
+
+def final_utilization(model) -> np.ndarray:
+    """The core's rank utilization of `model`'s final states on the page's ids, mean over sequences: [L, H]."""
+    return reference(model)[0].metric("rank_utilization")[..., -1].double().mean(1).numpy()
+
+
+def test_the_recovered_model_is_offered_and_compared_apart_from_the_pruned_one(monkeypatch, pruned, recovered):
+    """After a recovery on the Prune page the picker offers the recovered model, labelled by method and steps; its
+    column shows the recovered model's states (not the pruned model's: each has its own cache identity) and says
+    "recovered" wherever the plain pruned one says "pruned". Tolerance 1e-5 relative, as above: the page averages
+    float32 state metrics in numpy, the reference the same metrics in torch."""
+    result, _ = pruned
+    run = {"key": ModelKey(str(SAMPLE), "cpu", "float32"), "id": "test-run", "result": result, "recovered": None}
+    at = open_states(monkeypatch)
+    at.session_state["pruned"] = run
+    at.run()
+    assert at.selectbox(key="w:compare_with").options == [
+        "none", "the model pruned on the Prune page", "a saved model directory"]  # no recovery yet: not offered
+    at.session_state["pruned"] = {**run, "recovered": recovered}
+    at.run()
+    assert at.selectbox(key="w:compare_with").options == [
+        "none", "the model pruned on the Prune page", "pruned + qk recovery (2 steps)", "a saved model directory"]
+
+    want_recovered, want_pruned = final_utilization(recovered["model"]), final_utilization(result.model)
+    # the two models' states differ by more than the tolerance, so a column showing the pruned one fails below
+    assert not np.allclose(want_recovered, want_pruned, rtol=1e-5, atol=1e-7)
+    at.selectbox(key="w:compare_with").set_value("pruned").run()  # the pruned model's states are computed first
+    clean(at)
+    np.testing.assert_allclose(heat(at, "rank_heatmap_compare"), want_pruned, rtol=1e-5, atol=1e-7)
+    at.selectbox(key="w:compare_with").set_value("recovered").run()
+    clean(at)
+    np.testing.assert_allclose(heat(at, "rank_heatmap_compare"), want_recovered, rtol=1e-5, atol=1e-7)
+    title = chart(at, "rank_heatmap_compare")["layout"]["title"]["text"].replace("<br>", " ")
+    assert "recovered: deltanet-small pruned and recovered on the Prune page" in title
+    assert "qk recovery (2 steps)" in title and "dk per layer 32, 48, 64, 16" in title
+    [frame] = at.dataframe
+    eff = reference(recovered["model"])[0].metric("effective_rank")[..., -1].double().mean(1).numpy().ravel()
+    np.testing.assert_allclose(frame.value["effective rank: recovered"], eff, rtol=1e-5)
+    assert not [c for c in frame.value.columns if "pruned" in c]
+    captions = " ".join(c.value for c in at.caption)
+    assert "Δ = recovered − original" in captions and "(recovered, dk per layer 32, 48, 64, 16)" in captions
+    assert "recovered − original" in chart(at, "rank_heatmap_delta")["layout"]["title"]["text"]
+    saved = models.load_model(str(pruned[1]), "cpu", "float32").state_dict()  # the pruned weights, as saved
+    assert recovered["model"] is not result.model and all(  # recovery made a new model and left the pruned one
+        torch.equal(w, saved[n]) for n, w in result.model.state_dict().items())  # stored bits: exact, no math
+
+    # a new Prune replaces the run (no recovery yet): the remembered choice falls back to none, said once
+    at.session_state["pruned"] = {**run, "id": "test-run-2"}
+    at.run()
+    clean(at)
+    assert at.selectbox(key="w:compare_with").value == "none"
+    [info] = [i.value for i in at.info if "recovered model" in i.value]
+    assert "belonged to an earlier prune" in info and one_sentence(info), info
+    assert not [c for c in at.get("plotly_chart") if "rank_heatmap_compare" in c.proto.id]
+    at.run()
+    assert not [i for i in at.info if "recovered model" in i.value]  # said once, on the run that fell back
 
 
 def test_a_model_beside_itself_is_a_comparison_with_zero_difference(monkeypatch):
