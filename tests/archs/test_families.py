@@ -17,7 +17,7 @@ import json
 import pytest
 import torch
 
-from family_cases import CASE_MODULES
+from family_cases import CASE_MODULES, states_and_layer_inputs
 
 RTOL = 1e-4
 ATOL_LOGITS = 1e-4
@@ -48,20 +48,8 @@ def _ids(model, batch=2, tokens=24, seed=0):
 
 
 def test_collected_states_equal_the_token_loop(case):
-    from analysis.models.load import attention_layers
-    from analysis.inspect.states import collect_states
     _, fam, model = case
-    layers = attention_layers(model)
-    inputs = {}
-    hooks = [m.register_forward_pre_hook(
-        lambda _m, args, kwargs, i=i: inputs.__setitem__(i, (args[0] if args else kwargs["hidden_states"]).detach()),
-        with_kwargs=True) for i, m in enumerate(layers)]
-    try:
-        trace = collect_states(model, _ids(model), keep_states=True, compute_metrics=False)
-    finally:
-        for h in hooks:
-            h.remove()
-    assert len(trace.layers) == len(layers) == len(inputs)
+    trace, inputs = states_and_layer_inputs(model, _ids(model))
     for i, layer in enumerate(trace.layers):
         got = layer.states.permute(0, 2, 1, 3, 4).double()                    # [B, T, Hv, dk, dv]
         want = fam.reference_states(model, i, inputs[i]).double()

@@ -17,7 +17,7 @@ import json
 import pytest
 import torch
 
-from family_cases import assert_close, logits
+from family_cases import assert_close, logits, states_and_layer_inputs
 from family_cases.mamba2 import make_config, make_model, reference_states
 
 TYPES = ["mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba", "zamba2"]
@@ -119,19 +119,9 @@ def test_blocks_are_listed_in_order_and_labelled(model_type):
 
 @pytest.mark.parametrize("model_type", TYPES)
 def test_states_equal_the_definition(model_type):
-    from analysis.models.load import attention_layers
-    from analysis.inspect.states import collect_states
     model = _model(model_type)
-    layers, inputs = attention_layers(model), {}
-    hooks = [m.register_forward_pre_hook(
-        lambda _m, args, kwargs, i=i: inputs.__setitem__(i, (args[0] if args else kwargs["hidden_states"]).detach()),
-        with_kwargs=True) for i, m in enumerate(layers)]
-    try:
-        trace = collect_states(model, _ids(model), keep_states=True, compute_metrics=False)
-    finally:
-        for h in hooks:
-            h.remove()
-    assert len(trace.layers) == len(layers) >= 2
+    trace, inputs = states_and_layer_inputs(model, _ids(model))
+    assert len(trace.layers) >= 2
     for i, layer in enumerate(trace.layers):
         got = layer.states.permute(0, 2, 1, 3, 4).double()
         want = reference_states(model, i, inputs[i])

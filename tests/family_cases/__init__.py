@@ -27,3 +27,21 @@ def logits(model, ids):
 def assert_close(a, b, tol=1e-4):
     """max |a − b| within tol, relative to max |b| when that exceeds 1."""
     assert (a - b).abs().max() <= tol * max(1.0, float(b.abs().max())), float((a - b).abs().max())
+
+
+def states_and_layer_inputs(model, ids):
+    """Every linear layer's states (collect_states, kept) and the hidden states each layer received, captured
+    by forward pre-hooks in the same pass: what a family's token-by-token reference starts from."""
+    from analysis.inspect.states import collect_states
+    from analysis.models.load import attention_layers
+    layers, inputs = attention_layers(model), {}
+    hooks = [m.register_forward_pre_hook(
+        lambda _m, args, kwargs, i=i: inputs.__setitem__(i, (args[0] if args else kwargs["hidden_states"]).detach()),
+        with_kwargs=True) for i, m in enumerate(layers)]
+    try:
+        trace = collect_states(model, ids, keep_states=True, compute_metrics=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(trace.layers) == len(layers) == len(inputs)
+    return trace, inputs
