@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 MODELS=${MODELS:-"deltanet-small gated-deltanet-small deltanet-recall granite-h-small"}
 for m in $MODELS; do
-  $PY -m analysis card "$m"
+  $PY -m analysis card "$m" --in-place
 done
 for m in $MODELS; do
   [ "$m" = deltanet-recall ] && continue

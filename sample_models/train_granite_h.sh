@@ -5,7 +5,7 @@
 # groups (each group's B and C serve 4 heads), MLP 320; 6.06 M parameters, 24.3 MB in float32.
 # Trained on the Shakespeare train split on a shared 2-core CPU (the project's chunked SSD op on CPU).
 # --max-minutes is a safety stop (the run is resumable with --resume).
-# Model card afterwards: `python -m analysis card sample_models/granite-h-small`.
+# Model card afterwards: `python -m analysis card sample_models/granite-h-small --in-place`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -19,5 +19,5 @@ $PY -m analysis train --arch mamba2 --model-type granitemoehybrid --out "$WORK/f
     --steps "$STEPS" --max-minutes 85 "$@"
 test ! -e sample_models/granite-h-small || { echo "sample_models/granite-h-small exists: move it away first" >&2; exit 1; }
 cp -r "$WORK/final" sample_models/granite-h-small
-$PY -m analysis card sample_models/granite-h-small   # writes README.md + card.json (the marker allows it)
+$PY -m analysis card sample_models/granite-h-small --in-place   # rewrites README.md + card.json (the marker allows it)
 rm -f sample_models/granite-h-small/.state-rank-model.json   # shipped samples carry no write marker

@@ -7,7 +7,7 @@
 # left, so it was resumed once more with a 400-step schedule (the learning rate restarts at that schedule's
 # step-300 value, 6.5e-4, and decays to 2e-4). Phase 1 reproduces the step-200 checkpoint exactly (--stop-at keeps
 # the 700-step schedule); --max-minutes is only a safety stop (total wall time, all phases) and did not trigger.
-# Model card afterwards: `python -m analysis card sample_models/qwen35-hybrid-small`.
+# Model card afterwards: `python -m analysis card sample_models/qwen35-hybrid-small --in-place`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -22,5 +22,5 @@ $PY -m analysis train "${ARGS[@]}" --steps 300 --max-minutes 76 --resume
 $PY -m analysis train "${ARGS[@]}" --steps 400 --max-minutes 68 --resume
 test ! -e sample_models/qwen35-hybrid-small || { echo "sample_models/qwen35-hybrid-small exists: move it away first" >&2; exit 1; }
 cp -r "$WORK/final" sample_models/qwen35-hybrid-small
-$PY -m analysis card sample_models/qwen35-hybrid-small   # once describe()/load_model() ask the adapters (issue 12)
+$PY -m analysis card sample_models/qwen35-hybrid-small --in-place   # once describe()/load_model() ask the adapters (issue 12)
 rm -f sample_models/qwen35-hybrid-small/.state-rank-model.json   # shipped samples carry no write marker

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rebuilds the three bundled checkpoints as shipped (2-core CPU, torch path; on a GPU fla's kernels run).
 # The two language models train side by side with one thread each (OpenMP threads contending for two
-# cores made a two-thread run ~5x slower). Model cards: `python -m analysis card sample_models/<name>`.
+# cores made a two-thread run ~5x slower). Model cards: `python -m analysis card sample_models/<name> --in-place`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

@@ -2,29 +2,33 @@
 
 Into the model's own directory only when it carries the tool's marker, and then only card files the
 marker lists or new ones (recorded in it); never through a symbolic link (a Hugging Face cache snapshot is
-all links into blobs/). Elsewhere: `--out DIR`, a new directory (created with its own marker) or one made
-that way before. Every refusal is one sentence, given before the card is measured.
+all links into blobs/), and into a bundled sample only with `--in-place` (the sample scripts' flag).
+Elsewhere: `--out DIR`, a new directory or a card folder this tool wrote before, built as a marked
+temporary folder and swapped in like a model (analysis.io.writes). Every refusal is one sentence, given
+before the card is measured.
 """
 from __future__ import annotations
 
-import json
 import os
-import stat
 from pathlib import Path
 
 from analysis.errors import AnalysisError
 from analysis.io import writes
+from analysis.io.marker import marker_record
 
 CARD_FILES = ("card.json", "README.md")
-CARD_KIND = "model-card"
-MAX_MARKER_BYTES = 1 << 20
+CARD_KIND = "model-card"  # the marker's label (analysis.io.marker.kind_of: a CARD folder)
 HOW = "add --out DIR to write the card into a new directory instead"
+OUT_HINT = "choose a new directory for the card"
 
 
-def check_destination(model_dir, out=None) -> Path:
+def check_destination(model_dir, out=None, in_place: bool = False) -> Path:
     """The directory the card goes to (model_dir, or out), or one sentence saying why not and how."""
     if out is None:
         folder = Path(model_dir)
+        if not in_place and _is_bundled(folder):
+            raise AnalysisError(f"{writes.show(folder)} is a bundled sample, whose card only the sample scripts "
+                                f"rewrite (with --in-place); {HOW}.")
         if marker_files(folder) is None:
             raise AnalysisError(f"{writes.show(folder)} was not written by this tool (no valid {writes.MARKER} "
                                 f"marker), so its README.md and card.json are left alone; {HOW}.")
@@ -33,55 +37,35 @@ def check_destination(model_dir, out=None) -> Path:
     text = str(out)
     if not text.strip() or "\0" in text:
         raise AnalysisError("--out needs a plain directory path for the card.")
-    folder = Path(os.path.abspath(os.path.expanduser(text)))
-    if os.path.islink(folder):
-        raise AnalysisError(f"--out {writes.show(folder)} is a symbolic link, which is never written through; "
-                            "choose a new directory.")
-    if os.path.lexists(folder):
-        if not folder.is_dir():
-            raise AnalysisError(f"--out {writes.show(folder)} is a file, not a directory; choose a new directory.")
-        if marker_files(folder) is None:
-            raise AnalysisError(f"--out {writes.show(folder)} already exists and was not written by this tool; "
-                                "choose a new directory.")
-        _check_card_files(folder, marker_files(folder))
-    return folder
+    return writes.check_new_dir(text, overwrite=True, exists_hint=OUT_HINT, kind=CARD_KIND)
 
 
-def write_card_files(folder: Path, texts: dict[str, str]) -> None:
-    """Write the card files (checked by `check_destination`) and record them in the folder's marker."""
-    created = not os.path.lexists(folder)
-    with writes.os_errors("create the folder", folder):
-        folder.mkdir(parents=True, exist_ok=True)
-    if not created:  # again, just before writing: a link may have appeared while the card was measured
-        _check_card_files(folder, marker_files(folder) or set())
+def write_card_files(folder: Path, texts: dict[str, str], separate: bool) -> None:
+    """Write the card files where `check_destination` said: `separate` (--out) as a whole new card folder
+    swapped in in one step; otherwise into the model's directory, recorded in its marker."""
+    if separate:
+        def fill(tmp: Path) -> None:
+            for name, text in texts.items():
+                (tmp / name).write_text(text)
+        writes.write_model_dir(folder, fill, overwrite=True, kind=CARD_KIND, exists_hint=OUT_HINT)
+        return
+    _check_card_files(folder, marker_files(folder) or set())  # again: a link may have appeared meanwhile
     for name, text in texts.items():
         writes.write_text(folder / name, text, label="the model card")
-    if created:
-        record = {"written_by": writes.WRITER, "kind": CARD_KIND, "files": sorted(texts)}
-        writes.write_text(folder / writes.MARKER, json.dumps(record, indent=2) + "\n", label="the model card")
-    else:
-        writes.record_written(folder, list(texts))  # the folder stays one this tool wrote, card included
+    writes.record_written(folder, list(texts))  # the folder stays one this tool wrote, card included
 
 
 def marker_files(folder: Path) -> set[str] | None:
     """The files the tool's marker in `folder` lists, or None when there is no valid marker (a link, a
     FIFO, a huge or foreign file is no marker)."""
-    marker = folder / writes.MARKER
-    try:
-        info = os.lstat(marker)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MARKER_BYTES:
-            return None
-        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as fh:
-            record = json.loads(fh.read(MAX_MARKER_BYTES + 1))
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(record, dict) or record.get("written_by") != writes.WRITER:
-        return None
-    files = record.get("files")
-    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        return None
-    return set(files)
+    record = marker_record(folder)
+    return None if record is None else set(record["files"])
+
+
+def _is_bundled(folder: Path) -> bool:
+    real = Path(os.path.realpath(folder))
+    samples = writes.SAMPLES_DIR.resolve()
+    return real == samples or samples in real.parents
 
 
 def _check_card_files(folder: Path, listed: set[str]) -> None:
@@ -94,3 +78,4 @@ def _check_card_files(folder: Path, listed: set[str]) -> None:
             raise AnalysisError(f"{writes.show(path)} was not written by this tool and is left alone; {HOW}.")
         if os.path.lexists(path) and not path.is_file():
             raise AnalysisError(f"{writes.show(path)} is not a regular file and is left alone; {HOW}.")
+

@@ -18,7 +18,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from analysis.io.marker import MARKER, TMP_FILE_SUFFIX, WRITER, show
+from analysis.io.marker import MARKER, TMP_FILE_SUFFIX, WRITER, marker_record, show
 
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 AT_FDCWD = -100
@@ -108,6 +108,15 @@ def remove_old(folder: Path) -> None:
         pass  # reclaimed by the next write into this folder
 
 
+def discard(folder: Path) -> None:
+    """Remove a folder this tool wrote in one step: renamed aside to a leftover name first, so killed at any
+    point the name is gone and what remains is a marked leftover the next write reclaims."""
+    aside = folder.with_name(f".{folder.name[:64]}.replaced-{uuid.uuid4().hex[:8]}")
+    os.rename(folder, aside)
+    fsync_dir(folder.parent)
+    remove_old(aside)
+
+
 # ---- the journal (where RENAME_EXCHANGE is unavailable) -------------------------------------------------
 
 def journal_path(target: Path) -> Path:
@@ -126,7 +135,8 @@ def journal_swap(new: Path, target: Path) -> None:
     try:
         fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        raise OSError(errno.EBUSY, "another save of this folder is in progress", str(target)) from None
+        raise OSError(errno.EBUSY, f"{journal.name} is in the way (another save of it in progress, or a file that is "
+                      "not this tool's journal: remove it if it is not yours)", str(target)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # a live swap: recover() leaves it alone
         os.write(fd, record.encode())
@@ -151,10 +161,10 @@ def _finish(journal: Path, record: dict) -> str | None:
     target, new, old = (parent / record[k] for k in ("target", "new", "old"))
     if os.path.lexists(target):
         done = "finished: the new one is in place" if not os.path.lexists(new) else "rolled back: the old one is kept"
-    elif marker_of(new) is not None and marker_of(new).get("state") != "partial":
+    elif marker_record(new) is not None and marker_record(new).get("state") != "partial":
         os.rename(new, target)
         done = "finished: the new one is in place"
-    elif marker_of(old) is not None:
+    elif marker_record(old) is not None:
         os.rename(old, target)
         done = "rolled back: the old one is back"
     else:
@@ -164,51 +174,98 @@ def _finish(journal: Path, record: dict) -> str | None:
     return f"note: an interrupted replace of {show(target)} was {done}."
 
 
+JOURNAL_BYTES = 65536
+
+
+def _plain_name(name) -> bool:
+    """A name inside the parent folder: not empty, not . or .., no separator or NUL."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
+def _journal_target(name: str) -> str:
+    return name[1:-len(JOURNAL_SUFFIX)]
+
+
+def _open_journal(entry) -> int | None:
+    """An fd on a journal that is a regular file, never following a link and never blocking (a FIFO named like
+    a journal would otherwise hang every write into its folder); None when it is not one."""
+    try:
+        if not entry.is_file(follow_symlinks=False):
+            return None
+        return os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+
+
+def _journal_record(text: str, target: str) -> dict | None:
+    """The record of a journal this tool wrote for `target`, or None. Every name in it must be a plain name
+    inside the folder, and `new`/`old` the tool's own temporaries, so no journal can point a rename at the
+    folder itself (. or ..) or outside it."""
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    valid = isinstance(record, dict) and record.get("written_by") == WRITER and _plain_name(target) and \
+        record.get("target") == target and all(_plain_name(record.get(k)) and _leftover_dir(record[k])
+                                                 for k in ("new", "old"))
+    return record if valid else None
+
+
+def _torn(text: str) -> bool:
+    """A journal killed while its first bytes were written (before any rename): ours, and safe to remove."""
+    try:
+        json.loads(text)
+        return False  # whole: a journal, ours or not, is never removed for what it says
+    except (ValueError, RecursionError):
+        return _journal_head().startswith(text) or text.startswith(_journal_head())
+
+
 def recover_journals(parent: Path, name: str | None = None) -> list[str]:
-    """Finish or roll back every interrupted swap journalled in `parent` (only `name`'s when given)."""
+    """Finish or roll back every interrupted swap journalled in `parent` (only `name`'s when given). A journal
+    that is not a regular file, not the tool's, or cannot be finished is named in one line and left alone: no
+    journal can make a write or a load fail or hang."""
     lines = []
     try:
         entries = [e for e in os.scandir(parent) if e.name.startswith(".") and e.name.endswith(JOURNAL_SUFFIX)]
     except OSError:
         return lines
     for entry in entries:
-        target = entry.name[1:-len(JOURNAL_SUFFIX)]
-        if name is not None and target != name or not entry.is_file(follow_symlinks=False):
+        target = _journal_target(entry.name)
+        if name is not None and target != name:
             continue
-        fd = os.open(entry.path, os.O_RDONLY)
+        fd = _open_journal(entry)
+        if fd is None:
+            if os.path.lexists(entry.path):
+                lines.append(f"note: skipped {show(entry.path)}: it is named like a swap journal but is not a "
+                             "regular file; remove it if it is not yours.")
+            continue
         try:
             if not lock(fd):
                 continue  # a swap in progress in another process or thread
-            text = os.read(fd, 65536).decode("utf-8", "replace")
-            try:
-                record = json.loads(text)
-                valid = record.get("written_by") == WRITER and record.get("target") == target and all(
-                    isinstance(record.get(k), str) and record[k].startswith(".") and "/" not in record[k]
-                    for k in ("new", "old"))
-            except ValueError:
-                valid = False
-                if _journal_head().startswith(text) or text.startswith(_journal_head()):  # torn: before any rename
+            text = os.read(fd, JOURNAL_BYTES).decode("utf-8", "replace")
+            record = _journal_record(text, target)
+            if record is None:
+                if _torn(text):
                     os.unlink(entry.path)
+                else:
+                    lines.append(f"note: ignored {show(entry.path)}: it is not a swap journal this tool wrote for "
+                                 "a folder here; remove it if it is not yours.")
                 continue
-            if valid:
+            try:
                 line = _finish(Path(entry.path), record)
-                if line:
-                    lines.append(line)
+            except OSError as exc:
+                line = (f"note: the interrupted replace in {show(entry.path)} could not be finished "
+                        f"({(exc.strerror or str(exc)).lower()}); it was left alone.")
+            if line:
+                lines.append(line)
+        except OSError:
+            continue
         finally:
             os.close(fd)
     return lines
 
 
 # ---- leftovers ---------------------------------------------------------------------------------------
-
-def marker_of(folder: Path) -> dict | None:
-    """The tool's marker record in `folder`, or None (absent, torn, or not ours)."""
-    try:
-        record = json.loads((folder / MARKER).read_text())
-        return record if isinstance(record, dict) and record.get("written_by") == WRITER else None
-    except (OSError, ValueError):
-        return None
-
 
 # the names this tool gives its temporary things (mkdtemp/mkstemp add 8 characters, uuid 8 hex digits)
 _LEFTOVER_DIR = re.compile(r"\..+\.[a-z0-9_]{8}\.partial|\..+\.replaced-[0-9a-f]{8}|\.state-rank-probe-[a-z0-9_]{8}")
@@ -223,7 +280,7 @@ def reclaimable(folder: Path) -> bool:
     """A hidden temporary/moved-aside directory of ours: it carries the marker (a half-written one: any
     content; a complete one: only the files it lists), or it holds nothing but a torn marker."""
     names = set(os.listdir(folder))
-    record = marker_of(folder)
+    record = marker_record(folder)
     if record is None:
         return names <= {MARKER}  # empty, or killed while the first marker was written
     if record.get("state") == "partial":
@@ -234,15 +291,22 @@ def reclaimable(folder: Path) -> bool:
 
 
 def _journalled(entries) -> set[str]:
-    """Names a journal still refers to (a swap in progress elsewhere): never reclaimed under its feet."""
+    """Names a valid journal still refers to (a swap in progress elsewhere): never reclaimed under its feet."""
     names = set()
     for entry in entries:
         if entry.name.startswith(".") and entry.name.endswith(JOURNAL_SUFFIX):
-            try:
-                record = json.loads(Path(entry.path).read_text())
-                names |= {record["new"], record["old"]}
-            except (OSError, ValueError, KeyError, TypeError):
+            fd = _open_journal(entry)
+            if fd is None:
                 continue
+            try:
+                record = _journal_record(os.read(fd, JOURNAL_BYTES).decode("utf-8", "replace"),
+                                         _journal_target(entry.name))
+            except OSError:
+                record = None
+            finally:
+                os.close(fd)
+            if record is not None:
+                names |= {record["new"], record["old"]}
     return names
 
 

@@ -37,7 +37,8 @@ import tempfile
 from pathlib import Path
 
 from analysis.errors import AnalysisError
-from analysis.io.marker import MARKER, TMP_FILE_SUFFIX, WRITER, show  # noqa: F401  (re-exported)
+from analysis.io.marker import (MARKER, REQUIRED, TMP_FILE_SUFFIX, WRITER, kind_of,  # noqa: F401  (re-exported)
+                                marker_record, show)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES_DIR = REPO_ROOT / "sample_models"
@@ -150,8 +151,9 @@ def _written_files(folder: Path) -> list[str]:
     return sorted(f for f in files if f != MARKER)
 
 
-def replace_refusal(path) -> str | None:
-    """Why the existing directory `path` may not be replaced, or None when this project wrote it as a model."""
+def replace_refusal(path, kind: str = "model") -> str | None:
+    """Why the existing directory `path` may not be replaced by a folder of `kind` (a marker label), or None
+    when this project wrote it as a complete folder of that same kind."""
     path = _absolute(path)
     reason = protected_reason(path)
     if reason:
@@ -160,18 +162,19 @@ def replace_refusal(path) -> str | None:
         return "is a symbolic link"
     if not path.is_dir():
         return "is not a directory"
-    marker = path / MARKER
-    try:
-        record = json.loads(marker.read_text())
-        listed = set(record["files"])
-        assert record.get("written_by") == WRITER
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+    record = marker_record(path)
+    if record is None:
         return f"was not written by this tool (no valid {MARKER} marker)"
-    if not (path / "config.json").is_file() or not list(path.glob("*.safetensors")):
-        return "is not a complete model directory (config.json and *.safetensors)"
+    found, wanted = kind_of(record.get("kind")), kind_of(kind)
+    if found != wanted:
+        return f"is a {found} folder this tool wrote, not a {wanted} folder"
+    missing = [p for p in REQUIRED.get(wanted, ()) if not list(path.glob(p))]
+    if missing:
+        return f"is not a complete {wanted} folder ({' and '.join(REQUIRED[wanted])})"
     entries = set()
     for base, dirs, names in os.walk(path):
         entries |= {os.path.relpath(os.path.join(base, n), path) for n in dirs + names}
+    listed = set(record["files"])
     allowed = listed | {MARKER} | {str(Path(f).parent) for f in listed if Path(f).parent != Path(".")}
     foreign = sorted(e for e in entries - allowed if not _own_temp_file(e))
     if foreign:
@@ -184,8 +187,8 @@ def _own_temp_file(name: str) -> bool:
     return os.path.basename(name).startswith(".") and name.endswith(TMP_FILE_SUFFIX)
 
 
-def can_replace(path) -> bool:
-    return replace_refusal(path) is None
+def can_replace(path, kind: str = "model") -> bool:
+    return replace_refusal(path, kind) is None
 
 
 def _probe(folder: Path, what: Path) -> None:
@@ -206,7 +209,7 @@ def _probe(folder: Path, what: Path) -> None:
 
 
 def check_new_dir(out, overwrite: bool = False,
-                  exists_hint: str = "choose a new directory or allow overwriting") -> Path:
+                  exists_hint: str = "choose a new directory or allow overwriting", kind: str = "model") -> Path:
     """Validate a model directory to write, before any work: its absolute path, or one sentence."""
     if out is None or not str(out).strip():
         raise AnalysisError("No output directory given; name a new directory to save the model in.")
@@ -227,13 +230,13 @@ def check_new_dir(out, overwrite: bool = False,
                                     "(files are never replaced).")
             if not overwrite:
                 raise AnalysisError(f"{path} already exists; {exists_hint}.")
-            check_replaceable(path)
+            check_replaceable(path, kind)
         _probe(path.parent, path)
     return path
 
 
-def check_replaceable(path) -> None:
-    reason = replace_refusal(path)
+def check_replaceable(path, kind: str = "model") -> None:
+    reason = replace_refusal(path, kind)
     if reason:
         raise AnalysisError(f"Refusing to replace {show(path)}: it {reason}; choose a new directory "
                             "or remove it yourself.")
@@ -276,7 +279,7 @@ def write_model_dir(out, fill, overwrite: bool = False, kind: str = "model",
     """`fill(tmp)` writes the model into a marked temporary sibling, which then takes the name `out` in one
     step (see "Replacing a directory" above). An existing `out` is replaced only when `can_replace` allows it."""
     from analysis.io import swap
-    path = check_new_dir(out, overwrite, exists_hint)
+    path = check_new_dir(out, overwrite, exists_hint, kind)
     with os_errors("create the folder for", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         swap.tidy(path.parent, keep={path.name})
@@ -290,7 +293,7 @@ def write_model_dir(out, fill, overwrite: bool = False, kind: str = "model",
             _normal_permissions(tmp)
             _fsync_files(tmp)
             _write_marker(tmp, kind)
-            _swap_in(tmp, path, overwrite, exists_hint)
+            _swap_in(tmp, path, overwrite, exists_hint, kind)
     except BaseException:
         with contextlib.suppress(OSError):
             if os.path.isdir(tmp):
@@ -324,7 +327,7 @@ def _normal_permissions(folder: Path) -> None:
                 os.chmod(name, mode & ~mask)
 
 
-def _swap_in(tmp: Path, path: Path, overwrite: bool, exists_hint: str) -> None:
+def _swap_in(tmp: Path, path: Path, overwrite: bool, exists_hint: str, kind: str) -> None:
     """Publish `tmp` as `path`: a new name in one rename, an existing one exchanged in one step (or journalled)."""
     from analysis.io import swap
     if not os.path.lexists(path):
@@ -336,7 +339,7 @@ def _swap_in(tmp: Path, path: Path, overwrite: bool, exists_hint: str) -> None:
         return
     if not overwrite:
         raise AnalysisError(f"{path} already exists; {exists_hint}.")
-    check_replaceable(path)  # again: it may have changed while the model was written
+    check_replaceable(path, kind)  # again: it may have changed while the model was written
     if swap.renameat2(tmp, path, swap.RENAME_EXCHANGE):
         swap.fsync_dir(path.parent)
         swap.remove_old(tmp)  # the old model, now under the temporary name, verified above to be ours

@@ -147,13 +147,15 @@ def render(card: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_card(source: str, out=None) -> tuple[dict, Path]:
-    """Measure the model and write README.md + card.json into its directory (only one this tool wrote) or
-    into `out`; the card and where it went. Where it may go is checked before anything is measured."""
+def write_card(source: str, out=None, in_place: bool = False) -> tuple[dict, Path]:
+    """Measure the model and write README.md + card.json into its directory (only one this tool wrote; a
+    bundled sample only `in_place`) or into `out`; the card and where it went. Where it may go is checked
+    before anything is measured."""
     model = load_model(source, device="cpu")
     path = Path(model.analysis_source)
     read_training(path)  # a model without a training run has no card, wherever it would go
-    folder = card_files.check_destination(path, out)
+    folder = card_files.check_destination(path, out, in_place)
     card = build_card(model)
-    card_files.write_card_files(folder, {"card.json": json.dumps(card, indent=2), "README.md": render(card)})
+    card_files.write_card_files(folder, {"card.json": json.dumps(card, indent=2), "README.md": render(card)},
+                                separate=out is not None)
     return card, folder

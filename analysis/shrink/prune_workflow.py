@@ -94,7 +94,7 @@ def prune_and_measure(model, tokenizer, strategy: str, dims: list[int], calibrat
 
 def recover_and_measure(pruned_model, tokenizer, settings, evaluation: Evaluation, *, teacher=None, cancel=None,
                         progress=None, state_dir=None, resume=None, yes: bool = False, say=None,
-                        measure_progress=None) -> Recovered:
+                        measure_progress=None, state_context: dict | None = None) -> Recovered:
     """analysis.shrink.recovery.recover on the pruned model, then the recovered model measured with `evaluation`.
 
     Recovery trains on text, so a recall model is refused. The kernel is not timed again: recovery changes
@@ -105,7 +105,7 @@ def recover_and_measure(pruned_model, tokenizer, settings, evaluation: Evaluatio
         raise AnalysisError("Recovery trains on text, and a recall model has no tokenizer; drop the recovery "
                             "steps (recovery is offered for language models).")
     rec = recover(pruned_model, tokenizer, settings, teacher=teacher, cancel=cancel, progress=progress,
-                  state_dir=state_dir, resume=resume, yes=yes, say=say)
+                  state_dir=state_dir, resume=resume, yes=yes, say=say, state_context=state_context)
     rec.model.analysis_source = getattr(pruned_model, "analysis_source", None)
     measured = evaluation.measure(rec.model, tokenizer, measure_progress, cancel, latency=False)
     return Recovered(rec, measured)

@@ -154,15 +154,17 @@ def _validation(model, tokenizer, s: RecoverySettings) -> dict:
 
 
 def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), teacher=None, progress=None,
-            cancel=None, yes: bool = False, say=None, state_dir=None, resume: bool | None = None) -> RecoveryResult:
+            cancel=None, yes: bool = False, say=None, state_dir=None, resume: bool | None = None,
+            state_context: dict | None = None) -> RecoveryResult:
     """A recovered COPY of the pruned `model` (never changed). `teacher`: the unpruned model (lora-kd).
 
     progress(event): {"kind": "train", "step", "steps", "ce", "kd", "loss", "lr"} after each step and
     {"kind": "validation", "step", "steps", "perplexity"} after each check. `cancel` is checked before every
     step; on a stop with `state_dir` the state is saved there before Cancelled propagates. A later call with
-    a saved state in `state_dir` must say `resume=True` (continue) or `resume=False` (discard, start over)."""
+    a saved state in `state_dir` must say `resume=True` (continue) or `resume=False` (discard, start over);
+    `state_context` (what was pruned: model, strategy, ratios, ...) is saved with it and must match on resume."""
     from analysis.io.point_identity import model_identity
-    from analysis.io.recovery_state import discard_state, has_state, load_state, save_state
+    from analysis.io.recovery_state import discard_state, finish_state, has_state, load_state, save_state
     s = settings
     check_settings(model, s, teacher)
     check_sizes(model, s, yes, say)
@@ -173,9 +175,11 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
         if resume is None:
             raise AnalysisError(f"A stopped recovery is saved in {state_dir}; resume it or discard it.")
         if resume:
-            saved = load_state(state_dir, record, identity)
+            saved = load_state(state_dir, record, identity, state_context)
         else:
             discard_state(state_dir)
+    elif resume and say is not None:
+        say(f"no saved recovery state in {state_dir}: starting at step 0")
     dtype = next(model.parameters()).dtype
     work = copy.deepcopy(model).float().train()
     work.requires_grad_(False)
@@ -239,7 +243,7 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
     except Cancelled:
         if state_dir is not None:
             save_state(state_dir, settings=record, identity=identity, config=model.config.to_dict(), step=step,
-                       params=params, best=best, optimizer=optimizer, generator=gen,
+                       params=params, best=best, optimizer=optimizer, generator=gen, context=state_context,
                        record={"history": result.history, "validation": result.validation,
                                "kept_step": result.kept_step, "validation_label": result.validation_label})
         raise
@@ -250,7 +254,7 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
     plain.requires_grad_(False)
     result.model = plain.eval().to(dtype)
     if state_dir is not None:
-        discard_state(state_dir)  # finished: the result replaces the stopped state
+        finish_state(state_dir)  # finished: the result replaces the stopped state (only ever a recovery state)
     return result
 
 

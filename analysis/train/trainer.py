@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 from analysis.archs import TRAINABLE, get_adapter
 from analysis.errors import AnalysisError
 from analysis.io.model_dir import save_model_dir
-from analysis.io.writes import check_new_dir, os_errors
+from analysis.io.writes import check_new_dir, kind_of, marker_record, os_errors, show
 from analysis.io.trainer_state import load_trainer_state, save_trainer_state
 
 
@@ -121,12 +122,28 @@ class _RecallData:
         return {"recall_accuracy": recall_accuracy(model, self.task, n_sequences=256)}
 
 
+CHECKPOINT = "training checkpoint"  # the marker's label of a work folder's checkpoint/ (analysis.io.marker)
+
+
+def check_work_folder(work: Path) -> None:
+    """The work folder holds the checkpoint/ of this training: never inside a folder the tool wrote as something
+    else (a model, a recovery state, a card), nor a file or a link; one sentence before any work."""
+    for folder in [work, *work.parents]:
+        record = marker_record(folder) if folder.is_dir() else None
+        if record is not None:
+            raise AnalysisError(f"--work {show(work)} is inside {show(folder)}, a {kind_of(record.get('kind'))} "
+                                "folder this tool wrote, which must keep only its own files; give the training "
+                                "a work folder of its own.")
+    if os.path.islink(work) or (os.path.lexists(work) and not work.is_dir()):
+        raise AnalysisError(f"--work {show(work)} is a file or a link; give a folder for the training's checkpoints.")
+
+
 def _save_checkpoint(out: Path, model, optimizer, step, gen, cfg):
     """out/checkpoint, replaced atomically (and only if this project wrote it); the state holds no pickle."""
     def trainer_state(tmp: Path) -> None:
         save_trainer_state(tmp, optimizer.state_dict(), step, gen.get_state(), torch.get_rng_state())
     save_model_dir(model, out / "checkpoint", json_files={"train_config.json": asdict(cfg)}, extra=trainer_state,
-                   overwrite=True, kind="training checkpoint")
+                   overwrite=True, kind=CHECKPOINT)
 
 
 # settings a resumed run must share with its checkpoint: the model's shape, the data stream and the schedule
@@ -158,12 +175,11 @@ def _resume_state(cfg: TrainConfig, ckpt: Path) -> dict | None:
 
 def _promote_interrupted(ckpt: Path) -> None:
     """A checkpoint whose first save was killed after it was complete but before it took its name: use it."""
-    import os
     import sys
     from analysis.io import swap
     best = None
     for tmp in ckpt.parent.glob(f".{ckpt.name}.*.partial") if ckpt.parent.is_dir() else []:
-        marker = swap.marker_of(tmp)
+        marker = swap.marker_record(tmp)
         if marker is None or marker.get("state") == "partial" or not (tmp / "trainer_state.json").is_file():
             continue
         try:
@@ -203,7 +219,8 @@ def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None, note
     ready()  # a resumed checkpoint is loaded below: fla's model types and the CPU path first
     note = note or log
     out = Path(cfg.out)
-    check_new_dir(out / "checkpoint", overwrite=True)  # before any work: a foreign checkpoint/ is never replaced
+    check_work_folder(out)
+    check_new_dir(out / "checkpoint", overwrite=True, kind=CHECKPOINT)  # before any work: only a checkpoint of ours
     ckpt = out / "checkpoint"
     state = _resume_state(cfg, ckpt) if resume else None  # refuses contradicting settings before any work
     with os_errors("create the work directory", out):

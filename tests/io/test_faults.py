@@ -464,6 +464,101 @@ def test_sweep_cache_entry_survives_a_kill_at_every_step(tmp_path, source):
     kill_every_step("sweep point-cache entry", tmp_path, scene, action, action, check, lambda root: [root / "cache"])
 
 
+def whole_folder(folder: Path, kind: str) -> bool:
+    """A folder of `kind` as the tool finishes it: a final marker of that kind listing exactly its files."""
+    record = writes.marker_record(folder)
+    files = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()} - {writes.MARKER}
+    return record is not None and record.get("state") != "partial" and writes.kind_of(record.get("kind")) == kind \
+        and set(record["files"]) == files
+
+
+@pytest.mark.parametrize("path", ["ctrl-c save", "resume to the end", "discard"])
+def test_recovery_state_survives_a_kill_at_every_step(tmp_path, source, path):
+    """The recovery state: a Ctrl-C that saves over an older state, a resume that finishes (and discards the
+    state), a discard. Killed at each step: the state is whole (old or new) or gone, never half; a re-run
+    succeeds and leaves nothing behind."""
+    from analysis.io.recovery_state import RECORD, discard_state
+    from analysis.models.load import load_model, load_tokenizer
+    from analysis.runtime.cancel import Cancelled
+    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.recovery import RecoverySettings, recover
+    model = load_model(str(source), device="cpu")
+    tokenizer = load_tokenizer(model)
+    pruned = prune(model, "l1", plan_key_dims(model, ratio=0.5)).model
+    settings = RecoverySettings(method="qk", steps=3, batch=1, seq_len=16, eval_every=1, eval_tokens=32)
+
+    def stopped_after(n):
+        calls = []
+        return lambda: calls.append(1) or len(calls) > n
+
+    def scene(root):
+        foreign = plant_foreign(root, "state")
+        with pytest.raises(Cancelled):  # a state saved at step 1
+            recover(pruned, tokenizer, settings, cancel=stopped_after(1), state_dir=root / "state")
+        return {".": foreign}
+
+    def action(root):
+        state = root / "state"
+        try:
+            if path == "ctrl-c save":  # resumed at step 1, stopped after step 2: saved over the old state
+                recover(pruned, tokenizer, settings, cancel=stopped_after(1), state_dir=state, resume=True)
+            elif path == "resume to the end":
+                recover(pruned, tokenizer, settings, state_dir=state, resume=True)
+            else:
+                discard_state(state)
+        except Cancelled:
+            pass
+        return 0
+
+    def rerun(root):  # the user's next command: the same one (a stop saves the state as it stands)
+        if path == "ctrl-c save":
+            try:
+                recover(pruned, tokenizer, settings, cancel=lambda: True, state_dir=root / "state", resume=True)
+            except Cancelled:
+                return 0
+        return action(root)
+
+    def check(root, finished):
+        state = root / "state"
+        if path != "ctrl-c save" and (finished or not state.exists()):
+            assert not state.exists(), "a finished or discarded state is still there"
+            return
+        assert whole_folder(state, "recovery state"), f"the state is not whole: {sorted(os.listdir(state))}"
+        assert json.loads((state / RECORD).read_text())["step"] in (1, 2)
+    kill_every_step(f"recovery state ({path})", tmp_path, scene, action, rerun, check, lambda root: [root])
+
+
+@pytest.mark.parametrize("mode", ["new", "replace"])
+def test_card_out_survives_a_kill_at_every_step(tmp_path, source, monkeypatch, mode):
+    """`card MODEL --out DIR`: built as a marked temporary folder and swapped in like a model."""
+    from analysis.models import model_card
+    monkeypatch.setattr(model_card, "read_training", lambda path: {})  # the stubs are inherited by the forks
+    monkeypatch.setattr(model_card, "render", lambda card: f"# {card['name']}\n")
+    cards = iter(["old", "new"])
+    monkeypatch.setattr(model_card, "build_card", lambda model: {"name": next(cards, "new")})
+
+    def scene(root):
+        foreign = plant_foreign(root, "card")
+        if mode == "replace":
+            assert main(["card", str(source), "--out", str(root / "card")]) == 0
+        return {".": foreign}
+
+    def action(root):
+        return main(["card", str(source), "--out", str(root / "card")])
+
+    def check(root, finished):
+        card = root / "card"
+        if not card.exists():
+            assert not finished and mode == "new", "the card folder is missing"
+            return
+        assert whole_folder(card, "model card"), f"the card folder is not whole: {sorted(os.listdir(card))}"
+        names = {json.loads((card / "card.json").read_text())["name"], (card / "README.md").read_text()}
+        assert names in ({"old", "# old\n"}, {"new", "# new\n"}) and (not finished or "new" in names), names
+    if mode == "new":
+        next(cards)  # every card built is "new"
+    kill_every_step(f"card --out ({mode})", tmp_path, scene, action, action, check, lambda root: [root])
+
+
 def test_zz_report_kill_counts():
     """(Runs last in this file) the number of kills per path, for the record: pytest -s shows it."""
     print("\nkills per save path: " + "; ".join(f"{k}: {v} ({TIMES[k]} s)" for k, v in KILL_COUNTS.items()))

@@ -103,6 +103,11 @@ class After:
         self.calls += 1
         return self.calls > self.n
 
+    def stop_after(self, cancel=None):
+        """In place of analysis.runtime.cancel.check: a Ctrl-C after n checks."""
+        if self():
+            raise Cancelled()
+
 
 def test_a_stopped_recovery_resumes_from_its_saved_step(pair, tok, tmp_path):
     model, pruned = pair
@@ -256,12 +261,17 @@ def test_cli_bad_recovery_settings_are_one_sentence_before_any_work(extra, messa
     assert not out.exists()
 
 
-def test_cli_saved_state_needs_resume_or_discard(tiny_dirs, tmp_path, capsys):
+def test_cli_saved_state_needs_resume_or_discard(tiny_dirs, tmp_path, capsys, monkeypatch):
+    import analysis.shrink.recovery as recovery
     state = tmp_path / "state"
-    state.mkdir()
-    (state / "recovery.json").write_text("{}")
     argv = [a.format(model=tiny_dirs["gated_deltanet"], out=tmp_path / "out") for a in PRUNE]
-    code, _, err = _cli(argv + ["--recover-steps", "2", "--recover-state", state], capsys)
+    tiny = ["--recover-steps", "2", "--recover-method", "qk", "--recover-batch", "1", "--recover-seq-len", "16",
+            "--recover-eval-tokens", "32", "--recover-state", state]
+    with monkeypatch.context() as m:  # Ctrl-C after the first step: the state is saved
+        m.setattr(recovery, "check", After(1).stop_after)
+        code, _, err = _cli(argv + tiny, capsys)
+    assert code == 2 and "its state is saved in" in err and (state / "recovery.json").is_file(), err
+    code, _, err = _cli(argv + tiny, capsys)
     assert code == 2 and "add --recover-resume to continue it or --recover-discard" in err, err
 
 
@@ -291,6 +301,6 @@ def test_discard_never_removes_a_folder_this_tool_did_not_write(tmp_path):
     (folder / RECORD).write_text("{}")
     (folder / "thesis.tex").write_text("precious")
     assert has_state(folder)
-    with pytest.raises(AnalysisError, match="not a recovery state this tool wrote; it was left alone"):
+    with pytest.raises(AnalysisError, match="was not written by this tool .*, so it was left alone"):
         discard_state(folder)
     assert (folder / "thesis.tex").read_text() == "precious"

@@ -6,7 +6,8 @@ from analysis.archs.kernels import MAX_KEY_DIM
 from analysis.cli.commands.checks import number_list, real, whole
 from analysis.cli.commands.common import add_calib_args, add_yes_arg, announce, emit, load, require_text_model
 from analysis.cli.commands.progress import bar, fraction, say
-from analysis.cli.commands.recovery_args import add_recovery_args, check_state_choice, recover_for_cli, recovery_settings
+from analysis.cli.commands.recovery_args import (add_recovery_args, check_recovery_state, recover_for_cli,
+                                                 recovery_settings)
 from analysis.errors import AnalysisError
 
 
@@ -90,6 +91,7 @@ def run_prune(args) -> None:
     from analysis.shrink.strategies import get_strategy
     ratio, ratios = _ratios(args)
     check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write
+    check_recovery_state(args)  # and never uses a model or anything of yours as the recovery state
     strategy = get_strategy(args.strategy)
     model, tokenizer, meta = load(args)
     task = inputs.recall_task(model)
@@ -174,7 +176,6 @@ def _check_prune_sizes(args, model, strategy) -> None:
     if args.recover_steps:
         from analysis.shrink.recovery import check_settings, check_sizes
         settings = recovery_settings(args)
-        check_state_choice(args)
         check_settings(model, settings, teacher=model)  # the pruned model is checked again (its narrower widths)
         check_sizes(model, settings, args.yes, announce)
 

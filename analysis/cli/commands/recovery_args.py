@@ -60,12 +60,36 @@ def recovery_settings(args):
                             eval_every=args.recover_eval_every, eval_tokens=args.recover_eval_tokens, seed=args.seed)
 
 
-def check_state_choice(args) -> None:
-    """A saved state with neither --recover-resume nor --recover-discard: one sentence before any work."""
-    from analysis.io.recovery_state import has_state
-    if args.recover_steps and has_state(args.recover_state) and not (args.recover_resume or args.recover_discard):
-        raise AnalysisError(f"A stopped recovery is saved in {args.recover_state}; add --recover-resume to continue "
-                            "it or --recover-discard to start over.")
+def check_recovery_state(args) -> None:
+    """--recover-state, before any work: a new folder or a recovery state this tool saved (never a model, a
+    foreign folder, a file, a link or a FIFO, never --out or a folder around it); a saved state needs
+    --recover-resume or --recover-discard, and a resume the settings and pruning it was saved with."""
+    import os
+    from analysis.io.recovery_state import check_resumable, check_state_folder, has_state
+    if not args.recover_state:
+        return
+    if not args.recover_steps:
+        raise AnalysisError("--recover-state keeps a stopped recovery; it needs --recover-steps.")
+    state = check_state_folder(args.recover_state)
+    out = os.path.abspath(os.path.expanduser(args.out))
+    if os.path.commonpath([state, out]) in (str(state), out):
+        raise AnalysisError("--recover-state and --out must be separate folders, neither inside the other; choose "
+                            "another --recover-state.")
+    if has_state(state):
+        if not (args.recover_resume or args.recover_discard):
+            raise AnalysisError(f"A stopped recovery is saved in {args.recover_state}; add --recover-resume to "
+                                "continue it or --recover-discard to start over.")
+        if args.recover_resume:
+            check_resumable(state, recovery_settings(args).record(), state_context(args))
+
+
+def state_context(args) -> dict:
+    """What a recovery state was pruned from and how: saved with it, compared before a resume's work."""
+    import os
+    model = os.path.realpath(args.model) if os.path.isdir(args.model) else args.model
+    return {"model": model, **{k: getattr(args, k, None) for k in (
+        "strategy", "ratio", "ratios", "round_to", "rescale", "seed", "calib_sequences", "calib_tokens", "allocate",
+        "budget", "map")}}
 
 
 def recover_for_cli(args, pruned, tokenizer, teacher, evaluation):
@@ -87,7 +111,8 @@ def recover_for_cli(args, pruned, tokenizer, teacher, evaluation):
                     b.set_postfix(loss=f"{event['loss']:.3f}", refresh=False)
             return recover_and_measure(pruned, tokenizer, settings, evaluation, teacher=teacher, progress=step_done,
                                        cancel=stop, yes=True, say=announce, state_dir=args.recover_state,
-                                       resume=resume,  # estimated up front; then the test measurement:
+                                       resume=resume, state_context=state_context(args),  # estimated up front
+                                       # then the test measurement:
                                        measure_progress=lambda f: b.set_postfix_str(f"test measurement {f:.0%}"))
     except Cancelled:
         from analysis.io.recovery_state import has_state

@@ -1,6 +1,7 @@
 """train: fit a small model reproducibly (CPU torch path, or fla's kernels on GPU)."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -8,6 +9,7 @@ from analysis.archs import TRAINABLE
 from analysis.cli.commands.checks import real, whole
 from analysis.cli.commands.common import emit
 from analysis.cli.commands.progress import counted, say
+from analysis.errors import AnalysisError
 
 
 def _setup_train(p):
@@ -49,6 +51,9 @@ def run_train(args) -> None:
     hint = "choose a new --out directory (or pass --resume)"
     out = check_new_dir(args.out, overwrite=args.resume, exists_hint=hint)  # before training, not after
     work = Path(args.work or Path("runs") / out.name)
+    if os.path.commonpath([out, os.path.abspath(work)]) in (str(out), os.path.abspath(work)):
+        raise AnalysisError("--work and --out must be separate folders, neither inside the other; choose another "
+                            "--work.")
     cfg = TrainConfig(out=str(work), arch=args.arch, task=args.task, hidden_size=args.hidden_size,
                       layers=args.layers, heads=args.heads, head_dim=args.head_dim, seq_len=args.seq_len,
                       batch=args.batch, steps=args.steps, lr=args.lr, warmup=args.warmup,
@@ -73,7 +78,6 @@ def run_train(args) -> None:
 def _check_train_args(args) -> None:
     """Settings that are each valid but impossible together, or too big for this machine: refused up front."""
     from analysis.models import limits
-    from analysis.errors import AnalysisError
     if args.task == "recall" and args.recall_pairs > args.recall_keys:
         raise AnalysisError(f"--recall-pairs ({args.recall_pairs}) cannot exceed --recall-keys ({args.recall_keys}): "
                             "each stored pair needs its own key.")
@@ -102,13 +106,16 @@ COMMANDS = {"train": ("train a small DeltaNet / Gated DeltaNet (language modelli
 def _setup_card(p):
     p.add_argument("model", help="a trained model directory or bundled sample name (must hold training.json)")
     p.add_argument("--json", metavar="PATH|-", help="also write the card's numbers to PATH, or stdout with -")
-    p.add_argument("--out", metavar="DIR", help="write README.md and card.json into DIR (a new directory) "
-                                                "instead of the model's directory, which must be one this tool wrote")
+    p.add_argument("--out", metavar="DIR", help="write README.md and card.json into DIR (a new directory, or a card "
+                                                "folder written before) instead of the model's directory, which must "
+                                                "be one this tool wrote")
+    p.add_argument("--in-place", action="store_true", help="a bundled sample: rewrite the card in its own folder "
+                                                           "(the sample scripts do; everyone else uses --out)")
 
 
 def run_card(args) -> None:
     from analysis.models.model_card import write_card
-    card, folder = write_card(args.model, args.out)
+    card, folder = write_card(args.model, args.out, args.in_place)
     where = "" if args.out is None else f" in {folder}"
     emit(args, card, f"wrote README.md and card.json for {card['name']}{where}")
 
