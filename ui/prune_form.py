@@ -10,7 +10,7 @@ import streamlit as st
 from analysis.models.load import TILE_ROWS
 from analysis.shrink.prune import ROUNDINGS, tiles, usable_strategies
 from analysis.shrink.strategies import STRATEGIES
-from ui import plan_inputs, shrink, shrink_figures, state
+from ui import plan_inputs, shrink, shrink_figures, state, task_inputs
 from ui.context import Context
 from ui.explain import explainer
 from ui.ratios import per_layer_ratios
@@ -29,6 +29,7 @@ class Evaluation(NamedTuple):
     max_tokens: int
     recall_sequences: int
     timed: bool
+    tasks: object = None   # analysis.evaluate.harness.TaskSettings: lm-evaluation-harness accuracy before and after
 
 
 def explain() -> None:
@@ -106,4 +107,4 @@ def evaluation(ctx: Context) -> Evaluation:
         if ctx.task is None:  # a typed value outside a field's range is shown in red and not applied: say what is used
             st.caption(f"In use: context {context}, {tokens:,} tokens to score (a field accepts context 16–4,096 "
                        "and 64–1,000,000 tokens; a red value outside that is not applied).")
-    return Evaluation(context, tokens, recall, timed)
+    return Evaluation(context, tokens, recall, timed, task_inputs.controls(ctx, "prune"))

@@ -25,7 +25,7 @@ SESSION = "pruned"  # this session's pruned model and its measurements (never sh
 
 def core_evaluation(ev: Evaluation, pairs: tuple | None) -> CoreEvaluation:
     """The page's evaluation settings as the core workflow's (test split; recall pairs for a recall model)."""
-    return CoreEvaluation("test", ev.context, ev.max_tokens, pairs, ev.recall_sequences, ev.timed)
+    return CoreEvaluation("test", ev.context, ev.max_tokens, pairs, ev.recall_sequences, ev.timed, ev.tasks)
 
 
 def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrink.CalibSettings, ev: Evaluation,
@@ -35,12 +35,13 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
     evaluation = core_evaluation(ev, pairs)
     key = json.dumps({"model": list(ctx.key), "strategy": choice.strategy, "dims": planned,
                       "calibration": list(settings), "context": ev.context, "tokens": ev.max_tokens, "pairs": pairs,
-                      "recall": ev.recall_sequences, "timed": ev.timed, "rescale": choice.rescale})
+                      "recall": ev.recall_sequences, "timed": ev.timed, "rescale": choice.rescale,
+                      "tasks": ev.tasks and ev.tasks.record()})
     if jobs.controls("prune", key, "Prune", run_key="prune_run"):
         model, mkey, needs, use = ctx.model, ctx.key, STRATEGIES[choice.strategy], shrink.using(ctx.key)
         calibrated = shrink.calibration.bind(mkey, settings, _using=use)
         measured_before = shrink.baseline.bind(mkey, ev.context, ev.max_tokens, pairs, ev.recall_sequences, ev.timed,
-                                               _using=use)
+                                               ev.tasks, _using=use)
 
         def work(job):
             calib = None
@@ -113,6 +114,9 @@ def comparison(ctx: Context, run: dict) -> dict:
                 "lower perplexity and kernel time are better)")]
     if "kernel" in run["after"]:
         notes.append(f"kernel timing: {kernel_label(run['after']['kernel'])}; a Δ inside the larger IQR is noise")
+    if "tasks" in run["after"]:
+        notes.append(f"task accuracy: {run['after']['harness']}, ± its standard error; a Δ within twice the "
+                     "combined standard error is noise")
     notes.append(f"calibration: {run['calib'] or 'none (data-free strategy)'}")
     st.caption(" · ".join(notes))
     return columns

@@ -156,10 +156,12 @@ def recall_pairs(ctx: Context) -> tuple[int, ...] | None:
 
 @memo.memoized("baseline", max_entries=16)
 def baseline(key: ModelKey, context: int, max_tokens: int, pairs: tuple | None, recall_sequences: int,
-             latency: bool, *, progress: progress_ui.Report, _using: Using | None = None, cancel=None) -> dict:
-    """The unpruned model measured once per setting (test split); shared: callers must not mutate it."""
+             latency: bool, tasks=None, *, progress: progress_ui.Report, _using: Using | None = None,
+             cancel=None) -> dict:
+    """The unpruned model measured once per setting (test split; `tasks`: a TaskSettings, lm-evaluation-harness
+    accuracy too); shared: callers must not mutate it."""
     model, tok, lock = _using or using(key)
-    evaluation = Evaluation("test", context, max_tokens, pairs, recall_sequences, latency)  # as prune_and_measure's
+    evaluation = Evaluation("test", context, max_tokens, pairs, recall_sequences, latency, tasks)  # as prune_and_measure's
     with lock:
         return evaluation.measure(model, tok, cancel=cancel,
                                   progress=lambda f: progress(f, f"perplexity of the unpruned model: {f:.0%}"))

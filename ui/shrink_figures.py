@@ -134,6 +134,41 @@ def sweep_figure(points: Sequence[dict], labels: dict[str, str], title: str, y_t
     return axes_layout(fig, title, "pruning ratio ρ (fraction of key channels removed)", y_title)
 
 
+def accuracy_figure(points: Sequence[dict], labels: dict[str, str], task: str) -> go.Figure:
+    """One lm-evaluation-harness task's accuracy vs ratio, one line per strategy with the harness's standard
+    errors as error bars, the unpruned model and (for a local task) the chance level as horizontal lines."""
+    fig = go.Figure()
+    rows = [p for p in points if (p.get("tasks") or {}).get(task, {}).get("accuracy") is not None]
+    names = [n for n in dict.fromkeys(p["strategy"] for p in rows) if n != "unpruned"]
+    for n, name in enumerate(names):
+        mine = sorted((p for p in rows if p["strategy"] == name), key=lambda p: p["ratio"])
+        color, label = PALETTE[n % len(PALETTE)], labels.get(name, name)
+        fig.add_trace(go.Scatter(x=[p["ratio"] for p in mine], y=[p["tasks"][task]["accuracy"] for p in mine],
+                                 error_y=dict(type="data", array=[p["tasks"][task].get("accuracy_stderr") or 0
+                                                                  for p in mine], visible=True),
+                                 mode="lines+markers", name=label,
+                                 line=dict(color=color, dash=DASHES[n % len(DASHES)], width=2.5),
+                                 marker=dict(symbol=SYMBOLS[n % len(SYMBOLS)], size=max(6, 14 - 2 * n), color=color),
+                                 hovertemplate=f"{label}<br>ρ = %{{x}}: %{{y:.3f}} ± %{{error_y.array:.3f}}"
+                                               "<extra></extra>"))
+    some = next(iter(rows), None)
+    for p in rows:
+        if p["strategy"] == "unpruned":
+            t = p["tasks"][task]
+            fig.add_hline(y=float(t["accuracy"]), line_dash="dash", line_color=RANDOM_COLOR,
+                          annotation_text=f"unpruned {t['accuracy']:.3f} ± {t.get('accuracy_stderr') or 0:.3f}",
+                          annotation_position="top left")
+    chance = some["tasks"][task].get("chance") if some else None
+    if chance is not None:
+        fig.add_hline(y=float(chance), line_dash="dot", line_color="#999999", annotation_text=f"chance {chance:.3g}",
+                      annotation_position="bottom right")
+    metric = some["tasks"][task]["metric"] if some else "accuracy"
+    docs = f", {some['tasks'][task]['docs']:,} docs" if some else ""
+    fig.update_xaxes(range=[-0.02, 1.0])
+    return axes_layout(fig, f"{task}: {metric} vs pruning ratio (± harness standard error{docs})",
+                       "pruning ratio ρ (fraction of key channels removed)", f"{metric} (fraction correct)")
+
+
 def _pct(x) -> str:
     return f"{x:+.1%}" if isinstance(x, (int, float)) else "n/a"
 

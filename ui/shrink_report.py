@@ -19,6 +19,16 @@ def perplexity_label(ppl: dict) -> str:
 KERNEL_ROW = "kernel time, whole model: Σ over layers at each layer's dk (ms, medians)"
 
 
+class StandardError(float):
+    """A measurement's standard error (the harness's), as opposed to a timing's IQR: a change within twice the
+    combined standard error of the two measurements is called noise."""
+
+
+def task_label(name: str, t: dict) -> str:
+    """An lm-evaluation-harness accuracy row names the task, metric, docs and shots that set its value."""
+    return f"{name}: {t['metric']} ({t['docs']:,} docs, {t['num_fewshot']}-shot; ± harness standard error)"
+
+
 def kernel_label(point: dict) -> str:
     dims = point.get("key_dims", [point.get("key_dim")])
     return (f"{point['op']} kernel, B{point['batch']} T{point['tokens']} H{point['heads']} "
@@ -39,6 +49,10 @@ def _rows(m: dict) -> dict[str, tuple]:
         n = m["recall"]["sequences_per_point"]
         for r in m["recall"]["by_pairs"]:
             rows[f"recall accuracy, {r['pairs']} pairs ({n} sequences)"] = (r["accuracy"], "{:.3f}")
+    for name, t in (m.get("tasks") or {}).items():
+        if t.get("accuracy") is not None:
+            se = t.get("accuracy_stderr")
+            rows[task_label(name, t)] = (t["accuracy"], "{:.3f}", *([StandardError(se)] if se is not None else []))
     rows["parameters"] = (m["parameters"], "{:,}")
     rows["fp32 state bytes per sequence"] = (m["state_bytes_per_sequence"], "{:,}")
     if "kernel" in m:
@@ -53,6 +67,8 @@ def _rows(m: dict) -> dict[str, tuple]:
 
 
 def _show(value, fmt, spread=None) -> str:
+    if isinstance(spread, StandardError):
+        return f"{fmt.format(value)} ± {fmt.format(spread)}"
     return fmt.format(value) if fmt else str(value)
 
 
@@ -63,6 +79,11 @@ def _delta(new: tuple, old: tuple) -> tuple[str, str]:
     diff = a - b
     sign = "+" if diff > 0 else "−" if diff < 0 else "±"
     pct = f"{sign}{abs(diff) / abs(b):.1%}" if b else MISSING
+    if any(isinstance(x, StandardError) for x in spread_a + spread_b):  # two accuracies: 2 × their combined SE
+        noise = 2 * math.sqrt(sum(x * x for x in spread_a + spread_b))
+        if abs(diff) <= noise:
+            return f"{sign}{fmt.format(abs(diff))} (within noise)", f"within noise (2 SE {fmt.format(noise)})"
+        return sign + fmt.format(abs(diff)), (f"{sign}{abs(diff) / abs(b):.1%}" if b else MISSING)
     noise = max(spread_a + spread_b, default=None)
     if noise is not None and abs(diff) <= noise:  # inside the larger IQR of the two timings: not a change
         return f"{sign}{fmt.format(abs(diff))} (within noise)", f"within noise (IQR {fmt.format(noise)})"
@@ -122,6 +143,10 @@ def sweep_table(points: Sequence[dict], labels: dict[str, str]) -> pd.DataFrame:
         if any("recovered_perplexity" in q for q in points):
             row["after recovery"] = p.get("recovered_perplexity")
             row["Δ% after recovery"] = p.get("recovered_delta_vs_unpruned")
+        for name in dict.fromkeys(n for q in points for n in q.get("tasks") or {}):
+            t = (p.get("tasks") or {}).get(name) or {}
+            row[f"{name} ({t.get('metric', 'acc')})"] = t.get("accuracy")
+            row[f"{name} ± SE"] = t.get("accuracy_stderr")
         if any("kernel" in q for q in points):
             k = p.get("kernel") or {}
             row["kernel ms (median)"] = k.get("median_ms")

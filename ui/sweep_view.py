@@ -14,7 +14,7 @@ from analysis.io import point_cache
 from analysis.runs.ray_executor import EXECUTORS
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
-from ui import jobs, notice, shrink, shrink_figures, state
+from ui import jobs, notice, shrink, shrink_figures, state, task_inputs
 from ui.context import Context
 from ui.explain import explainer
 from ui.errors import guard
@@ -77,6 +77,7 @@ class Inputs(NamedTuple):
     per_point: bool
     executor: str
     address: str | None
+    tasks: object = None   # analysis.evaluate.harness.TaskSettings: lm-evaluation-harness accuracy per point
 
 
 def inputs(ctx: Context) -> Inputs:
@@ -105,7 +106,7 @@ def inputs(ctx: Context) -> Inputs:
         st.error(str(exc))
         ratios = None
     return Inputs(chosen, ratios, context, eval_tokens, recover, per_point, executor,
-                  (address or None) if executor == "ray" else None)
+                  (address or None) if executor == "ray" else None, task_inputs.controls(ctx, "sweep"))
 
 
 def section(ctx: Context) -> None:
@@ -124,7 +125,8 @@ def section(ctx: Context) -> None:
     settings = {"model": ctx.name, "strategies": inp.chosen, "ratios": inp.ratios, "split": "test",
                 "context": inp.context, "eval_tokens": inp.eval_tokens, "calib_sequences": calib.sequences,
                 "calib_tokens": calib.tokens, "recover_steps": inp.recover_steps, "latency": inp.per_point,
-                "seed": calib.seed, "device": ctx.key.device, "dtype": ctx.key.dtype}
+                "seed": calib.seed, "device": ctx.key.device, "dtype": ctx.key.dtype,
+                "tasks": inp.tasks.record() if inp.tasks else None}
     key = json.dumps({**settings, "path": ctx.key.path}, sort_keys=True)  # the job belongs to these inputs
     points = st.session_state.setdefault("sweep_results", {}).setdefault(key, [])
     expected = 1 + len(inp.chosen) * len(inp.ratios)
@@ -162,7 +164,7 @@ def _launch(ctx: Context, inp: Inputs, calib: shrink.CalibSettings, points: list
                            eval_tokens=inp.eval_tokens, recover_steps=inp.recover_steps,
                            calib_sequences=calib.sequences, calib_tokens=calib.tokens, seed=calib.seed,
                            calibration=calibration, latency=inp.per_point, executor=inp.executor,
-                           address=inp.address, cancel=job.cancelled)
+                           address=inp.address, cancel=job.cancelled, tasks=inp.tasks)
         job.report(0.0, f"0 of {expected} points (unpruned baseline first)")
         for point in shrink.locked(gen, use.lock):
             merged(points, point, lambda a, b: (a["strategy"], a["ratio"]) == (b["strategy"], b["ratio"]))
@@ -189,9 +191,17 @@ def _follow(job, points: list) -> None:
             chart.info("No sweep points for these settings yet: press **Run sweep** to measure the unpruned model, "
                        "then each strategy at each ratio; the chart fills in point by point.")
             return
-        chart.plotly_chart(shrink_figures.sweep_figure(points, LABELS, "Perplexity vs pruning ratio", y_title),
-                           key=f"sweep_chart_{drawn[0]}")
-        table.table(styled(sweep_table(points, LABELS), SWEEP_FORMATS))
+        with chart.container():
+            tasks = list(dict.fromkeys(n for p in points for n in p.get("tasks") or {}))
+            left, *right = st.columns(2 if tasks else 1)
+            left.plotly_chart(shrink_figures.sweep_figure(points, LABELS, "Perplexity vs pruning ratio", y_title),
+                              key=f"sweep_chart_{drawn[0]}")
+            for i, task in enumerate(tasks):  # accuracy vs ratio beside perplexity, one chart per task
+                (right[0] if i % 2 == 0 else left).plotly_chart(shrink_figures.accuracy_figure(points, LABELS, task),
+                                                                  key=f"sweep_task_{task}_{drawn[0]}")
+        frame = sweep_table(points, LABELS)
+        table.table(styled(frame, {**SWEEP_FORMATS, **{c: "{:.3f}" for c in frame.columns if c not in SWEEP_FORMATS
+                                                        and frame[c].dtype.kind == "f"}}))
         noticed.caption(notice.sweep(points, LABELS))
 
     draw()

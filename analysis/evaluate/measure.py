@@ -1,7 +1,8 @@
 """What a prune changes, measured the same way before and after: quality, size, state, kernel time.
 
 Quality is text perplexity (dataset/split/context/stride/tokens stated) for a language model, or recall
-accuracy by number of stored pairs for a recall-trained model (which has no tokenizer). Kernel time is
+accuracy by number of stored pairs for a recall-trained model (which has no tokenizer), and optionally the
+accuracy of lm-evaluation-harness tasks (analysis.evaluate.harness, with the harness's standard errors). Kernel time is
 the whole model's: the recurrence kernel timed at every layer's key dim (each distinct dim once) and summed
 over the layers, on the model's own device, with its shape; a per-layer plan is never timed at layer 0 only.
 """
@@ -20,19 +21,27 @@ LATENCY_SHAPE = dict(batch=2, tokens=512)  # as the sweep times it, so the two p
 
 def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_tokens: int | None = 4096,
             recall_pairs: tuple[int, ...] | None = None, recall_sequences: int = 64, latency: bool = True,
-            progress=None, cancel=None, per_window: bool = False) -> dict:
+            progress=None, cancel=None, per_window: bool = False, tasks=None) -> dict:
     """Architecture figures plus perplexity (or recall accuracy when `recall_pairs` is given) and latency.
 
     The one measuring path of the workflows (prune, sweep point, sensitivity point, allocate-and-choose):
-    per_window adds the perplexity's `window_losses` (each window's mean nats/token, for paired comparisons)."""
+    per_window adds the perplexity's `window_losses` (each window's mean nats/token, for paired comparisons).
+    tasks: a TaskSettings or loaded TaskPlan: adds "tasks" (name → accuracy row) and "harness" (its version)."""
     info = describe(model)
     out = {"head_k_dims": info.head_k_dims, "tiles": tiles(info.head_k_dims), "parameters": info.parameters,
            "state_bytes_per_sequence": info.state_bytes_per_sequence, "device": info.device, "dtype": info.dtype}
+    half = (lambda f: progress(f / 2)) if progress is not None and tasks is not None else progress  # text, then tasks
     if recall_pairs is not None:
         out["recall"] = recall_report(model, pairs=tuple(recall_pairs), n_sequences=recall_sequences)
     else:
-        out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=progress,
+        out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=half,
                                        per_window=per_window, cancel=cancel)
+    if tasks is not None:
+        from analysis.evaluate.harness import evaluate_tasks, task_rows
+        check(cancel)
+        measured = evaluate_tasks(model, tokenizer, tasks, cancel=cancel,
+                                  progress=(lambda f, _text: progress(0.5 + f / 2)) if progress is not None else None)
+        out["harness"], out["tasks"] = measured["harness"], task_rows(measured)
     if latency:
         check(cancel)
         out["kernel"] = model_kernel_time(model, info, cancel)

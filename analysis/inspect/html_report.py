@@ -205,6 +205,37 @@ def _quality(entry: dict) -> list:
     return [entry["column"], f"recall accuracy {fmt(r.get('accuracy'))}", "", "recall", "", ""]
 
 
+TASK_HEADER = ["model", "task", "metric", "accuracy ± harness stderr", "docs", "few-shot", "data, split", "chance"]
+
+
+def task_rows(column: str, tasks: dict) -> list[list]:
+    """One table row per lm-evaluation-harness task of a measurement."""
+    rows = []
+    for name, t in tasks.items():
+        value = fmt(t.get("accuracy")) + (f" ± {fmt(t['accuracy_stderr'], 2)}" if t.get("accuracy_stderr") is not None
+                                           else "")
+        rows.append([column, name, t.get("metric"), value, fmt(t.get("docs")), fmt(t.get("num_fewshot")),
+                     f"{t.get('dataset')}, {t.get('split')}", fmt(t.get("chance"))])
+    return rows
+
+
+def downstream_section(report: dict) -> str:
+    d = report.get("downstream")
+    if not d:
+        return ""
+    return ("<h2>Downstream accuracy</h2>" + table(TASK_HEADER, task_rows(report["model"]["name"], d["tasks"]), "tasks")
+            + label_line(report, f"{d['harness']}; accuracy ± the harness's standard error; chance: a guess's "
+                                 "accuracy (about 0 for an open-vocabulary word)"))
+
+
+def _task_table(entries: list[dict], harness: str | None, cls: str) -> str:
+    rows = [r for e in entries if e.get("tasks") for r in task_rows(e["column"], e["tasks"])]
+    if not rows:
+        return ""
+    return table(TASK_HEADER, rows, cls) + (f'<p class="label">{esc(harness)}; accuracy ± the harness\'s standard '
+                                            "error</p>" if harness else "")
+
+
 def pruning_section(report: dict) -> str:
     p = report["pruning"]
     if p is None:
@@ -220,12 +251,19 @@ def pruning_section(report: dict) -> str:
     if p.get("measured"):
         out += ("<h3>Measured for this report</h3>" + table(header, [_quality(e) for e in p["measured"]], "measured")
                 + label_line(report, "test perplexity, same tokens for both models"))
+    if p.get("downstream"):
+        down = [{"column": report["model"]["name"], "tasks": (report.get("downstream") or {}).get("tasks")},
+                {"column": "pruned", "tasks": p["downstream"]["tasks"]}]
+        out += "<h3>Downstream accuracy, measured for this report</h3>" + _task_table(down, p["downstream"]["harness"],
+                                                                                      "measured-tasks")
     if p.get("measured_note"):
         out += f'<p class="note">{esc(p["measured_note"])}</p>'
     if p["recorded"]:
         out += ("<h3>Recorded when the model was pruned</h3>"
                 + table(header, [_quality(e) for e in p["recorded"]], "recorded")
-                + '<p class="label">as saved in pruning.json by the tool that pruned it</p>')
+                + '<p class="label">as saved in pruning.json by the tool that pruned it</p>'
+                + _task_table(p["recorded"], next((e.get("harness") for e in p["recorded"] if e.get("harness")), None),
+                              "recorded-tasks"))
     return out
 
 
@@ -249,7 +287,7 @@ def render(report: dict, generated: str) -> str:
         f'{i["tokens"]} tokens, states every {i["stride"]} tokens; device {esc(i["device"])}, dtype {esc(i["dtype"])}.'
         "</p>", warning,
         card_section(report), rank_section(report, first=True), spectra_section(report), noise_section(report),
-        importance_section(report), pruning_section(report)])
+        importance_section(report), downstream_section(report), pruning_section(report)])
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">" + STAMP
             + f"<title>{esc('State-rank report: ' + m['name'])}</title><style>{STYLE}</style></head><body>"
             + body + f'<script type="application/json" id="report-data">{data}</script></body></html>\n')

@@ -7,7 +7,7 @@ family whose strategies refuse it) becomes its one-sentence reason, not a missin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analysis.errors import AnalysisError
@@ -37,6 +37,8 @@ class ReportSettings:
     eval_tokens: int = 2048
     pruned: str | None = None
     yes: bool = False                # run work estimated at over an hour (workload.MAX_S) anyway
+    tasks: object = None             # analysis.evaluate.harness.TaskSettings: downstream accuracy of the model (and
+                                     # of the pruned one), measured with lm-evaluation-harness
 
 
 def model_facts(model) -> dict:
@@ -109,6 +111,10 @@ def recorded_effect(record: dict) -> list[dict]:
             rows.append({"column": column, "perplexity": measured["perplexity"]})
         elif isinstance(measured, dict) and isinstance(measured.get("recall"), dict):
             rows.append({"column": column, "recall": measured["recall"]})
+        else:
+            continue
+        if isinstance(measured.get("tasks"), dict):  # lm-evaluation-harness accuracy, when it was measured
+            rows[-1].update(tasks=measured["tasks"], harness=measured.get("harness"))
     return rows
 
 
@@ -133,6 +139,11 @@ def pruning_section(model, tokenizer, settings: ReportSettings, progress) -> dic
                                        "tiles_per_head", "rescale", "readout", "source")}
     section = {"directory": str(settings.pruned), "plan": plan, "recorded": recorded_effect(record),
                "parameters": {"original": info.parameters, "pruned": models.describe(pruned).parameters}}
+    if settings.tasks is not None:
+        from analysis.evaluate.harness import evaluate_tasks, task_rows
+        progress(0.8, "downstream accuracy of the pruned model (lm-evaluation-harness)")
+        tasks = evaluate_tasks(pruned, tokenizer, settings.tasks, yes=settings.yes)
+        section["downstream"] = {"harness": tasks["harness"], "tasks": task_rows(tasks)}
     if inputs.recall_task(model) is not None:
         section["measured_note"] = ("a recall model: its recorded recall accuracy is shown; perplexity needs text")
         return section
@@ -180,7 +191,7 @@ def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> d
     noise = noise_report(trace, list(settings.snr_db), n_samples=settings.samples, seed=settings.seed,
                          qk_l2_normalised=adapter_for(model).qk_l2_normalised, directions=NOISE_DIRECTIONS)
     report = {"model": model_facts(model), "inputs": inputs_label, "rank": rank, "spectra": spectra(trace),
-              "noise": noise, "importance": None, "pruning": None}
+              "noise": noise, "importance": None, "pruning": None, "downstream": None}
     if settings.strategies:
         progress(0.55, "channel importance of every strategy")
         try:
@@ -190,6 +201,12 @@ def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> d
                 progress=lambda f, step: progress(0.55 + 0.3 * f, step))
         except AnalysisError as exc:  # e.g. a strategy this family refuses: the report says so and goes on
             report["importance"] = {"error": str(exc)}
+    if settings.tasks is not None:
+        from analysis.evaluate.harness import evaluate_tasks, prepare, task_rows
+        progress(0.7, "downstream accuracy (lm-evaluation-harness)")
+        settings = replace(settings, tasks=prepare(settings.tasks))  # loaded once for the model and the pruned one
+        tasks = evaluate_tasks(model, tokenizer, settings.tasks, yes=settings.yes)
+        report["downstream"] = {"harness": tasks["harness"], "settings": tasks["settings"], "tasks": task_rows(tasks)}
     if pruning_record is not None:
         report["pruning"] = pruning_section(model, tokenizer, settings, progress)
     progress(1.0, "report measured")

@@ -1,7 +1,8 @@
 """Strategies × ratios (× optional recovery) as a generator of results, cached on disk.
 
 Each result: strategy, ratio, key dims, tiles, perplexity (dataset/split/context/stride/tokens), Δ vs
-the unpruned model, parameters, state bytes per sequence, kernel latency at the layer-0 key dim. A
+the unpruned model, parameters, state bytes per sequence, kernel latency at the layer-0 key dim, and with
+`tasks` the lm-evaluation-harness accuracy of each task (analysis.evaluate.harness; keyed by the tasks' data). A
 rerun with the same model weights, settings and code is served from the cache (`analysis.io.point_cache`)
 instantly; an entry that does not prove itself is recomputed.
 
@@ -35,11 +36,12 @@ LATENCY_FIELDS = {"kernel_ms": point_cache.NUMBER, "kernel": point_cache.DICT, "
 POINT_FIELDS = {"delta_vs_unpruned": point_cache.NUMBER, "rescale": point_cache.TEXT,
                 "calibration": point_cache.TEXT}
 RECOVERY_FIELDS = {"recovered_perplexity": point_cache.NUMBER, "recovered_delta_vs_unpruned": point_cache.NUMBER}
+TASK_FIELDS = {"tasks": point_cache.DICT, "harness": point_cache.TEXT}
 
 
 def _checks(key: dict) -> tuple[dict, dict]:
     """(schema, expected values) a cached result for `key` must satisfy: right fields, right types, this point."""
-    schema = {**BASE_FIELDS, **(LATENCY_FIELDS if key["latency"] else {})}
+    schema = {**BASE_FIELDS, **(LATENCY_FIELDS if key["latency"] else {}), **(TASK_FIELDS if key.get("tasks") else {})}
     expect = {"split": key["split"], "context": key["context"]}
     if key.get("point") == "unpruned":
         return schema, {**expect, "strategy": "unpruned", "ratio": 0.0}
@@ -51,7 +53,7 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
           eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, calib_tokens: int = 256,
           seed: int = 0, latency: bool = True, use_cache: bool = True, rescale: str = "original", calibration=None,
           executor: str = "in-process", address: str | None = None, num_cpus: int | None = None, cancel=None,
-          yes: bool = False, say=None):
+          yes: bool = False, say=None, tasks=None):
     """Yield the unpruned baseline first, then one result per (strategy, ratio).
 
     calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × `calib_tokens`
@@ -62,23 +64,26 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
     cancel (analysis.runtime.cancel): checked inside every point (windows, batches, recovery steps); a cancelled
     point raises Cancelled before its cache entry is written (on Ray: closing the generator cancels the tasks).
     yes / say: the whole sweep's estimated time is refused past an hour unless `yes`; `say` gets its line.
+    tasks: analysis.evaluate.harness.TaskSettings: each point also gets those tasks' accuracy; the tasks are loaded
+    (names and data checked) before the first point, and their data hash is part of every point's key.
     """
     for name in strategies:
         get_strategy(name)  # validate up front, before any work
     check_rescale(rescale)
     ray_executor.check_executor(executor)
+    plan = _task_plan(model, tokenizer, tasks)
     _check_size(model, len(strategies) * len(ratios), context, eval_tokens, recover_steps, calib_sequences,
                 calib_tokens, calibration is None and any(get_strategy(n).needs_calibration for n in strategies),
-                yes, say)
+                yes, say, plan.workload(tokenizer) if plan is not None else None)
     ray = ray_executor.connect(address, num_cpus) if executor == "ray" else None  # before anything is written
     point_cache.check_writable()
     settings = {"model": model_identity(model), "split": split, "context": context, "eval_tokens": eval_tokens,
                 "recover_steps": recover_steps, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
                 "seed": seed, "device": str(next(model.parameters()).device),
-                "latency": TIMING if latency else False}
+                "latency": TIMING if latency else False, "tasks": plan.key() if plan is not None else None}
     base_key = {**settings, "point": "unpruned"}
     opts = {"split": split, "context": context, "eval_tokens": eval_tokens, "latency": latency,
-            "recover_steps": recover_steps, "seed": seed, "rescale": rescale, "confirmed": True}
+            "recover_steps": recover_steps, "seed": seed, "rescale": rescale, "confirmed": True, "tasks": tasks}
     points = [({**settings, "strategy": name, "ratio": ratio, "rescale": rescale}, name, ratio)
               for name in strategies for ratio in ratios]
 
@@ -88,8 +93,9 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
     if ray is not None:
         yield from _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts)  # a token cannot travel to Ray
         return
+    opts["task_plan"] = plan  # loaded once here; a Ray worker loads its own from opts["tasks"]
     baseline = _cached(base_key, use_cache, lambda: _evaluate(model, tokenizer, "unpruned", 0.0, split, context,
-                                                              eval_tokens, latency, None, cancel))
+                                                              eval_tokens, latency, None, cancel, plan))
     yield baseline
     calib = None
     for key, name, ratio in points:
@@ -103,8 +109,18 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
         yield _cached(key, use_cache, compute)
 
 
+def _task_plan(model, tokenizer, tasks):
+    """The tasks loaded once for every point (None without tasks); a model the harness cannot read is refused here."""
+    if tasks is None:
+        return None
+    from analysis.evaluate.harness import prepare, tokenizer_for
+    plan = prepare(tasks)
+    tokenizer_for(model, tokenizer, plan)
+    return plan
+
+
 def _check_size(model, points: int, context: int, eval_tokens: int, recover_steps: int, calib_sequences: int,
-                calib_tokens: int, calibrates: bool, yes: bool, say) -> None:
+                calib_tokens: int, calibrates: bool, yes: bool, say, task_work=None) -> None:
     """Memory of the calibration and recovery, and the time of every point, before the first point runs."""
     from analysis.models import limits, workload
     from analysis.shrink.calibration import check_size
@@ -114,6 +130,9 @@ def _check_size(model, points: int, context: int, eval_tokens: int, recover_step
         limits.check_recovery(model, 8, 256)  # recover()'s defaults, as _point calls it
     evals = -(-workload.windows(eval_tokens + 1, context, context) // 8)
     parts = [(evals * (2 if recover_steps else 1), 8, context, 1.0), (recover_steps, 8, 256, workload.TRAIN_STEP)]
+    if task_work is not None:  # (forwards, batch, tokens) of one evaluation of the tasks
+        limits.check_forward(model, task_work[1], task_work[2], "The tasks' longest batch")
+        parts.append((*task_work, 1.0))
     workload.check_points("The sweep", points + 1, model, parts, "use fewer strategies, ratios, tokens to score "
                           "or recovery steps", yes, say)
 
@@ -128,7 +147,7 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
     cancel = opts.get("cancel")
     check(cancel)
     result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, opts["latency"], baseline,
-                       cancel)
+                       cancel, opts.get("task_plan") or opts.get("tasks"))
     result["rescale"], result["readout"] = rescale, readout_label(model, rescale)
     result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
     if opts["recover_steps"]:
@@ -176,7 +195,7 @@ def _worker_setup() -> None:
 def _baseline_task(model, tokenizer, opts):
     _worker_setup()
     return _evaluate(model, tokenizer, "unpruned", 0.0, opts["split"], opts["context"], opts["eval_tokens"],
-                     opts["latency"], None)
+                     opts["latency"], None, tasks=opts.get("tasks"))
 
 
 def _point_task(model, tokenizer, calib, baseline, opts, name, ratio):
@@ -197,7 +216,8 @@ def _cached(key: dict, use_cache: bool, compute) -> dict:
     return point_cache.cached(key, use_cache, compute, *_checks(key))
 
 
-def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline, cancel=None) -> dict:
+def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline, cancel=None,
+              tasks=None) -> dict:
     got = measure(model, tokenizer, split, context, eval_tokens, latency=False, cancel=cancel)  # the one path
     ppl = got["perplexity"]
     result = {"strategy": strategy, "ratio": ratio, "head_k_dims": got["head_k_dims"], "tiles": got["tiles"],
@@ -207,6 +227,11 @@ def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, la
               "device": got["device"], "dtype": got["dtype"]}
     if baseline is not None:
         result["delta_vs_unpruned"] = ppl["perplexity"] / baseline["perplexity"] - 1
+    if tasks is not None:  # a TaskPlan (in-process) or the TaskSettings (a Ray worker loads them itself)
+        from analysis.evaluate.harness import evaluate_tasks, task_rows
+        check(cancel)
+        measured = evaluate_tasks(model, tokenizer, tasks, cancel=cancel, yes=True)  # its time is in the sweep's
+        result["harness"], result["tasks"] = measured["harness"], task_rows(measured)
     if latency:
         check(cancel)
         info = describe(model)

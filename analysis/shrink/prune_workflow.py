@@ -9,7 +9,7 @@ it per setting); otherwise it is measured here with the same settings as the pru
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from analysis.runtime.cancel import check
 from analysis.errors import AnalysisError
@@ -35,12 +35,19 @@ class Evaluation:
     recall_pairs: tuple[int, ...] | None = None   # set: a recall model, scored on recall accuracy
     recall_sequences: int = 64
     latency: bool = True                          # time the kernel at every layer's key dim
+    tasks: object = None                          # lm-evaluation-harness tasks: a TaskSettings (or its loaded plan)
 
     def measure(self, model, tokenizer, progress=None, cancel=None, latency: bool | None = None) -> dict:
         recall = self.recall_pairs is not None
         return measure(model, None if recall else tokenizer, self.split, self.context, self.max_tokens,
                        recall_pairs=self.recall_pairs, recall_sequences=self.recall_sequences,
-                       latency=self.latency if latency is None else latency, progress=progress, cancel=cancel)
+                       latency=self.latency if latency is None else latency, progress=progress, cancel=cancel,
+                       tasks=self.tasks)
+
+    def loaded(self) -> Evaluation:
+        """These settings with the tasks loaded once (names and data checked), for several measurements."""
+        from analysis.evaluate.harness import TaskSettings, prepare
+        return replace(self, tasks=prepare(self.tasks)) if isinstance(self.tasks, TaskSettings) else self
 
 
 @dataclass
@@ -71,6 +78,7 @@ def prune_and_measure(model, tokenizer, strategy: str, dims: list[int], calibrat
     before: None (measured here), a measure() dict, or a callable(progress=, cancel=) returning one (a cache).
     lock: held while the (possibly shared) unpruned model is read. progress(fraction, text)."""
     lock = lock if lock is not None else nullcontext()
+    evaluation = evaluation.loaded()
     if progress:
         progress(0.0, "choosing channels and building a new model (the input model is not changed)")
     with lock:
@@ -104,6 +112,7 @@ def recover_and_measure(pruned_model, tokenizer, settings, evaluation: Evaluatio
     if evaluation.recall_pairs is not None:
         raise AnalysisError("Recovery trains on text, and a recall model has no tokenizer; drop the recovery "
                             "steps (recovery is offered for language models).")
+    evaluation = evaluation.loaded()  # bad task names are refused before the training steps
     rec = recover(pruned_model, tokenizer, settings, teacher=teacher, cancel=cancel, progress=progress,
                   state_dir=state_dir, resume=resume, yes=yes, say=say, state_context=state_context)
     rec.model.analysis_source = getattr(pruned_model, "analysis_source", None)

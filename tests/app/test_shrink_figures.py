@@ -137,6 +137,37 @@ def test_a_kernel_change_inside_the_timings_spread_is_said_to_be_noise():
     assert row[2:] == ["+0.310 (within noise)", "within noise (IQR 0.450)"]
 
 
+def with_task(m: dict, accuracy: float, stderr: float) -> dict:
+    return {**m, "harness": "lm-evaluation-harness 0.4.13",
+            "tasks": {"shakespeare_word_order": {"metric": "acc", "accuracy": accuracy, "accuracy_stderr": stderr,
+                                                 "docs": 100, "num_fewshot": 0, "chance": 0.25}}}
+
+
+def test_task_accuracy_rows_carry_the_harness_standard_error_and_call_a_small_change_noise():
+    """Issue 33: accuracy ± the harness's standard error; a change within 2 × the combined SE is noise."""
+    row = "shakespeare_word_order: acc (100 docs, 0-shot; ± harness standard error)"
+    near = before_after_table({"before": with_task(measured([32], 10.0), 0.80, 0.04),
+                               "after": with_task(measured([16], 10.0), 0.72, 0.045)}).loc[row].tolist()
+    assert near == ["0.800 ± 0.040", "0.720 ± 0.045", "−0.080 (within noise)", "within noise (2 SE 0.120)"]
+    far = before_after_table({"before": with_task(measured([32], 10.0), 0.80, 0.04),
+                              "after": with_task(measured([16], 10.0), 0.40, 0.05)}).loc[row].tolist()
+    assert far[2:] == ["−0.400", "−50.0%"]
+
+
+def test_accuracy_figure_has_error_bars_the_unpruned_line_and_chance():
+    points = [{**with_task(point("unpruned", 0.0, 10.0), 0.8, 0.04)},
+              {**with_task(point("l1", 0.5, 11.0), 0.7, 0.05)}, {**with_task(point("l1", 0.75, 12.0), 0.5, 0.05)}]
+    fig = sf.accuracy_figure(points, {"l1": "L1"}, "shakespeare_word_order")
+    [line] = fig.data
+    assert (line.name, list(line.x), list(line.y), list(line.error_y.array)) == ("L1", [0.5, 0.75], [0.7, 0.5],
+                                                                                   [0.05, 0.05])
+    notes = [a.text for a in fig.layout.annotations]
+    assert "unpruned 0.800 ± 0.040" in notes and "chance 0.25" in notes
+    assert fig.layout.yaxis.title.text == "acc (fraction correct)" and "100 docs" in fig.layout.title.text
+    table = sweep_table(points, {"l1": "L1"})
+    assert table["shakespeare_word_order (acc)"].tolist() == [0.8, 0.7, 0.5]
+
+
 def test_points_export_as_csv_and_json():
     pts = [point("unpruned", 0.0, 10.0), point("l1", 0.5, 14.0)]
     csv = points_csv(pts).splitlines()

@@ -175,6 +175,26 @@ def test_a_pruned_directory_brings_its_plan_and_effect(tmp_path):
     assert f"{measured['pruned']['perplexity']:.4g}" in page and "[64, 64, 64, 64] → [32, 32, 32, 32]" in page
 
 
+def test_downstream_accuracy_recorded_by_prune_and_measured_by_the_report(tmp_path):
+    """Issue 33: `prune --tasks` records the harness's accuracy before and after; `report --tasks` measures it now
+    for the model and the pruned one, and shows both: the same docs and models give the same accuracies."""
+    pruned, tasks = tmp_path / "pruned", ["--tasks", "shakespeare_word_order", "--task-limit", "3"]
+    assert main(["prune", "deltanet-small", "--device", "cpu", "--strategy", "l1", "--ratio", "0.75", "--out",
+                 str(pruned), "--eval-tokens", "256", *tasks, "--quiet"]) == 0
+    out = tmp_path / "pruned.html"
+    assert main(["report", "deltanet-small", "--out", str(out), "--pruned", str(pruned), "--eval-tokens", "256",
+                 "--strategies", "", *tasks, *SMALL]) == 0
+    page = out.read_text(encoding="utf-8")
+    data = embedded(page)
+    now = data["downstream"]["tasks"]["shakespeare_word_order"]
+    recorded = {e["column"]: e["tasks"]["shakespeare_word_order"] for e in data["pruning"]["recorded"]}
+    assert now["docs"] == 3 and now["accuracy"] == recorded["before"]["accuracy"]
+    assert data["pruning"]["downstream"]["tasks"]["shakespeare_word_order"]["accuracy"] == \
+        recorded["after pruning"]["accuracy"]
+    assert "<h2>Downstream accuracy</h2>" in page and 'class="recorded-tasks"' in page
+    assert 'class="measured-tasks"' in page and "accuracy ± harness stderr" in page
+
+
 def bad(argv, capsys) -> str:
     code = main(argv)
     err = capsys.readouterr().err.strip()

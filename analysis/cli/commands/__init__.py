@@ -1,5 +1,5 @@
 """Subcommand registry of the CLI: name -> (help, argparse setup, run). One module per concern."""
-from analysis.cli.commands import inspect_cmds, prune_cmds, report_cmds, sensitivity_cmds, train_cmds
+from analysis.cli.commands import eval_cmds, inspect_cmds, prune_cmds, report_cmds, sensitivity_cmds, train_cmds
 
 COMMANDS = {
     **inspect_cmds.COMMANDS,
@@ -7,4 +7,5 @@ COMMANDS = {
     **sensitivity_cmds.COMMANDS,
     **train_cmds.COMMANDS,
     **report_cmds.COMMANDS,
+    **eval_cmds.COMMANDS,
 }

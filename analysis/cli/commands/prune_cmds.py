@@ -79,9 +79,12 @@ def _setup_prune(p):
     add_yes_arg(p)
     from analysis.cli.commands.sensitivity_cmds import add_allocate_args
     add_allocate_args(p)
+    from analysis.cli.commands.eval_cmds import add_task_args
+    add_task_args(p, prefix="task-")
 
 
 def run_prune(args) -> None:
+    from analysis.cli.commands.eval_cmds import task_settings
     from analysis.data import inputs
     from analysis.shrink.calibration import calibrate
     from analysis.shrink.prune import plan_key_dims, pruning_metadata, readout_label, save_model, tiles, unchanged_plan
@@ -113,7 +116,7 @@ def run_prune(args) -> None:
     if unchanged:  # refused, not warned: a saved copy labelled "pruned" would mislead whoever loads it
         raise AnalysisError(unchanged)
     evaluation = Evaluation("test", args.eval_context, args.eval_tokens, recall_pairs(task), args.recall_sequences,
-                            latency=args.time_kernel)
+                            latency=args.time_kernel, tasks=task_settings(args)).loaded()  # tasks checked up front
     calib = None
     if strategy.needs_calibration:
         with bar(args, "prune: calibration", total=1, unit="step") as b:
@@ -145,7 +148,8 @@ def run_prune(args) -> None:
                extra=lambda folder: carry_recall_task(meta["source"], folder))  # a recall model stays one
     payload["out"] = args.out
     lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)}), "
-             f"{payload['readout']}; calibration: {payload['calibration']}", _quality_line(before, after)]
+             f"{payload['readout']}; calibration: {payload['calibration']}", _quality_line(before, after),
+             *_task_lines(before, after)]
     if "kernel" in after:
         lines.append(f"kernel time (all layers, {after['kernel']['op']}): {before['kernel']['median_ms']:.3f} ms -> "
                      f"{after['kernel']['median_ms']:.3f} ms ({after['kernel']['device_name']})")
@@ -166,6 +170,17 @@ def _quality_line(before: dict, after: dict) -> str:
     b, a = before["perplexity"], after["perplexity"]
     return (f"test perplexity {b['perplexity']:.2f} -> {a['perplexity']:.2f} "
             f"({a['tokens']} tokens, context {a['context']}, {a['dataset']})")
+
+
+def _task_lines(before: dict, after: dict) -> list[str]:
+    lines = []
+    for name, b in before.get("tasks", {}).items():
+        a = after["tasks"][name]
+        if b.get("accuracy") is not None:
+            lines.append(f"{name}: {b['metric']} {b['accuracy']:.4f} ± {b['accuracy_stderr'] or 0:.4f} -> "
+                         f"{a['accuracy']:.4f} ± {a['accuracy_stderr'] or 0:.4f} ({a['docs']:,} docs, "
+                         f"{a['num_fewshot']}-shot, {after['harness']})")
+    return lines
 
 
 def _check_prune_sizes(args, model, strategy) -> None:
@@ -268,9 +283,12 @@ def _setup_sweep(p):
     _rescale_arg(p)
     add_calib_args(p)
     add_yes_arg(p)
+    from analysis.cli.commands.eval_cmds import add_task_args
+    add_task_args(p, prefix="task-")
 
 
 def run_sweep(args) -> None:
+    from analysis.cli.commands.eval_cmds import task_settings
     from analysis.runs.sweep import sweep
     if args.address and args.executor != "ray":
         raise AnalysisError("--address is the Ray cluster to run on: add --executor ray, or drop --address.")
@@ -285,12 +303,15 @@ def run_sweep(args) -> None:
                            eval_tokens=args.eval_tokens, recover_steps=args.recover_steps,
                            calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed,
                            latency=not args.no_latency, use_cache=not args.no_cache, rescale=args.rescale,
-                           executor=args.executor, address=args.address, yes=args.yes, say=announce):
+                           executor=args.executor, address=args.address, yes=args.yes, say=announce,
+                           tasks=task_settings(args)):
             results.append(point)
             b.update()
             extra = "" if point["strategy"] == "unpruned" else f" ({point['delta_vs_unpruned']:+.1%})"
+            accuracy = "".join(f", {name} {row['metric']} {row['accuracy']:.3f} ± {row['accuracy_stderr'] or 0:.3f}"
+                               for name, row in point.get("tasks", {}).items() if row.get("accuracy") is not None)
             say(args, f"{point['strategy']:>9s} ratio {point['ratio']:.2f} dk {point['head_k_dims']}: "
-                      f"ppl {point['perplexity']:.2f}{extra}" + (" [cached]" if point["cached"] else ""))
+                      f"ppl {point['perplexity']:.2f}{extra}{accuracy}" + (" [cached]" if point["cached"] else ""))
     results.sort(key=lambda p: order[(p["strategy"], p["ratio"])])  # Ray's finishing order → the plan's order
     emit(args, {**meta, "executor": args.executor, "results": results}, "")
 
@@ -301,5 +322,6 @@ COMMANDS = {
     "prune": ("prune query/key channels (uniform or per-layer ratios) into a new saved model", _setup_prune, run_prune),
     "ppl": ("perplexity and bits per byte on a bundled split (or recall accuracy)", _setup_ppl, run_ppl),
     "latency": ("recurrence-kernel latency vs key dim and whole-model forward latency", _setup_latency, run_latency),
-    "sweep": ("perplexity of strategies × ratios, cached; one line per result as it finishes", _setup_sweep, run_sweep),
+    "sweep": ("perplexity (and with --tasks downstream accuracy) of strategies × ratios, cached; one line per result "
+              "as it finishes", _setup_sweep, run_sweep),
 }

@@ -30,15 +30,18 @@ def _setup_report(p):
     p.add_argument("--eval-tokens", type=whole(1), default=S.eval_tokens,
                    help="test tokens for the perplexity of the original and the pruned model")
     add_yes_arg(p)
+    from analysis.cli.commands.eval_cmds import add_task_args
+    add_task_args(p, prefix="task-")
 
 
 def settings_from(args):
+    from analysis.cli.commands.eval_cmds import task_settings
     from analysis.inspect.report_data import ReportSettings
     return ReportSettings(text_file=args.text, split=args.split, tokens=args.tokens, batch=args.batch,
                           stride=args.stride, snr_db=tuple(args.snr), samples=args.samples,
                           seed=args.seed, strategies=tuple(s for s in args.strategies.split(",") if s.strip()),
                           ratio=args.ratio, calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
-                          eval_tokens=args.eval_tokens, pruned=args.pruned, yes=args.yes)
+                          eval_tokens=args.eval_tokens, pruned=args.pruned, yes=args.yes, tasks=task_settings(args))
 
 
 def run_report(args) -> None:

@@ -1,0 +1,82 @@
+"""eval: downstream accuracy through lm-evaluation-harness, on any model the tool loads (or saved after a prune).
+
+The local tasks (sample_models/tasks/) need no network; the harness's own tasks read their data sets from the
+Hugging Face cache or the hub; --include-path adds your own task YAMLs, as lm-eval's CLI does.
+"""
+from __future__ import annotations
+
+import argparse
+
+from analysis.cli.commands.checks import whole
+from analysis.cli.commands.common import add_yes_arg, announce, emit, load, require_text_model
+from analysis.cli.commands.progress import fraction
+
+LOCAL_HINT = ("local tasks (no network): shakespeare_last_word, wikipedia_last_word, shakespeare_next_line, "
+              "associative_recall_{16,32,64}_pairs (recall models)")
+
+
+def task_names(text: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in str(text).split(","))
+    if not any(names) or not all(names):
+        raise argparse.ArgumentTypeError(f"must be comma-separated task names without empty entries, got {text!r}")
+    return names
+
+
+def add_task_args(p, *, prefix: str = "") -> None:
+    """--tasks and how they are run. `prefix` ("task-") names the options of commands that also measure perplexity
+    (sweep, prune), where a bare --limit or --batch-size would be ambiguous; eval takes lm-eval's own names."""
+    p.add_argument("--tasks", type=task_names, required=not prefix, metavar="T1,T2",
+                   help=f"comma-separated lm-evaluation-harness tasks: {LOCAL_HINT}; or any task of the harness's "
+                        "registry (data from the Hugging Face cache or the hub)")
+    p.add_argument(f"--{prefix or ''}limit", dest="task_limit", type=whole(1), metavar="N",
+                   help="score only the first N docs of each task (default: all)")
+    p.add_argument(f"--{prefix or ''}{'fewshot' if prefix else 'num-fewshot'}", dest="task_fewshot", type=whole(0, 1000),
+                   metavar="K",
+                   help="few-shot examples per doc (default: each task's own, 0 for the local tasks)")
+    p.add_argument(f"--{prefix or ''}batch-size", dest="task_batch", type=whole(1, 4096), default=8, metavar="B",
+                   help="sequences per forward pass of the harness")
+    p.add_argument("--include-path", metavar="DIR", help="a folder of your own lm-eval task YAMLs")
+
+
+def task_settings(args):
+    """The TaskSettings the arguments name, or None when no --tasks were given."""
+    if not getattr(args, "tasks", None):
+        return None
+    from analysis.evaluate.harness import TaskSettings
+    return TaskSettings(args.tasks, limit=args.task_limit, num_fewshot=args.task_fewshot, batch_size=args.task_batch,
+                        include_path=args.include_path)
+
+
+def _setup_eval(p):
+    add_task_args(p)
+    add_yes_arg(p)
+
+
+def run_eval(args) -> None:
+    from analysis.data import inputs
+    from analysis.evaluate.harness import evaluate_tasks, prepare
+    plan = prepare(task_settings(args))  # names, data and few-shot pools checked before the model loads
+    model, tokenizer, meta = load(args)
+    if inputs.recall_task(model) is None:
+        require_text_model(model, tokenizer, "eval")
+    with fraction(args, "eval: lm-evaluation-harness requests") as progress:
+        report = evaluate_tasks(model, tokenizer, plan, progress=progress, yes=args.yes, say=announce)
+    payload = {**meta, **report}
+    emit(args, payload, "\n".join(summary_lines(payload)))
+
+
+def summary_lines(report: dict) -> list[str]:
+    lines = [f"{report['harness']} on {report['model']} ({report['device']}, {report['dtype']}), "
+             f"max length {report['max_length']} tokens"]
+    for name, row in report["tasks"].items():
+        value = f"{row['metric']} {row['accuracy']:.4f}" if row["accuracy"] is not None else "no metric"
+        if row["accuracy_stderr"] is not None:
+            value += f" ± {row['accuracy_stderr']:.4f}"
+        chance = f"; chance {row['chance']:.4g}" if "chance" in row else ""
+        lines.append(f"{name}: {value} ({row['docs']:,} of {row['docs_total']:,} docs, {row['num_fewshot']}-shot, "
+                     f"{row['dataset']}, {row['split']} split{chance})")
+    return lines
+
+
+COMMANDS = {"eval": ("downstream accuracy with lm-evaluation-harness (local tasks offline, the harness's registry, "
+                     "or your own task YAMLs)", _setup_eval, run_eval)}
