@@ -174,6 +174,26 @@ def test_a_data_set_that_is_neither_cached_nor_reachable_is_one_sentence(capsys,
     assert not datasets.config.HF_HUB_OFFLINE and not constants.HF_HUB_OFFLINE  # the offline switch is restored
 
 
+def test_a_users_own_task_yaml_reads_its_local_data_with_the_hub_unreachable(tmp_path, monkeypatch):
+    """--include-path, as lm-eval's CLI takes it: the datasets `json` builder on the user's file, in cache-only mode
+    (the hub does not answer here), scored like any task."""
+    import datasets
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")  # its arrow cache: ours, temporary
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"q": q, "a": a}) + "\n" for q, a in
+                            [("To be, or not to be: that is the", 0), ("Now is the winter of our", 1)]))
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "mine.yaml").write_text(
+        f"task: mine\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {docs}\n"
+        "output_type: multiple_choice\ntest_split: test\ndoc_to_text: q\ndoc_to_target: a\n"
+        "doc_to_choice: ['question', 'discontent']\nmetric_list:\n  - metric: acc\n")
+    monkeypatch.setattr(harness_tasks, "hub_reachable", lambda timeout=0: False)
+    model = load_model("deltanet-small", device="cpu")
+    row = evaluate_tasks(model, load_tokenizer(model), TaskSettings(("mine",), include_path=str(tmp_path / "tasks")))
+    assert row["tasks"]["mine"]["docs"] == 2 and row["tasks"]["mine"]["dataset"] == "json"
+    assert not row["tasks"]["mine"]["local"] and "chance" not in row["tasks"]["mine"]
+
+
 def test_prepare_refuses_a_few_shot_count_larger_than_the_pool():
-    with pytest.raises(AnalysisError, match="32 few-shot examples"):
+    with pytest.raises(AnalysisError, match="more than the 32 that task associative_recall_16_pairs"):
         prepare(TaskSettings(("associative_recall_16_pairs",), num_fewshot=33))

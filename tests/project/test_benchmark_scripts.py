@@ -72,3 +72,13 @@ def test_first_chart_times_both_launches_and_prints_its_ratio_last():
     assert len(rows) == 4 and sum("warm (python -m ui.launch)" in r for r in rows) == 2, out
     last = out.strip().splitlines()[-1]
     assert last.startswith("speedup_vs_reference: ") and float(last.split()[-1]) > 0
+
+
+def test_downstream_evidence_writes_a_json_and_a_table_per_task(tmp_path):
+    out = run("benchmarks/downstream_evidence.py", "--models", "deltanet-recall", "--strategies", "l1", "--ratios",
+              "0.5", "--limit", "2", "--out", str(tmp_path))
+    payload = json.loads((tmp_path / "downstream-deltanet-recall.json").read_text())
+    assert [(r["strategy"], r["ratio"]) for r in payload["results"]] == [("unpruned", 0.0), ("l1", 0.5)]
+    assert out.count("| l1 | ") == 3 and out.count(" ± ") >= 6  # three recall tasks, accuracy ± standard error
+    again = run("benchmarks/downstream_evidence.py", "--table", str(tmp_path / "downstream-deltanet-recall.json"))
+    assert again.strip() == out.strip()
