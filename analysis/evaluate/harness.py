@@ -195,7 +195,8 @@ def _row(name: str, results: dict, plan: TaskPlan) -> dict:
     row = {"metrics": metrics, "metric": headline,
            "accuracy": metrics[headline]["value"] if headline else None,
            "accuracy_stderr": metrics[headline]["stderr"] if headline else None,
-           "docs": int(results["n-samples"][name]["effective"]), "docs_total": int(results["n-samples"][name]["original"]),
+           "docs": int(results["n-samples"][name]["effective"]),
+           "docs_total": int(results["n-samples"][name]["original"]),
            "num_fewshot": int(results["n-shot"].get(name) or 0),
            "dataset": f"local: sample_models/tasks/{name}.jsonl" if local else str(config.dataset_path),
            "split": str(split), "data_sha256": plan.data_hash[name], "local": local is not None}

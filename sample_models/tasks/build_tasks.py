@@ -1,13 +1,13 @@
 """Build the local lm-evaluation-harness tasks from the bundled texts (no network, deterministic).
 
-    .venv/bin/python sample_models/tasks/build_tasks.py            # rewrites the JSONL files and tasks.json here
+    .venv/bin/python sample_models/tasks/build_tasks.py            # rewrites the YAML, JSONL and tasks.json here
     .venv/bin/python sample_models/tasks/build_tasks.py --out DIR  # writes them into DIR instead (tests compare)
 
 Each task is named for what it is, not after a benchmark it is not (sample_models/tasks/README.md):
   * shakespeare_last_word, wikipedia_last_word: LAMBADA-style last-word cloze. A passage ends with the last word
-    of a sentence or clause (before . ! ? ; or :); the model must produce that word (greedy, every token). The word has 3+ letters, is not among
-    the train split's 150 most frequent words, and occurs earlier in the passage (as in most LAMBADA passages,
-    so the task leans on recall of the context). No human filtering, unlike LAMBADA.
+    of a sentence or clause (before . ! ? ; or :); the model must produce that word (greedy, every token). The
+    word has 3+ letters, is not among the train split's 150 most frequent words, and occurs earlier in the passage
+    (as in most LAMBADA passages, so the task leans on recall of the context). No human filtering, unlike LAMBADA.
   * shakespeare_next_line: multiple choice, the true next line of a speech among 4 lines of the same play of
     similar length (chance 25 %).
   * shakespeare_word_order: multiple choice, the true next line among 3 copies of it with two neighbouring words

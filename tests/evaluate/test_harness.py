@@ -124,12 +124,15 @@ def test_the_local_tasks_are_rebuilt_byte_for_byte_from_the_bundled_texts(tmp_pa
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     built = sorted(p.name for p in tmp_path.iterdir())
-    assert built == sorted(p.name for p in harness_tasks.LOCAL_DIR.iterdir() if p.suffix in (".yaml", ".jsonl", ".json"))
+    shipped = sorted(p.name for p in harness_tasks.LOCAL_DIR.iterdir() if p.suffix in (".yaml", ".jsonl", ".json"))
+    assert built == shipped
     assert all((tmp_path / n).read_bytes() == (harness_tasks.LOCAL_DIR / n).read_bytes() for n in built)
     local = harness_tasks.local_tasks()
     assert set(local) == {"shakespeare_last_word", "wikipedia_last_word", "shakespeare_next_line",
-                          *(f"associative_recall_{n}_pairs" for n in (16, 32, 64))}
+                          "shakespeare_word_order", *(f"associative_recall_{n}_pairs" for n in (16, 32, 64))}
     assert local["shakespeare_next_line"].chance == 0.25 and local["associative_recall_64_pairs"].recall_keys == 128
+    from analysis.cli.commands.eval_cmds import LOCAL_HINT  # --help names every local text task
+    assert all(name in LOCAL_HINT for name, t in local.items() if not t.recall_keys)
 
 
 # ---- bad input: one sentence, exit 2, nothing written ------------------------------------------------------

@@ -11,8 +11,8 @@ from analysis.cli.commands.checks import whole
 from analysis.cli.commands.common import add_yes_arg, announce, emit, load, require_text_model
 from analysis.cli.commands.progress import fraction
 
-LOCAL_HINT = ("local tasks (no network): shakespeare_last_word, wikipedia_last_word, shakespeare_next_line, "
-              "associative_recall_{16,32,64}_pairs (recall models)")
+LOCAL_HINT = ("local tasks (no network): shakespeare_word_order, shakespeare_next_line, shakespeare_last_word, "
+              "wikipedia_last_word, associative_recall_{16,32,64}_pairs (sample_models/tasks/README.md)")
 
 
 def task_names(text: str) -> tuple[str, ...]:
@@ -28,12 +28,12 @@ def add_task_args(p, *, prefix: str = "") -> None:
     p.add_argument("--tasks", type=task_names, required=not prefix, metavar="T1,T2",
                    help=f"comma-separated lm-evaluation-harness tasks: {LOCAL_HINT}; or any task of the harness's "
                         "registry (data from the Hugging Face cache or the hub)")
-    p.add_argument(f"--{prefix or ''}limit", dest="task_limit", type=whole(1), metavar="N",
+    p.add_argument(f"--{prefix}limit", dest="task_limit", type=whole(1), metavar="N",
                    help="score only the first N docs of each task (default: all)")
-    p.add_argument(f"--{prefix or ''}{'fewshot' if prefix else 'num-fewshot'}", dest="task_fewshot", type=whole(0, 1000),
+    p.add_argument(f"--{prefix}{'fewshot' if prefix else 'num-fewshot'}", dest="task_fewshot", type=whole(0, 1000),
                    metavar="K",
                    help="few-shot examples per doc (default: each task's own, 0 for the local tasks)")
-    p.add_argument(f"--{prefix or ''}batch-size", dest="task_batch", type=whole(1, 4096), default=8, metavar="B",
+    p.add_argument(f"--{prefix}batch-size", dest="task_batch", type=whole(1, 4096), default=8, metavar="B",
                    help="sequences per forward pass of the harness")
     p.add_argument("--include-path", metavar="DIR", help="a folder of your own lm-eval task YAMLs")
 
