@@ -21,12 +21,13 @@ LATENCY_SHAPE = dict(batch=2, tokens=512)  # as the sweep times it, so the two p
 
 def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_tokens: int | None = 4096,
             recall_pairs: tuple[int, ...] | None = None, recall_sequences: int = 64, latency: bool = True,
-            progress=None, cancel=None, per_window: bool = False, tasks=None) -> dict:
+            progress=None, cancel=None, per_window: bool = False, tasks=None, yes: bool = False) -> dict:
     """Architecture figures plus perplexity (or recall accuracy when `recall_pairs` is given) and latency.
 
     The one measuring path of the workflows (prune, sweep point, sensitivity point, allocate-and-choose):
     per_window adds the perplexity's `window_losses` (each window's mean nats/token, for paired comparisons).
-    tasks: a TaskSettings or loaded TaskPlan: adds "tasks" (name → accuracy row) and "harness" (its version)."""
+    tasks: a TaskSettings or loaded TaskPlan: adds "tasks" (name → accuracy row) and "harness" (its version);
+    `yes` runs a task evaluation estimated at over an hour (the caller confirmed it)."""
     info = describe(model)
     out = {"head_k_dims": info.head_k_dims, "tiles": tiles(info.head_k_dims), "parameters": info.parameters,
            "state_bytes_per_sequence": info.state_bytes_per_sequence, "device": info.device, "dtype": info.dtype}
@@ -39,7 +40,7 @@ def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_
     if tasks is not None:
         from analysis.evaluate.harness import evaluate_tasks, task_rows
         check(cancel)
-        measured = evaluate_tasks(model, tokenizer, tasks, cancel=cancel,
+        measured = evaluate_tasks(model, tokenizer, tasks, cancel=cancel, yes=yes,
                                   progress=(lambda f, _text: progress(0.5 + f / 2)) if progress is not None else None)
         out["harness"], out["tasks"] = measured["harness"], task_rows(measured)
     if latency:

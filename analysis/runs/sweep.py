@@ -218,7 +218,8 @@ def _cached(key: dict, use_cache: bool, compute) -> dict:
 
 def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline, cancel=None,
               tasks=None) -> dict:
-    got = measure(model, tokenizer, split, context, eval_tokens, latency=False, cancel=cancel)  # the one path
+    # the one path; a task evaluation's time is in the sweep's estimate, confirmed there
+    got = measure(model, tokenizer, split, context, eval_tokens, latency=False, cancel=cancel, tasks=tasks, yes=True)
     ppl = got["perplexity"]
     result = {"strategy": strategy, "ratio": ratio, "head_k_dims": got["head_k_dims"], "tiles": got["tiles"],
               "perplexity": ppl["perplexity"], "bits_per_byte": ppl["bits_per_byte"], "dataset": ppl["dataset"],
@@ -227,11 +228,8 @@ def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, la
               "device": got["device"], "dtype": got["dtype"]}
     if baseline is not None:
         result["delta_vs_unpruned"] = ppl["perplexity"] / baseline["perplexity"] - 1
-    if tasks is not None:  # a TaskPlan (in-process) or the TaskSettings (a Ray worker loads them itself)
-        from analysis.evaluate.harness import evaluate_tasks, task_rows
-        check(cancel)
-        measured = evaluate_tasks(model, tokenizer, tasks, cancel=cancel, yes=True)  # its time is in the sweep's
-        result["harness"], result["tasks"] = measured["harness"], task_rows(measured)
+    if "tasks" in got:  # tasks: a TaskPlan (in-process) or the TaskSettings (a Ray worker loads them itself)
+        result["harness"], result["tasks"] = got["harness"], got["tasks"]
     if latency:
         check(cancel)
         info = describe(model)

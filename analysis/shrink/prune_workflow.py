@@ -36,13 +36,14 @@ class Evaluation:
     recall_sequences: int = 64
     latency: bool = True                          # time the kernel at every layer's key dim
     tasks: object = None                          # lm-evaluation-harness tasks: a TaskSettings (or its loaded plan)
+    confirmed: bool = False                       # run a task evaluation estimated at over an hour (--yes)
 
     def measure(self, model, tokenizer, progress=None, cancel=None, latency: bool | None = None) -> dict:
         recall = self.recall_pairs is not None
         return measure(model, None if recall else tokenizer, self.split, self.context, self.max_tokens,
                        recall_pairs=self.recall_pairs, recall_sequences=self.recall_sequences,
                        latency=self.latency if latency is None else latency, progress=progress, cancel=cancel,
-                       tasks=self.tasks)
+                       tasks=self.tasks, yes=self.confirmed)
 
     def loaded(self) -> Evaluation:
         """These settings with the tasks loaded once (names and data checked), for several measurements."""

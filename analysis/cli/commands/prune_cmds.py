@@ -116,7 +116,8 @@ def run_prune(args) -> None:
     if unchanged:  # refused, not warned: a saved copy labelled "pruned" would mislead whoever loads it
         raise AnalysisError(unchanged)
     evaluation = Evaluation("test", args.eval_context, args.eval_tokens, recall_pairs(task), args.recall_sequences,
-                            latency=args.time_kernel, tasks=task_settings(args)).loaded()  # tasks checked up front
+                            latency=args.time_kernel, tasks=task_settings(args), confirmed=args.yes)
+    evaluation = evaluation.loaded()  # task names and data checked before the prune
     calib = None
     if strategy.needs_calibration:
         with bar(args, "prune: calibration", total=1, unit="step") as b:
