@@ -30,7 +30,9 @@ SWEEP_FORMATS = {"ratio ρ": "{:g}", "perplexity": "{:.3f}", "Δ% vs unpruned": 
 def explain() -> None:
     explainer(
         "A **sweep** prunes the model at a series of ratios for each strategy and measures perplexity on the test "
-        "split with the stated context and token count; the dashed line is the unpruned model. A **latency sweep** "
+        "split with the stated context and token count; the dashed line is the unpruned model. With **Downstream "
+        "accuracy**, every point also gets the accuracy of the chosen lm-evaluation-harness tasks (the harness's own "
+        "numbers, ± its standard error as error bars; the dotted line is chance). A **latency sweep** "
         "times the recurrence kernel against the key dimension (fla's Triton kernels on GPU after warm-up, the "
         "project's torch path on CPU), with device, dtype and shape on every number; dotted lines mark the 64-row "
         "tile boundaries of fla's chunk kernel, where the time steps. Every time is the **median of repeated runs** "
