@@ -47,3 +47,5 @@ def test_sweep_cli_prints_and_writes_the_accuracy_of_each_point(tmp_path, capsys
     assert [r["tasks"]["shakespeare_word_order"]["docs"] for r in results] == [2, 2]
     lines = [line for line in capsys.readouterr().out.splitlines() if "shakespeare_word_order acc" in line]
     assert len(lines) == 2 and " ± " in lines[1]  # one line per point, accuracy ± the harness's standard error
+    assert main(["sweep", str(lm_dir), "--task-limit", "3", "--quiet"]) == 2  # a task option without --tasks
+    assert "apply to --tasks" in capsys.readouterr().err

@@ -41,6 +41,10 @@ def add_task_args(p, *, prefix: str = "") -> None:
 def task_settings(args):
     """The TaskSettings the arguments name, or None when no --tasks were given."""
     if not getattr(args, "tasks", None):
+        if args.include_path or args.task_limit or args.task_fewshot is not None:
+            from analysis.errors import AnalysisError
+            raise AnalysisError("The task options (limit, few-shot, --include-path) apply to --tasks; name the tasks "
+                                "with --tasks T1,T2 or drop them.")
         return None
     from analysis.evaluate.harness import TaskSettings
     return TaskSettings(args.tasks, limit=args.task_limit, num_fewshot=args.task_fewshot, batch_size=args.task_batch,
