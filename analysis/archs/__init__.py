@@ -20,6 +20,8 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
                                            "olmo_hybrid", "pruned_qwen3_5_text", "pruned_qwen3_5_moe_text",
                                            "pruned_qwen3_next", "pruned_olmo_hybrid")),
     "kimi_linear": ("analysis.archs.kimi_linear", ("kimi_linear", "pruned_kimi_linear")),
+    "gla": ("analysis.archs.gla", ("gla", "pruned_gla")),
+    "rwkv7": ("analysis.archs.rwkv7", ("rwkv7", "pruned_rwkv7")),
     "mamba2": ("analysis.archs.mamba2", ("mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba", "zamba2",
                                          "pruned_mamba2", "pruned_nemotron_h", "pruned_granitemoehybrid",
                                          "pruned_falcon_h1", "pruned_bamba", "pruned_zamba2")),

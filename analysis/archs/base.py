@@ -57,6 +57,8 @@ class ChannelRows:
     conv: bool = False    # a depthwise short-convolution weight/bias rather than a projection
     head_stride: int = 0  # rows from one key head's block to the next; 0 = heads packed back to back (dk apart).
                           # Non-zero where a fused projection interleaves per key head (Qwen3-Next's q|k|v|z)
+    heads_first: bool = False  # the parameter is [heads, dk, ...] (RWKV-7's r_k): its first two dims, flattened,
+                               # are the head-major rows
 
 
 class Adapter:

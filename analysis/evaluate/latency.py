@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from analysis.runtime.cpu_ops.delta_rule import chunked_delta_rule
+from analysis.runtime.cpu_ops.dplr_delta_rule import chunked_dplr_delta_rule
+from analysis.runtime.cpu_ops.gated_linear_attention import chunked_gated_linear_attention
 from analysis.runtime.cpu_ops.linear_attention import chunked_linear_attention
 from analysis.models import limits
 from analysis.errors import AnalysisError
@@ -112,14 +114,43 @@ def time_call(fn, device: str | torch.device = "cpu", threads: int | None = None
                      f"{threads} CPU thread{'s' if threads != 1 else ''}"}
 
 
-def _inputs(B, T, H, dk, dv, device, dtype, gate, gen):
+def _inputs(B, T, H, dk, dv, device, dtype, spec, gen) -> dict:
+    """Random recurrence inputs of the shapes `spec`'s kernel takes: q, k, v, and β (delta rules), a log-decay g
+    (per head or per key channel), a, b (a diagonal-plus-low-rank transition: a = −κ̂, b = κ̂ ⊙ α as RWKV-7 forms them)."""
     q = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(device, dtype)
     k = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(device, dtype)
     v = torch.randn(B, T, H, dv, generator=gen).to(device, dtype)
-    beta = torch.rand(B, T, H, generator=gen).to(device, dtype)
-    shape = {"none": None, "head": (B, T, H), "channel": (B, T, H, dk)}[gate]
-    g = None if shape is None else (-torch.rand(*shape, generator=gen) * 0.1).to(device, torch.float32)
-    return q, k, v, beta, g
+    x = {"q": q, "k": k, "v": v}
+    if spec.delta:
+        x["beta"] = torch.rand(B, T, H, generator=gen).to(device, dtype)
+    shape = {"none": None, "head": (B, T, H), "channel": (B, T, H, dk)}[spec.gate]
+    if shape is not None:   # in (−0.1, 0): inside every kernel's safe gate range
+        x["g"] = (-(torch.rand(*shape, generator=gen) * 0.099 + 0.001)).to(device, torch.float32)
+    if spec.low_rank:
+        removal = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1)
+        x["a"], x["b"] = (-removal).to(device, dtype), (removal * torch.rand(B, T, H, dk, generator=gen)).to(device, dtype)
+    return x
+
+
+def _cpu_op(spec, x: dict):
+    """The project's chunked op for `spec`'s recurrence on inputs `x` (what CPU tensors run)."""
+    g = x.get("g")
+    if spec.low_rank:
+        return lambda: chunked_dplr_delta_rule(x["q"], x["k"], x["v"], x["a"], x["b"], g)
+    if spec.delta:
+        return lambda: chunked_delta_rule(x["q"], x["k"], x["v"], x["beta"], g)
+    if g is not None and g.dim() == 4:
+        return lambda: chunked_gated_linear_attention(x["q"], x["k"], x["v"], g)
+    return lambda: chunked_linear_attention(x["q"], x["k"], x["v"], g)
+
+
+def _cuda_op(spec, x: dict, dtype):
+    """fla's chunk kernel on inputs `x`, with the argument names and fixed settings `spec` gives."""
+    import importlib
+    op = getattr(importlib.import_module(spec.cuda_op[0]), spec.cuda_op[1])
+    names = dict(spec.cuda_names)
+    args = {names.get(name, name): (t.to(dtype) if name == "g" else t) for name, t in x.items()}
+    return lambda: op(**args, **dict(spec.cuda_settings))
 
 
 def _labelled(stats: dict, batch: int, tokens: int) -> dict:
@@ -143,20 +174,11 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
     gen = torch.Generator().manual_seed(0)
     limits.check_kernel(batch, tokens, heads, max(key_dims, default=1), value_dim, device)
     for dk in key_dims:
-        q, k, v, beta, g = _inputs(batch, tokens, heads, dk, value_dim, device, dtype, spec.gate, gen)
+        x = _inputs(batch, tokens, heads, dk, value_dim, device, dtype, spec, gen)
         if device.type == "cuda":
-            import importlib
-            op = getattr(importlib.import_module(spec.cuda_op[0]), spec.cuda_op[1])
-            gate = {} if g is None else {"g": g.to(dtype)}
-            gate = {**gate, "beta": beta} if spec.delta else gate   # plain linear attention takes no β
-            fn = lambda: op(q=q, k=k, v=v, **gate)  # noqa: E731
-            path = "fla Triton chunk kernel"
-        elif spec.delta:
-            fn = lambda: chunked_delta_rule(q, k, v, beta, g)  # noqa: E731
-            path = "project torch chunked path"
+            fn, path = _cuda_op(spec, x, dtype), "fla Triton chunk kernel"
         else:
-            fn = lambda: chunked_linear_attention(q, k, v, g)  # noqa: E731
-            path = "project torch chunked path"
+            fn, path = _cpu_op(spec, x), "project torch chunked path"
         with torch.inference_mode():
             stats = time_call(fn, device, threads=threads, repeats=repeats, min_run_time=min_run_time)
         yield {"key_dim": dk, "tiles": -(-dk // TILE_ROWS), **_labelled(stats, batch, tokens),

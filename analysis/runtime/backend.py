@@ -1,7 +1,7 @@
 """Route fla's Triton entry points by device: CPU tensors take `analysis.runtime.cpu_ops`, CUDA tensors keep fla.
 
 fla 0.6.0 cannot run a single op on CPU, so `install()` wraps, once per process, fla's shared modules
-(ShortConvolution, RMSNorm, FusedRMSNormGated, SwiGLU and the fused cross-entropy), and each family's
+(ShortConvolution, RMSNorm, FusedRMSNormGated, LayerNorm, GroupNorm, SwiGLU and the fused cross-entropy), and each family's
 adapter routes its own recurrence entry points with `route(module, names)` (`by_device`; `conv_by_device`
 for a fused-qkv conv). Each wrapper checks the tensor's device and
 calls fla's untouched original for CUDA. An optional observer sees the prepared recurrence inputs on
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import Callable
@@ -23,6 +24,8 @@ import torch
 from analysis.runtime.cpu_ops import conv as conv_ops
 from analysis.runtime.cpu_ops import norms
 from analysis.runtime.cpu_ops.delta_rule import StateSink, chunked_delta_rule
+from analysis.runtime.cpu_ops.dplr_delta_rule import chunked_dplr_delta_rule
+from analysis.runtime.cpu_ops.gated_linear_attention import chunked_gated_linear_attention
 from analysis.runtime.cpu_ops.linear_attention import chunked_linear_attention
 
 L2_EPS = 1e-6  # fla's in-kernel l2norm: x / sqrt(Σx² + 1e-6)
@@ -42,7 +45,10 @@ class RecurrenceInputs:
     q_raw: torch.Tensor | None = None   # [B,T,H_qk,dk] what the layer passed in: post-conv, pre-l2norm
     k_raw: torch.Tensor | None = None
     delta: bool = True                  # False: plain linear attention S_t = e^{g_t} S_{t−1} + k_t v_tᵀ
-                                        # (β unused), e.g. Mamba-2's SSD (its adapter folds dt into v)
+                                        # (β unused), e.g. Mamba-2's SSD (its adapter folds dt into v), GLA
+    a: torch.Tensor | None = None       # [B,T,H,dk] with b: the low-rank part of a diagonal-plus-low-rank
+    b: torch.Tensor | None = None       # transition S_t = (Diag(e^{g_t}) + b_t a_tᵀ) S_{t−1} + k_t v_tᵀ (RWKV-7;
+                                        # delta False, β unused)
 
 
 _observer: contextvars.ContextVar[Callable[[RecurrenceInputs], object] | None] = \
@@ -60,7 +66,7 @@ def observe_recurrences(callback: Callable[[RecurrenceInputs], object]):
         _observer.reset(token)
 
 
-def _l2(x: torch.Tensor) -> torch.Tensor:
+def l2_norm(x: torch.Tensor) -> torch.Tensor:
     x = x.float()
     return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + L2_EPS)
 
@@ -79,7 +85,7 @@ def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l
     H, HV = q.shape[2], v.shape[2]
     q_raw, k_raw = q, k
     if use_qk_l2norm_in_kernel:
-        q, k = _l2(q), _l2(k)
+        q, k = l2_norm(q), l2_norm(k)
     if HV != H:  # grouped value attention: each q/k head serves HV/H value heads
         q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
     beta = torch.ones_like(v[..., 0], dtype=torch.float32) if beta is None else beta.float()
@@ -112,38 +118,46 @@ def _kda_gate(g, A_log, dt_bias, lower_bound) -> torch.Tensor:
     return -A_log.float().view(heads, 1).exp() * torch.nn.functional.softplus(g)
 
 
-def _chunked(r: RecurrenceInputs, q, k, v, beta, g, h0, sink=None):
+def _chunked(r: RecurrenceInputs, sink=None):
+    """The project's chunked op for the kind of recurrence `r` holds (see RecurrenceInputs)."""
+    if r.a is not None:
+        return chunked_dplr_delta_rule(r.q, r.k, r.v, r.a, r.b, r.g, r.scale, r.initial_state, sink=sink)
     if r.delta:
-        return chunked_delta_rule(q, k, v, beta, g, r.scale, h0, sink=sink)
-    return chunked_linear_attention(q, k, v, g, r.scale, h0, sink=sink)
+        return chunked_delta_rule(r.q, r.k, r.v, r.beta, r.g, r.scale, r.initial_state, sink=sink)
+    if r.g is not None and r.g.dim() == 4:
+        return chunked_gated_linear_attention(r.q, r.k, r.v, r.g, r.scale, r.initial_state, sink=sink)
+    return chunked_linear_attention(r.q, r.k, r.v, r.g, r.scale, r.initial_state, sink=sink)
+
+
+PER_TOKEN = ("q", "k", "v", "beta", "g", "a", "b")   # RecurrenceInputs fields with a token axis (dim 1)
 
 
 def run_recurrence(r: RecurrenceInputs, sink: StateSink | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Chunked recurrence over prepared inputs; packed sequences (cu_seqlens) run one by one (no sink)."""
     if r.cu_seqlens is None:
-        return _chunked(r, r.q, r.k, r.v, r.beta, r.g, r.initial_state, sink)
+        return _chunked(r, sink)
     if sink is not None:
         raise ValueError("per-token states of packed sequences (cu_seqlens) are not supported")
     outs, finals = [], []
     bounds = r.cu_seqlens.tolist()
     for n, (s, e) in enumerate(zip(bounds[:-1], bounds[1:])):
-        cut = (lambda x: None if x is None else x[:, s:e])
+        cut = {f: getattr(r, f)[:, s:e] for f in PER_TOKEN if getattr(r, f) is not None}
         h0 = None if r.initial_state is None else r.initial_state[n:n + 1]
-        o, S = _chunked(r, cut(r.q), cut(r.k), cut(r.v), cut(r.beta), cut(r.g), h0)
+        o, S = _chunked(dataclasses.replace(r, **cut, initial_state=h0, cu_seqlens=None))
         outs.append(o)
         finals.append(S)
     return torch.cat(outs, dim=1), torch.cat(finals)
 
 
-def _torch_recurrence(q, k, v, *, output_final_state=False, state_v_first=False, **kwargs):
-    r = prepare(q, k, v, state_v_first=state_v_first, **kwargs)
+def _torch_recurrence(prepare_inputs, bound: dict):
+    r = prepare_inputs(**bound)
     sink = _notify(r)
     o, S = run_recurrence(r, sink)  # the observer's states come from this very pass: no replay on CPU
     if sink is not None:
         sink.finish(S.detach())
-    if state_v_first:
+    if bound.get("state_v_first"):
         S = S.transpose(-1, -2)
-    return o.to(v.dtype), (S.contiguous() if output_final_state else None)
+    return o.to(bound["v"].dtype), (S.contiguous() if bound.get("output_final_state") else None)
 
 
 def _notify(r: RecurrenceInputs) -> StateSink | None:
@@ -179,27 +193,31 @@ def observed(r: RecurrenceInputs, compute: bool) -> tuple[torch.Tensor, torch.Te
     return o, S
 
 
-def by_device(fla_op):
-    """A recurrence op that keeps fla's kernel on CUDA (telling the observer) and runs torch elsewhere."""
+def by_device(fla_op, prepare_inputs=prepare):
+    """A recurrence op that keeps fla's kernel on CUDA (telling the observer) and runs torch elsewhere.
+
+    `prepare_inputs(**arguments)` forms the RecurrenceInputs from the op's own arguments: `prepare` for fla's (gated)
+    delta-rule and KDA ops; a family whose op takes other arguments (GLA's gk, RWKV-7's r/w/a/b) passes its own."""
     signature = inspect.signature(fla_op)
 
     def op(*args, **kwargs):
         bound = signature.bind(*args, **kwargs).arguments
         bound.update(bound.pop("kwargs", {}))
-        if bound["q"].is_cuda:
+        if bound["v"].is_cuda:
             if _observer.get() is not None:
-                r = prepare(**bound)
+                r = prepare_inputs(**bound)
                 sink = _notify(r)
                 if sink is not None:
                     _replay(r, sink)
             return fla_op(*args, **kwargs)
-        return _torch_recurrence(**bound)
+        return _torch_recurrence(prepare_inputs, bound)
     op.__wrapped__ = fla_op
     op.__name__ = fla_op.__name__
     return op
 
 
-def _wrap_method(cls, name, torch_impl):
+def wrap_method(cls, name, torch_impl):
+    """Patch `cls.name` so CPU inputs take `torch_impl(self, x, ...)` and CUDA ones the original (idempotent)."""
     original = getattr(cls, name)
     if getattr(original, "_analysis_wrapped", False):
         return
@@ -235,6 +253,19 @@ def conv_by_device(fla_conv):
     return conv
 
 
+def torch_on_cpu(torch_fn):
+    """A `route` wrap for a plain fla function with a torch twin taking the same arguments: fla's function when its
+    first tensor argument is on CUDA, `torch_fn` elsewhere."""
+    def wrap(fla_fn):
+        def fn(*args, **kwargs):
+            first = next(a for a in (*args, *kwargs.values()) if torch.is_tensor(a))
+            return fla_fn(*args, **kwargs) if first.is_cuda else torch_fn(*args, **kwargs)
+        fn.__wrapped__ = fla_fn
+        fn.__name__ = getattr(fla_fn, "__name__", "routed")
+        return fn
+    return wrap
+
+
 def route(module, names, wrap=by_device) -> None:
     """Replace the entry points `names` that a layer file looks up as module globals at call time by their
     device-routed versions (`wrap`), once (idempotent)."""
@@ -254,6 +285,15 @@ def _rms(self, x, residual=None, prenorm=False, residual_in_fp32=False):
 def _rms_gated(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
     return norms.rms_norm(x, self.weight, self.bias, residual, self.eps, prenorm, residual_in_fp32,
                           gate=g, activation=self.activation)
+
+
+def _layer_norm(self, x, residual=None, prenorm=False, residual_in_fp32=False):
+    return norms.rms_norm(x, self.weight, self.bias, residual, self.eps, prenorm, residual_in_fp32, centred=True)
+
+
+def _group_norm(self, x, residual=None, prenorm=False, residual_in_fp32=False):
+    return norms.rms_norm(x, self.weight, self.bias, residual, self.eps, prenorm, residual_in_fp32,
+                          centred=not self.is_rms_norm, groups=self.num_groups)
 
 
 def _swiglu_linear(self, x, y, weight, bias):
@@ -282,15 +322,17 @@ def install() -> None:
         return
     import fla  # noqa: F401  (registers the model types; needs triton installed)
     import fla.modules.mlp as mlp
-    from fla.modules import FusedCrossEntropyLoss, FusedRMSNormGated, RMSNorm, ShortConvolution
+    from fla.modules import FusedCrossEntropyLoss, FusedRMSNormGated, GroupNorm, LayerNorm, RMSNorm, ShortConvolution
 
     if not getattr(fla, "__all__", None):
         raise ImportError("fla imported without its models: install triton (fla's [cpu] extra)")
     _swiglu.__wrapped__ = mlp.swiglu
     mlp.swiglu = _swiglu
-    _wrap_method(ShortConvolution, "forward", _short_conv)
-    _wrap_method(RMSNorm, "forward", _rms)
-    _wrap_method(FusedRMSNormGated, "forward", _rms_gated)
-    _wrap_method(mlp.SwiGLULinear, "forward", _swiglu_linear)
-    _wrap_method(FusedCrossEntropyLoss, "forward", _cross_entropy)
+    wrap_method(ShortConvolution, "forward", _short_conv)
+    wrap_method(RMSNorm, "forward", _rms)
+    wrap_method(FusedRMSNormGated, "forward", _rms_gated)
+    wrap_method(LayerNorm, "forward", _layer_norm)
+    wrap_method(GroupNorm, "forward", _group_norm)
+    wrap_method(mlp.SwiGLULinear, "forward", _swiglu_linear)
+    wrap_method(FusedCrossEntropyLoss, "forward", _cross_entropy)
     _installed = True

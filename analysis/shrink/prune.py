@@ -145,7 +145,12 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
             by_param.setdefault(rows.param, []).append(rows)
         for param, entries in by_param.items():
             if prefix + param in state:
-                state[prefix + param] = reduce_rows(state[prefix + param], entries, layer, sel)
+                tensor = state[prefix + param]
+                if entries[0].heads_first:   # [heads, dk, ...]: slice its flattened head-major rows, then re-split
+                    reduced = reduce_rows(tensor.flatten(0, 1), entries, layer, sel)
+                    state[prefix + param] = reduced.unflatten(0, (tensor.shape[0], -1))
+                else:
+                    state[prefix + param] = reduce_rows(tensor, entries, layer, sel)
     new.load_state_dict(state, strict=True)
     return new
 

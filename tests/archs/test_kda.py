@@ -90,13 +90,13 @@ def test_per_channel_gradients_match_token_loop():
 @pytest.mark.parametrize("C", [64, 48])   # 48: padded to 64 inside the recursive halving
 def test_channel_products_equal_their_definition(C):
     """P_ij = Σ_c x_ic y_jc exp(Σ_{j<l≤i} g_lc) for j ≤ i, 0 above, against the direct fp64 formula."""
-    from analysis.runtime.cpu_ops.delta_rule import _channel_products
+    from analysis.runtime.cpu_ops.delta_rule import channel_products
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(2, C, 8, generator=gen), torch.randn(2, C, 8, generator=gen)
     g = -3 * torch.rand(2, C, 8, generator=gen)
     G = g.double().cumsum(-2)
     direct = torch.einsum("bic,bijc,bjc->bij", x.double(), (G[:, :, None] - G[:, None]).exp(), y.double())
-    assert rel(_channel_products(x, y, g).double(), direct.tril()) < 1e-6
+    assert rel(channel_products(x, y, g).double(), direct.tril()) < 1e-6
 
 
 def test_chunk_size_need_not_be_a_power_of_two():

@@ -14,7 +14,8 @@ class FamilyCase:
                                                # (projections, conv, activation, l2norm, gate, grouping)
 
 
-CASE_MODULES = ["delta_net", "gated_deltanet", "fla_hybrid", "kda", "qwen3_5", "kimi_linear", "mamba2"]  # imported lazily, missing ones skipped
+CASE_MODULES = ["delta_net", "gated_deltanet", "fla_hybrid", "kda", "qwen3_5", "kimi_linear", "mamba2", "gla",
+                "rwkv7"]  # imported lazily, missing ones skipped
 
 
 def logits(model, ids):

@@ -16,7 +16,7 @@ e^{−G_j}, so strong decay cannot overflow.
 
 Per key channel (KDA, `_chunked_per_channel`) G_i is a vector, Γ_ijc = exp(G_ic − G_jc), e^{G_i} S_0 becomes
 Diag(e^{G_i}) S_0 and every k_iᵀk_j / q_iᵀk_j becomes Σ_c k_ic Γ_ijc k_jc. Those weights are matmuls over
-recursive halves of the chunk (`_channel_products`) whose exponents are sums of the tokens between i and j,
+recursive halves of the chunk (`channel_products`) whose exponents are sums of the tokens between i and j,
 never differences of long cumulative sums (which lose small per-token decays to fp32 rounding).
 """
 from __future__ import annotations
@@ -59,13 +59,13 @@ def hand_over(sink: StateSink, start: int, stop: int, form) -> None:
             sink.take(start, offsets, form(offsets))
 
 
-def _to_end(g: torch.Tensor) -> torch.Tensor:
+def to_end(g: torch.Tensor) -> torch.Tensor:
     """Σ_{j<l≤last} g_l for every position j along dim −2 (summed from the end: exact for strong decay)."""
     after = g.flip(-2).cumsum(-2).flip(-2)                                    # Σ_{l≥j}
     return torch.cat([after[..., 1:, :], torch.zeros_like(after[..., :1, :])], dim=-2)
 
 
-def _channel_products(x: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+def channel_products(x: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """P_ij = Σ_c x_ic y_jc exp(Σ_{j<l≤i} g_lc) for j ≤ i, 0 above; x, y, g [..., C, dk] -> [..., C, C].
 
     Recursive halving: for i in the right half of a block and j in its left half, the exponent splits at the
@@ -84,7 +84,7 @@ def _channel_products(x: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> torc
         h, blocks = m // 2, size // m
         xb, yb, gb = (t.reshape(*batch, blocks, 2, h, dk) for t in (x, y, g))
         right = xb[..., 1, :, :] * gb[..., 1, :, :].cumsum(-2).exp()          # e^{Σ_{r<l≤i} g} x_i
-        left = yb[..., 0, :, :] * _to_end(gb[..., 0, :, :]).exp()             # e^{Σ_{j<l≤r} g} y_j
+        left = yb[..., 0, :, :] * to_end(gb[..., 0, :, :]).exp()             # e^{Σ_{j<l≤r} g} y_j
         start = torch.arange(blocks, device=x.device)[:, None] * m
         rows = start + h + torch.arange(h, device=x.device)
         cols = start + torch.arange(h, device=x.device)
@@ -93,7 +93,7 @@ def _channel_products(x: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> torc
     return P[..., :C, :C]
 
 
-def _states_in_chunk(S: torch.Tensor, k: torch.Tensor, U: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+def states_in_chunk(S: torch.Tensor, k: torch.Tensor, U: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """State after every token of a chunk, per key channel: S_t = Diag(e^{g_t}) S_{t−1} + k_t u_tᵀ (u known)."""
     states = []
     for t in range(k.shape[-2]):
@@ -106,15 +106,15 @@ def _chunked_per_channel(q, k, v, beta, g, scale, initial_state, T, sink):
     """chunked_delta_rule for a per-key-channel log-decay; inputs already in chunks [B,H,N,C,...]."""
     B, H, N, C, dk = k.shape
     dv = v.shape[-1]
-    A = (beta[..., :, None] * _channel_products(k, k, g)).tril(-1)
-    qk = _channel_products(q, k, g)                                         # intra-chunk readout weights
+    A = (beta[..., :, None] * channel_products(k, k, g)).tril(-1)
+    qk = channel_products(q, k, g)                                         # intra-chunk readout weights
     G = g.cumsum(-2)                                                        # from the chunk start: ≤ 0
     eye = torch.eye(C, dtype=A.dtype, device=A.device)
     rhs = torch.cat([beta[..., None] * G.exp() * k, beta[..., None] * v], dim=-1)
     sol = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
     W, U_tilde = sol[..., :dk], sol[..., dk:]
     q_decayed = q * G.exp()
-    k_to_end = k * _to_end(g).exp()                                         # e^{G_C − G_j} ⊙ k_j
+    k_to_end = k * to_end(g).exp()                                         # e^{G_C − G_j} ⊙ k_j
 
     S = initial_state.float() if initial_state is not None else k.new_zeros(B, H, dk, dv)
     outs = []
@@ -122,7 +122,7 @@ def _chunked_per_channel(q, k, v, beta, g, scale, initial_state, T, sink):
         U = U_tilde[:, :, n] - W[:, :, n] @ S
         outs.append(q_decayed[:, :, n] @ S + qk[:, :, n] @ U)
         if sink is not None:  # the recursion up to the last wanted token, then those tokens
-            hand_over(sink, n * C, min(T, (n + 1) * C), lambda idx: _states_in_chunk(
+            hand_over(sink, n * C, min(T, (n + 1) * C), lambda idx: states_in_chunk(
                 S, k[:, :, n, :idx[-1] + 1], U[:, :, :idx[-1] + 1], g[:, :, n, :idx[-1] + 1])[:, :, idx.to(k.device)])
         S = G[:, :, n, -1, :, None].exp() * S + k_to_end[:, :, n].transpose(-1, -2) @ U
     o = torch.stack(outs, dim=2).reshape(B, H, N * C, dv)[:, :, :T]

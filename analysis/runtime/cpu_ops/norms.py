@@ -1,4 +1,5 @@
-"""RMSNorm (with fla's residual/prenorm options), gated RMSNorm, SwiGLU and cross-entropy in torch.
+"""RMSNorm, LayerNorm and GroupNorm (with fla's residual/prenorm options), gated RMSNorm, SwiGLU and cross-entropy
+in torch.
 
 Math and dtypes follow fla's Triton kernels: statistics in fp32, output in the input dtype, the
 pre-norm residual in the residual's dtype (fp32 when `residual_in_fp32`).
@@ -10,10 +11,15 @@ import torch.nn.functional as F
 
 
 def rms_norm(x, weight, bias=None, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False,
-             gate=None, activation="swish"):
+             gate=None, activation="swish", centred=False, groups=1):
+    """fla's RMSNorm / FusedRMSNormGated; centred=True: its LayerNorm; groups > 1: its GroupNorm (the statistics
+    of each of `groups` equal slices of the last dim on their own)."""
     res_dtype = residual.dtype if residual is not None else (torch.float32 if residual_in_fp32 else x.dtype)
     h = x.float() if residual is None else x.float() + residual.float()
-    y = h * torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)
+    z = h.unflatten(-1, (groups, -1))
+    if centred:
+        z = z - z.mean(-1, keepdim=True)
+    y = (z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps)).flatten(-2)
     if weight is not None:
         y = y * weight.float()
     if bias is not None:

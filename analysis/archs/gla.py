@@ -1,0 +1,92 @@
+"""fla Gated Linear Attention (GLA, `gla`; per-layer pruned `pruned_gla`; hybrids via the config's `attn`).
+
+Linear attention with one decay per key channel and no delta rule (Yang et al. 2023, fla/layers/gla.py):
+    S_t = Diag(e^{g_t}) S_{t−1} + k_t v_tᵀ,   o_t = dk^-1/2 · S_tᵀ q_t
+with q, k, v = (optional SiLU short conv of) their projections, optionally a feature map on q and k (no l2 norm),
+and g = logsigmoid(gk_proj x) / gate_logit_normalizer (clamped below at clamp_min if set), gk_proj a low-rank pair
+of linears whose last one has one row per head and key channel. fla keeps the state V-first (`state_v_first`);
+the project K-first. The output goes through a per-head RMSNorm (gated by SiLU(g_proj x) by default), then o_proj.
+
+Pruning a key channel removes its q/k rows (and conv channels) and its decay rows (`gk_proj.1` weight and bias), as
+for KDA: a zeroed q/k channel leaves its state row at zero whatever its decay. PCA is refused: a rotated channel
+mixes channels that decay at different rates. GLA's `num_kv_heads` (fewer key/value heads than query heads) is
+refused in one sentence: its query heads outnumber its key heads, the reverse of the grouping the core models.
+"""
+from __future__ import annotations
+
+import torch.nn as nn
+
+from analysis.archs.base import Block, ChannelRows
+from analysis.archs.fla_common import FlaAdapter, fla_blocks
+from analysis.errors import AnalysisError
+
+
+def recurrence_inputs(q, k, v, gk=None, g=None, scale=None, initial_state=None, state_v_first=False,
+                      cu_seqlens=None, gv=None, reverse=False, **_unused):
+    """fla's `fused_recurrent_gla(q, k, v, gk, …)` / `chunk_gla(q, k, v, g, …)` arguments as the project's inputs."""
+    import torch
+
+    from analysis.runtime.backend import RecurrenceInputs
+    if gv is not None or reverse:
+        raise NotImplementedError("GLA's value gate (gv) and reverse scans are not used by fla's GLA layer")
+    gate = (gk if gk is not None else g).float()
+    h0 = initial_state
+    if h0 is not None and state_v_first:
+        h0 = h0.transpose(-1, -2)
+    return RecurrenceInputs(q=q.float(), k=k.float(), v=v.float(), beta=torch.ones_like(v[..., 0], dtype=torch.float32),
+                            g=gate, scale=q.shape[-1] ** -0.5 if scale is None else scale, initial_state=h0,
+                            cu_seqlens=cu_seqlens, q_raw=q, k_raw=k, delta=False)
+
+
+class GLAAdapter(FlaAdapter):
+    family = "gla"
+    label = "Gated Linear Attention"
+    model_types = ("gla", "pruned_gla")
+    gate = "channel"
+    kernel = "gla"
+    entry_points = ("chunk_gla", "fused_recurrent_gla")   # fla/layers/gla.py
+    rotations = False
+    qk_l2_normalised = False   # q and k enter the recurrence raw (a feature map at most)
+
+    def linear_class(self) -> type:
+        from fla.layers.gla import GatedLinearAttention
+        return GatedLinearAttention
+
+    def pruned_config_class(self) -> type:
+        from analysis.archs.gla_pruned import PrunedGLAConfig
+        return PrunedGLAConfig
+
+    def blocks(self, model) -> list[Block]:
+        out = fla_blocks(model, self.linear_class())
+        for block in out:
+            if block.kind == "linear" and block.module.num_kv_heads != block.module.num_heads:
+                raise AnalysisError(f"This GLA model shares {block.module.num_kv_heads} key/value heads among "
+                                    f"{block.module.num_heads} query heads (num_kv_heads); the tool measures and "
+                                    "prunes GLA models whose queries and keys have the same heads only.")
+        return out
+
+    def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
+        """q/k projections and convs (FlaAdapter), then the decay rows: gk_proj's last linear, H·dk rows."""
+        rows = super().channel_rows(layer) + [ChannelRows("gk_proj.1.weight", "gate")]
+        if layer.gk_proj[1].bias is not None:
+            rows.append(ChannelRows("gk_proj.1.bias", "gate"))
+        return rows
+
+    def own_config_with_key_dim(self, config: dict, key_dim: int):
+        """GLA's key dim is hidden_size·expand_k / num_heads: expressible when that rounds back exactly."""
+        from fla.models import GLAConfig
+        expand_k = key_dim * config["num_heads"] / config["hidden_size"]
+        if round(config["hidden_size"] * expand_k) != key_dim * config["num_heads"]:
+            return None
+        return GLAConfig(**{**config, "expand_k": expand_k})
+
+    def install_routing(self) -> None:
+        super().install_routing()
+        import fla.layers.gla as layer_file
+
+        from analysis.archs import gla_pruned  # noqa: F401  (registers pruned_gla with transformers)
+        from analysis.runtime import backend
+        backend.route(layer_file, self.entry_points, wrap=lambda op: backend.by_device(op, recurrence_inputs))
+
+
+ADAPTER = GLAAdapter()
