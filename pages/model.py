@@ -2,7 +2,9 @@
 import pandas as pd
 import streamlit as st
 
+from analysis.archs import adapter_for
 from analysis.archs.implementation import implementation
+from analysis.inspect.state_lab import model_rule_latex, readout_latex
 from analysis.archs.kernels import kernel_spec
 from analysis.models.load import TILE_ROWS
 from ui import figures, frame, notice, report_export
@@ -70,7 +72,9 @@ with right:
                 "across all heads and layers.")
     for line in implementation(ctx.model).lines():  # read from the adapter's routed entry points
         st.markdown(f"- {line}")
-    spec = kernel_spec(info.kernel)
+    spec, own = kernel_spec(info.kernel), adapter_for(ctx.model)
+    st.markdown(f"- Each linear layer's recurrence, per head ({spec.label}; the rule the State lab steps through):")
+    st.latex(rf"{model_rule_latex(own.gate, spec.delta, spec.low_rank)},\quad {readout_latex(own.readout_scaled)}")
     if "float32" not in spec.gpu_dtypes:
         st.markdown(f"- fla's {spec.label} GPU kernel needs {' or '.join(spec.gpu_dtypes)}: it refuses float32 "
                     "(loading in float32 on a GPU is refused in one sentence; the CPU path is exact in float32).")

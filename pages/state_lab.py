@@ -17,8 +17,8 @@ frame.ensure()  # a deep link may arrive before app.py ran: render inside its fr
 st.title("State lab")
 ctx = current()
 own = adapter_for(ctx.model)  # the explainer shows this family's own rule, as analysis.inspect.state_lab runs it
-own_rule = lab.model_rule_latex(own.gate, own.kernel_spec.delta)
-readout = r"o_t = \mathrm{scale}\cdot S_t^\top q_t" if own.readout_scaled else r"o_t = S_t^\top q_t"
+own_rule = lab.model_rule_latex(own.gate, own.kernel_spec.delta, own.kernel_spec.low_rank)
+readout = lab.readout_latex(own.readout_scaled)
 explainer(
     r"Each head of a linear-attention layer keeps a matrix state $S_t \in \mathbb{R}^{d_k \times d_v}$ (keys index "
     "rows). Every token writes its value $v_t$ at its key $k_t$; a query $q$ reads $S^\\top q$. Pick a text, a "

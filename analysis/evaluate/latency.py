@@ -114,7 +114,7 @@ def time_call(fn, device: str | torch.device = "cpu", threads: int | None = None
                      f"{threads} CPU thread{'s' if threads != 1 else ''}"}
 
 
-def _inputs(B, T, H, dk, dv, device, dtype, spec, gen) -> dict:
+def kernel_inputs(B, T, H, dk, dv, device, dtype, spec, gen) -> dict:
     """Random recurrence inputs of the shapes `spec`'s kernel takes: q, k, v, and β (delta rules), a log-decay g
     (per head or per key channel), a, b (a diagonal-plus-low-rank transition: a = −κ̂, b = κ̂ ⊙ α as RWKV-7 forms them)."""
     q = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(device, dtype)
@@ -144,13 +144,19 @@ def _cpu_op(spec, x: dict):
     return lambda: chunked_linear_attention(x["q"], x["k"], x["v"], g)
 
 
+def cuda_arguments(spec, x: dict, dtype) -> dict:
+    """fla's chunk-kernel keywords for inputs `x`: its names for them (`spec.cuda_names`), g in `dtype`, and the fixed
+    settings the family's layer passes (`spec.cuda_settings`)."""
+    names = dict(spec.cuda_names)
+    return {**{names.get(n, n): (t.to(dtype) if n == "g" else t) for n, t in x.items()}, **dict(spec.cuda_settings)}
+
+
 def _cuda_op(spec, x: dict, dtype):
-    """fla's chunk kernel on inputs `x`, with the argument names and fixed settings `spec` gives."""
+    """fla's chunk kernel on inputs `x` (what CUDA tensors run)."""
     import importlib
     op = getattr(importlib.import_module(spec.cuda_op[0]), spec.cuda_op[1])
-    names = dict(spec.cuda_names)
-    args = {names.get(name, name): (t.to(dtype) if name == "g" else t) for name, t in x.items()}
-    return lambda: op(**args, **dict(spec.cuda_settings))
+    args = cuda_arguments(spec, x, dtype)
+    return lambda: op(**args)
 
 
 def _labelled(stats: dict, batch: int, tokens: int) -> dict:
@@ -174,7 +180,7 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
     gen = torch.Generator().manual_seed(0)
     limits.check_kernel(batch, tokens, heads, max(key_dims, default=1), value_dim, device)
     for dk in key_dims:
-        x = _inputs(batch, tokens, heads, dk, value_dim, device, dtype, spec, gen)
+        x = kernel_inputs(batch, tokens, heads, dk, value_dim, device, dtype, spec, gen)
         if device.type == "cuda":
             fn, path = _cuda_op(spec, x, dtype), "fla Triton chunk kernel"
         else:

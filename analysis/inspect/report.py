@@ -56,8 +56,12 @@ def position_stats(values: torch.Tensor) -> dict:
 def every_token_report(layers: list[dict], tol: float) -> dict:
     """The dense rank-utilization trace of `analysis.linalg.rank_trace` (state after every token, every layer)."""
     values = torch.stack([layer["rank_utilization"] for layer in layers])  # [L, B, H, T]
-    return {"metric": "rank_utilization", "positions": list(range(values.shape[-1])),
-            "method": f"s1 tracked by warm-started Rayleigh–Ritz (never above the true s1; stops at an "
-                      f"estimated error of {tol:g} in u), ‖S‖_F exact; states in float32",
-            "mean_ritz_steps": number(torch.stack([layer["mean_ritz_steps"] for layer in layers]).mean()),
-            **position_stats(values)}
+    if all(layer.get("exact") for layer in layers):   # analysis.linalg.rank_trace: no scalar decay to track through
+        method, steps = ("s1 from an SVD of every state (the layers' transitions are not a scalar decay plus a "
+                         "rank-one write, which the tracker needs), ‖S‖_F exact; states in float32"), None
+    else:
+        method = (f"s1 tracked by warm-started Rayleigh–Ritz (never above the true s1; stops at an estimated error "
+                  f"of {tol:g} in u), ‖S‖_F exact; states in float32")
+        steps = number(torch.stack([layer["mean_ritz_steps"] for layer in layers]).mean())
+    return {"metric": "rank_utilization", "positions": list(range(values.shape[-1])), "method": method,
+            "mean_ritz_steps": steps, **position_stats(values)}

@@ -5,13 +5,18 @@ The recurrence inputs of each layer are intercepted during one forward pass and 
 decay gate included) and tracks s1² with a warm-started Rayleigh–Ritz iteration. States are never
 stored. Ritz values never exceed s1², so the tracker can only over-estimate u; `tol` is the error of u
 at which it stops, by residual-based estimates (tests and the benchmark compare against numpy's SVD).
+
+The tracker needs each token to scale the state by one number and add a rank-one write (its Gram matrix then
+changes by a rank-two update). A decay per key channel (KDA, GLA) or a diagonal-plus-low-rank transition (RWKV-7)
+breaks that; those layers' states come from the recurrence itself, chunk by chunk, and s1 from an SVD of each
+(exact, slower; never more than one chunk's states at a time).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from analysis.runtime.backend import RecurrenceInputs, observe_recurrences
+from analysis.runtime.backend import RecurrenceInputs, observe_recurrences, run_recurrence
 from analysis.errors import AnalysisError
 from analysis.models.load import attention_layers
 from analysis.linalg.spectral_tracker import DEFAULT_TOL, track_top_singular
@@ -29,6 +34,8 @@ def utilization_trace(r: RecurrenceInputs, tol: float = DEFAULT_TOL, threads: in
         raise AnalysisError("The dense rank trace needs whole, unpadded sequences without a prior cache.")
     B, T, H, dk = r.k.shape
     dv = r.v.shape[-1]
+    if r.a is not None or (r.g is not None and r.g.dim() == 4):
+        return _svd_trace(r)
     # the gate in numpy, not torch: torch's OpenMP workers would keep spinning on the tracker's cores
     beta = _array(r.beta)
     decay = np.ones_like(beta) if r.g is None else np.exp(_array(r.g))
@@ -38,6 +45,32 @@ def utilization_trace(r: RecurrenceInputs, tol: float = DEFAULT_TOL, threads: in
     u = torch.where(top2 > 0, fro2 / top2.clamp(min=1e-300), fro2 * 0) / min(dk, dv)  # 0 for a zero state
     return {"rank_utilization": u.float(), "fro_norm_sq": fro2.float(), "spectral_norm_sq": top2.float(),
             "mean_ritz_steps": torch.tensor(float(steps.mean()))}
+
+
+class _EveryState:
+    """A StateSink that wants every token and keeps only ‖S_t‖_F² and s1(S_t)² (an SVD of each state)."""
+
+    def __init__(self, batch: int, heads: int, tokens: int):
+        self.fro2, self.top2 = torch.zeros(batch, heads, tokens), torch.zeros(batch, heads, tokens)
+
+    def wanted(self, start: int, stop: int) -> torch.Tensor:
+        return torch.arange(stop - start)
+
+    def take(self, start: int, offsets: torch.Tensor, states: torch.Tensor) -> None:
+        at = start + offsets
+        self.fro2[:, :, at] = states.square().sum((-1, -2)).float().cpu()
+        self.top2[:, :, at] = torch.linalg.matrix_norm(states.float(), ord=2).square().cpu()
+
+
+def _svd_trace(r: RecurrenceInputs) -> dict[str, torch.Tensor]:
+    """utilization_trace for transitions the tracker cannot follow: every state formed by the recurrence, its SVD."""
+    B, T, H, dk = r.k.shape
+    sink = _EveryState(B, H, T)
+    run_recurrence(r, sink)
+    fro2, top2 = sink.fro2.double(), sink.top2.double()
+    u = torch.where(top2 > 0, fro2 / top2.clamp(min=1e-300), fro2 * 0) / min(dk, r.v.shape[-1])
+    return {"rank_utilization": u.float(), "fro_norm_sq": fro2.float(), "spectral_norm_sq": top2.float(),
+            "mean_ritz_steps": torch.tensor(float("nan")), "exact": True}
 
 
 def collect_utilization_trace(model, input_ids: torch.Tensor, progress=None, **kwargs) -> list[dict[str, torch.Tensor]]:

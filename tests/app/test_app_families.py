@@ -61,3 +61,28 @@ def test_states_on_a_hybrid_says_what_head_means_and_notices_under_each_chart(mo
     assert any("is a value head (0–3)" in c and "2 key heads" in c for c in captions)
     notices = [c for c in captions if c.startswith("Notice:")]
     assert len(notices) == len(charts(at))  # one plain line under each chart
+
+
+@pytest.mark.parametrize("family, rule", [
+    ("gla", r"S_t = \mathrm{Diag}(e^{g_t})\, S_{t-1} + k_t v_t^\top"),
+    ("rwkv7", r"S_t = \left(\mathrm{Diag}(e^{g_t}) + b_t a_t^\top\right) S_{t-1} + k_t v_t^\top")])
+def test_gla_and_rwkv7_open_on_every_page(monkeypatch, tmp_path, family, rule):
+    """Issue 31: the two families added from fla open on every page; the Model page and the State lab show the
+    family's own recurrence (GLA: per-channel decay, no delta rule; RWKV-7: diagonal plus rank one, no readout
+    scale), and PCA is not offered (one decay per key channel)."""
+    import importlib
+
+    from helpers.app import PAGES
+    model = importlib.import_module(f"family_cases.{family}").CASE.make_model()
+    model.resize_token_embeddings(8192)  # the bundled tokenizer's ids
+    model.save_pretrained(tmp_path / family)
+    at = start(monkeypatch, tmp_path / family)
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert_clean(at)
+        if page in ("pages/model.py", "pages/state_lab.py"):
+            assert any(rule in el.value for el in at.latex), (page, [el.value for el in at.latex])
+            readout = r"o_t = S_t^\top q_t" if family == "rwkv7" else r"o_t = \mathrm{scale}\cdot S_t^\top q_t"
+            assert any(rule in el.value and readout in el.value for el in at.latex), page
+        if page == "pages/prune.py":
+            assert "PCA" not in " ".join(at.selectbox(key="w:prune_strategy").options)

@@ -23,20 +23,29 @@ def close(a, b, tol=1e-4):
     return float((a.double() - b.double()).abs().max()) <= tol * max(1.0, float(b.abs().max()))
 
 
+def _keys(rule, x):
+    """The keys a rule runs on: the delta comparison takes unit keys where the layer's are raw (no l2 norm)."""
+    k = x.k.double()
+    return k / torch.sqrt(k.square().sum(-1, keepdim=True) + 1e-6) if rule == "delta" and not x.unit_keys else k
+
+
 def oracle_states(rule, x):
-    """S_t from the definitions, float64: model (I − βkkᵀ) D S + βkvᵀ, delta without D, linear S + kvᵀ."""
+    """S_t from the definitions, float64: model (I − βkkᵀ) D S + βkvᵀ (or D S + kvᵀ, D = Diag(e^g) + b aᵀ for RWKV-7),
+    delta without D, linear S + kvᵀ."""
     dk, dv = x.dims
     S = torch.zeros(dk, dv, dtype=torch.float64)
     out = []
     for t in range(x.tokens):
-        k, v, b = x.k[t].double(), x.v[t].double(), float(x.beta[t])
+        k, v, b = _keys(rule, x)[t], x.v[t].double(), float(x.beta[t])
         if rule == "linear":
             S = S + torch.outer(k, v)
         else:
             if rule == "model" and x.g is not None:
                 D = torch.diag(x.g[t].double().exp()) if x.g.dim() == 2 else torch.eye(dk) * float(x.g[t].exp())
+                if x.a is not None:  # RWKV-7: (Diag(e^g) + b aᵀ) S_{t−1}
+                    D = D.double() + torch.outer(x.b[t].double(), x.a[t].double())
                 S = D.double() @ S
-            if rule == "model" and not x.delta:  # Mamba-2: decay, then S += k vᵀ (no delta, no β)
+            if rule == "model" and not x.delta:  # Mamba-2, GLA, RWKV-7: decay, then S += k vᵀ (no delta, no β)
                 S = S + torch.outer(k, v)
             else:
                 S = (torch.eye(dk, dtype=torch.float64) - b * torch.outer(k, k)) @ S + b * torch.outer(k, v)
@@ -50,7 +59,7 @@ def oracle_errors(rule, x, states):
     E = torch.full((T, T), float("nan"), dtype=torch.float64)
     for t in range(T):
         for j in range(t + 1):
-            k, v = x.k[j].double(), x.v[j].double()
+            k, v = _keys(rule, x)[j], x.v[j].double()
             plain = rule == "linear" or (rule == "model" and not x.delta)
             w = k.dot(k) * v * (1.0 if plain else float(x.beta[j]))
             E[t, j] = (states[t].T @ k - w).norm() / w.norm()
@@ -97,9 +106,10 @@ def test_lab_states_rules_and_retrieval_match_the_definitions(family):
     # the page's explainer shows the rule the adapter declares: it must be the rule these inputs run
     from analysis.archs import adapter_for
     a = adapter_for(model)
-    assert (a.gate, a.kernel_spec.delta) == lab.rule_form(x)
-    shown = lab.model_rule_latex(a.gate, a.kernel_spec.delta)
+    assert (a.gate, a.kernel_spec.delta) == lab.rule_form(x) and a.kernel_spec.low_rank == (x.a is not None)
+    shown = lab.model_rule_latex(a.gate, a.kernel_spec.delta, a.kernel_spec.low_rank)
     assert ("\\beta_t" in shown) == x.delta and ("Diag" in shown) == (x.g is not None and x.g.dim() == 2)
+    assert ("b_t a_t^\\top" in shown) == (x.a is not None)
 
 
 def test_synthetic_orthogonal_keys_are_read_back_exactly_by_every_rule():

@@ -104,7 +104,8 @@ def head_inputs(obs: Observation, layer: int, head: int, label: str = "") -> Hea
     return HeadInputs(q=r.q[0, :, head], k=k, v=r.v[0, :, head], beta=r.beta[0, :, head], g=g, scale=float(r.scale),
                       k_raw=k_raw,
                       q_raw=None if r.q_raw is None else r.q_raw[0, :, kh],
-                      unit_keys=unit, delta=r.delta, label=label or f"layer {layer}, head {head}")
+                      unit_keys=unit, delta=r.delta, label=label or f"layer {layer}, head {head}",
+                      a=None if r.a is None else r.a[0, :, head], b=None if r.b is None else r.b[0, :, head])
 
 
 def key_head_of(obs: Observation, layer: int, head: int) -> int:

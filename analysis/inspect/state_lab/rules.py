@@ -3,6 +3,7 @@
     model   S_t = (I − β_t k_t k_tᵀ) D_t S_{t−1} + β_t k_t v_tᵀ   the layer's own rule: D_t = e^{g_t} (one decay per
                                                                  head), Diag(e^{g_t}) (per key channel, KDA) or I;
             S_t = D_t S_{t−1} + k_t v_tᵀ                          where the layer has no delta rule (Mamba-2's SSD)
+            S_t = (Diag(e^{g_t}) + b_t a_tᵀ) S_{t−1} + k_t v_tᵀ   a diagonal-plus-low-rank transition (RWKV-7)
     delta   S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ       the delta rule with the gate removed
     linear  S_t = S_{t−1} + k_t v_tᵀ                               plain linear attention: no β, no delta, no gate
 
@@ -13,8 +14,8 @@ What "v_j" means in the retrieval error ‖S_tᵀk_j − w_j‖/‖w_j‖: w_j i
 state that holds nothing at k_j, i.e. what S_jᵀk_j reads back right after a clean write:
     delta rules  w_j = β_j ‖k_j‖² v_j    (β-scaled: a β < 1 write stores only part of v_j)
     linear       w_j = ‖k_j‖² v_j
-(‖k_j‖ ≈ 1 for the l2-normalised keys of every supported family; the norm's eps leaves tiny keys a little short,
-hence the factor). Any error above 0 at t = j is interference
+(‖k_j‖ ≈ 1 for l2-normalised keys; the norm's eps leaves tiny keys a little short, hence the factor). The delta
+comparison runs on unit keys even where the layer's are raw (`rule_inputs`). Any error above 0 at t = j is interference
 from what was stored before; growth for t > j is decay or overwriting.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from analysis.errors import AnalysisError
+from analysis.runtime.backend import l2_norm
 
 RULES = {"model": "the model's own rule", "delta": "delta rule, no gate", "linear": "plain linear attention"}
 
@@ -41,6 +43,8 @@ class HeadInputs:
     q_raw: torch.Tensor | None = None
     unit_keys: bool = True              # the keys entering the recurrence are l2-normalised
     delta: bool = True                  # False: the layer's own rule is linear attention with its decay (Mamba-2)
+    a: torch.Tensor | None = None       # [T, dk] with b: the low-rank part of a DPLR transition (RWKV-7), else None
+    b: torch.Tensor | None = None
     label: str = ""                     # where they came from, for captions
 
     @property
@@ -51,8 +55,9 @@ class HeadInputs:
     def dims(self) -> tuple[int, int]:
         return self.k.shape[1], self.v.shape[1]
 
-    def with_keys(self, q: torch.Tensor, k: torch.Tensor, g: torch.Tensor | None, label: str) -> "HeadInputs":
-        return replace(self, q=q, k=k, g=g, k_raw=None, q_raw=None, label=label)
+    def with_keys(self, q: torch.Tensor, k: torch.Tensor, g: torch.Tensor | None, label: str,
+                  a: torch.Tensor | None = None, b: torch.Tensor | None = None) -> "HeadInputs":
+        return replace(self, q=q, k=k, g=g, a=a, b=b, k_raw=None, q_raw=None, label=label)
 
 
 DECAYS = {"none": "", "head": r"e^{g_t}\, ", "channel": r"\mathrm{Diag}(e^{g_t})\, "}  # base.GATES → D_t
@@ -64,11 +69,18 @@ def rule_form(x: HeadInputs) -> tuple[str, bool]:
     return gate, x.delta
 
 
-def model_rule_latex(gate: str, delta: bool) -> str:
+def model_rule_latex(gate: str, delta: bool, low_rank: bool = False) -> str:
     """The model's own update, exactly as `step` applies it (decay first, then the write), in LaTeX."""
+    if low_rank:
+        return r"S_t = \left(\mathrm{Diag}(e^{g_t}) + b_t a_t^\top\right) S_{t-1} + k_t v_t^\top"
     if not delta:
         return rf"S_t = {DECAYS[gate]}S_{{t-1}} + k_t v_t^\top"
     return rf"S_t = (I - \beta_t k_t k_t^\top)\, {DECAYS[gate]}S_{{t-1}} + \beta_t k_t v_t^\top"
+
+
+def readout_latex(scaled: bool) -> str:
+    """The readout of the model's own rule: with the key-dim scale dk^-1/2 (most families) or none (Mamba-2, RWKV-7)."""
+    return r"o_t = \mathrm{scale}\cdot S_t^\top q_t" if scaled else r"o_t = S_t^\top q_t"
 
 
 def check_rule(rule: str) -> str:
@@ -78,11 +90,14 @@ def check_rule(rule: str) -> str:
 
 
 def step(rule: str, S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
-         g: torch.Tensor | None, delta: bool = True) -> torch.Tensor:
+         g: torch.Tensor | None, delta: bool = True, a: torch.Tensor | None = None,
+         b: torch.Tensor | None = None) -> torch.Tensor:
     """One token of `rule`: S [dk, dv], k [dk], v [dv], beta [], g None, [] or [dk]; `delta` False: the model's
-    own rule has no delta update (decay, then S += k vᵀ)."""
+    own rule has no delta update (decay, then S += k vᵀ); a, b [dk]: its transition is Diag(e^g) + b aᵀ."""
     if rule == "linear":
         return S + torch.outer(k, v)
+    if rule == "model" and a is not None:   # the low-rank term reads the undecayed S_{t−1}, as fla's DPLR rule
+        return g.exp()[:, None] * S + torch.outer(b, a @ S) + torch.outer(k, v)
     if rule == "model" and g is not None:
         S = S * (g.exp()[:, None] if g.dim() == 1 else g.exp())  # decay first, then the update (as fla)
     if rule == "model" and not delta:
@@ -96,10 +111,20 @@ def run_rule(rule: str, x: HeadInputs, S0: torch.Tensor | None = None) -> torch.
     dk, dv = x.dims
     S = torch.zeros(dk, dv) if S0 is None else S0.float().clone()
     states = torch.empty(x.tokens, dk, dv)
+    at = (lambda z, t: None if z is None else z[t])  # noqa: E731
     for t in range(x.tokens):
-        S = step(rule, S, x.k[t], x.v[t], x.beta[t], None if x.g is None else x.g[t], x.delta)
+        S = step(rule, S, x.k[t], x.v[t], x.beta[t], at(x.g, t), x.delta, at(x.a, t), at(x.b, t))
         states[t] = S
     return states
+
+
+def rule_inputs(rule: str, x: HeadInputs) -> HeadInputs:
+    """The inputs `rule` runs on. The delta rule needs unit keys (with β‖k‖² > 2 its erase step overshoots and the
+    state diverges), so on a head whose keys are not l2-normalised (Mamba-2's B, GLA's and RWKV-7's k) the "delta"
+    comparison writes, erases and reads with k/‖k‖ (and q/‖q‖); every other rule takes the head's own inputs."""
+    if check_rule(rule) != "delta" or x.unit_keys:
+        return x
+    return replace(x, q=l2_norm(x.q), k=l2_norm(x.k), unit_keys=True)
 
 
 def written_values(rule: str, x: HeadInputs) -> torch.Tensor:

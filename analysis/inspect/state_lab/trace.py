@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from analysis.linalg.rank import spectral_metrics
-from analysis.inspect.state_lab.rules import RULES, HeadInputs, retrieval_errors, run_rule, written_values
+from analysis.inspect.state_lab.rules import RULES, HeadInputs, retrieval_errors, rule_inputs, run_rule, written_values
 
 TAU = 1e-3  # numerical-rank threshold (analysis.linalg.rank's default): s_i > τ·s1
 
@@ -23,6 +23,7 @@ class RuleTrace:
 
 
 def trace_rule(rule: str, x: HeadInputs, tau: float = TAU) -> RuleTrace:
+    x = rule_inputs(rule, x)
     states = run_rule(rule, x)
     met = spectral_metrics(states, tau=tau)
     written = written_values(rule, x)
