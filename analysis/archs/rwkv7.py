@@ -89,7 +89,7 @@ def _k_update(k, a, ka, cu_seqlens=None, cu_seqlens_cpu=None):
     return k_update_ref(k, a, ka)
 
 
-def _bonus_by_shape(fla_fn):
+def bonus_by_shape(fla_fn):
     """The gate/bonus term: fla's Triton kernel only on CUDA with r/k heads as wide as v's (see the module doc)."""
     from fla.ops.rwkv7.gate_output_correction import gate_output_correction_ref
 
@@ -182,7 +182,7 @@ class RWKV7Adapter(Adapter):
         for name, torch_fn in (("fused_addcmul_rwkv7", torch_addcmul_rwkv7), ("fused_k_rwkv7", _k_update),
                                ("l2_norm", _l2_norm)):
             backend.route(layer_file, (name,), wrap=backend.torch_on_cpu(torch_fn))
-        backend.route(layer_file, ("gate_output_correction",), wrap=_bonus_by_shape)
+        backend.route(layer_file, ("gate_output_correction",), wrap=bonus_by_shape)
         activations = importlib.import_module("fla.modules.activations.ops")   # the feed-forward's squared ReLU
         for name, torch_fn in (("sqrelu_fwd", _sqrelu), ("sqrelu_bwd", _sqrelu_grad)):
             backend.route(activations, (name,), wrap=backend.torch_on_cpu(torch_fn))

@@ -201,7 +201,8 @@ def test_lora_targets_name_each_family_s_projections():
     from analysis.shrink.recovery_setup import lora_target_modules
     expect = {"delta_net": {"q_proj", "k_proj", "v_proj"}, "gated_deltanet": {"q_proj", "k_proj", "v_proj"},
               "kda": {"q_proj", "k_proj", "v_proj"}, "kimi_linear": {"q_proj", "k_proj", "v_proj"},
-              "qwen3_5": {"in_proj_qkv"}, "mamba2": {"in_proj"}}
+              "qwen3_5": {"in_proj_qkv"}, "mamba2": {"in_proj"}, "gla": {"q_proj", "k_proj", "v_proj"},
+              "rwkv7": {"r_proj", "k_proj", "v_proj"}}
     for module in CASE_MODULES:
         model = _family_model(module)
         family = adapter_for(model).family
