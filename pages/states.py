@@ -90,7 +90,8 @@ if metric == "rank_utilization":
         st.toggle, "Rank utilization after every token", "every_token", False,
         help="Track s₁ of the state after every token with a warm-started Rayleigh–Ritz iteration instead of an "
              "SVD per state (never above the true s₁, stops at an estimated error of 3e-5 in the utilization; "
-             "$\\|S\\|_F$ is exact).")
+             "$\\|S\\|_F$ is exact). Where each key channel decays at its own rate, or the transition has a "
+             "low-rank part, the tracker does not apply: those layers take an SVD of every state (exact, slower).")
 if other:
     compare_views.drill_in(ctx, sides, (data, data_other), metric, layer, head, chosen, every_token, stride)
 else:

@@ -147,7 +147,8 @@ def _every_token(model, ids: torch.Tensor, progress: progress_ui.Report) -> dict
     from analysis.linalg.rank_trace import collect_utilization_trace  # loads numba: only when first asked for
     with compute_lock(), progress_ui.per_layer(model, progress, "tracking s₁ of the state after every token"):
         layers = collect_utilization_trace(model, ids)
-    return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers])}
+    how = "s₁ by an SVD of each state" if all(layer.get("exact") for layer in layers) else "s₁ tracked"
+    return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers]), "how": how}
 
 
 def _head_inputs(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, compare: str = "", model=None):

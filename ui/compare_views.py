@@ -49,8 +49,9 @@ def drill_in(ctx: Context, sides: tuple[Side, Side], traces: tuple[dict, dict], 
         prov, n_seq = provenance(ctx, side, data), data["sequences"]
         with col:
             if every_token:
-                values = traced_side_every_token(ctx, side)["rank_utilization"]   # [L, B, H, T]
-                xs, how = list(range(values.shape[-1])), "after every token (s₁ tracked)"
+                traced = traced_side_every_token(ctx, side)
+                values = traced["rank_utilization"]                                  # [L, B, H, T]
+                xs, how = list(range(values.shape[-1])), f"after every token ({traced['how']})"
             else:
                 values, xs, how = data["metrics"][metric], positions, f"every {stride} tokens"
             mean, std = mean_std(values[layer, :, head, :], axis=0)

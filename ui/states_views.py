@@ -84,11 +84,12 @@ def drill_in(ctx: Context, traces: tuple[dict, dict | None], prov: Provenance, m
     left, right = st.columns(2)
     with left:
         if every_token:
-            dense = traced_every_token(ctx)["rank_utilization"]               # [L, B, H, T]
+            traced = traced_every_token(ctx)
+            dense = traced["rank_utilization"]                                  # [L, B, H, T]
             dense_rand = traced_every_token(ctx, random_init=True)["rank_utilization"] if rand else None
             xs, values = list(range(dense.shape[-1])), dense
             overlay = mean_std(dense_rand[layer, :, head, :], axis=0) if rand else None
-            how = "after every token (s₁ tracked)"
+            how = f"after every token ({traced['how']})"
         else:
             xs, values = positions, data["metrics"][metric]
             overlay = mean_std(rand["metrics"][metric][layer, :, head, :], axis=0) if rand else None

@@ -54,7 +54,9 @@ def linear_blocks(model) -> list:
     return [block for i, block in enumerate(model.model.layers) if i not in softmax]
 
 
-def _apply_key_dims(model) -> None:
+def apply_key_dims(model, set_dim=set_key_dim, keep_readout=keep_readout_scale) -> None:
+    """Give each linear layer of a freshly built fla model its config's `head_k_dims` entry (`set_dim(attn, dk)`) and
+    its `readout_key_dims` readout scale (`keep_readout(attn, dk)`); GLA passes its own two (analysis.archs.gla_pruned)."""
     dims = model.config.head_k_dims
     if dims is None:
         return
@@ -65,9 +67,9 @@ def _apply_key_dims(model) -> None:
             raise ValueError(f"{name} has {len(values)} entries for {len(layers)} linear-attention layers")
     for i, (block, dk) in enumerate(zip(layers, dims)):
         if dk != block.attn.head_k_dim:
-            set_key_dim(block.attn, int(dk))
+            set_dim(block.attn, int(dk))
         if readout is not None:
-            keep_readout_scale(block.attn, int(readout[i]))
+            keep_readout(block.attn, int(readout[i]))
 
 
 class PrunedDeltaNetConfig(DeltaNetConfig):
@@ -93,7 +95,7 @@ class PrunedDeltaNetForCausalLM(DeltaNetForCausalLM):
 
     def __init__(self, config):
         super().__init__(config)
-        _apply_key_dims(self)
+        apply_key_dims(self)
 
 
 class PrunedGatedDeltaNetForCausalLM(GatedDeltaNetForCausalLM):
@@ -101,7 +103,7 @@ class PrunedGatedDeltaNetForCausalLM(GatedDeltaNetForCausalLM):
 
     def __init__(self, config):
         super().__init__(config)
-        _apply_key_dims(self)
+        apply_key_dims(self)
 
 
 for _cfg, _model in ((PrunedDeltaNetConfig, PrunedDeltaNetForCausalLM),

@@ -16,13 +16,14 @@ from fla.layers.gla import GatedLinearAttention
 from fla.models import GLAConfig, GLAForCausalLM
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from analysis.archs.fla_pruned import linear_blocks
+from analysis.archs.fla_pruned import apply_key_dims
 from analysis.archs.fla_pruned import set_key_dim as fla_set_key_dim
 
 
-def output_norm(attn: GatedLinearAttention) -> nn.Module:
-    """The per-head RMSNorm GLA's recurrence output goes through first (gated or not)."""
-    return attn.g_norm_swish_gate if attn.fuse_norm_and_gate else attn.g_norm
+def keep_readout_scale(attn: GatedLinearAttention, readout_key_dim: int) -> None:
+    """The per-head RMSNorm GLA's output goes through first (gated or not) reads as at readout_key_dim^-1/2."""
+    norm = attn.g_norm_swish_gate if attn.fuse_norm_and_gate else attn.g_norm
+    norm.eps = norm.eps * readout_key_dim / attn.head_k_dim
 
 
 def set_key_dim(attn: GatedLinearAttention, head_k_dim: int) -> None:
@@ -48,16 +49,7 @@ class PrunedGLAForCausalLM(GLAForCausalLM):
 
     def __init__(self, config):
         super().__init__(config)
-        layers = [block.attn for block in linear_blocks(self)]
-        dims, readout = config.head_k_dims, config.readout_key_dims
-        for name, values in (("head_k_dims", dims), ("readout_key_dims", readout)):
-            if values is not None and len(values) != len(layers):
-                raise ValueError(f"{name} has {len(values)} entries for {len(layers)} GLA layers")
-        for i, attn in enumerate(layers):
-            if dims is not None and int(dims[i]) != attn.head_k_dim:
-                set_key_dim(attn, int(dims[i]))
-            if readout is not None:
-                output_norm(attn).eps *= int(readout[i]) / attn.head_k_dim
+        apply_key_dims(self, set_key_dim, keep_readout_scale)
 
 
 AutoConfig.register(PrunedGLAConfig.model_type, PrunedGLAConfig, exist_ok=True)
