@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from analysis.shrink.calibration import Calibration, calibrate
-from analysis.shrink.prune import plan_key_dims
+from analysis.errors import AnalysisError
+from analysis.shrink.prune import plan_key_dims, strategy_problem
 from analysis.shrink.strategies import get_strategy
 
 
@@ -51,8 +52,11 @@ def importance_report(model, tokenizer, names: list[str], ratio: float, calib_se
                       progress=None) -> dict:
     """progress(fraction, step) is told before each strategy is scored and before the kept sets are chosen."""
     report = progress or (lambda _fraction, _step: None)
-    for name in names:
-        get_strategy(name)
+    refused = {name: strategy_problem(model, get_strategy(name)) for name in names}
+    refused = {name: why for name, why in refused.items() if why}
+    names = [name for name in names if name not in refused]
+    if not names:
+        raise AnalysisError(next(iter(refused.values())))
     calib = calib or calibrate(model, tokenizer, calib_sequences, calib_tokens, seed)
     dims = plan_key_dims(model, ratio=ratio)
     scores = {}
@@ -67,4 +71,4 @@ def importance_report(model, tokenizer, names: list[str], ratio: float, calib_se
     return {"calibration": calib.label, "ratio": ratio, "head_k_dims": dims, "strategies": aligned,
             "labels": {n: get_strategy(n).label for n in names}, "scores": scores,
             "kept": {n: [m.int().tolist() for m in ms] for n, ms in masks.items()},
-            "agreement": agreement, "kept_energy": kept_energy(calib, masks)}
+            "agreement": agreement, "kept_energy": kept_energy(calib, masks), "refused": refused}

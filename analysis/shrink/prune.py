@@ -89,11 +89,19 @@ def check_rescale(rescale: str) -> str:
     return rescale
 
 
+def strategy_problem(model, strategy) -> str | None:
+    """Why `strategy` cannot prune this model, in one sentence, or None: a strategy that mixes key channels (PCA)
+    cannot be used where each key channel has its own decay (KDA, Kimi, GLA, RWKV-7)."""
+    adapter = adapter_for(model)
+    if strategy.axis_aligned or adapter.rotations:
+        return None
+    return (f"The {strategy.label} strategy mixes key channels, which {adapter.label} cannot take (each key channel "
+            "has its own decay); pick an axis-aligned strategy such as l1, wanda or drrqr.")
+
+
 def usable_strategies(model) -> tuple[list[str], list[str]]:
-    """(usable, unusable) strategy names for this model: a strategy that mixes key channels (PCA) cannot be
-    used where each key channel has its own decay (KDA, Kimi), the same rule prune() enforces."""
-    rotations = adapter_for(model).rotations
-    usable = [name for name, s in STRATEGIES.items() if s.axis_aligned or rotations]
+    """(usable, unusable) strategy names for this model: the rule prune() enforces (`strategy_problem`)."""
+    usable = [name for name, s in STRATEGIES.items() if strategy_problem(model, s) is None]
     return usable, [name for name in STRATEGIES if name not in usable]
 
 
@@ -105,10 +113,9 @@ def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0
     original = key_dims(model)
     if len(dims) != len(original) or any(not 1 <= d <= o for d, o in zip(dims, original)):
         raise AnalysisError(f"Key dims {dims} do not fit the model's {original}; plan them with plan_key_dims.")
-    adapter = adapter_for(model)
-    if not strat.axis_aligned and not adapter.rotations:
-        raise AnalysisError(f"The {strat.label} strategy mixes key channels, which {adapter.label} cannot take (each "
-                            "key channel has its own decay); pick an axis-aligned strategy such as l1, wanda or drrqr.")
+    problem = strategy_problem(model, strat)
+    if problem:
+        raise AnalysisError(problem)
     if strat.needs_calibration and calibration is None:
         raise AnalysisError(f"The {strat.label} strategy needs calibration data; run calibrate() first.")
     selections = strat.select(model, calibration, dims, seed=seed)

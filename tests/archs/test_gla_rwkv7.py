@@ -160,6 +160,7 @@ def test_rwkv7_bonus_term_takes_torch_where_fla_s_kernel_assumes_equal_head_widt
 @pytest.mark.parametrize("family", ["gla", "rwkv7"])
 def test_pca_is_refused_where_each_key_channel_has_its_own_decay(family):
     from analysis.shrink.calibration import calibrate
+    from analysis.shrink.importance import importance_report
     from analysis.shrink.prune import plan_key_dims, prune, usable_strategies
     model = _model(family)
     usable, unusable = usable_strategies(model)
@@ -169,6 +170,11 @@ def test_pca_is_refused_where_each_key_channel_has_its_own_decay(family):
     with pytest.raises(AnalysisError, match="mixes key channels") as refused:
         prune(model, "pca", plan_key_dims(model, ratio=0.5), calib)
     assert "\n" not in str(refused.value)
+    report = importance_report(model, None, ["l1", "pca"], 0.5, calib=calib)   # scored where it applies, else said
+    assert report["strategies"] == ["l1"] and list(report["scores"]) == ["l1"]
+    assert report["refused"] == {"pca": str(refused.value)}
+    with pytest.raises(AnalysisError, match="mixes key channels"):
+        importance_report(model, None, ["pca"], 0.5, calib=calib)
 
 
 def test_gla_with_shared_key_heads_is_one_sentence():

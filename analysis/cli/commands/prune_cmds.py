@@ -53,6 +53,7 @@ def run_importance(args) -> None:
     lines.append(" " * 8 + "".join(f"{n:>8s}" for n in names))
     for a, row in zip(names, report["agreement"]):
         lines.append(f"{a:>8s}" + "".join(f"{v:8.2f}" for v in row))
+    lines += [f"not scored: {why}" for why in report["refused"].values()]
     emit(args, report, "\n".join(lines))
 
 
