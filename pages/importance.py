@@ -4,6 +4,7 @@ import json
 import streamlit as st
 
 from analysis.data import corpus as data
+from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
 from ui import frame, notice, shrink, shrink_figures, state
 from ui.batches import recall_label
@@ -37,9 +38,12 @@ explainer(
 
 ctx = current()
 settings = shrink.calibration_controls(ctx)
-names = list(STRATEGIES)
+names, unusable = usable_strategies(ctx.model)  # PCA is not offered where key channels have their own decay
 chosen = multi_choice("Strategies", names, "importance_strategies", names, format_func=shrink.strategy_label,
                       empty_hint="No strategy picked: choose at least one above (or click one to keep only it).")
+if unusable:
+    st.caption(f"Not offered for {ctx.info.label}: {', '.join(map(shrink.strategy_label, unusable))} (it mixes key "
+               "channels, and each key channel here has its own decay).")
 c2, c3, c4 = st.columns([3, 1, 1])
 ratio = state.field(c2.slider, "Pruning ratio ρ", "importance_ratio", 0.5, 0.05, 0.95, step=0.05)
 n_layers = ctx.info.layers

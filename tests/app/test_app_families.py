@@ -86,3 +86,6 @@ def test_gla_and_rwkv7_open_on_every_page(monkeypatch, tmp_path, family, rule):
             assert any(rule in el.value and readout in el.value for el in at.latex), page
         if page == "pages/prune.py":
             assert "PCA" not in " ".join(at.selectbox(key="w:prune_strategy").options)
+        if page == "pages/importance.py":
+            assert "PCA" not in " ".join(at.multiselect(key="w:importance_strategies").options)
+            assert any("Not offered for" in c.value and "PCA" in c.value for c in at.caption)
