@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from analysis.errors import AnalysisError
+from family_cases import decoded
 from analysis.runtime.cpu_ops.dplr_delta_rule import chunked_dplr_delta_rule, recurrent_dplr_delta_rule
 from analysis.runtime.cpu_ops.gated_linear_attention import (chunked_gated_linear_attention,
                                                              recurrent_gated_linear_attention)
@@ -106,14 +107,8 @@ def test_every_token_utilization_of_per_channel_transitions_is_the_svd(family):
 def test_decoding_with_a_cache_equals_the_full_forward(family):
     model = _model(family)
     ids = torch.randint(1, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        full = model(ids, use_cache=True)
-        cache = model(ids[:, :21], use_cache=True).past_key_values
-        steps = []
-        for t in range(21, 24):
-            out = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-            cache, steps = out.past_key_values, steps + [out.logits]
-    assert rel(torch.cat(steps, 1), full.logits[:, 21:]) < 1e-5
+    full, steps, cache = decoded(model, ids, 21)
+    assert rel(steps, full.logits[:, 21:]) < 1e-5
     for i in range(len(model.model.layers)):
         assert rel(cache[i]["recurrent_state"], full.past_key_values[i]["recurrent_state"]) < 1e-5
 

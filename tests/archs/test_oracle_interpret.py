@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from family_cases import decoded
 from family_cases.text_lm import build_tiny
 
 ORACLE = Path(__file__).resolve().parents[1] / "oracle" / "interpret_run.py"
@@ -47,16 +48,9 @@ def assert_matches_oracle(model, tmp_path):
                           str(tmp_path / "oracle.pt")], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     oracle = torch.load(tmp_path / "oracle.pt", weights_only=True)
-    with torch.no_grad():
-        full = model(ids, use_cache=True)
-        cache = model(ids[:, :22], use_cache=True).past_key_values
-        steps = []
-        for t in (22, 23):
-            out = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
-            steps.append(out.logits)
+    full, steps, cache = decoded(model, ids, 22)
     assert rel(full.logits, oracle["logits"]) < 1e-4
-    assert rel(torch.cat(steps, 1), oracle["decode_logits"]) < 1e-4
+    assert rel(steps, oracle["decode_logits"]) < 1e-4
     for i in range(len(oracle["states"])):
         assert rel(full.past_key_values[i]["recurrent_state"], oracle["states"][i]) < 1e-4
         assert rel(cache[i]["recurrent_state"], oracle["decode_states"][i]) < 1e-4

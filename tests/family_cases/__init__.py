@@ -46,3 +46,23 @@ def states_and_layer_inputs(model, ids):
             h.remove()
     assert len(trace.layers) == len(layers) == len(inputs)
     return trace, inputs
+
+
+def decoded(model, ids, prefix: int):
+    """The full no-grad forward with cache, then a prefill of ids[:, :prefix] and one cached step per later token:
+    (full output, the steps' logits concatenated, the last cache)."""
+    import torch
+    with torch.no_grad():
+        full = model(ids, use_cache=True)
+        cache = model(ids[:, :prefix], use_cache=True).past_key_values
+        steps = []
+        for t in range(prefix, ids.shape[1]):
+            out = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            steps.append(out.logits)
+    return full, torch.cat(steps, 1), cache
+
+
+def layer_input(adapter, model, layer_index: int, hidden_in):
+    """(linear layer `layer_index` of `model`, its input as fp32): where a reference_states loop starts."""
+    return adapter.linear_layers(model)[layer_index], hidden_in.float()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from family_cases import FamilyCase
+from family_cases import FamilyCase, layer_input
 from family_cases.fla_reference import conv_silu
 
 SIZES = dict(hidden_size=64, num_hidden_layers=2, num_heads=2, expand_k=0.5, expand_v=1.0, use_short_conv=True,
@@ -37,9 +37,8 @@ def make_model(seed: int = 0, **overrides):
 def reference_states(model, layer_index: int, hidden_in: torch.Tensor) -> torch.Tensor:
     """All states [B,T,H,dk,dv] (K-first) of GLA layer `layer_index`."""
     from analysis.archs.gla import ADAPTER
-    attn = ADAPTER.linear_layers(model)[layer_index]
+    attn, x = layer_input(ADAPTER, model, layer_index, hidden_in)
     with torch.no_grad():
-        x = hidden_in.float()
         B, T, _ = x.shape
         H, dk, dv = attn.num_heads, attn.head_k_dim, attn.head_v_dim
         if attn.use_short_conv:  # the state needs k and v only (q reads it out)

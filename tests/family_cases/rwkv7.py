@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from family_cases import FamilyCase
+from family_cases import FamilyCase, layer_input
 
 SIZES = dict(hidden_size=64, num_hidden_layers=2, head_dim=32, decay_low_rank_dim=8, gate_low_rank_dim=8,
              a_low_rank_dim=8, v_low_rank_dim=8, vocab_size=256, tie_word_embeddings=True)
@@ -44,10 +44,9 @@ def make_model(seed: int = 0, **overrides):
 def reference_states(model, layer_index: int, hidden_in: torch.Tensor) -> torch.Tensor:
     """All states [B,T,H,dk,dv] (K-first) of RWKV-7 layer `layer_index` (the state needs w, k, κ̂, α and v, not r)."""
     from analysis.archs.rwkv7 import ADAPTER
-    attn = ADAPTER.linear_layers(model)[layer_index]
+    attn, x = layer_input(ADAPTER, model, layer_index, hidden_in)
     first = ADAPTER.linear_layers(model)[0]
     with torch.no_grad():
-        x = hidden_in.float()
         B, T, _ = x.shape
         H, dk, dv = attn.num_heads, attn.head_dim, attn.head_v_dim
         shift = lambda z: torch.cat([torch.zeros_like(z[:, :1]), z[:, :-1]], 1) - z   # noqa: E731

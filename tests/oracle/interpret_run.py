@@ -7,6 +7,7 @@ process must never import `analysis` (its CPU path would replace the kernels und
 """
 import os
 import sys
+from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
 import torch  # noqa: E402
@@ -17,6 +18,9 @@ _prune = _autotuner.Autotuner.prune_configs
 _autotuner.Autotuner.prune_configs = lambda self, kw, *a, **k: _prune(self, kw, *a, **k)[:1]
 
 import fla  # noqa: E402,F401
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared decode loop (imports no analysis)
+from family_cases import decoded  # noqa: E402
 
 
 def run_ops(out_path):
@@ -32,19 +36,11 @@ def run_model(model_dir, ids_path, out_path):
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     ids = torch.load(ids_path, weights_only=True)
-    prefix = ids.shape[1] - 2
-    with torch.no_grad():
-        full = model(ids, use_cache=True)
-        cache = model(ids[:, :prefix], use_cache=True).past_key_values
-        step_logits = []
-        for t in range(prefix, ids.shape[1]):
-            out = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
-            step_logits.append(out.logits)
+    full, step_logits, cache = decoded(model, ids, ids.shape[1] - 2)
     n = len(model.model.layers)
     torch.save({"logits": full.logits,
                 "states": [full.past_key_values[i]["recurrent_state"] for i in range(n)],
-                "decode_logits": torch.cat(step_logits, dim=1),
+                "decode_logits": step_logits,
                 "decode_states": [cache[i]["recurrent_state"] for i in range(n)]}, out_path)
 
 
