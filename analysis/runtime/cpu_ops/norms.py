@@ -16,10 +16,7 @@ def rms_norm(x, weight, bias=None, residual=None, eps=1e-5, prenorm=False, resid
     of each of `groups` equal slices of the last dim on their own)."""
     res_dtype = residual.dtype if residual is not None else (torch.float32 if residual_in_fp32 else x.dtype)
     h = x.float() if residual is None else x.float() + residual.float()
-    z = h.unflatten(-1, (groups, -1))
-    if centred:
-        z = z - z.mean(-1, keepdim=True)
-    y = (z * torch.rsqrt(z.square().mean(-1, keepdim=True) + eps)).flatten(-2)
+    y = _normalised(h, eps) if groups == 1 and not centred else _normalised_groups(h, eps, centred, groups)
     if weight is not None:
         y = y * weight.float()
     if bias is not None:
@@ -34,6 +31,19 @@ def rms_norm(x, weight, bias=None, residual=None, eps=1e-5, prenorm=False, resid
             raise ValueError(f"unsupported gate activation {activation!r}")
     y = y.to(x.dtype)
     return (y, h.to(res_dtype)) if prenorm else y
+
+
+def _normalised(h, eps):
+    return h * torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)
+
+
+def _normalised_groups(h, eps, centred, groups):
+    """Each of `groups` slices of the last dim normalised on its own, after subtracting its mean when `centred`
+    (kept apart from `_normalised`, so RMSNorm's autograd graph, and its gradients to the last bit, stay as they were)."""
+    z = h.unflatten(-1, (groups, -1))
+    if centred:
+        z = z - z.mean(-1, keepdim=True)
+    return _normalised(z, eps).flatten(-2)
 
 
 def swiglu(x, y):
