@@ -201,8 +201,8 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
         st.info("The recovery was stopped after a finished step; its state is saved, so **Resume** continues it.")
     if run["recovered"]:
         rec = run["recovered"]
-        verdict = recovery_verdict(run["after"], rec["measure"])
         meta = rec.get("recovery") or {}
+        verdict = recovery_verdict(run["after"], rec["measure"], meta.get("validation_change"))
         kept = (f"; kept step {meta['kept_step']}, validation perplexity {meta['kept_validation_perplexity']:.2f} "
                 f"against {meta['start_validation_perplexity']:.2f} at step 0, {meta['validation']}") if meta else ""
         said = (f"{METHOD_LABELS.get(rec.get('method'), 'q/k rows')}, {rec['steps']} recovery steps (final training "
@@ -211,4 +211,4 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
         {"better": st.success, "worse": st.warning}.get(verdict["verdict"], st.info)(said)
         if rec.get("history"):
             st.plotly_chart(loss_figure(rec["history"], rec["validation"]), key="recovery_curve_done")
-            st.caption(notice.recovery(rec["history"], rec["validation"]))
+            st.caption(notice.recovery(rec["history"], rec["validation"], meta.get("validation_change")))

@@ -5,8 +5,11 @@ Methods: `qk` trains the pruned q/k rows at full rank (the reference's --model.f
 run_lora.sh); `lora-kd` adds distillation from the unpruned model, KL(softmax(t/T) ‖ softmax(s/T))·T²
 (the default). AdamW, cosine to 0.1·lr, clip 1.0, on train-split windows. Validation-split perplexity is
 measured at step 0 (the pruned model itself) and every `eval_every` steps; the best state is kept, so a
-recovery never returns a model worse on validation than the one it started from. A stop can save the state
-(analysis.recovery_state) for a later call to resume.
+recovery never returns a model worse on validation than the one it started from. Unless asked for a size, each
+check scores validation tokens in proportion to the run (a quarter of its training tokens spread over its checks,
+between MIN_EVAL_WINDOWS windows and MAX_EVAL_TOKENS), so a few tiny steps are not validated on 4,096 tokens each;
+each check keeps its per-window losses, and the kept step's change carries a paired standard error over them.
+A stop can save the state (analysis.recovery_state) for a later call to resume.
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ from analysis.shrink.recovery_setup import LORA_METHODS, check_lora, merged, qk_
 
 METHODS = ("qk", "lora", "lora-kd")
 DEFAULT_LR = {"qk": 1e-3, "lora": 1e-4, "lora-kd": 1e-4}
+MAX_EVAL_TOKENS = 4096     # validation tokens per check when the size follows the run
+MIN_EVAL_WINDOWS = 4       # ... and at least this many windows of seq_len: a standard error needs a few
+EVAL_SHARE = 0.25          # validation tokens in all, as a share of the training tokens
 
 
 @dataclass(frozen=True)
@@ -39,16 +45,31 @@ class RecoverySettings:
     temperature: float = 2.0          # lora-kd
     kd_weight: float = 1.0
     eval_every: int = 25              # validation perplexity every this many steps (and at step 0)
-    eval_tokens: int = 4096           # validation tokens per check
+    eval_tokens: int | None = None    # validation tokens per check; None: in proportion to the run (validation_tokens)
     seed: int = 0
 
     @property
     def learning_rate(self) -> float:
         return DEFAULT_LR.get(self.method, 1e-4) if self.lr is None else float(self.lr)
 
+    @property
+    def checks(self) -> int:
+        """Validation checks: step 0, every eval_every steps, and the last step."""
+        return 1 + self.steps // self.eval_every + (1 if self.steps % self.eval_every else 0)
+
+    @property
+    def validation_tokens(self) -> int:
+        """Tokens per validation check: `eval_tokens` when given, else EVAL_SHARE of the training tokens spread
+        over the checks, in whole windows of seq_len, at least MIN_EVAL_WINDOWS of them and at most MAX_EVAL_TOKENS."""
+        if self.eval_tokens is not None:
+            return self.eval_tokens
+        share = EVAL_SHARE * self.steps * self.batch * self.seq_len / self.checks
+        windows = max(MIN_EVAL_WINDOWS, int(share // self.seq_len))
+        return max(MIN_EVAL_WINDOWS * self.seq_len, min(MAX_EVAL_TOKENS, windows * self.seq_len))
+
     def record(self) -> dict:
         """The settings as saved with the model (method, rank, α, lr, steps, T, weight, ...)."""
-        out = {**asdict(self), "lr": self.learning_rate}
+        out = {**asdict(self), "lr": self.learning_rate, "eval_tokens": self.validation_tokens}
         if self.method not in LORA_METHODS:
             out.pop("rank"), out.pop("alpha")
         if self.method != "lora-kd":
@@ -61,7 +82,7 @@ class RecoveryResult:
     model: object                     # the merged, plain model (no peft), eval mode, the input's dtype
     settings: dict                    # RecoverySettings.record()
     history: list = field(default_factory=list)     # per step: {"step", "lr", "ce", "kd", "loss"}
-    validation: list = field(default_factory=list)  # {"step", "perplexity", "tokens"}; step 0 = the pruned model
+    validation: list = field(default_factory=list)  # {"step", "perplexity", "tokens", "windows"}; step 0 = the pruned model
     kept_step: int = 0                # the step whose state was kept (0: none improved on validation)
     validation_label: str = ""        # dataset, split, context, tokens of the validation checks
     resumed_from: int | None = None   # the step a saved state resumed at
@@ -75,14 +96,25 @@ class RecoveryResult:
         kept = next(v for v in self.validation if v["step"] == self.kept_step)
         return {**self.settings, "kept_step": self.kept_step, "kept_validation_perplexity": kept["perplexity"],
                 "start_validation_perplexity": self.validation[0]["perplexity"], "validation": self.validation_label,
-                "final_loss": self.final_loss, "resumed_from": self.resumed_from}
+                "validation_change": self.validation_change(), "final_loss": self.final_loss,
+                "resumed_from": self.resumed_from}
+
+    def validation_change(self) -> dict | None:
+        """The kept step against step 0 on the same validation windows: {"delta_log_ppl", "se", "windows",
+        "tokens"} (paired over windows); None without per-window losses (a state saved before they were kept)."""
+        from analysis.shrink.sensitivity import paired_difference
+        start = self.validation[0] if self.validation else {}
+        kept = next((v for v in self.validation if v["step"] == self.kept_step), {})
+        if not start.get("windows") or len(kept.get("windows") or []) != len(start["windows"]):
+            return None
+        return {**paired_difference(start["windows"], kept["windows"]), "tokens": start["tokens"]}
 
 
 def check_settings(model, s: RecoverySettings, teacher=None) -> None:
     """One sentence for each setting that cannot work, before any work."""
     if s.method not in METHODS:
         raise AnalysisError(f"Unknown recovery method {s.method!r}; use one of {', '.join(METHODS)}.")
-    for name, low in (("steps", 0), ("batch", 1), ("seq_len", 2), ("eval_every", 1), ("eval_tokens", 2)):
+    for name, low in (("steps", 0), ("batch", 1), ("seq_len", 2), ("eval_every", 1), ("validation_tokens", 2)):
         value = getattr(s, name)
         if int(value) != value or value < low:
             raise AnalysisError(f"Recovery {name.replace('_', ' ')} must be a whole number ≥ {low}, got {value}.")
@@ -118,8 +150,7 @@ def check_sizes(model, s: RecoverySettings, yes: bool = False, say=None, distils
     limits.check_recovery(model, s.batch, s.seq_len, teacher=model if distils else None)
     per_step = workload.TRAIN_STEP + (1 if distils else 0)  # forward + backward, plus the teacher's forward
     # the validation checks' forwards (8 windows of seq_len each), spread over the steps at [batch, seq_len]
-    checks = s.steps // s.eval_every + 1
-    validation = checks * max(1, s.eval_tokens // s.seq_len) / (s.batch * s.steps)
+    validation = s.checks * max(1, s.validation_tokens // s.seq_len) / (s.batch * s.steps)
     workload.check("Recovery fine-tuning", s.steps, model, s.batch, s.seq_len,
                    "use fewer recovery steps, a smaller batch or fewer validation checks", yes, say,
                    per_forward=per_step + validation)
@@ -148,7 +179,8 @@ def _validation(model, tokenizer, s: RecoverySettings) -> dict:
     from analysis.evaluate.perplexity import perplexity
     was = model.training
     model.eval()
-    out = perplexity(model, tokenizer, "validation", context=s.seq_len, max_tokens=s.eval_tokens, yes=True)
+    out = perplexity(model, tokenizer, "validation", context=s.seq_len, max_tokens=s.validation_tokens, yes=True,
+                     per_window=True)
     model.train(was)
     return out
 
@@ -211,7 +243,8 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
         first = _validation(net, tokenizer, s)
         result.validation_label = (f"{first['dataset']}, context {first['context']}, {first['tokens']} tokens, "
                                    f"{first['device']} {first['dtype']} (the training copy)")
-        result.validation.append({"step": 0, "perplexity": first["perplexity"], "tokens": first["tokens"]})
+        result.validation.append({"step": 0, "perplexity": first["perplexity"], "tokens": first["tokens"],
+                                  "windows": first["window_losses"]})
         _tell(progress, {"kind": "validation", "step": 0, "steps": s.steps, "perplexity": first["perplexity"]})
     device = next(work.parameters()).device
     step = start
@@ -232,9 +265,10 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
             result.history.append(point)
             _tell(progress, {"kind": "train", "steps": s.steps, **point})
             if (step + 1) % s.eval_every == 0 or step + 1 == s.steps:
-                ppl = _validation(net, tokenizer, s)["perplexity"]
-                tokens = result.validation[0]["tokens"]
-                result.validation.append({"step": step + 1, "perplexity": ppl, "tokens": tokens})
+                checked = _validation(net, tokenizer, s)
+                ppl = checked["perplexity"]
+                result.validation.append({"step": step + 1, "perplexity": ppl, "tokens": checked["tokens"],
+                                          "windows": checked["window_losses"]})
                 _tell(progress, {"kind": "validation", "step": step + 1, "steps": s.steps, "perplexity": ppl})
                 if ppl < min(v["perplexity"] for v in result.validation[:-1]):
                     best = {n: p.detach().clone() for n, p in params.items()}
