@@ -5,7 +5,8 @@ import time
 import streamlit as st
 
 from analysis.linalg.noise import VALIDITY_TOL
-from ui import cache, compare, compare_views, figures, frame, noise_tables, noise_view, notice, state
+from ui import cache, compare, compare_views, figures, frame, noise_tables, noise_view, notice, rank_card_view, state
+from ui.scales import TAU
 from ui.clicks import click, clicked_for
 from ui.context import current
 from ui.errors import guard
@@ -63,6 +64,9 @@ for side, b, prov, col in zip(sides, bounds, provs, cols):
         st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical rank at τ = 1e-3; $\\|S\\|_F^2$ "
                                  "is the noise energy per unit σ², s₁ the worst-case gain, κ = s₁/sᵣ; quartiles over "
                                  "the sequences (a direction's over those whose rank reaches it)"))
+        rank_card_view.show(f"layer {layer}, head {head}{where(side)}, final state",
+                            traces[sides.index(side)]["singular_values"][layer][:, head, -1], TAU,
+                            caption(prov, "the numerical rank above is one of these counts"), key=f"noise_card_{side.id}")
 
 # ---- Monte Carlo: on request, step by step ------------------------------------------------------------------
 with guard():
