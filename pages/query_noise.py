@@ -15,9 +15,9 @@ from ui.labels import caption
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Query noise")
-noise_view.explain()
-
 ctx = current()
+noise_view.explain(ctx)
+
 other = compare.picker(ctx)  # a pruned version beside the loaded model, or None
 sides = (compare.original(ctx), other) if other else (compare.original(ctx),)
 comparison_only = noise_view.bounds_note(ctx)  # Mamba-2: no l2 norm on the query, re-normalised figures compare only

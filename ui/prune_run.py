@@ -8,6 +8,7 @@ import uuid
 
 import streamlit as st
 
+from analysis.archs import adapter_for
 from analysis.io.writes import output_root
 from analysis.shrink.prune_workflow import Evaluation as CoreEvaluation, prune_and_measure, recover_and_measure
 from analysis.shrink.recovery import METHODS, RecoverySettings
@@ -108,7 +109,7 @@ def comparison(ctx: Context, run: dict) -> dict:
         method = rec.get("method") or "qk"
         methods["after recovery"] = f"{method} ({METHOD_LABELS.get(method, method)}), {rec['steps']} steps"
     st.table(before_after_table(columns, methods))
-    notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {readout_label(result.info['rescale'])}",
+    notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {readout_label(result.info['rescale'], adapter_for(ctx.model).readout_scaled)}",
              "Δ and %: change from the unpruned model ("
              + ("higher recall accuracy and lower kernel time are better)" if ctx.task is not None else
                 "lower perplexity and kernel time are better)")]

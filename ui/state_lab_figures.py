@@ -37,11 +37,14 @@ def spectrum(values, rank: int, tau: float, title: str, other: Sequence[float] |
         p = [v if v > 0 else None for v in as_list(other)]
         fig.add_trace(go.Scatter(x=list(range(1, len(p) + 1)), y=p, mode="lines", name=other_name,
                                  line=dict(color=RANDOM_COLOR, dash="dash")))
-    if s.size and s[0] > 0:
-        fig.add_hline(y=tau * float(s[0]), line_dash="dot", line_color=RANDOM_COLOR,
-                      annotation_text=f"τ·s₁ (τ = {tau:g})", annotation_position="bottom left")
-        fig.add_vline(x=rank + 0.5, line_dash="dash", line_color=PALETTE[1],
-                      annotation_text=f"numerical rank {rank}", annotation_position="top right")
+    if s.size and s[0] > 0:  # both marks named in the legend: text written on the plot collided wherever they met
+        floor = tau * float(s[0])
+        shown = [v for v in pos if v is not None] + [floor]
+        fig.add_trace(go.Scatter(x=[0.5, len(s) + 0.5], y=[floor, floor], mode="lines", name=f"τ·s₁ (τ = {tau:g})",
+                                 line=dict(color=RANDOM_COLOR, dash="dot"), hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=[rank + 0.5, rank + 0.5], y=[min(shown) / 2, max(shown) * 2], mode="lines",
+                                 name=f"numerical rank {rank}", line=dict(color=PALETTE[1], dash="dash"),
+                                 hoverinfo="skip"))
     fig.update_yaxes(**LOG_AXIS)  # one label per decade: no bare "2"/"5" minor labels
     return axes_layout(fig, title, "index i (descending)", "singular value s_i (log)", height=420)
 
@@ -63,19 +66,27 @@ def over_tokens(curves: dict[str, Sequence[float]], t: int, tokens: Sequence[str
     return axes_layout(fig, title, "token position (hover: the token)", y_title, height=400)
 
 
-def noise_curves(probe: dict, snr_db: float, title: str, first_label: str, second_label: str) -> go.Figure:
-    """Monte-Carlo RMS vs SNR (raw and re-normalised query) against the exact raw bound and the series."""
+def noise_curves(probe: dict, snr_db: float, title: str, first_label: str, second_label: str,
+                 comparison_only: bool = False) -> go.Figure:
+    """Monte-Carlo RMS vs SNR (raw and re-normalised query) against the exact raw bound and the series; each order of
+    the series is drawn only where it is valid (`first_valid`, `second_valid`), as on the Query noise page.
+    comparison_only: the family does not re-normalise q, so the q̂ curves are marked as a comparison."""
     x = probe["snr_db"]
     fig = go.Figure()
-    lines = [("Monte Carlo, q = k + ε", "mc_raw", PALETTE[0], "solid"),
-             ("exact RMS σ‖S‖<sub>F</sub>/‖Sᵀk‖", "bound_raw", PALETTE[0], "dot"),
-             ("Monte Carlo, re-normalised q̂", "mc_renorm", PALETTE[1], "solid"),
-             (f"first order, q̂ ({first_label})", "first_order", PALETTE[2], "dash"),
-             (f"second order, q̂ ({second_label})", "second_order", PALETTE[3], "dash")]
+    only = " (comparison only)" if comparison_only else ""
+    lines = [("Monte Carlo, q = k + ε", "mc_raw", PALETTE[0], "solid", None),
+             ("exact RMS σ‖S‖<sub>F</sub>/‖Sᵀk‖", "bound_raw", PALETTE[0], "dot", None),
+             (f"Monte Carlo, re-normalised q̂{only}", "mc_renorm", PALETTE[1], "solid", None),
+             (f"first order, q̂ ({first_label}){only}", "first_order", PALETTE[2], "dash", "first_valid"),
+             (f"second order, q̂ ({second_label}){only}", "second_order", PALETTE[3], "dash", "second_valid")]
     if "retrieval_raw" in probe:
-        lines.append(("vs w<sub>j</sub>: ‖Sᵀq − w<sub>j</sub>‖/‖w<sub>j</sub>‖ (exact RMS)", "retrieval_raw", "#000000", "dashdot"))
-    for name, key, color, dash in lines:
-        fig.add_trace(go.Scatter(x=x, y=as_list(probe[key]), mode="lines", name=name, line=dict(color=color, dash=dash)))
+        lines.append(("vs w<sub>j</sub>: ‖Sᵀq − w<sub>j</sub>‖/‖w<sub>j</sub>‖ (exact RMS)", "retrieval_raw", "#000000",
+                      "dashdot", None))
+    for name, key, color, dash, valid in lines:
+        y = as_list(probe[key])
+        if valid is not None:  # a truncated series outside its validity is not a prediction: a gap, not a line
+            y = [v if ok else None for v, ok in zip(y, probe[valid])]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, line=dict(color=color, dash=dash)))
     fig.add_vline(x=snr_db, line_color="black", line_width=1, annotation_text=f"{snr_db:g} dB",
                   annotation_position="top")
     fig.update_yaxes(**LOG_AXIS)  # one label per decade: no bare "2"/"5" minor labels

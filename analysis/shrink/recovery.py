@@ -238,7 +238,7 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
         start = result.resumed_from = saved["step"]
         result.history, result.validation, result.kept_step = saved["history"], saved["validation"], saved["kept_step"]
         result.validation_label = saved["validation_label"]
-    train_ids = data.encode(data.load_text("train"), tokenizer) if s.steps else None
+    train_ids = data.encoded_split("train", tokenizer) if s.steps else None
     if len(result.validation) == 0:
         first = _validation(net, tokenizer, s)
         result.validation_label = (f"{first['dataset']}, context {first['context']}, {first['tokens']} tokens, "

@@ -117,7 +117,8 @@ def test_a_fixed_height_chart_with_many_entries_still_grows_its_legend():
     from ui import state_lab_figures as figs
     x = [-10.0, 0.0, 10.0]
     probe = {"snr_db": x, **{k: [1.0, 0.3, 0.1] for k in ("mc_raw", "bound_raw", "mc_renorm", "first_order",
-                                                           "second_order", "retrieval_raw")}}
+                                                           "second_order", "retrieval_raw")}, "first_valid": [True] * 3,
+             "second_valid": [True] * 3}
     fig = figs.noise_curves(probe, 0.0, "t", "valid ≥ 5 dB", "valid ≥ 0 dB")  # 6 entries, asked height 420
     assert fig.layout.legend.orientation == "v" and fig.layout.height >= 400 + 22 * 6
     assert not any("_" in t.name for t in fig.data)  # subscripts, not literal underscores
