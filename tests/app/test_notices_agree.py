@@ -102,3 +102,21 @@ def test_the_rank_card_matches_numpy_definitions():
         assert rows[name] == pytest.approx(float(value), rel=1e-9), name
     zero = {r["measure"]: r["value"] for r in rank_card(np.zeros((1, 4)), tau=1e-3)}
     assert all(v == 0 and not math.isnan(v) for v in zero.values())
+
+
+def test_state_lab_series_are_drawn_only_where_valid_and_its_labels_cannot_collide():
+    """Item 7: the first- and second-order curves of the noise probe leave gaps outside their validity (as on the
+    Query noise page), and the spectrum names τ·s₁ and the numerical rank in its legend, not as text on the plot
+    (the two labels were drawn over each other)."""
+    from ui import state_lab_figures as figs
+    x = [-10.0, 0.0, 10.0, 20.0]
+    probe = {"snr_db": x, **{k: [1.0, 0.5, 0.1, 0.01] for k in ("mc_raw", "bound_raw", "mc_renorm", "first_order",
+                                                                  "second_order")},
+             "first_valid": [False, False, True, True], "second_valid": [False, True, True, True]}
+    fig = figs.noise_curves(probe, 10.0, "t", "valid from 5 dB", "valid from -5 dB")
+    y = {t.name.split(",")[0]: list(t.y) for t in fig.data}
+    assert y["first order"] == [None, None, 0.1, 0.01] and y["second order"] == [None, 0.5, 0.1, 0.01]
+    assert y["Monte Carlo"] == [1.0, 0.5, 0.1, 0.01]  # measurements are drawn everywhere
+    spectrum = figs.spectrum([1.0, 0.3, 0.01, 1e-5], 3, 1e-3, "t")
+    assert not spectrum.layout.annotations
+    assert [t.name for t in spectrum.data] == ["s_i", "τ·s₁ (τ = 0.001)", "numerical rank 3"]
