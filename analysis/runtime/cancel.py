@@ -8,7 +8,8 @@ unwinds the work, and nothing half-done is cached or written (writes happen only
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable
 from typing import Protocol, Union
 
 
@@ -33,3 +34,19 @@ def check(cancel: Token) -> None:
     """Raise Cancelled when `cancel` says so (a no-op for None)."""
     if is_cancelled(cancel):
         raise Cancelled
+
+
+@contextlib.contextmanager
+def checked_inside(modules: Iterable, cancel: Token):
+    """check(cancel) before each of `modules` (torch modules, e.g. a model's blocks) runs its forward, so a stop takes
+    effect within one layer of a forward or backward step rather than at the step's end. Only for a model no one
+    else runs meanwhile (a private training copy): the hooks are the caller's, and their Cancelled unwinds its step."""
+    if cancel is None:
+        yield
+        return
+    handles = [m.register_forward_pre_hook(lambda *_: check(cancel)) for m in modules]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

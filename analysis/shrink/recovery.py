@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 from analysis.data import corpus as data
 from analysis.models import limits, workload
-from analysis.runtime.cancel import Cancelled, check
+from analysis.archs import adapter_for
+from analysis.runtime.cancel import Cancelled, check, checked_inside
 from analysis.errors import AnalysisError
 from analysis.shrink.recovery_setup import LORA_METHODS, check_lora, merged, qk_trainable, trainable, wrap_lora
 
@@ -248,6 +249,7 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
         _tell(progress, {"kind": "validation", "step": 0, "steps": s.steps, "perplexity": first["perplexity"]})
     device = next(work.parameters()).device
     step = start
+    blocks = [b.module for b in adapter_for(net).blocks(net)]  # a stop lands inside a step's forward, at a block
     try:
         for step in range(start, s.steps):
             check(cancel)
@@ -256,7 +258,8 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
                 group["lr"] = lr
             starts = torch.randint(0, len(train_ids) - s.seq_len, (s.batch,), generator=gen).tolist()
             ids = torch.stack([train_ids[i:i + s.seq_len] for i in starts]).to(device)
-            losses = step_loss(net, ids, s, teacher)
+            with checked_inside(blocks, cancel):  # Cancelled there: no update made, the step is redone on resume
+                losses = step_loss(net, ids, s, teacher)
             optimizer.zero_grad(set_to_none=True)
             losses["loss"].backward()
             torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)

@@ -61,12 +61,20 @@ def test_calibration_stops_between_batches(model_tok):
         calibrate(model, tok, n_sequences=16, seq_len=32, cancel=event)
 
 
-def test_recovery_stops_between_steps(model_tok):
+def test_recovery_stops_inside_a_step(model_tok):
+    """Issue 29: the stop is checked at every block of a training step's forward, not only between steps, so a
+    slow step on a loaded host does not delay it: a stop that arrives after step 3 began ends step 3 unfinished."""
     model, tok = model_tok
-    steps = []
+    steps, calls = [], []
+
+    def stop_inside_step_3():
+        if steps == [1, 2]:
+            calls.append(1)
+        return len(calls) >= 2  # the loop's own check at step 3's start, then the first block's inside it
+
     with pytest.raises(Cancelled):
         recover(model, tok, RecoverySettings(method="qk", steps=50, batch=1, seq_len=16, eval_tokens=32),
-                progress=lambda e: e["kind"] == "train" and steps.append(e["step"]), cancel=After(3))
+                progress=lambda e: e["kind"] == "train" and steps.append(e["step"]), cancel=stop_inside_step_3)
     assert steps == [1, 2]
 
 
