@@ -255,11 +255,11 @@ def controls(name: str, key: str, run_label: str, disabled: bool = False, contai
     # the callback's request is read once (a button's own value may outlive an st.rerun); the job then takes the
     # inputs of this run (the click's own run, with any value typed just before the click)
     start = bool(st.session_state.pop(_request(name), False)) and not running
-    left, right, _ = container.columns([1, 1, 4])
-    left.button(run_label, key=run_key or f"{name}:run", disabled=disabled or running or start, type="primary",
-                on_click=st.session_state.__setitem__, args=(_request(name), True))
+    row = container.container(horizontal=True)  # each button as wide as its label: a long one is never cut
+    row.button(run_label, key=run_key or f"{name}:run", disabled=disabled or running or start, type="primary",
+               on_click=st.session_state.__setitem__, args=(_request(name), True))
     # live while a job runs, including the one this run is about to launch (the page then follows it)
-    right.button("Stop", key=f"{name}:stop", on_click=stop_job, args=(name,), disabled=not (running or start))
+    row.button("Stop", key=f"{name}:stop", on_click=stop_job, args=(name,), disabled=not (running or start))
     return start
 
 

@@ -204,3 +204,10 @@ def lab_step_seconds(page, steps: int) -> list[tuple[float, float]]:
         times.append((drawn, time.perf_counter() - start))
         idle(page)  # settled before the next step
     return times
+
+
+def shown_choice(selectbox) -> str:
+    """What a Streamlit selectbox shows as chosen (its text, and its input's value and label, wherever this
+    Streamlit version puts the choice)."""
+    return selectbox.evaluate("el => el.innerText + ' ' + [...el.querySelectorAll('input')].map(i => i.value + ' '"
+                              " + (i.getAttribute('aria-label') || '')).join(' ')")

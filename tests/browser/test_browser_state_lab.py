@@ -2,7 +2,7 @@
 import pytest
 
 from browser_utils import ARTIFACTS, ROOT, TIMEOUT_MS, app_server, chromium_page, full_screenshot, idle, \
-    lab_step_seconds, no_exception, open_page, plotly_value
+    lab_step_seconds, no_exception, open_page, plotly_value, shown_choice
 
 pytestmark = pytest.mark.browser
 MODEL = ROOT / "sample_models" / "deltanet-small"
@@ -46,9 +46,7 @@ def test_type_scrub_switch_rule_and_snr(server):
         assert page.locator("mark").first.inner_text().strip() == "In"  # the last token is current
         # issue 29: the box names what it holds now, and the probe's token j follows the scrubber
         prepared = page.locator("[data-testid='stSelectbox']", has_text="Prepared sentence")
-        shown = prepared.evaluate("el => el.innerText + ' ' + [...el.querySelectorAll('input')].map(i => i.value"
-                                  " + ' ' + (i.getAttribute('aria-label') || '')).join(' ')")
-        assert "(your own text)" in shown, shown
+        assert "(your own text)" in shown_choice(prepared), shown_choice(prepared)
         steps = lab_step_seconds(page, 3)
         print("\nState lab steps (key press → heatmap, → run finished): "
               + ", ".join(f"{a:.2f} s / {b:.2f} s" for a, b in steps))
