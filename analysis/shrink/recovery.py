@@ -240,16 +240,19 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
         result.history, result.validation, result.kept_step = saved["history"], saved["validation"], saved["kept_step"]
         result.validation_label = saved["validation_label"]
     train_ids = data.encoded_split("train", tokenizer) if s.steps else None
+    # where a stop lands inside a forward or backward: each block's mixer and the output head (in a small model the
+    # head over the whole vocabulary is most of a step)
+    blocks = [b.module for b in adapter_for(net).blocks(net)] + [m for m in (net.get_output_embeddings(),) if m]
     if len(result.validation) == 0:
-        first = _validation(net, tokenizer, s)
+        with checked_inside(blocks, cancel):
+            first = _validation(net, tokenizer, s)
         result.validation_label = (f"{first['dataset']}, context {first['context']}, {first['tokens']} tokens, "
                                    f"{first['device']} {first['dtype']} (the training copy)")
         result.validation.append({"step": 0, "perplexity": first["perplexity"], "tokens": first["tokens"],
                                   "windows": first["window_losses"]})
         _tell(progress, {"kind": "validation", "step": 0, "steps": s.steps, "perplexity": first["perplexity"]})
     device = next(work.parameters()).device
-    step = start
-    blocks = [b.module for b in adapter_for(net).blocks(net)]  # a stop lands inside a step's forward, at a block
+    done = start  # steps finished (their update made and recorded): what a stop saves and a resume continues from
     try:
         for step in range(start, s.steps):
             check(cancel)
@@ -266,9 +269,11 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
             optimizer.step()
             point = {"step": step + 1, "lr": lr, **{k: (None if v is None else v.item()) for k, v in losses.items()}}
             result.history.append(point)
+            done = step + 1
             _tell(progress, {"kind": "train", "steps": s.steps, **point})
             if (step + 1) % s.eval_every == 0 or step + 1 == s.steps:
-                checked = _validation(net, tokenizer, s)
+                with checked_inside(blocks, cancel):  # Cancelled there: this check is skipped on resume
+                    checked = _validation(net, tokenizer, s)
                 ppl = checked["perplexity"]
                 result.validation.append({"step": step + 1, "perplexity": ppl, "tokens": checked["tokens"],
                                           "windows": checked["window_losses"]})
@@ -276,10 +281,9 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
                 if ppl < min(v["perplexity"] for v in result.validation[:-1]):
                     best = {n: p.detach().clone() for n, p in params.items()}
                     result.kept_step = step + 1
-        step = s.steps
     except Cancelled:
         if state_dir is not None:
-            save_state(state_dir, settings=record, identity=identity, config=model.config.to_dict(), step=step,
+            save_state(state_dir, settings=record, identity=identity, config=model.config.to_dict(), step=done,
                        params=params, best=best, optimizer=optimizer, generator=gen, context=state_context,
                        record={"history": result.history, "validation": result.validation,
                                "kept_step": result.kept_step, "validation_label": result.validation_label})
