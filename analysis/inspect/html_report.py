@@ -102,7 +102,8 @@ def rank_section(report: dict, first: bool) -> str:
     i = report["inputs"]
     return ("<h2>Rank of the recurrent states</h2>"
             "<p>Effective rank (Roy–Vetterli: exp of the entropy of the normalised singular values) of each head's "
-            "state S ∈ ℝ^(dk×dv) after the last token, mean over the sequences.</p>"
+            "state S ∈ ℝ^(dk×dv) after the last token, mean over the sequences: the dashboard's one count of the "
+            "directions a state uses (its rank card lists the other counts beside it, each with its definition).</p>"
             + figure_html(fig, "rank-grid", first)
             + label_line(report, f"state after token {i['tokens'] - 1}"))
 
