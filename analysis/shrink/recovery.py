@@ -242,7 +242,8 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
     train_ids = data.encoded_split("train", tokenizer) if s.steps else None
     # where a stop lands inside a forward or backward: each block's mixer and the output head (in a small model the
     # head over the whole vocabulary is most of a step)
-    blocks = [b.module for b in adapter_for(net).blocks(net)] + [m for m in (net.get_output_embeddings(),) if m is not None]
+    head = net.get_output_embeddings()
+    blocks = [b.module for b in adapter_for(net).blocks(net)] + ([head] if head is not None else [])
     if len(result.validation) == 0:
         with checked_inside(blocks, cancel):
             first = _validation(net, tokenizer, s)
