@@ -1,7 +1,9 @@
 """Issue 29 items 6 and 9 under AppTest: every page speaks the loaded family's words (the tiny Nemotron-H is
 Mamba-2's SSD: q = C, k = B, v = dt·x, no normalisation, no readout scale) and hides the control it lacks; the
-per-layer inputs of a hybrid name the block; the Save name belongs to the model it was typed for; the Prune page
-opens on a strategy whose map ships; "Start here" lists the pages in the sidebar's order."""
+per-layer inputs of a hybrid name the block; the Save name belongs to the model it was typed for; "Start here" lists
+the pages in the sidebar's order; Channel importance draws the data-free strategies before any calibration. (The
+Prune page opening on the strategy whose map ships is checked in a real browser: tests/browser/
+test_browser_plans_by_eye.py.)"""
 import pytest
 import streamlit as st
 
@@ -65,14 +67,6 @@ def test_the_save_name_stays_with_the_model_it_was_typed_for(monkeypatch, lm_dir
     click(at, "prune_run")
     name = at.text_input(key="w:prune_out").value
     assert name != "my-name-for-the-first" and name.startswith("other-lm-l1-dk")
-
-
-def test_the_prune_page_opens_on_a_strategy_whose_map_ships(monkeypatch):
-    at = start(monkeypatch, "deltanet-small")  # default calibration and map settings: those of the shipped map
-    at.switch_page("pages/prune.py").run()
-    assert_clean(at)
-    assert at.selectbox(key="w:prune_strategy").value == "l1"  # only L1's map ships with deltanet-small
-    assert any("shipped with the sample" in c.value for c in at.caption)  # and it is drawn at once
 
 
 def test_start_here_lists_the_pages_in_the_sidebars_order(monkeypatch, lm_dir):
