@@ -7,22 +7,11 @@ import streamlit as st
 FAVICON = Path(__file__).resolve().parent / "ui" / "assets" / "favicon.png"
 st.set_page_config(page_title="State-rank dashboard", page_icon=str(FAVICON), layout="wide")
 
-from ui import frame, sidebar, style  # noqa: E402
+from ui import frame, navigation, sidebar, style  # noqa: E402
 
 with frame.active():
     style.apply()
     sidebar.render()
-    page = st.navigation({
-        "Inspect": [
-            st.Page("pages/model.py", title="Model", icon=":material/view_in_ar:", default=True),
-            st.Page("pages/states.py", title="States & rank", icon=":material/grid_on:"),
-            st.Page("pages/query_noise.py", title="Query noise", icon=":material/graphic_eq:"),
-            st.Page("pages/state_lab.py", title="State lab", icon=":material/science:"),
-        ],
-        "Shrink": [
-            st.Page("pages/importance.py", title="Channel importance", icon=":material/balance:"),
-            st.Page("pages/prune.py", title="Prune", icon=":material/content_cut:"),
-            st.Page("pages/sweep.py", title="Sweep & latency", icon=":material/show_chart:"),
-        ],
-    })
+    page = st.navigation({group: [st.Page(p.path, title=p.title, icon=p.icon, default=p.path == navigation.PAGES[0].path)
+                                  for p in pages] for group, pages in navigation.groups().items()})
     page.run()

@@ -6,7 +6,8 @@ import streamlit as st
 from analysis.data import corpus as data
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
-from ui import frame, notice, shrink, shrink_figures, state
+from analysis.shrink.prune import plan_key_dims
+from ui import frame, importance_view, notice, shrink, shrink_figures, state
 from ui.batches import recall_label
 from ui.blocks import head_meaning
 from ui.choices import multi_choice
@@ -14,7 +15,6 @@ from ui.context import current
 from ui.errors import guard
 from ui.explain import explainer
 from ui.labels import Provenance, caption
-from ui.progress import first_time
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
@@ -56,27 +56,14 @@ if (meaning := head_meaning(ctx.info, "key")) is not None:
 if not chosen:
     st.stop()
 
-with guard():
-    calib = shrink.prepare(ctx.key, settings, any(STRATEGIES[n].needs_gradients for n in chosen))
-    args = (ctx.key, settings, tuple(chosen), float(ratio))
-    with first_time(shrink.importance.is_cached(*args), "Scoring channels and choosing the kept sets…",
-                    "Channels scored and kept sets chosen") as steps:
-        report = shrink.importance(*args, progress=steps)
-
 dataset = recall_label(ctx.task, settings.seed) if ctx.task else f"{data.dataset_label('train')} (calibration)"
 prov = Provenance(ctx.name, dataset, settings.tokens, settings.sequences, ctx.key.device, ctx.key.dtype)
-dk, kept_dk = ctx.info.head_k_dims[layer], report["head_k_dims"][layer]
-st.caption(f"Calibration: {calib.label}, computed once for this model and shared by the Shrink pages.")
-
+dk = ctx.info.head_k_dims[layer]
+kept_dk = plan_key_dims(ctx.model, ratio=float(ratio))[layer]
 st.subheader(f"Scores: layer {layer}, head {head} (keep {kept_dk} of {dk} channels at ρ = {ratio:.2f})")
-columns = st.columns(min(3, len(chosen)))
-for i, name in enumerate(chosen):
-    scores = report["scores"][name][layer][head]
-    kept = report["kept"][name][layer][head] if name in report["kept"] else [kept_dk]
-    fig = shrink_figures.score_bars(scores, kept, shrink.strategy_label(name), shrink.strategy_label(name),
-                                    STRATEGIES[name].score_unit, STRATEGIES[name].axis_aligned)
-    with columns[i % len(columns)]:
-        st.plotly_chart(fig, key=f"scores_{name}")
+with guard():  # each strategy's chart as soon as it is scored: the data-free ones before any calibration
+    report = importance_view.score_charts(ctx, settings, chosen, float(ratio), layer, head)
+st.caption(f"Calibration: {report['calibration']}, computed once for this model and shared by the Shrink pages.")
 st.caption(caption(prov, f"layer {layer}, head {head}; coloured = kept at ρ = {ratio:.2f}"))
 st.caption(notice.top_channels({shrink.strategy_label(n): report["scores"][n][layer][head] for n in chosen
                                 if STRATEGIES[n].axis_aligned}))

@@ -4,43 +4,33 @@ import streamlit as st
 
 from analysis.archs import adapter_for
 from analysis.archs.implementation import implementation
-from analysis.inspect.state_lab import model_rule_latex, readout_latex
+from analysis.archs.recurrence_words import words
 from analysis.archs.kernels import kernel_spec
 from analysis.models.load import TILE_ROWS
 from ui import figures, frame, notice, report_export
 from ui.blocks import blocks_frame
 from ui.context import current
 from ui.explain import explainer
+from ui.navigation import PAGES
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Model")
-explainer(
-    r"Each DeltaNet / Gated DeltaNet layer keeps, per head, a recurrent state matrix $S \in \mathbb{R}^{d_k \times d_v}$ "
-    "(fla's K-first convention) that is updated by the delta rule at every token and read by the query. "
-    f"fla's chunk kernel holds $S$ in tiles of {TILE_ROWS} key rows, so the key dimension $d_k$ sets both the "
-    r"state size and the kernel's work: pruning $d_k$ only speeds things up when it removes whole tiles.",
-    [r"S_t = (I - \beta_t k_t k_t^\top)\, S_{t-1} + \beta_t k_t v_t^\top \quad\text{(DeltaNet)},\qquad "
-     r"S_t = (I - \beta_t k_t k_t^\top)\, \alpha_t S_{t-1} + \beta_t k_t v_t^\top \quad\text{(Gated)}",
-     r"S_t = (I - \beta_t k_t k_t^\top)\, \mathrm{Diag}(e^{g_t})\, S_{t-1} + \beta_t k_t v_t^\top "
-     r"\quad\text{(KDA: one decay per key channel)}",
-     r"o_t = \mathrm{scale}\cdot S_t^\top q_t,\qquad \text{fp32 state bytes} = 4\sum_\ell H^v_\ell\, d_{k,\ell}\, d_v",
-     r"\text{tiles per head} = \lceil d_k / 64 \rceil"])
-
-START_HERE = [  # (page, one plain sentence), in teaching order
-    ("pages/model.py", "Model", "what the model is: its layers, heads and how big each head's state is."),
-    ("pages/states.py", "States & rank", "how many independent directions each head's state really uses."),
-    ("pages/state_lab.py", "State lab", "type a sentence and watch one head's state fill up, token by token."),
-    ("pages/query_noise.py", "Query noise", "why a low-rank state turns a slightly wrong query into a wrong answer."),
-    ("pages/importance.py", "Channel importance", "which key channels each pruning strategy would keep."),
-    ("pages/prune.py", "Prune", "remove key channels and measure what the model loses."),
-    ("pages/sweep.py", "Sweep & latency", "quality and speed against how much is pruned."),
-]
-with st.expander("Start here: the pages in teaching order", expanded=True):
-    for number, (path, title, sentence) in enumerate(START_HERE, 1):
-        st.page_link(path, label=f"{number}. {title}: {sentence}")
-
 ctx = current()
+recurrence = words(adapter_for(ctx.model))  # this family's own rule, readout and inputs: never assume the delta rule
+explainer(
+    f"Each {recurrence.label} layer keeps, per head, a recurrent state matrix "
+    "$S \\in \\mathbb{R}^{d_k \\times d_v}$ (K-first) that every token updates and the query reads. "
+    f"{recurrence.inputs[0].upper()}{recurrence.inputs[1:]}. "
+    f"The chunked kernels hold $S$ in tiles of {TILE_ROWS} key rows, so the key dimension $d_k$ sets both the state "
+    "size and the kernel's work: pruning $d_k$ only speeds things up when it removes whole tiles.",
+    [rf"{recurrence.update},\quad {recurrence.readout}", r"\text{fp32 state bytes} = 4\sum_\ell H^v_\ell\, d_{k,\ell}\, d_v,"
+     r"\qquad \text{tiles per head} = \lceil d_k / 64 \rceil"])
+
+with st.expander("Start here: the pages in the sidebar's order", expanded=True):
+    for number, page in enumerate(PAGES, 1):
+        st.page_link(page.path, label=f"{number}. {page.title}: {page.sentence}")
+
 info = ctx.info
 dk_text = ", ".join(str(d) for d in info.head_k_dims)
 rows = [
@@ -72,9 +62,7 @@ with right:
                 "across all heads and layers.")
     for line in implementation(ctx.model).lines():  # read from the adapter's routed entry points
         st.markdown(f"- {line}")
-    spec, own = kernel_spec(info.kernel), adapter_for(ctx.model)
-    st.markdown(f"- Each linear layer's recurrence, per head ({spec.label}; the rule the State lab steps through):")
-    st.latex(rf"{model_rule_latex(own.gate, spec.delta, spec.low_rank)},\quad {readout_latex(own.readout_scaled)}")
+    spec = kernel_spec(info.kernel)
     if "float32" not in spec.gpu_dtypes:
         st.markdown(f"- fla's {spec.label} GPU kernel needs {' or '.join(spec.gpu_dtypes)}: it refuses float32 "
                     "(loading in float32 on a GPU is refused in one sentence; the CPU path is exact in float32).")

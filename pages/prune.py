@@ -10,9 +10,9 @@ from ui.errors import guard
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Prune")
-prune_form.explain()
-
 ctx = current()
+prune_form.explain(ctx)
+
 settings = shrink.calibration_controls(ctx)
 choice = prune_form.choices(ctx, settings)
 with guard():

@@ -5,7 +5,8 @@ import time
 import streamlit as st
 
 from analysis.linalg.noise import VALIDITY_TOL
-from ui import cache, compare, compare_views, figures, frame, noise_tables, noise_view, notice, state
+from ui import cache, compare, compare_views, figures, frame, noise_tables, noise_view, notice, rank_card_view, state
+from ui.scales import TAU
 from ui.clicks import click, clicked_for
 from ui.context import current
 from ui.errors import guard
@@ -14,9 +15,9 @@ from ui.labels import caption
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
 st.title("Query noise")
-noise_view.explain()
-
 ctx = current()
+noise_view.explain(ctx)
+
 other = compare.picker(ctx)  # a pruned version beside the loaded model, or None
 sides = (compare.original(ctx), other) if other else (compare.original(ctx),)
 comparison_only = noise_view.bounds_note(ctx)  # Mamba-2: no l2 norm on the query, re-normalised figures compare only
@@ -63,6 +64,9 @@ for side, b, prov, col in zip(sides, bounds, provs, cols):
         st.caption(caption(prov, f"state after token {data['tokens'] - 1}; numerical rank at τ = 1e-3; $\\|S\\|_F^2$ "
                                  "is the noise energy per unit σ², s₁ the worst-case gain, κ = s₁/sᵣ; quartiles over "
                                  "the sequences (a direction's over those whose rank reaches it)"))
+        rank_card_view.show(f"layer {layer}, head {head}{where(side)}, final state",
+                            traces[sides.index(side)]["singular_values"][layer][:, head, -1], TAU,
+                            caption(prov, "the numerical rank above is one of these counts"), key=f"noise_card_{side.id}")
 
 # ---- Monte Carlo: on request, step by step ------------------------------------------------------------------
 with guard():

@@ -3,6 +3,7 @@ import streamlit as st
 
 from analysis.inspect import state_lab as lab
 from analysis.archs import adapter_for
+from analysis.archs.recurrence_words import words
 from ui import frame, state
 from ui import state_lab_data as data
 from ui import state_lab_figures as figs
@@ -16,17 +17,15 @@ frame.ensure()  # a deep link may arrive before app.py ran: render inside its fr
 
 st.title("State lab")
 ctx = current()
-own = adapter_for(ctx.model)  # the explainer shows this family's own rule, as analysis.inspect.state_lab runs it
-own_rule = lab.model_rule_latex(own.gate, own.kernel_spec.delta, own.kernel_spec.low_rank)
-readout = lab.readout_latex(own.readout_scaled)
+own = words(adapter_for(ctx.model))  # this family's own rule and readout, as analysis.inspect.state_lab runs them
 explainer(
     r"Each head of a linear-attention layer keeps a matrix state $S_t \in \mathbb{R}^{d_k \times d_v}$ (keys index "
-    "rows). Every token writes its value $v_t$ at its key $k_t$; a query $q$ reads $S^\\top q$. Pick a text, a "
+    f"rows). In {own.label}: {own.inputs}. A query $q$ reads $S^\\top q$. Pick a text, a "
     "layer and a head, then move the **token scrubber**: the heatmap is $S_t$, the spectrum its singular values "
     "with the numerical rank, the curves compare three update rules on the **same** inputs (the model's real "
-    "$q, k, v, \\beta, g$ as its recurrence receives them). *Head* is the recurrence's head: the value head (where "
+    "inputs as its recurrence receives them). *Head* is the recurrence's head: the value head (where "
     "several value heads share a key head, they read the same keys).",
-    [rf"\text{{model ({own.label}): }} {own_rule},\quad {readout}",
+    [rf"\text{{model ({own.label}): }} {own.update},\quad {own.readout}",
      r"\text{delta rule, no gate: } S_t = (I - \beta_t k_t k_t^\top) S_{t-1} + \beta_t k_t v_t^\top,\qquad "
      r"\text{linear attention: } S_t = S_{t-1} + k_t v_t^\top,\qquad \text{synthetic head's model rule: } "
      r"S_t = (I - \beta k_t k_t^\top)\, \alpha S_{t-1} + \beta k_t v_t^\top",
@@ -45,9 +44,9 @@ state.remember("lab_mode")
 
 if mode == REAL:
     c1, c2, c3 = st.columns([3, 1, 1])
-    names = list(data.PREPARED)
+    names = [*data.PREPARED, data.OWN_TEXT]  # the box names the text below: "your own text" once it is edited
     picked = c1.selectbox("Prepared sentence", names, key=state.remembered("lab_prepared", names[0], names),
-                          on_change=lambda: state.choose("lab_text", data.PREPARED[st.session_state["w:lab_prepared"]]))
+                          on_change=data.prepared_picked)
     state.remember("lab_prepared")
     layers, heads = range(ctx.info.layers), range(ctx.info.value_heads)
     block_of = {b.linear_layer: b.block for b in ctx.info.blocks if b.linear_layer is not None}
@@ -57,8 +56,8 @@ if mode == REAL:
     state.remember("lab_layer")
     head = c3.selectbox("Head", list(heads), key=state.remembered("lab_head", 0, heads))
     state.remember("lab_head")
-    text = st.text_area("Text (or edit the prepared one)", key=state.remembered("lab_text", data.PREPARED[picked]),
-                        height=80, disabled=ctx.task is not None)
+    text = st.text_area("Text (or edit the prepared one)", key=state.remembered("lab_text", data.prepared_text(picked)),
+                        height=80, disabled=ctx.task is not None, on_change=data.text_typed)
     state.remember("lab_text")
     if ctx.task is not None:
         st.info("This recall model has no tokenizer: the lab reads one of its synthetic recall sequences instead.")

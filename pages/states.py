@@ -2,6 +2,7 @@
 import streamlit as st
 
 from analysis.linalg.rank import METRIC_INFO
+from analysis.linalg.rank_card import HEADLINE
 from ui import compare as side_by_side
 from ui import compare_views, frame, scales, state, states_views
 from ui.blocks import head_meaning, hybrid_note
@@ -37,7 +38,7 @@ if ctx.task is not None:
 other = side_by_side.picker(ctx)  # a pruned version beside the loaded model, or None
 c1, c2, c3, c4 = st.columns([2, 1, 1.3, 1.5])
 metric = state.field(c1.selectbox, "Metric", "metric", "rank_utilization", options=list(METRIC_INFO),
-                     format_func=lambda k: METRIC_INFO[k].label)
+                     format_func=lambda k: METRIC_INFO[k].label + (" — directions used" if k == HEADLINE else ""))
 stride = state.field(c2.number_input, "Stride (tokens)", "stride", 8, 1, 1024, step=1,
                      help="Collect the state every `stride` tokens (plus after the last token).")
 compare = state.field(c4.toggle, "Compare with random init", "compare_random", False, disabled=other is not None,
@@ -73,7 +74,7 @@ zrange = scales.colour_range(scale, metric, [final] + second, max_rank, TAU)
 states_views.final_maps(ctx, sides, (data, rand, data_other), (prov, prov_other), (final, final_rand, final_other),
                         metric, (layer, head), zrange, max_rank)
 if other:
-    compare_views.difference_map(ctx, sides, data, final, final_other, metric, (layer, head))
+    compare_views.difference_map(ctx, sides, data, data_other, (layer, head))
     side_by_side.delta_section(ctx, sides, (data, data_other))
 
 st.subheader("Drill in")
@@ -96,3 +97,4 @@ if other:
     compare_views.drill_in(ctx, sides, (data, data_other), metric, layer, head, chosen, every_token, stride)
 else:
     states_views.drill_in(ctx, (data, rand), prov, metric, layer, head, chosen, every_token, stride)
+states_views.rank_cards(sides, (data, data_other) if other else (data,), (prov, prov_other), layer, head)

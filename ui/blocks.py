@@ -49,3 +49,11 @@ def head_meaning(info, kind: str) -> str | None:
                 f"value heads share one of the {info.heads} key heads (key head = value head // {group}).")
     return (f"“Head” here is a key head (0–{info.heads - 1}): key channels are scored and pruned per key head; key "
             f"head h is read by value heads {group}h to {group}h + {group - 1} (the States page counts value heads).")
+
+
+def layer_name(info, layer: int) -> str:
+    """"layer 3" — and in a hybrid, whose layers count only the linear-attention blocks, "layer 3 (block 4)"."""
+    if len(info.blocks) == info.layers:
+        return f"layer {layer}"
+    block = next((b.block for b in info.blocks if b.linear_layer == layer), None)
+    return f"layer {layer}" if block is None else f"layer {layer} (block {block})"

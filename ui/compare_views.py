@@ -6,6 +6,7 @@ import numpy as np
 import streamlit as st
 
 from analysis.linalg.rank import METRIC_INFO
+from analysis.linalg.rank_card import HEADLINE, HEADLINE_NAME
 from ui import figures, scales
 from ui.compare import Side, provenance, traced_side_every_token
 from ui.context import Context
@@ -13,21 +14,24 @@ from ui.labels import caption, metric_title
 from ui.reduce import mean_std
 
 
-def difference_map(ctx: Context, sides: tuple[Side, Side], data: dict, final: np.ndarray, final_other: np.ndarray,
-                   metric: str, selected: tuple[int, int]) -> None:
-    """Δ of the final-state metric (comparison − original) on a diverging scale centred on 0."""
+def difference_map(ctx: Context, sides: tuple[Side, Side], data: dict, data_other: dict,
+                   selected: tuple[int, int]) -> None:
+    """Δ of the headline (effective rank, in directions: comparison − original) of the final states on a diverging
+    scale centred on 0, whatever metric the maps show: a ratio such as the rank utilization divides by
+    min(dk′, dv), which pruning changes, so its Δ would mix the two models' denominators."""
+    final = mean_std(data["metrics"][HEADLINE][..., -1], axis=1)[0]
+    final_other = mean_std(data_other["metrics"][HEADLINE][..., -1], axis=1)[0]
     diff = final_other - final
     finite = np.abs(diff[np.isfinite(diff)])
     bound = float(finite.max()) if finite.size else 0.0
-    title = f"Δ {METRIC_INFO[metric].label}{scales.tau_note(metric)}: {sides[1].role} − original"
-    st.plotly_chart(figures.layer_head_heatmap(diff, f"Δ {metric_title(metric)}", title, selected,
+    title = f"Δ {HEADLINE_NAME} (directions used): {sides[1].role} − original"
+    st.plotly_chart(figures.layer_head_heatmap(diff, f"Δ {metric_title(HEADLINE)}", title, selected,
                                                (-bound, bound) if bound else None, colorscale="RdBu"),
                     key="rank_heatmap_delta")
-    note = f"; rank utilization is a fraction of min(dk′, dv) in the {sides[1].role} model" \
-        if metric == "rank_utilization" else ""
     st.caption(caption(provenance(ctx, sides[0], data),
-                       f"beside {sides[1].name} ({sides[1].dims}) on the same token ids; "
-                       f"Δ of the means over {data['sequences']} sequences{note}"))
+                       f"beside {sides[1].name} ({sides[1].dims}) on the same token ids; Δ of the means over "
+                       f"{data['sequences']} sequences, in directions (the {HEADLINE_NAME}, the table's Δ column), "
+                       "whichever metric the maps above show; red: the compared model uses fewer directions"))
 
 
 def layer_label(sides: tuple[Side, Side] | tuple) -> callable:

@@ -54,22 +54,34 @@ def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
     return "<br>".join(lines)
 
 
-def axes_layout(fig: go.Figure, title: str, x_title: str, y_title: str, **kwargs) -> go.Figure:
-    """Axis titles, a legend below, and a left-aligned title that wraps and pushes the margin down as needed.
-
-    The toolbar stands vertically at the right edge, so it never covers the title.
-    """
-    entries = sum(1 for t in fig.data if t.name and t.showlegend is not False)
+def layout_dict(title: str, x_title: str, y_title: str, entries: int, **kwargs) -> dict:
+    """Axis titles, a legend below, and a left-aligned title that wraps and pushes the margin down as needed (the
+    toolbar stands vertically at the right edge, so it never covers the title); `entries`: named legend entries."""
     if entries > FEW_ENTRIES and "legend" not in kwargs:
         # many entries: one per line below the plot, and the figure grows so none is cut off or scrolled away
         kwargs["legend"] = dict(orientation="v", yanchor="top", y=-0.2, x=0)
         kwargs["height"] = max(kwargs.get("height") or 0, 400 + LEGEND_ROW_PX * entries)
     kwargs.setdefault("legend", dict(orientation="h", yanchor="top", y=-0.2, x=0))
-    fig.update_layout(title=dict(text=wrap_title(title), x=0, xref="paper", xanchor="left", yref="paper", y=1,
-                                 yanchor="bottom", pad=dict(b=12), automargin=True),
-                      xaxis_title=x_title, yaxis_title=y_title, margin=dict(l=60, r=40, t=50, b=50),
-                      modebar=dict(orientation="v"), **kwargs)
+    xaxis, yaxis = {**kwargs.pop("xaxis", {}), "title": dict(text=x_title)}, {**kwargs.pop("yaxis", {}),
+                                                                            "title": dict(text=y_title)}
+    return dict(title=dict(text=wrap_title(title), x=0, xref="paper", xanchor="left", yref="paper", y=1,
+                           yanchor="bottom", pad=dict(b=12), automargin=True),
+                xaxis=xaxis, yaxis=yaxis, margin=dict(l=60, r=40, t=50, b=50), modebar=dict(orientation="v"),
+                **kwargs)
+
+
+def axes_layout(fig: go.Figure, title: str, x_title: str, y_title: str, **kwargs) -> go.Figure:
+    """The house layout (layout_dict) on an existing figure."""
+    entries = sum(1 for t in fig.data if t.name and t.showlegend is not False)
+    fig.update_layout(**layout_dict(title, x_title, y_title, entries, **kwargs))
     return fig
+
+
+def quick_figure(traces: list[dict], title: str, x_title: str, y_title: str, **layout) -> go.Figure:
+    """A figure from plain trace dicts in one construction, unvalidated: for charts redrawn on every step of a
+    scrubber (plotly's per-property validation and updates cost tens of ms per figure; the State lab draws nine)."""
+    entries = sum(1 for t in traces if t.get("name") and t.get("showlegend", True) is not False)
+    return go.Figure(data=traces, layout=layout_dict(title, x_title, y_title, entries, **layout), _validate=False)
 
 
 def key_dim_bars(head_k_dims: Sequence[int], tile_rows: int = 64) -> go.Figure:

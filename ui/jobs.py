@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import time
 import traceback
@@ -71,13 +72,23 @@ class Job:
         self.settled = False              # a page run has started after the job ended (it drew the end state)
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
+        self.stop_received: float | None = None   # time.monotonic() when Stop (or the session's or server's end) arrived
+        self.ended: float | None = None           # ... and when the work's thread returned
 
     @property
     def running(self) -> bool:
         return self.state == "running"
 
-    def stop(self) -> None:
+    def stop(self, why: str = "Stop") -> None:
+        if not self._cancel.is_set():
+            self.stop_received = time.monotonic()
+            say(f"{why} received for the {self.name} job ({self.label}).")
         self._cancel.set()
+
+    @property
+    def seconds_to_end(self) -> float | None:
+        """From the stop's arrival on the server to the end of the work (None: not stopped, or not ended yet)."""
+        return None if self.stop_received is None or self.ended is None else self.ended - self.stop_received
 
     def cancelled(self) -> bool:
         """The cancel token the core's loops take (`cancel=job.cancelled`): True once Stop or the end of the
@@ -106,8 +117,16 @@ class Job:
             self.state = "failed"
         finally:
             self.fraction = 1.0 if self.state == "done" else self.fraction
+            self.ended = time.monotonic()
+            if self.seconds_to_end is not None:
+                say(f"The {self.name} job ended {self.seconds_to_end:.2f} s after its stop was received ({self.state}).")
             with _running_lock:
                 _running.discard(self)
+
+
+def say(line: str) -> None:
+    """One line in the server's log (stderr), for the operator: when a stop arrived and how long the work took to end."""
+    print(f"state-rank jobs: {line}", file=sys.stderr, flush=True)
 
 
 def this_job() -> Job | None:
@@ -179,7 +198,7 @@ def _watch() -> None:
                 gone_since.pop(job, None)
             elif now - gone_since.setdefault(job, now) >= SESSION_GRACE and not job.cancelled():
                 log.warning("Stopping the %s job (%s): its session ended.", job.name, job.label)
-                job.stop()
+                job.stop("The end of its session")
         for job in set(gone_since) - set(jobs_now):
             del gone_since[job]
 
@@ -202,7 +221,7 @@ def shutdown(timeout: float = 20.0) -> int:
     """
     jobs_now = running_jobs()
     for job in jobs_now:
-        job.stop()
+        job.stop("The server's shutdown")
     deadline = time.monotonic() + timeout
     for job in jobs_now:
         if job._thread is not None:
@@ -219,6 +238,14 @@ def stop_job(name: str) -> None:
         job.stop()
 
 
+def stop_all(why: str) -> int:
+    """Tell every running job to stop, without waiting (a signal handler's part: the threads end on their own)."""
+    jobs_now = running_jobs()
+    for job in jobs_now:
+        job.stop(why)
+    return len(jobs_now)
+
+
 def controls(name: str, key: str, run_label: str, disabled: bool = False, container=st,
              run_key: str | None = None) -> bool:
     """Run and Stop side by side; True when Run was clicked in this run. Run is off while a job of this
@@ -228,11 +255,11 @@ def controls(name: str, key: str, run_label: str, disabled: bool = False, contai
     # the callback's request is read once (a button's own value may outlive an st.rerun); the job then takes the
     # inputs of this run (the click's own run, with any value typed just before the click)
     start = bool(st.session_state.pop(_request(name), False)) and not running
-    left, right, _ = container.columns([1, 1, 4])
-    left.button(run_label, key=run_key or f"{name}:run", disabled=disabled or running or start, type="primary",
-                on_click=st.session_state.__setitem__, args=(_request(name), True))
+    row = container.container(horizontal=True)  # each button as wide as its label: a long one is never cut
+    row.button(run_label, key=run_key or f"{name}:run", disabled=disabled or running or start, type="primary",
+               on_click=st.session_state.__setitem__, args=(_request(name), True))
     # live while a job runs, including the one this run is about to launch (the page then follows it)
-    right.button("Stop", key=f"{name}:stop", on_click=stop_job, args=(name,), disabled=not (running or start))
+    row.button("Stop", key=f"{name}:stop", on_click=stop_job, args=(name,), disabled=not (running or start))
     return start
 
 

@@ -31,8 +31,12 @@ READOUT_LABELS = {"original": "original readout scale 1/√dₖ (pure channel re
                   "default": "fla's default readout scale 1/√dₖ′ (the reference code's behaviour)"}
 
 
-def readout_label(rescale: str) -> str:
-    return READOUT_LABELS.get(rescale, rescale)
+NO_READOUT_SCALE = "no readout scale in this family (o = Sᵀq): pure channel removal"
+
+
+def readout_label(rescale: str, scaled: bool = True) -> str:
+    """The readout a prune used; `scaled` False for a family whose readout has no scale (nothing to choose)."""
+    return READOUT_LABELS.get(rescale, rescale) if scaled else NO_READOUT_SCALE
 
 
 def weights_name(model_path: str) -> str:

@@ -9,7 +9,10 @@ module locks, and on 2 cores it would only slow the page being served.
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,9 +38,36 @@ def main(argv: list[str]) -> int:
     from streamlit.web import cli
     sys.argv = ["streamlit", "run", str(APP), *argv]
     try:
-        return cli.main()
+        with jobs_told_at_once():
+            return cli.main()
     finally:  # the server stopped (SIGTERM, Ctrl-C): end the background jobs before the interpreter does
         stop_jobs()
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def jobs_told_at_once():
+    """While the server runs, SIGTERM and SIGINT first tell the running jobs to stop (their threads end within a
+    second, at the next window, batch or step), then reach the handler Streamlit installs: otherwise the jobs hear
+    of it only after Streamlit has shut its server down, seconds later on a loaded host."""
+    install = signal.signal
+
+    def chained(number, handler):
+        if number in STOP_SIGNALS and callable(handler):
+            def stop_jobs_first(signum, frame):
+                jobs = sys.modules.get("ui.jobs")  # imported once a page ran: no jobs otherwise
+                if jobs is not None:  # in a thread: a handler that writes could interrupt a write of the main one
+                    threading.Thread(target=jobs.stop_all, args=(signal.Signals(signum).name,), daemon=True).start()
+                return handler(signum, frame)
+            return install(number, stop_jobs_first)
+        return install(number, handler)
+    signal.signal = chained
+    try:
+        yield
+    finally:
+        signal.signal = install
 
 
 def stop_jobs() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.archs import adapter_for
+from analysis.archs.recurrence_words import words
 from analysis.linalg.noise import VALIDITY_TOL
 from analysis.inspect.noise_report import bounds
 from ui import cache, figures, state
@@ -15,22 +17,29 @@ from ui.explain import explainer
 from ui.labels import Provenance, caption
 
 
-def explain() -> None:
+def explain(ctx: Context) -> None:
+    """The page's explainer, in this family's words (analysis.archs.recurrence_words): its readout, and whether its
+    kernel re-normalises the query."""
+    recurrence = words(adapter_for(ctx.model))
     st.markdown("The predictions on this page are standard results for a linear readout with a Gaussian-noisy query, "
                 "derived from the singular values of the state (formulas under “What am I seeing?”). The re-normalised "
                 "query's prediction is a series in σ²: each order is drawn only where its first neglected term keeps it "
                 f"within {VALIDITY_TOL:.0%}, and a Monte-Carlo estimate checks all of them.")
     explainer(
-        "A head reads its state with $o = \\text{scale}\\cdot S^\\top q$, $S\\in\\mathbb R^{d_k\\times d_v}$ with singular "
-        "values $s_1\\ge\\dots\\ge s_m$. If the query is a stored key plus noise, $q = k + \\varepsilon$, the readout "
+        f"A {recurrence.label} head reads its state with ${recurrence.readout}$, $S\\in\\mathbb R^{{d_k\\times d_v}}$ "
+        "with singular values $s_1\\ge\\dots\\ge s_m$ (a scale, where there is one, cancels in a relative error). "
+        "If the query is a stored key plus noise, $q = k + \\varepsilon$, the readout "
         "error $S^\\top\\varepsilon$ depends on those singular values: a state with a few dominant directions (large "
         "condition number $\\kappa$) reads weak directions back with a large relative error. The **table** gives the "
         "closed-form figures of this head's final state, one row per sequence, with quartiles over sequences; "
         "directions beyond a sequence's numerical rank $r$ are marked “beyond rank” (there $s_j$ is rounding noise). The "
         "**plot** shows the relative RMS retrieval error against the SNR for keys along the top singular directions "
         "and for the last real keys of each sequence: lines are predictions, markers the Monte Carlo (after **Run "
-        "Monte Carlo**), each the median over sequences of a per-sequence RMS, bars the interquartile range. fla's "
-        "kernel re-normalises the query to unit length; for that query the prediction below is a series in "
+        "Monte Carlo**), each the median over sequences of a per-sequence RMS, bars the interquartile range. "
+        + ("This family's kernel re-normalises the query to unit length (an l2 norm); " if recurrence.normalised else
+           "This family's kernel takes the query as it is (no l2 norm), so the raw-query figures describe it and "
+           "the re-normalised series below is a comparison only; ")
+        + "for a re-normalised query the prediction below is a series in "
         "$\\sigma^2$ (with $p = \\|S\\|_F^2 - \\|S^\\top k\\|^2$, $g = \\|S^\\top k\\|^2$, $d = d_k$), exact in its "
         "first two orders; the first order alone misses the $g$ term, which dominates for a numerically rank-1 state.",
         [r"q = k + \varepsilon,\quad \varepsilon\sim\mathcal N(0,\sigma^2 I_{d_k}),\quad "

@@ -11,6 +11,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from analysis.linalg.rank_card import HEADLINE, HEADLINE_NAME
+from analysis.shrink.allocate import charged
+
 SAME = 0.1  # trained and random-init means within 10 % of each other read "the same"
 
 
@@ -19,8 +22,9 @@ def _where(values: np.ndarray, pick) -> tuple[float, int, int]:
     return float(values[layer, head]), int(layer), int(head)
 
 
-def rank_map(metric: str, label: str, final, max_rank: int, final_random=None) -> str:
-    """Under the layer × head map: its range, what the mean means for the rank utilization, and training's effect."""
+def rank_map(metric: str, label: str, final, max_rank: int, final_random=None, headline=None) -> str:
+    """Under the layer × head map: its range, what the rank utilization is (and is not), and training's effect.
+    `headline`: the [L, H] effective rank of the same states, the one count of directions used (analysis.linalg.rank_card)."""
     z = np.asarray(final, dtype=float)
     if not np.isfinite(z).any():
         return "Notice: no head has a finite value here (zero or non-finite states)."
@@ -35,7 +39,13 @@ def rank_map(metric: str, label: str, final, max_rank: int, final_random=None) -
                      "each state's energy (a decay that wipes the state every token leaves only the last write "
                      "β k vᵀ; the State lab shows a head's decay)")
         else:
-            line += f", i.e. about {mean * max_rank:.1f} of m = {max_rank} directions carry the energy (u · m)"
+            line += (f", i.e. a stable rank u · m of about {mean * max_rank:.1f} (m = {max_rank}): the energy measured "
+                     "against the strongest direction, not a count of directions")
+    if headline is not None and metric != HEADLINE:
+        h = np.asarray(headline, dtype=float)
+        if np.isfinite(h).any():
+            line += (f"; the {HEADLINE_NAME} of the same states, the count of directions used, averages "
+                     f"{float(np.nanmean(np.where(np.isfinite(h), h, np.nan))):.3g} (a head's rank card lists every measure)")
     if final_random is not None:
         r = np.asarray(final_random, dtype=float)
         if np.isfinite(r).any():
@@ -64,8 +74,9 @@ def over_positions(positions: Sequence[int], mean, tokens: Sequence[str] | None 
     return line + "."
 
 
-def spectrum(curves: dict[str, Sequence[float]]) -> str:
-    """Under a singular spectrum: at the last picked position, s₁/s₂ and how many values exceed s₁/10."""
+def spectrum(curves: dict[str, Sequence[float]], headline: float | None = None) -> str:
+    """Under a singular spectrum: at the last picked position, s₁/s₂ and how many values exceed s₁/10, beside the
+    headline count of directions used (`headline`: the effective rank there, mean over sequences)."""
     if not curves:
         return ""
     name, s = list(curves.items())[-1]
@@ -75,8 +86,10 @@ def spectrum(curves: dict[str, Sequence[float]]) -> str:
         return f"Notice: the state {name} is zero."
     big = int((s > s[0] / 10).sum())
     ratio = f"s₁ is {s[0] / s[1]:.3g}× s₂ and " if s.size > 1 and s[1] > 0 else ""
-    return (f"Notice: {name}, {ratio}{big} of {s.size} singular values exceed s₁/10: roughly how many directions "
-            "the state really uses.")
+    line = f"Notice: {name}, {ratio}{big} of {s.size} singular values exceed s₁/10 (directions within 10× of the strongest)"
+    if headline is not None and math.isfinite(headline):
+        line += f"; the {HEADLINE_NAME}, the count of directions used, is {headline:.3g}"
+    return line + "."
 
 
 def noise_plot(snr_db: Sequence[float], probes: list[dict]) -> str:
@@ -150,36 +163,82 @@ def sweep(points: Sequence[dict], labels: dict[str, str]) -> str:
             "text sample, so differences of a few tenths of a percent need not carry over to other text.")
 
 
-def latency(points: Sequence[dict]) -> str:
-    """Under the kernel time vs key dim: the smallest against the largest key dim timed, as a ratio."""
+STEP_CLEAR = 0.5  # times "step" when every change inside a tile is under half the smallest jump across a boundary
+
+
+def time_shape(rows: Sequence[dict], tile_rows: int = 64) -> str:
+    """"steps" where the measured times jump at tile boundaries and stay flat inside a tile, "proportional" where
+    time over dk stays within a factor 1.5 of constant, "other" otherwise (rows: key_dim, median_ms; sorted)."""
+    tiles: dict[int, list[float]] = {}
+    for r in rows:
+        tiles.setdefault(-(-int(r["key_dim"]) // tile_rows), []).append(float(r["median_ms"]))
+    if len(tiles) >= 2:
+        groups = [tiles[t] for t in sorted(tiles)]
+        inside = max((max(g) / min(g) - 1 for g in groups if len(g) > 1), default=0.0)
+        jumps = [float(np.mean(b)) / float(np.mean(a)) - 1 for a, b in zip(groups, groups[1:])]
+        if min(jumps) > 0 and inside < STEP_CLEAR * min(jumps):
+            return "steps"
+    per_dk = [float(r["median_ms"]) / int(r["key_dim"]) for r in rows]
+    return "proportional" if max(per_dk) / min(per_dk) <= 1.5 else "other"
+
+
+def latency(points: Sequence[dict], tile_rows: int = 64) -> str:
+    """Under the kernel time vs key dim: the smallest against the largest key dim timed, and whether the times
+    move in steps at the tile boundaries, in proportion to dk, or neither, as measured."""
     rows = sorted((p for p in points if p.get("median_ms")), key=lambda p: p["key_dim"])
     if len(rows) < 2:
         return ""
     small, large = rows[0], rows[-1]
     ratio = large["median_ms"] / small["median_ms"]
-    return (f"Notice: dk {small['key_dim']} takes {small['median_ms']:.3g} ms and dk {large['key_dim']} "
-            f"{large['median_ms']:.3g} ms ({ratio:.2f}× the time); kernels work in tiles of key rows, so time moves "
-            "in steps at the dotted boundaries rather than in proportion to dk.")
+    line = (f"Notice: dk {small['key_dim']} takes {small['median_ms']:.3g} ms and dk {large['key_dim']} "
+            f"{large['median_ms']:.3g} ms ({ratio:.2f}× the time for {large['key_dim'] / small['key_dim']:.3g}× dk)")
+    shape = time_shape(rows, tile_rows)
+    if shape == "steps":
+        line += (f"; the times stay nearly flat inside a {tile_rows}-row tile and jump at the dotted boundaries, so a "
+                 "pruned dk saves time only when it removes a whole tile")
+    elif shape == "proportional":
+        line += "; the times rise roughly in proportion to dk, with no jump at the dotted tile boundaries"
+    else:
+        line += "; the times follow neither dk in proportion nor a jump at each dotted tile boundary"
+    return line + "."
 
 
 def sensitivity(ratios: Sequence[float], losses, ses=None) -> str:
-    """Under the map: at the largest ratio with every layer measured, the most and least sensitive layer, and
-    whether their gap exceeds twice the larger paired standard error."""
+    """Under the map: at the largest ratio with every layer measured, the most and least sensitive layer by what the
+    allocator charges (analysis.shrink.allocate.charged: clamped at 0, never falling as ρ grows), the layers whose
+    measured gain was clamped, and whether the gap exceeds twice the standard error of the difference."""
     for j in reversed(range(len(ratios))):
         column = [row[j] for row in losses]
         if column and all(v is not None for v in column):
             break
     else:
         return ""
-    worst, best = int(np.argmax(column)), int(np.argmin(column))
-    line = (f"Notice: at ρ = {ratios[j]:g}, layer {worst} is the most sensitive (loss {column[worst]:+.4f}) and "
-            f"layer {best} the least ({column[best]:+.4f})")
-    se = [row[j] for row in ses] if ses else []
-    if se and se[worst] is not None and se[best] is not None:
-        noise = 2 * max(se[worst], se[best])
-        line += ("; the gap is larger than twice the standard error, so the allocator has a real choice"
-                 if column[worst] - column[best] > noise else
-                 "; the gap is within twice the standard error, so these layers cannot be told apart on this text")
+    charges = [charged(ratios, row)[j] for row in losses]
+    cost = [c for c, _ in charges]
+    worst, best = int(np.argmax(cost)), int(np.argmin(cost))
+    line = (f"Notice: at ρ = {ratios[j]:g}, layer {worst} is the most sensitive (the allocator charges "
+            f"{cost[worst]:+.4f}) and layer {best} the least ({cost[best]:+.4f})")
+    clamped = [i for i, (v, (_, source)) in enumerate(zip(column, charges)) if v < 0 and source is None]
+    if clamped:
+        listed = ", ".join(f"layer {i} {column[i]:+.2g}" for i in clamped)
+        line += (f"; measured gains ({listed}) are charged as 0: a one-layer gain is noise, and the allocator "
+                 "clamps it")
+    lifted = [i for i, (_, source) in enumerate(charges) if source is not None and source != j]
+    if lifted:
+        line += (f"; {', '.join(f'layer {i}' for i in lifted)} measured less here than at a smaller ρ and "
+                 "{} charged that larger loss (pruning more never predicts less)".format(
+                     "is" if len(lifted) == 1 else "are"))
+    if ses:
+        def se_of(layer):  # the standard error of the measurement the charge comes from (the clamp: this ratio's)
+            source = charges[layer][1]
+            return ses[layer][j if source is None else source]
+        a, b = se_of(worst), se_of(best)
+        if a is not None and b is not None:
+            noise = 2 * math.hypot(a, b)
+            line += (f"; the gap is larger than twice the standard error of the difference ({noise:.4f}), so the "
+                     "allocator has a real choice" if cost[worst] - cost[best] > noise else
+                     f"; the gap is within twice the standard error of the difference ({noise:.4f}), so these "
+                     "layers cannot be told apart on this text and the allocator's choice between them is noise")
     return line + "."
 
 
@@ -211,17 +270,23 @@ def key_dims(head_k_dims: Sequence[int], tile_rows: int) -> str:
     return line + "."
 
 
-def recovery(history: Sequence[dict], validation: Sequence[dict]) -> str:
-    """Under the recovery curve: validation perplexity at step 0 against the best check (the step kept), and
-    whether the training loss moved beyond its own step-to-step noise."""
+def recovery(history: Sequence[dict], validation: Sequence[dict], change: dict | None = None) -> str:
+    """Under the recovery curve: validation perplexity at step 0 against the best check (the step kept), whether
+    that change exceeds twice its paired standard error over the validation windows (`change`: the recovery's
+    validation_change), and whether the training loss moved beyond its own step-to-step noise."""
     checks = [v for v in validation if v.get("perplexity") is not None and math.isfinite(v["perplexity"])]
     if not checks:
         return ""
     start, best = checks[0], min(checks, key=lambda v: v["perplexity"])
     if best["perplexity"] < start["perplexity"]:
-        change = best["perplexity"] / start["perplexity"] - 1
+        change_pct = best["perplexity"] / start["perplexity"] - 1
         line = (f"Notice: validation perplexity fell from {start['perplexity']:.4g} at step {start['step']} to "
-                f"{best['perplexity']:.4g} at step {best['step']} ({change:+.1%}); recovery keeps step {best['step']}'s weights")
+                f"{best['perplexity']:.4g} at step {best['step']} ({change_pct:+.2%}); recovery keeps step "
+                f"{best['step']}'s weights")
+        if change and change.get("se") is not None and math.isfinite(change["se"]):
+            delta, noise = change["delta_log_ppl"], 2 * change["se"]
+            line += (f", {'within' if abs(delta) < noise else 'beyond'} noise (Δ log perplexity {delta:+.4f} "
+                     f"nats/token, 2 SE = {noise:.4f} over {change['windows']} paired validation windows)")
     else:
         line = (f"Notice: no validation check improved on step {start['step']}'s perplexity "
                 f"{start['perplexity']:.4g}, so the pruned model's own weights are kept")

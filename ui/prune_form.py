@@ -7,8 +7,11 @@ from typing import NamedTuple
 import pandas as pd
 import streamlit as st
 
+from analysis.archs import adapter_for
+from analysis.archs.recurrence_words import words
 from analysis.models.load import TILE_ROWS
 from analysis.shrink.prune import ROUNDINGS, tiles, usable_strategies
+from analysis.shrink.sensitivity import shipped_strategies
 from analysis.shrink.strategies import STRATEGIES
 from ui import plan_inputs, shrink, shrink_figures, state, task_inputs
 from ui.context import Context
@@ -32,15 +35,16 @@ class Evaluation(NamedTuple):
     tasks: object = None   # analysis.evaluate.harness.TaskSettings: lm-evaluation-harness accuracy before and after
 
 
-def explain() -> None:
+def explain(ctx: Context) -> None:
+    recurrence = words(adapter_for(ctx.model))
+    readout = recurrence.readout_scale_words + (" (fla's default 1/√dₖ′, the reference code's choice, is offered "
+                                                "below)" if recurrence.scaled else "")
     explainer(
         "Structured pruning of query/key channels: per linear-attention layer ℓ and key head, the same kept index "
         "set slices the query and key projection rows and their short-convolution channels (and, where the decay is "
         "per key channel, its decay rows; softmax-attention layers of a hybrid are never touched), so the state "
-        "shrinks from dk × dv to dk' × dv. The pruned model keeps the original readout scale 1/√dₖ, so it equals the "
-        "original model with the dropped channels zeroed (fla's default 1/√dₖ′, the reference code's choice, is "
-        "offered below). Ratios can be uniform or per layer, set beside each layer's **rank utilization** (one rank "
-        "profile: the final state of the first calibration sequences, the same one the sensitivity map and *Verify "
+        f"shrinks from dk × dv to dk' × dv: {readout}. Ratios can be uniform or per layer, set beside each layer's "
+        "**rank utilization** (one rank profile: the final state of the first calibration sequences, the same one the sensitivity map and *Verify "
         "and choose* use); *Suggest from rank* prunes low-utilization layers more while "
         "keeping the mean ratio at the target. fla's chunk kernel walks dk' in tiles of 64 rows, so the kernel time "
         "follows the tile count ⌈dk'/64⌉: only a dk' that is a multiple of 64 fills every tile, and only crossing a "
@@ -57,12 +61,22 @@ def explain() -> None:
          r"\mathrm{PPL} = \exp\Big(-\frac{1}{N}\sum_{t} \log p(x_t \mid x_{<t})\Big)"])
 
 
+DEFAULT_STRATEGY = "wanda"
+
+
+def default_strategy(name: str, names: list[str]) -> str:
+    """The strategy the page opens on: one whose sensitivity map ships with this sample (so the map shows at once),
+    Wanda where its map ships or none does."""
+    shipped = [n for n in shipped_strategies(name) if n in names]
+    return DEFAULT_STRATEGY if DEFAULT_STRATEGY in shipped or not shipped else shipped[0]
+
+
 def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
     plan_inputs.apply_pending(ctx.key)  # a plan "Verify and choose" picked, before any input is drawn
     names, unusable = usable_strategies(ctx.model)  # PCA is not offered where key channels have their own decay
     c1, c2, c3 = st.columns(3)
-    strategy = state.field(c1.selectbox, "Strategy", "prune_strategy", "wanda", options=names,
-                           format_func=shrink.strategy_label)
+    strategy = state.field(c1.selectbox, "Strategy", "prune_strategy", default_strategy(ctx.name, names),
+                           options=names, format_func=shrink.strategy_label)
     mode = state.field(c2.radio, "Ratios", "prune_mode", "Uniform", options=["Uniform", "Per layer"], horizontal=True)
     roundings = [r or 0 for r in ROUNDINGS]  # 0 stands for None: a selectbox shows None as "no choice"
     rounding = state.field(c3.selectbox, "Round dk' to kernel tiles", "prune_round", 0, options=roundings,
@@ -70,7 +84,7 @@ def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
     st.caption(STRATEGIES[strategy].description + (
         f" Not offered for {ctx.info.label}: {', '.join(map(shrink.strategy_label, unusable))} (it mixes key "
         "channels, and each key channel here has its own decay)." if unusable else ""))
-    rescale = shrink.rescale_control()
+    rescale = shrink.rescale_control(ctx)
     if mode == "Uniform":
         ratio = state.field(st.slider, "Pruning ratio ρ (all layers)", "prune_ratio", 0.5, 0.0, 0.95, step=0.05)
         return Choices(strategy, rounding, rescale, ratio, None)

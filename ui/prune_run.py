@@ -8,6 +8,7 @@ import uuid
 
 import streamlit as st
 
+from analysis.archs import adapter_for
 from analysis.io.writes import output_root
 from analysis.shrink.prune_workflow import Evaluation as CoreEvaluation, prune_and_measure, recover_and_measure
 from analysis.shrink.recovery import METHODS, RecoverySettings
@@ -108,7 +109,7 @@ def comparison(ctx: Context, run: dict) -> dict:
         method = rec.get("method") or "qk"
         methods["after recovery"] = f"{method} ({METHOD_LABELS.get(method, method)}), {rec['steps']} steps"
     st.table(before_after_table(columns, methods))
-    notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {readout_label(result.info['rescale'])}",
+    notes = [f"{ctx.name} · device {ctx.key.device} · dtype {ctx.key.dtype} · {readout_label(result.info['rescale'], adapter_for(ctx.model).readout_scaled)}",
              "Δ and %: change from the unpruned model ("
              + ("higher recall accuracy and lower kernel time are better)" if ctx.task is not None else
                 "lower perplexity and kernel time are better)")]
@@ -201,8 +202,8 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
         st.info("The recovery was stopped after a finished step; its state is saved, so **Resume** continues it.")
     if run["recovered"]:
         rec = run["recovered"]
-        verdict = recovery_verdict(run["after"], rec["measure"])
         meta = rec.get("recovery") or {}
+        verdict = recovery_verdict(run["after"], rec["measure"], meta.get("validation_change"))
         kept = (f"; kept step {meta['kept_step']}, validation perplexity {meta['kept_validation_perplexity']:.2f} "
                 f"against {meta['start_validation_perplexity']:.2f} at step 0, {meta['validation']}") if meta else ""
         said = (f"{METHOD_LABELS.get(rec.get('method'), 'q/k rows')}, {rec['steps']} recovery steps (final training "
@@ -211,4 +212,4 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
         {"better": st.success, "worse": st.warning}.get(verdict["verdict"], st.info)(said)
         if rec.get("history"):
             st.plotly_chart(loss_figure(rec["history"], rec["validation"]), key="recovery_curve_done")
-            st.caption(notice.recovery(rec["history"], rec["validation"]))
+            st.caption(notice.recovery(rec["history"], rec["validation"], meta.get("validation_change")))

@@ -22,8 +22,9 @@ def which(run: dict) -> str:
     rec = run["recovered"]
     if not rec:
         return PRUNED
-    better = recovery_verdict(run["after"], rec["measure"])["verdict"] == "better"
     ppl = {PRUNED: run["after"]["perplexity"]["perplexity"], RECOVERED: rec["measure"]["perplexity"]["perplexity"]}
+    comparable = recovery_verdict(run["after"], rec["measure"])["verdict"] != "not comparable"
+    better = comparable and ppl[RECOVERED] < ppl[PRUNED]
     return state.field(st.radio, "Model to save and download", "prune_save_which", RECOVERED if better else PRUNED,
                        options=[PRUNED, RECOVERED], horizontal=True, scope=rec["id"],
                        format_func=lambda w: f"{w} (test perplexity {ppl[w]:.2f})"
@@ -48,12 +49,14 @@ def section(ctx: Context, run: dict, columns: dict, tok) -> None:
     local = writes.local_paths_allowed()  # STATE_RANK_LOCAL=1: any local path; otherwise a name under one root
     root = writes.output_root()
     suggested = str(root / tag) if local else tag
-    if state.get("prune_out_auto", True) and state.get("prune_out_tag") != tag:  # follow the newest until edited
-        state.choose("prune_out", suggested)
-        st.session_state["prune_out_tag"] = tag
+    scope = ctx.key.path  # a name typed for one model belongs to it: another model never inherits it
+    auto, shown_tag = f"prune_out_auto@{scope}", f"prune_out_tag@{scope}"
+    if st.session_state.get(auto, True) and st.session_state.get(shown_tag) != tag:  # follow the newest until edited
+        state.choose("prune_out", suggested, scope)
+        st.session_state[shown_tag] = tag
     s1, s2 = st.columns([3, 1], vertical_alignment="bottom")
     target = state.field(s1.text_input, "Save to directory" if local else "Save as (folder name)", "prune_out",
-                         suggested, on_change=lambda: st.session_state.update(prune_out_auto=False))
+                         suggested, scope=scope, on_change=lambda: st.session_state.update({auto: False}))
     overwrite = s2.checkbox("Overwrite if it exists", key="prune_overwrite",
                             help="Replaces only a model folder this tool saved; nothing else is ever replaced.")
     st.caption((f"Relative paths are saved under {root}; any local path is allowed ({writes.LOCAL_ENV}=1)." if local

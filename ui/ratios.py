@@ -8,6 +8,7 @@ import streamlit as st
 from analysis.errors import AnalysisError
 from analysis.shrink.suggest import suggest
 from ui import plan_inputs, shrink, state
+from ui.blocks import layer_name
 from ui.context import Context
 
 ERROR_KEY = "suggest_error"
@@ -54,11 +55,11 @@ def per_layer_ratios(ctx: Context, round_to: int | None, calib: shrink.CalibSett
     ratios = []
     for layer, (dk, u) in enumerate(zip(dims, profile)):
         a, b, c = st.columns([1, 3, 2], vertical_alignment="center")
-        a.markdown(f"**layer {layer}** · dk {dk}")
+        a.markdown(f"**{layer_name(ctx.info, layer)}** · dk {dk}")
         finite = math.isfinite(u)
         b.progress(min(1.0, max(0.0, u)) if finite else 0.0,
                    text=f"rank utilization u = {u:.3f}" if finite else "rank utilization: not finite")
-        ratios.append(float(state.field(c.number_input, f"ratio ρ, layer {layer}", plan_inputs.name(layer), 0.5,
+        ratios.append(float(state.field(c.number_input, f"ratio ρ, {layer_name(ctx.info, layer)}", plan_inputs.name(layer), 0.5,
                                         0.0, 0.99, step=0.05, format="%.3f", scope=plan_inputs.scope(ctx.key))))
     st.caption(f"u: {shrink.profile_caption(ctx, calib)} (the calibration above; the sensitivity map and "
                "*Verify and choose* use the same profile).")

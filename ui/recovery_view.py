@@ -4,6 +4,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+MIN_SPAN = 0.02   # the validation axis spans at least ±1 % of its values: a 0.05 % change must not fill the chart
 METHOD_LABELS = {"qk": "q/k rows at full rank", "lora": "LoRA on q/k/v + conv/norm/bias",
                  "lora-kd": "LoRA + distillation from the unpruned model"}
 
@@ -24,5 +25,11 @@ def loss_figure(events: list[dict], validation: list[dict] | None = None) -> go.
     fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), title="Recovery: training loss per step")
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="loss (nats/token)", secondary_y=False)
-    fig.update_yaxes(title_text="validation perplexity", secondary_y=True)
+    values = [c["perplexity"] for c in checks if c.get("perplexity") is not None]
+    span = {}
+    if values:  # ticks at a precision that matches the change, and never a zoom into the noise
+        middle, half = (max(values) + min(values)) / 2, max(max(values) - min(values), MIN_SPAN * min(values)) / 2
+        span = dict(range=[middle - 1.1 * half, middle + 1.1 * half])
+    fig.update_yaxes(title_text="validation perplexity", secondary_y=True, tickformat=".4~g", **span)
+    fig.update_yaxes(tickformat=".3~g", secondary_y=False)
     return fig

@@ -16,7 +16,7 @@ import streamlit as st
 from analysis.shrink.allocate import allocate
 from analysis.errors import AnalysisError
 from analysis.shrink.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map,
-                                  compute_map, grid, load_shipped)
+                                  compute_map, grid, load_shipped, shipped_strategies)
 from analysis.shrink.strategies import STRATEGIES
 from ui import jobs, notice, plan_inputs, shrink, state, verify_view
 from ui.context import Context
@@ -109,7 +109,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
     entry = _entry(ctx, s)
     entry["profile"] = shrink.rank_profile(ctx, calib)  # the one profile (Suggest from rank reads it too)
     points = entry["points"]
-    shipped = sorted(p.stem.rsplit("-", 1)[1] for p in RESULTS_DIR.glob(f"sensitivity-{ctx.name}-*.json"))
+    shipped = shipped_strategies(ctx.name)
     if not points and shipped:
         st.info(f"Maps shipped with {ctx.name} (default map settings): {', '.join(shipped)}; choose that strategy "
                 "above to see one at once, or run this one.")

@@ -12,8 +12,9 @@ from typing import NamedTuple
 
 import streamlit as st
 
+from analysis.archs import adapter_for
 from analysis.shrink.calibration import Calibration, calibrate
-from analysis.shrink.importance import importance_report
+from analysis.shrink.importance import strategy_importance as strategy_importance_core
 from analysis.shrink.prune_workflow import Evaluation, recall_pairs as core_recall_pairs
 from analysis.shrink.prune import RESCALES
 from analysis.shrink.sensitivity import calibration_profile_ids, layer_profile, profile_label
@@ -71,8 +72,11 @@ def calibration_controls(ctx: Context) -> CalibSettings:
     return CalibSettings(int(n), int(t), int(seed))
 
 
-def rescale_control() -> str:
-    """Readout scale of the pruned layers: the original (pure channel removal) unless asked otherwise."""
+def rescale_control(ctx: Context) -> str:
+    """Readout scale of the pruned layers: the original (pure channel removal) unless asked otherwise. A family
+    whose readout has no scale (adapter.readout_scaled False) gets no control: there is nothing to choose."""
+    if not adapter_for(ctx.model).readout_scaled:
+        return "original"
     names = list(RESCALES)
     return state.field(st.radio, "Readout scale", "prune_rescale", "original", options=names, horizontal=True,
                        format_func=readout_label,
@@ -139,14 +143,17 @@ def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Cal
     return calib
 
 
-@memo.memoized("importance", max_entries=16)
-def importance(key: ModelKey, settings: CalibSettings, names: tuple, ratio: float, *,
-               progress: progress_ui.Report) -> dict:
-    """The core's importance report (scores, kept masks, Jaccard agreement, kept energy) as plain lists."""
-    calib = calibration(key, settings)
+@memo.memoized("strategy_importance", max_entries=32)
+def strategy_importance(key: ModelKey, settings: CalibSettings | None, name: str, ratio: float, seed: int, *,
+                        progress: progress_ui.Report) -> dict:
+    """One strategy's scores and kept sets (analysis.shrink.importance.strategy_importance): `settings` None for a
+    strategy that needs no data, so it is drawn before any calibration runs and shared across calibration sizes."""
+    calib = None if settings is None else calibration(key, settings)
+    if settings is not None and STRATEGIES[name].needs_gradients:
+        gradients(key, settings)
+    progress(0.0, f"scoring the channels: {STRATEGIES[name].label}")
     with cache.compute_lock():
-        return importance_report(cache.shared_model(key), None, list(names), ratio, seed=settings.seed, calib=calib,
-                                 progress=progress)
+        return strategy_importance_core(cache.shared_model(key), calib, name, ratio, seed)
 
 
 def recall_pairs(ctx: Context) -> tuple[int, ...] | None:

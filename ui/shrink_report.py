@@ -118,19 +118,43 @@ def before_after_table(columns: dict[str, dict], methods: dict[str, str] | None 
     return frame
 
 
-def recovery_verdict(pruned: dict, recovered: dict) -> dict:
-    """Did recovery lower the pruned model's perplexity? {"verdict": better|worse|unchanged|not comparable, "text"}."""
+NOISE_SE = 2.0  # a change within this many standard errors is "within noise"
+
+
+def test_noise(change: dict | None, test_tokens: int) -> float | None:
+    """The standard error (nats/token) of a paired Δ log perplexity on `test_tokens` tokens, from the recovery's
+    paired validation windows (analysis.shrink.recovery: `validation_change`): their SE scaled by
+    √(validation tokens / test tokens), the same per-window spread on a different number of tokens."""
+    if not change or not change.get("se") or not math.isfinite(change["se"]) or not test_tokens:
+        return None
+    return change["se"] * math.sqrt(change["tokens"] / test_tokens)
+
+
+def recovery_verdict(pruned: dict, recovered: dict, change: dict | None = None) -> dict:
+    """Did recovery lower the pruned model's perplexity beyond noise? {"verdict": better|worse|within noise|unchanged|
+    not comparable, "text"}. `change`: the recovery's paired validation change (its noise estimate); without it
+    the verdict says that no noise estimate is available."""
     a, b = pruned["perplexity"], recovered["perplexity"]
     if perplexity_label(a) != perplexity_label(b):
         return {"verdict": "not comparable",
                 "text": f"measured with other evaluation settings than the pruned model ({perplexity_label(b)} vs "
                         f"{perplexity_label(a)}), so the two perplexities cannot be compared; run recovery again"}
     before, after = a["perplexity"], b["perplexity"]
+    delta = math.log(after / before)
+    change_text = (f"perplexity {before:.2f} → {after:.2f} ({after / before - 1:+.2%}, Δ log perplexity "
+                   f"{delta:+.4f} nats/token, vs the pruned model)")
+    se = test_noise(change, a.get("tokens"))
+    if se is None:
+        noise = "; no noise estimate (the recovery kept no per-window validation losses)"
+    else:
+        noise = (f"; noise: {NOISE_SE:g} SE = {NOISE_SE * se:.4f} nats/token, from the paired differences over the "
+                 f"{change['windows']} validation windows of the recovery, scaled to the {a['tokens']:,} test tokens")
+    if se is not None and abs(delta) < NOISE_SE * se:
+        return {"verdict": "within noise", "text": f"within noise, {change_text}{noise}"}
     verdict = "better" if after < before else "worse" if after > before else "unchanged"
-    change = f"perplexity {before:.2f} → {after:.2f} ({after / before - 1:+.1%} vs the pruned model)"
-    text = {"better": f"better, {change}", "worse": f"**worse**: {change}",
-            "unchanged": f"unchanged, {change}"}[verdict]
-    return {"verdict": verdict, "text": text}
+    text = {"better": f"better, {change_text}", "worse": f"**worse**: {change_text}",
+            "unchanged": f"unchanged, {change_text}"}[verdict]
+    return {"verdict": verdict, "text": text + noise}
 
 
 def sweep_table(points: Sequence[dict], labels: dict[str, str]) -> pd.DataFrame:

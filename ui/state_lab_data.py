@@ -1,10 +1,13 @@
 """The State lab's cached computations: one observation per (model, text), one trace per head, computed once per
-server process (ui.memo: shared, read-only), so a scrubber step only indexes them."""
+server process (ui.memo: shared, read-only), so a scrubber step only indexes them; and the prepared texts with the
+callbacks that keep the prepared-sentence box and the text box in step."""
 from __future__ import annotations
+
+import streamlit as st
 
 from analysis.inspect import state_lab as lab
 from analysis.shrink.strategies import get_strategy
-from ui import cache, memo
+from ui import cache, memo, state
 from ui.keys import InputSpec, ModelKey
 
 PREPARED = {
@@ -14,6 +17,26 @@ PREPARED = {
                    "and arrows of outrageous fortune, or to take arms against a sea of troubles.",
     "Counting": "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen",
 }
+OWN_TEXT = "(your own text)"  # what the prepared-sentence box shows once the text is not one of PREPARED
+
+
+def prepared_text(name: str) -> str:
+    return PREPARED.get(name, next(iter(PREPARED.values())))
+
+
+def prepared_picked() -> None:
+    """Callback of the prepared-sentence box: a prepared sentence replaces the text; "your own text" keeps it."""
+    name = st.session_state["w:lab_prepared"]
+    if name in PREPARED:
+        state.choose("lab_text", PREPARED[name])
+
+
+def text_typed() -> None:
+    """Callback of the text box: the prepared-sentence box names what the box now holds."""
+    text = st.session_state["w:lab_text"]
+    state.choose("lab_prepared", next((name for name, t in PREPARED.items() if t == text), OWN_TEXT))
+
+
 CALIBRATION = (16, 256, 0)  # the Channel importance page's default calibration (sequences, tokens, seed)
 
 

@@ -16,6 +16,9 @@ from ui.errors import guard
 from ui.progress import first_time
 
 
+J_FOLLOWS = "lab_j_follows"  # the token t the probe's token j last followed
+
+
 @dataclass
 class LabView:
     """What the page read and computed, for the views: the inputs x, every rule's traces, the rule shown (tr), the
@@ -88,6 +91,9 @@ def scrubber(v: LabView, play: bool) -> None:
 
 def noise_probe(v: LabView, t: int) -> None:
     st.subheader("Query noise at token t")
+    if st.session_state.get(J_FOLLOWS) != t:  # the scrubber moved (or Play stepped): read the token it points at
+        state.choose("lab_j", t)
+        st.session_state[J_FOLLOWS] = t
     c1, c2 = st.columns(2)
     j = c1.slider("Read the key of token j", 0, max(t, 1), key=state.remembered("lab_j", t, range(t + 1)),
                   disabled=t == 0)
@@ -102,14 +108,15 @@ def noise_probe(v: LabView, t: int) -> None:
     m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("Monte Carlo error, q = k + ε", f"{at['mc_raw']:.3g}")
     m2.metric(r"exact RMS $\sigma\|S\|_F/\|S^\top k\|$", f"{at['bound_raw']:.3g}")
-    m3.metric("Monte Carlo, re-normalised q̂", f"{at['mc_renorm']:.3g}")
-    m4.metric("second-order prediction, q̂", f"{at['second_order']:.3g}", help=second)
+    only = "" if v.x.unit_keys else " (comparison only)"  # a family without an l2 norm on q never reads q̂
+    m3.metric(f"Monte Carlo, re-normalised q̂{only}", f"{at['mc_renorm']:.3g}")
+    m4.metric(f"second-order prediction, q̂{only}", f"{at['second_order']:.3g}", help=second)
     if "retrieval_raw" in at:
         m5.metric(f"error vs $w_{{{j}}}$ with this noise", f"{at['retrieval_raw']:.3g}",
                   help=r"exact RMS of $\|S^\top q - w_j\|/\|w_j\|$: $\sqrt{e^2 + \sigma^2\|S\|_F^2/\|w_j\|^2}$, "
                        f"e = {v.tr.retrieval_error[t, j]:.3g} without noise")
     st.plotly_chart(figs.noise_curves(p, float(snr), f"Reading token {j} from S_{t}: relative error vs SNR",
-                                      first, second), key="lab_noise")
+                                      first, second, comparison_only=not v.x.unit_keys), key="lab_noise")
     st.caption(f"{v.where} · {lab.RULES[v.rule]} · 256 draws, seed 0 · first order {first}, second order {second}. "
                "Notice: a state of low rank or large κ amplifies the same query noise more.")
 
@@ -118,7 +125,8 @@ def pruned_view(v: LabView, t: int) -> None:
     """The same head with fewer key channels, beside the original (real inputs only)."""
     st.subheader("What if dk were smaller?")
     c1, c2 = st.columns(2)
-    rotations = adapter_for(v.ctx.model).rotations  # PCA mixes channels: not offered where each has its own decay
+    family = adapter_for(v.ctx.model)
+    rotations = family.rotations  # PCA mixes channels: not offered where each has its own decay
     names = [name for name, strat in STRATEGIES.items() if strat.axis_aligned or rotations]
     strategy = c1.selectbox("Strategy", names, format_func=lambda s: STRATEGIES[s].label,
                             key=state.remembered("lab_strategy", "l1", names))
@@ -156,7 +164,15 @@ def pruned_view(v: LabView, t: int) -> None:
                                          "‖S_tᵀk_j − w_j‖ / ‖w_j‖", dashed=[f"{v.rule} dk′ = {dk_p}"],
                                          colors=[figs.RULE_COLORS[v.rule]] * 2),
                         key="lab_pruned_retrieval")
-    st.caption(f"{v.where} · {lab.RULES[v.rule]} · {STRATEGIES[strategy].label}, ρ = {ratio:g}: channels zeroed after "
-               "the convolution, keys re-normalised, readout scale unchanged. Notice: fewer key rows, fewer "
-               "directions to store associations in.")
+    st.caption(f"{v.where} · {lab.RULES[v.rule]} · {STRATEGIES[strategy].label}, ρ = {ratio:g}: "
+               + pruned_words(v.x.unit_keys, family.readout_scaled)
+               + ". Notice: fewer key rows, fewer directions to store associations in.")
+
+
+def pruned_words(unit_keys: bool, scaled: bool) -> str:
+    """What pruning did to this head's inputs, as its family runs them (no l2 norm or readout scale it lacks)."""
+    return ("channels zeroed after the convolution, "
+            + ("keys re-normalised (the layer l2-normalises them)" if unit_keys else
+               "keys not re-normalised (this family feeds them to the scan as they are)")
+            + (", readout scale unchanged" if scaled else ", no readout scale (this family has none)"))
 

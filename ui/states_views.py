@@ -7,7 +7,8 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis.linalg.rank import METRIC_INFO
-from ui import figures, notice, scales, state
+from analysis.linalg.rank_card import HEADLINE
+from ui import figures, notice, rank_card_view, scales, state
 from ui.choices import multi_choice, snap_to
 from ui.compare import Side
 from ui.context import Context, traced_every_token
@@ -32,7 +33,8 @@ def final_maps(ctx: Context, sides: tuple[Side, Side] | tuple, traces: tuple[dic
         st.plotly_chart(figures.layer_head_heatmap(final, z_title, title + suffix, selected, zrange),
                         key=HEATMAP_KEY, on_select="rerun", selection_mode="points")
         st.caption(caption(prov, f"state after token {data['tokens'] - 1}, mean over {n_seq} sequences"))
-        st.caption(notice.rank_map(metric, METRIC_INFO[metric].label, final, max_rank, final_rand))
+        headline = mean_std(data["metrics"][HEADLINE][..., -1], axis=1)[0]  # the count of directions used, [L, H]
+        st.caption(notice.rank_map(metric, METRIC_INFO[metric].label, final, max_rank, final_rand, headline))
     if rand:
         with cols[1]:
             st.plotly_chart(figures.layer_head_heatmap(final_rand, z_title, title + " (random init, seed 0)",
@@ -115,4 +117,16 @@ def drill_in(ctx: Context, traces: tuple[dict, dict | None], prov: Provenance, m
             st.plotly_chart(figures.singular_spectrum(spectra(data), f"Singular spectrum: layer {layer}, head {head}",
                                                       spectra(rand) if rand else None), key="spectrum")
             st.caption(caption(prov, f"singular values averaged over {n_seq} sequences"))
-            st.caption(notice.spectrum(spectra(data)))
+            st.caption(notice.spectrum(spectra(data), float(data["metrics"][HEADLINE][layer, :, head, index[-1]].mean())))
+
+
+def rank_cards(sides, traces: tuple, provs: tuple, layer: int, head: int) -> None:
+    """The rank card of the drilled-in head's final state, for each model shown (one, or original | compared)."""
+    names = [s.role for s in sides] if sides else [None]
+    for col, name, data, prov in zip(st.columns(len(names)), names, traces, provs):
+        with col:
+            where = f"layer {layer}, head {head}" + (f" ({name})" if name else "")
+            rank_card_view.show(f"{where}, state after token {data['tokens'] - 1}",
+                                data["singular_values"][layer][:, head, -1], scales.TAU,
+                                caption(prov, f"mean over {data['sequences']} sequences"),
+                                key=f"rank_card_{name or 'model'}")

@@ -72,6 +72,8 @@ class Adapter:
     key_dims_config_key: str = "head_k_dims"   # where a pruned config lists one key dim per linear layer
     qk_l2_normalised: bool = True        # the kernel l2-normalises q and k (False: Mamba-2's B and C enter raw)
     readout_scaled: bool = True          # the readout multiplies by a key-dim factor (dk^-1/2); False: none to keep
+    recurrence_inputs: str = ""          # what q, k, v, β, g are, in one sentence, where the generic wording
+                                         # (analysis.archs.recurrence_words) would not say it right (Mamba-2's SSD)
     entry_points: tuple[str, ...] = ()   # recurrence entry points (module globals of the layer's file) it routes
     lora_projections: tuple[str, ...] = ()  # linear sub-modules of a linear layer that recovery's LoRA adapts (q/k/v)
 

@@ -42,6 +42,9 @@ class Mamba2Adapter(Adapter):
     key_dims_config_key = "ssm_state_sizes"
     readout_scaled = False     # y = C_tᵀ S_t: removing a channel needs no readout correction
     qk_l2_normalised = False   # B and C enter the scan raw: the noise page's re-normalised bounds do not apply
+    recurrence_inputs = ("Mamba-2's SSD scan, one decay per head: q = C, k = B, v = dt·x and log-decay g = A·dt per "
+                         "token; no delta rule (no β, nothing is erased before a write), B and C enter the scan "
+                         "without normalisation, and the readout y = Cᵀ S has no scale")
     rotations = True    # one decay per head: a rotation of a group's B/C channels commutes with it
 
     # --- structure -------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
+import threading
+import weakref
 from pathlib import Path
 
 import torch
@@ -104,16 +107,49 @@ def token_windows(ids, context: int, stride: int | None = None, max_windows: int
     return windows.contiguous()
 
 
-@functools.lru_cache(maxsize=4)
-def _encoded_split(split: str, tokenizer) -> torch.Tensor:
-    return encode(load_text(split), tokenizer)
+_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer object -> its content hash
+_ENCODED: dict[tuple[str, str], torch.Tensor] = {}                         # (split, fingerprint) -> token ids
+_ENCODED_MAX = 8
+_encoded_lock = threading.Lock()
+
+
+def fingerprint(tokenizer) -> str:
+    """A hash of what the tokenizer does (its serialised vocabulary, merges and rules): two objects loaded from the
+    same files share it, so they share one encoding of a split."""
+    try:
+        return _FINGERPRINTS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    content = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    digest = hashlib.sha256(content.encode("utf-8")).hexdigest()
+    try:
+        _FINGERPRINTS[tokenizer] = digest
+    except TypeError:  # not weak-referenceable: hashed again next time
+        pass
+    return digest
+
+
+def encoded_split(split: str, tokenizer) -> torch.Tensor:
+    """Token ids of one whole split, encoded once per process and tokenizer content (the 4.4 MB train split takes
+    about 10 s to encode on a laptop CPU, and calibration, the rank profile, recovery and perplexity all read it).
+    Shared: callers slice or index it, never write into it."""
+    key = (_check_split(split), fingerprint(tokenizer))
+    ids = _ENCODED.get(key)
+    if ids is None:
+        ids = encode(load_text(split), tokenizer)
+        with _encoded_lock:
+            while len(_ENCODED) >= _ENCODED_MAX:
+                _ENCODED.pop(next(iter(_ENCODED)))
+            _ENCODED[key] = ids
+    return ids
 
 
 def calibration_batches(tokenizer, n_sequences: int, seq_len: int, seed: int = 0) -> torch.Tensor:
     """n_sequences random train-split spans of seq_len tokens, [n, seq_len]; same seed, same batch."""
     if n_sequences < 1 or seq_len < 1:
         raise AnalysisError(f"Need at least one sequence of at least one token, not {n_sequences} x {seq_len}.")
-    ids = _encoded_split("train", tokenizer)
+    ids = encoded_split("train", tokenizer)
     if ids.numel() < seq_len:
         raise AnalysisError(f"The train split has {ids.numel()} tokens, fewer than seq_len {seq_len}.")
     gen = torch.Generator().manual_seed(seed)

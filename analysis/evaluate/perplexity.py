@@ -48,8 +48,7 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
     if max_tokens is not None and (int(max_tokens) != max_tokens or max_tokens < 1):
         raise AnalysisError(f"The number of tokens to score must be a whole number ≥ 1, got {max_tokens}.")
     limits.check_forward(model, batch, context, "Scoring perplexity", "use a shorter --context", logits_copies=3)
-    source = text if text is not None else data.load_text(split)
-    ids = data.encode(source, tokenizer)
+    ids = data.encode(text, tokenizer) if text is not None else data.encoded_split(split, tokenizer)
     if max_tokens is not None:
         ids = ids[: max_tokens + 1]
     if len(ids) < context + 1:
@@ -99,9 +98,9 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
 
 def unigram_baseline(tokenizer, split: str = "test", max_tokens: int | None = None) -> dict:
     """Add-one-smoothed unigram model fitted on the train split, scored on the same targets."""
-    counts = torch.bincount(data.encode(data.load_text("train"), tokenizer), minlength=len(tokenizer)).double() + 1
+    counts = torch.bincount(data.encoded_split("train", tokenizer), minlength=len(tokenizer)).double() + 1
     logp = (counts / counts.sum()).log()
-    ids = data.encode(data.load_text(split), tokenizer)
+    ids = data.encoded_split(split, tokenizer)
     ids = ids[1: (max_tokens + 1) if max_tokens else None]
     nats = -float(logp[ids].sum())
     n_bytes = data.utf8_bytes(tokenizer.decode(ids.tolist()))

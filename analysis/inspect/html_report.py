@@ -16,6 +16,11 @@ GENERATOR = "state-rank report (python -m analysis report / the dashboard)"
 STAMP = f'<meta name="generator" content="{GENERATOR}">'   # how analysis.io.report_file knows its own files
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 LOG_AXIS = dict(type="log", exponentformat="e")
+# plotly's own template, named on every figure: inside the dashboard Streamlit makes its theme the default, whose
+# colours are placeholders its frontend swaps (near-black in a file) and whose axes do not make room for long labels
+TEMPLATE = "plotly"
+LAYER_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
+                 "#bcbd22")  # one per layer (cycled past ten), distinct in print and for common colour blindness
 
 
 def esc(value) -> str:
@@ -46,6 +51,7 @@ def label_line(report: dict, extra: str = "") -> str:
 
 def figure_html(fig, div_id: str, first: bool) -> str:
     import plotly.io as pio
+    fig.update_layout(template=TEMPLATE)
     return pio.to_html(fig, include_plotlyjs=True if first else False, full_html=False, include_mathjax=False,
                        config=PLOT_CONFIG, div_id=div_id, default_height="420px", default_width="100%")
 
@@ -96,7 +102,8 @@ def rank_section(report: dict, first: bool) -> str:
     i = report["inputs"]
     return ("<h2>Rank of the recurrent states</h2>"
             "<p>Effective rank (Roy–Vetterli: exp of the entropy of the normalised singular values) of each head's "
-            "state S ∈ ℝ^(dk×dv) after the last token, mean over the sequences.</p>"
+            "state S ∈ ℝ^(dk×dv) after the last token, mean over the sequences: the dashboard's one count of the "
+            "directions a state uses (its rank card lists the other counts beside it, each with its definition).</p>"
             + figure_html(fig, "rank-grid", first)
             + label_line(report, f"state after token {i['tokens'] - 1}"))
 
@@ -104,10 +111,12 @@ def rank_section(report: dict, first: bool) -> str:
 def spectra_section(report: dict) -> str:
     import plotly.graph_objects as go
     fig = go.Figure()
-    for layer in report["spectra"]:
+    for i, layer in enumerate(report["spectra"]):
         s = layer["singular_values"]
+        colour = LAYER_COLOURS[i % len(LAYER_COLOURS)]
         fig.add_trace(go.Scatter(x=list(range(1, len(s) + 1)), y=[v if v and v > 0 else None for v in s],
-                                 mode="lines+markers", name=f"layer {layer['layer']}"))
+                                 mode="lines+markers", name=f"layer {layer['layer']}", line=dict(color=colour),
+                                 marker=dict(color=colour)))
     fig.update_layout(title="Singular values of the final state (mean over sequences and heads)",
                       xaxis=dict(title="index i"), yaxis=dict(title="singular value sᵢ", **LOG_AXIS), margin=dict(t=60))
     return ("<h2>Spectra</h2><p>Singular values s₁ ≥ s₂ ≥ … of each layer's final state, log scale; zeros are "
@@ -147,13 +156,18 @@ def noise_rows(noise: dict) -> list[list]:
     return rows
 
 
+PREDICTION_VS_MC = ("prediction vs MC: for each sequence, the second-order prediction divided by the Monte Carlo "
+                    "RMS error, minus 1, then the median over the sequences (+10 % = the prediction is 10 % high); "
+                    "shown only where the prediction is valid.")
+
+
 def noise_section(report: dict) -> str:
     noise = report["noise"]
     header = ["layer", "head", "numerical rank (τ = 1e-3)", "κ median [IQR]", "s₁ (median)", "‖S‖F² (median)",
               "SNR (dB)", "direction 1: Monte Carlo RMS [IQR]", "second-order prediction", "valid",
               "prediction vs MC"]
     notes = [f"Noise model: {noise['noise_model']}.", f"Monte Carlo: {noise['samples']} samples per key and SNR, "
-             f"seed {noise['seed']}; {noise['aggregate']}.", f"Validity: {noise['validity']}."]
+             f"seed {noise['seed']}; {noise['aggregate']}.", f"Validity: {noise['validity']}.", PREDICTION_VS_MC]
     if not noise["query_l2_normalised"]:
         notes.append(f"Applicable bounds: {noise['applicable_bounds']}.")
     return ("<h2>Query noise</h2><p>How each head's final state amplifies noise in the query: closed-form figures "
@@ -184,7 +198,8 @@ def importance_section(report: dict) -> str:
                                colorbar=dict(title="Jaccard"),
                                hovertemplate="%{y} vs %{x}: %{z:.3f}<extra></extra>"))
     fig.update_layout(title="Jaccard overlap of the kept channel sets (mean over layers and heads)",
-                      yaxis=dict(autorange="reversed"), margin=dict(t=60))
+                      xaxis=dict(automargin=True), yaxis=dict(autorange="reversed", automargin=True),
+                      margin=dict(t=60))
     energy_rows = [[imp["labels"].get(n, n), layer, fmt(row["query"]), fmt(row["key"])]
                    for n in names for layer, row in enumerate(imp["kept_energy"][n])]
     return ("<h2>Importance agreement</h2><p>Which key channels each pruning strategy keeps, and how much the kept "
@@ -236,6 +251,18 @@ def _task_table(entries: list[dict], harness: str | None, cls: str) -> str:
                                             "error</p>" if harness else "")
 
 
+def measured_label(report: dict, measured: list[dict]) -> str:
+    """What the measured table's numbers were scored on: its own tokens and context, not the states' inputs."""
+    ppl = next((e["perplexity"] for e in measured if isinstance(e.get("perplexity"), dict)), None)
+    if ppl is None:
+        return label_line(report, "same tokens for both models")
+    i = report["inputs"]
+    text = (f"{report['model']['name']} · test perplexity of both models on the same {ppl['tokens']:,} tokens of "
+            f"{ppl.get('dataset', 'n/a')}, context {ppl.get('context')}, stride {ppl.get('stride')} · device "
+            f"{i['device']} · dtype {i['dtype']}")
+    return f'<p class="label">{esc(text)}</p>'
+
+
 def pruning_section(report: dict) -> str:
     p = report["pruning"]
     if p is None:
@@ -250,7 +277,7 @@ def pruning_section(report: dict) -> str:
     out = "<h2>Pruning plan and its effect</h2>" + table(["Plan", "Value"], [[k, fmt(v)] for k, v in rows], "plan")
     if p.get("measured"):
         out += ("<h3>Measured for this report</h3>" + table(header, [_quality(e) for e in p["measured"]], "measured")
-                + label_line(report, "test perplexity, same tokens for both models"))
+                + measured_label(report, p["measured"]))
     if p.get("downstream"):
         down = [{"column": report["model"]["name"], "tasks": (report.get("downstream") or {}).get("tasks")},
                 {"column": "pruned", "tasks": p["downstream"]["tasks"]}]

@@ -23,7 +23,7 @@ EVAL_TOKENS = {"test": None, "wiki": 65536}  # whole Shakespeare test split; the
 
 def _rank_by_layer(model, tokenizer) -> list[float]:
     """Mean over heads and windows of u(S) after the last token of 8 test windows of 256 tokens."""
-    ids = data.token_windows(data.encode(data.load_text("test"), tokenizer), CARD_CONTEXT, max_windows=RANK_WINDOWS)
+    ids = data.token_windows(data.encoded_split("test", tokenizer), CARD_CONTEXT, max_windows=RANK_WINDOWS)
     trace = collect_states(model, ids, positions=[CARD_CONTEXT - 1])
     return [float(layer.metrics["rank_utilization"].mean()) for layer in trace.layers]
 

@@ -8,7 +8,8 @@ unwinds the work, and nothing half-done is cached or written (writes happen only
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable
 from typing import Protocol, Union
 
 
@@ -33,3 +34,33 @@ def check(cancel: Token) -> None:
     """Raise Cancelled when `cancel` says so (a no-op for None)."""
     if is_cancelled(cancel):
         raise Cancelled
+
+
+@contextlib.contextmanager
+def checked_inside(modules: Iterable, cancel: Token):
+    """check(cancel) before each of `modules` (torch modules, e.g. a model's blocks) runs its forward, and again when
+    a backward pass reaches its output, so a stop takes effect within one layer of a forward or of its backward
+    rather than at the end of a training step or a batch of windows. Only for a model no one else runs meanwhile (a
+    private training copy): the hooks are the caller's, and their Cancelled unwinds its step. Hooks on the outputs
+    stay with this forward's graph, so a backward run after the block has left still checks."""
+    if cancel is None:
+        yield
+        return
+
+    def on_gradient(grad):
+        check(cancel)
+        return grad
+
+    def after(_module, _args, output):
+        out = output[0] if isinstance(output, (tuple, list)) and output else output
+        if getattr(out, "requires_grad", False):
+            out.register_hook(on_gradient)
+
+    handles = []
+    for m in modules:
+        handles += [m.register_forward_pre_hook(lambda *_: check(cancel)), m.register_forward_hook(after)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

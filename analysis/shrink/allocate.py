@@ -92,6 +92,22 @@ def monotone(layer: list[Option]) -> list[Option]:
     return out
 
 
+def charged(ratios, row) -> list[tuple[float | None, int | None]]:
+    """What the allocator charges one layer at each ratio of a map row (losses in the order of `ratios`, None where
+    not measured): as `monotone`, the measured loss clamped at 0 and never below a smaller ratio's; with the
+    index of the measured ratio that sets it (None where the charge is the clamp, 0)."""
+    out = []
+    for r in ratios:
+        measured = [(loss, j) for j, (q, loss) in enumerate(zip(ratios, row))
+                    if q <= r and loss is not None and math.isfinite(loss)]
+        if row[list(ratios).index(r)] is None:
+            out.append((None, None))
+            continue
+        top, source = max(measured)
+        out.append((top, source) if top > 0 else (0.0, None))
+    return out
+
+
 def knapsack(costs: list[list[int]], losses: list[list[float]], budget: int) -> tuple[list[int], float] | None:
     """Exact: the choice per layer minimising Σ loss with Σ cost ≤ budget (ties: the larger total cost).
 

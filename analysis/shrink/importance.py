@@ -5,26 +5,41 @@ import torch
 
 from analysis.shrink.calibration import Calibration, calibrate
 from analysis.errors import AnalysisError
+from analysis.models.load import describe
 from analysis.shrink.prune import plan_key_dims, strategy_problem
 from analysis.shrink.strategies import get_strategy
 
 
-def kept_masks(model, calib: Calibration, names: list[str], dims: list[int], seed: int = 0) -> dict:
-    """Per axis-aligned strategy, per layer, a bool mask [H, dk] of kept channels."""
-    masks = {}
-    for name in names:
-        strategy = get_strategy(name)
-        if not strategy.axis_aligned:
-            continue
-        selections = strategy.select(model, calib, dims, seed=seed)
-        layer_masks = []
-        for layer, sel in enumerate(selections):
-            heads, dk = sel.indices.shape[0], calib.layers[layer].q_acts.shape[-1]
-            mask = torch.zeros(heads, dk, dtype=torch.bool)
-            mask.scatter_(1, sel.indices, True)
-            layer_masks.append(mask)
-        masks[name] = layer_masks
-    return masks
+def kept_mask(model, calib: Calibration | None, name: str, dims: list[int], seed: int = 0) -> list[torch.Tensor] | None:
+    """Per layer, a bool mask [H, dk] of the channels an axis-aligned strategy keeps (None for a rotation).
+    `calib` may be None for a strategy that needs no data."""
+    strategy = get_strategy(name)
+    if not strategy.axis_aligned:
+        return None
+    full = describe(model).head_k_dims
+    layer_masks = []
+    for layer, sel in enumerate(strategy.select(model, calib, dims, seed=seed)):
+        mask = torch.zeros(sel.indices.shape[0], full[layer], dtype=torch.bool)
+        mask.scatter_(1, sel.indices, True)
+        layer_masks.append(mask)
+    return layer_masks
+
+
+def strategy_importance(model, calib: Calibration | None, name: str, ratio: float, seed: int = 0) -> dict:
+    """One strategy at `ratio`: its per-channel scores and, where axis-aligned, its kept sets (plain lists); what the
+    Channel importance page draws as soon as this strategy is done. `calib` None: a strategy that needs no data."""
+    dims = plan_key_dims(model, ratio=ratio)
+    strategy = get_strategy(name)
+    masks = kept_mask(model, calib, name, dims, seed)
+    return {"name": name, "label": strategy.label, "head_k_dims": dims,
+            "scores": [s.tolist() for s in strategy.scores(model, calib, seed)],
+            "kept": None if masks is None else [m.int().tolist() for m in masks]}
+
+
+def agreement_of(masks: dict) -> list[list[float]]:
+    """Mean Jaccard overlap over layers and heads of every pair of kept sets ({name: per-layer bool masks [H, dk]})."""
+    return [[float(torch.stack([jaccard(ma, mb).mean() for ma, mb in zip(masks[a], masks[b])]).mean())
+             for b in masks] for a in masks]
 
 
 def jaccard(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -50,7 +65,7 @@ def kept_energy(calib: Calibration, masks: dict) -> dict:
 def importance_report(model, tokenizer, names: list[str], ratio: float, calib_sequences: int = 16,
                       calib_tokens: int = 256, seed: int = 0, calib: Calibration | None = None,
                       progress=None) -> dict:
-    """progress(fraction, step) is told before each strategy is scored and before the kept sets are chosen."""
+    """progress(fraction, step) is told before each strategy is scored and before the kept sets are compared."""
     report = progress or (lambda _fraction, _step: None)
     refused = {name: strategy_problem(model, get_strategy(name)) for name in names}
     refused = {name: why for name, why in refused.items() if why}
@@ -58,17 +73,22 @@ def importance_report(model, tokenizer, names: list[str], ratio: float, calib_se
     if not names:
         raise AnalysisError(next(iter(refused.values())))
     calib = calib or calibrate(model, tokenizer, calib_sequences, calib_tokens, seed)
-    dims = plan_key_dims(model, ratio=ratio)
-    scores = {}
+    done = {}
     for i, name in enumerate(names):
-        report(i / (len(names) + 1), f"scoring the channels: {get_strategy(name).label}")
-        scores[name] = [s.tolist() for s in get_strategy(name).scores(model, calib, seed)]
-    report(len(names) / (len(names) + 1), "choosing the kept sets of every strategy")
-    masks = kept_masks(model, calib, names, dims, seed)
-    aligned = list(masks)
-    agreement = [[float(torch.stack([jaccard(ma, mb).mean() for ma, mb in zip(masks[a], masks[b])]).mean())
-                  for b in aligned] for a in aligned]
-    return {"calibration": calib.label, "ratio": ratio, "head_k_dims": dims, "strategies": aligned,
-            "labels": {n: get_strategy(n).label for n in names}, "scores": scores,
-            "kept": {n: [m.int().tolist() for m in ms] for n, ms in masks.items()},
-            "agreement": agreement, "kept_energy": kept_energy(calib, masks), "refused": refused}
+        report(i / (len(names) + 1), f"scoring the channels and choosing the kept set: {get_strategy(name).label}")
+        done[name] = strategy_importance(model, calib, name, ratio, seed)
+    report(len(names) / (len(names) + 1), "comparing the kept sets of every strategy")
+    return {**combined(model, calib, done, ratio), "refused": refused}
+
+
+def combined(model, calib: Calibration | None, done: dict, ratio: float) -> dict:
+    """The whole report from each strategy's own (strategy_importance, in the order given): the kept sets' Jaccard
+    agreement, and (with a calibration) the energy of the kept activations."""
+    kept = {n: d["kept"] for n, d in done.items() if d["kept"] is not None}
+    masks = {n: [torch.tensor(layer, dtype=torch.bool) for layer in layers] for n, layers in kept.items()}
+    first = next(iter(done.values()))
+    return {"calibration": calib.label if calib is not None else None, "ratio": ratio,
+            "head_k_dims": first["head_k_dims"], "strategies": list(kept),
+            "labels": {n: d["label"] for n, d in done.items()}, "scores": {n: d["scores"] for n, d in done.items()},
+            "kept": kept, "agreement": agreement_of(masks),
+            "kept_energy": kept_energy(calib, masks) if calib is not None else None}

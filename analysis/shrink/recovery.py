@@ -5,8 +5,11 @@ Methods: `qk` trains the pruned q/k rows at full rank (the reference's --model.f
 run_lora.sh); `lora-kd` adds distillation from the unpruned model, KL(softmax(t/T) ‖ softmax(s/T))·T²
 (the default). AdamW, cosine to 0.1·lr, clip 1.0, on train-split windows. Validation-split perplexity is
 measured at step 0 (the pruned model itself) and every `eval_every` steps; the best state is kept, so a
-recovery never returns a model worse on validation than the one it started from. A stop can save the state
-(analysis.recovery_state) for a later call to resume.
+recovery never returns a model worse on validation than the one it started from. Unless asked for a size, each
+check scores validation tokens in proportion to the run (a quarter of its training tokens spread over its checks,
+between MIN_EVAL_WINDOWS windows and MAX_EVAL_TOKENS), so a few tiny steps are not validated on 4,096 tokens each;
+each check keeps its per-window losses, and the kept step's change carries a paired standard error over them.
+A stop can save the state (analysis.recovery_state) for a later call to resume.
 """
 from __future__ import annotations
 
@@ -19,12 +22,16 @@ import torch.nn.functional as F
 
 from analysis.data import corpus as data
 from analysis.models import limits, workload
-from analysis.runtime.cancel import Cancelled, check
+from analysis.archs import adapter_for
+from analysis.runtime.cancel import Cancelled, check, checked_inside
 from analysis.errors import AnalysisError
 from analysis.shrink.recovery_setup import LORA_METHODS, check_lora, merged, qk_trainable, trainable, wrap_lora
 
 METHODS = ("qk", "lora", "lora-kd")
 DEFAULT_LR = {"qk": 1e-3, "lora": 1e-4, "lora-kd": 1e-4}
+MAX_EVAL_TOKENS = 4096     # validation tokens per check when the size follows the run
+MIN_EVAL_WINDOWS = 4       # ... and at least this many windows of seq_len: a standard error needs a few
+EVAL_SHARE = 0.25          # validation tokens in all, as a share of the training tokens
 
 
 @dataclass(frozen=True)
@@ -39,16 +46,31 @@ class RecoverySettings:
     temperature: float = 2.0          # lora-kd
     kd_weight: float = 1.0
     eval_every: int = 25              # validation perplexity every this many steps (and at step 0)
-    eval_tokens: int = 4096           # validation tokens per check
+    eval_tokens: int | None = None    # validation tokens per check; None: in proportion to the run (validation_tokens)
     seed: int = 0
 
     @property
     def learning_rate(self) -> float:
         return DEFAULT_LR.get(self.method, 1e-4) if self.lr is None else float(self.lr)
 
+    @property
+    def checks(self) -> int:
+        """Validation checks: step 0, every eval_every steps, and the last step."""
+        return 1 + self.steps // self.eval_every + (1 if self.steps % self.eval_every else 0)
+
+    @property
+    def validation_tokens(self) -> int:
+        """Tokens per validation check: `eval_tokens` when given, else EVAL_SHARE of the training tokens spread
+        over the checks, in whole windows of seq_len, at least MIN_EVAL_WINDOWS of them and at most MAX_EVAL_TOKENS."""
+        if self.eval_tokens is not None:
+            return self.eval_tokens
+        share = EVAL_SHARE * self.steps * self.batch * self.seq_len / self.checks
+        windows = max(MIN_EVAL_WINDOWS, int(share // self.seq_len))
+        return max(MIN_EVAL_WINDOWS * self.seq_len, min(MAX_EVAL_TOKENS, windows * self.seq_len))
+
     def record(self) -> dict:
         """The settings as saved with the model (method, rank, α, lr, steps, T, weight, ...)."""
-        out = {**asdict(self), "lr": self.learning_rate}
+        out = {**asdict(self), "lr": self.learning_rate, "eval_tokens": self.validation_tokens}
         if self.method not in LORA_METHODS:
             out.pop("rank"), out.pop("alpha")
         if self.method != "lora-kd":
@@ -61,7 +83,7 @@ class RecoveryResult:
     model: object                     # the merged, plain model (no peft), eval mode, the input's dtype
     settings: dict                    # RecoverySettings.record()
     history: list = field(default_factory=list)     # per step: {"step", "lr", "ce", "kd", "loss"}
-    validation: list = field(default_factory=list)  # {"step", "perplexity", "tokens"}; step 0 = the pruned model
+    validation: list = field(default_factory=list)  # {"step", "perplexity", "tokens", "windows"}; step 0 = the pruned model
     kept_step: int = 0                # the step whose state was kept (0: none improved on validation)
     validation_label: str = ""        # dataset, split, context, tokens of the validation checks
     resumed_from: int | None = None   # the step a saved state resumed at
@@ -75,14 +97,25 @@ class RecoveryResult:
         kept = next(v for v in self.validation if v["step"] == self.kept_step)
         return {**self.settings, "kept_step": self.kept_step, "kept_validation_perplexity": kept["perplexity"],
                 "start_validation_perplexity": self.validation[0]["perplexity"], "validation": self.validation_label,
-                "final_loss": self.final_loss, "resumed_from": self.resumed_from}
+                "validation_change": self.validation_change(), "final_loss": self.final_loss,
+                "resumed_from": self.resumed_from}
+
+    def validation_change(self) -> dict | None:
+        """The kept step against step 0 on the same validation windows: {"delta_log_ppl", "se", "windows",
+        "tokens"} (paired over windows); None without per-window losses (a state saved before they were kept)."""
+        from analysis.shrink.sensitivity import paired_difference
+        start = self.validation[0] if self.validation else {}
+        kept = next((v for v in self.validation if v["step"] == self.kept_step), {})
+        if not start.get("windows") or len(kept.get("windows") or []) != len(start["windows"]):
+            return None
+        return {**paired_difference(start["windows"], kept["windows"]), "tokens": start["tokens"]}
 
 
 def check_settings(model, s: RecoverySettings, teacher=None) -> None:
     """One sentence for each setting that cannot work, before any work."""
     if s.method not in METHODS:
         raise AnalysisError(f"Unknown recovery method {s.method!r}; use one of {', '.join(METHODS)}.")
-    for name, low in (("steps", 0), ("batch", 1), ("seq_len", 2), ("eval_every", 1), ("eval_tokens", 2)):
+    for name, low in (("steps", 0), ("batch", 1), ("seq_len", 2), ("eval_every", 1), ("validation_tokens", 2)):
         value = getattr(s, name)
         if int(value) != value or value < low:
             raise AnalysisError(f"Recovery {name.replace('_', ' ')} must be a whole number ≥ {low}, got {value}.")
@@ -118,8 +151,7 @@ def check_sizes(model, s: RecoverySettings, yes: bool = False, say=None, distils
     limits.check_recovery(model, s.batch, s.seq_len, teacher=model if distils else None)
     per_step = workload.TRAIN_STEP + (1 if distils else 0)  # forward + backward, plus the teacher's forward
     # the validation checks' forwards (8 windows of seq_len each), spread over the steps at [batch, seq_len]
-    checks = s.steps // s.eval_every + 1
-    validation = checks * max(1, s.eval_tokens // s.seq_len) / (s.batch * s.steps)
+    validation = s.checks * max(1, s.validation_tokens // s.seq_len) / (s.batch * s.steps)
     workload.check("Recovery fine-tuning", s.steps, model, s.batch, s.seq_len,
                    "use fewer recovery steps, a smaller batch or fewer validation checks", yes, say,
                    per_forward=per_step + validation)
@@ -148,7 +180,8 @@ def _validation(model, tokenizer, s: RecoverySettings) -> dict:
     from analysis.evaluate.perplexity import perplexity
     was = model.training
     model.eval()
-    out = perplexity(model, tokenizer, "validation", context=s.seq_len, max_tokens=s.eval_tokens, yes=True)
+    out = perplexity(model, tokenizer, "validation", context=s.seq_len, max_tokens=s.validation_tokens, yes=True,
+                     per_window=True)
     model.train(was)
     return out
 
@@ -206,15 +239,21 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
         start = result.resumed_from = saved["step"]
         result.history, result.validation, result.kept_step = saved["history"], saved["validation"], saved["kept_step"]
         result.validation_label = saved["validation_label"]
-    train_ids = data.encode(data.load_text("train"), tokenizer) if s.steps else None
+    train_ids = data.encoded_split("train", tokenizer) if s.steps else None
+    # where a stop lands inside a forward or backward: each block's mixer and the output head (in a small model the
+    # head over the whole vocabulary is most of a step)
+    head = net.get_output_embeddings()
+    blocks = [b.module for b in adapter_for(net).blocks(net)] + ([head] if head is not None else [])
     if len(result.validation) == 0:
-        first = _validation(net, tokenizer, s)
+        with checked_inside(blocks, cancel):
+            first = _validation(net, tokenizer, s)
         result.validation_label = (f"{first['dataset']}, context {first['context']}, {first['tokens']} tokens, "
                                    f"{first['device']} {first['dtype']} (the training copy)")
-        result.validation.append({"step": 0, "perplexity": first["perplexity"], "tokens": first["tokens"]})
+        result.validation.append({"step": 0, "perplexity": first["perplexity"], "tokens": first["tokens"],
+                                  "windows": first["window_losses"]})
         _tell(progress, {"kind": "validation", "step": 0, "steps": s.steps, "perplexity": first["perplexity"]})
     device = next(work.parameters()).device
-    step = start
+    done = start  # steps finished (their update made and recorded): what a stop saves and a resume continues from
     try:
         for step in range(start, s.steps):
             check(cancel)
@@ -223,26 +262,29 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
                 group["lr"] = lr
             starts = torch.randint(0, len(train_ids) - s.seq_len, (s.batch,), generator=gen).tolist()
             ids = torch.stack([train_ids[i:i + s.seq_len] for i in starts]).to(device)
-            losses = step_loss(net, ids, s, teacher)
+            with checked_inside(blocks, cancel):  # Cancelled there: no update made, the step is redone on resume
+                losses = step_loss(net, ids, s, teacher)
             optimizer.zero_grad(set_to_none=True)
             losses["loss"].backward()
             torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
             optimizer.step()
             point = {"step": step + 1, "lr": lr, **{k: (None if v is None else v.item()) for k, v in losses.items()}}
             result.history.append(point)
+            done = step + 1
             _tell(progress, {"kind": "train", "steps": s.steps, **point})
             if (step + 1) % s.eval_every == 0 or step + 1 == s.steps:
-                ppl = _validation(net, tokenizer, s)["perplexity"]
-                tokens = result.validation[0]["tokens"]
-                result.validation.append({"step": step + 1, "perplexity": ppl, "tokens": tokens})
+                with checked_inside(blocks, cancel):  # Cancelled there: this check is skipped on resume
+                    checked = _validation(net, tokenizer, s)
+                ppl = checked["perplexity"]
+                result.validation.append({"step": step + 1, "perplexity": ppl, "tokens": checked["tokens"],
+                                          "windows": checked["window_losses"]})
                 _tell(progress, {"kind": "validation", "step": step + 1, "steps": s.steps, "perplexity": ppl})
                 if ppl < min(v["perplexity"] for v in result.validation[:-1]):
                     best = {n: p.detach().clone() for n, p in params.items()}
                     result.kept_step = step + 1
-        step = s.steps
     except Cancelled:
         if state_dir is not None:
-            save_state(state_dir, settings=record, identity=identity, config=model.config.to_dict(), step=step,
+            save_state(state_dir, settings=record, identity=identity, config=model.config.to_dict(), step=done,
                        params=params, best=best, optimizer=optimizer, generator=gen, context=state_context,
                        record={"history": result.history, "validation": result.validation,
                                "kept_step": result.kept_step, "validation_label": result.validation_label})

@@ -337,6 +337,13 @@ def shipped_map_path(name: str, strategy: str) -> Path:
     return RESULTS_DIR / f"sensitivity-{name}-{strategy}.json"
 
 
+def shipped_strategies(name: str) -> list[str]:
+    """The strategies whose map ships for the bundled sample `name` (sample_models/results/), sorted."""
+    prefix = f"sensitivity-{name}-"
+    return sorted(p.stem.removeprefix(prefix) for p in RESULTS_DIR.glob(f"{prefix}*.json")
+                  if "-" not in p.stem.removeprefix(prefix))
+
+
 def load_shipped(model, name: str, s: MapSettings) -> dict | None:
     """The bundled map for this model and these exact settings, or None (different weights or settings)."""
     path = shipped_map_path(name, s.strategy)

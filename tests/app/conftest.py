@@ -15,6 +15,18 @@ def recall_dir(tmp_path_factory):
     return save_tiny_recall(tmp_path_factory.mktemp("tiny-recall"))
 
 
+@pytest.fixture(scope="module")
+def nemotron_dir(tmp_path_factory):
+    """A transformers-saved tiny Nemotron-H ("M*M-": Mamba-2, attention, Mamba-2, MLP) that reads real text."""
+    from analysis.data import corpus as data
+    from family_cases.mamba2 import make_model
+    path = tmp_path_factory.mktemp("nemotron-h")
+    model = make_model("nemotron_h")
+    model.resize_token_embeddings(len(data.load_tokenizer()), mean_resizing=False)
+    model.save_pretrained(path)
+    return path
+
+
 @pytest.fixture
 def navigation_only(monkeypatch, request):
     """Treat pages/ as st.navigation pages, as `streamlit run` does after the first st.navigation call.

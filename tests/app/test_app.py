@@ -41,7 +41,8 @@ def test_every_page_renders(monkeypatch, lm_dir, page):
         [spec] = charts(at)
         assert spec["layout"]["yaxis"]["type"] == "log"
         assert len(spec["data"]) == 9  # 3 probes × (raw exact, re-normalised 2nd and 1st order); no Monte Carlo yet
-        assert len(at.dataframe) == 2  # closed-form figures, predictions with their validity
+        tables = [d for d in at.dataframe if "measure" not in d.value.columns]  # not the head's rank card
+        assert len(tables) == 2  # closed-form figures, predictions with their validity
 
 
 def test_states_metric_choice_click_free_drill_in_and_random_init(monkeypatch, lm_dir):

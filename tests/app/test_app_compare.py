@@ -90,6 +90,10 @@ def compare_with_directory(at, directory):
     return at
 
 
+def delta_tables(at) -> list:
+    return [f.value for f in at.dataframe if "dk → dk′" in f.value.columns]
+
+
 def heat(at, key: str) -> np.ndarray:
     return np.array(chart(at, key)["data"][0]["z"], dtype=float)
 
@@ -103,17 +107,21 @@ def test_states_side_by_side_matches_the_core_for_both_models(monkeypatch, prune
     for key, ref in (("rank_heatmap", ref_a), ("rank_heatmap_compare", ref_b)):  # rank utilization, the default
         want = ref.metric("rank_utilization")[..., -1].double().mean(1).numpy()
         np.testing.assert_allclose(heat(at, key), want, rtol=1e-5, atol=1e-7)
+    # issue 29: the Δ map is in directions (Δ effective rank, absolute), not Δ of a ratio whose denominator
+    # min(dk′, dv) pruning changed: the very figures of the table's Δ column
     delta = heat(at, "rank_heatmap_delta")
-    np.testing.assert_allclose(delta, heat(at, "rank_heatmap_compare") - heat(at, "rank_heatmap"), atol=1e-7)
-    assert not np.allclose(delta, 0)  # pruning to 16 of 64 channels changes layer 3's states
+    want = (ref_b.metric("effective_rank")[..., -1].double().mean(1) - ref_a.metric("effective_rank")[..., -1]
+            .double().mean(1)).numpy()
+    np.testing.assert_allclose(delta, want, rtol=1e-5, atol=1e-5)
+    assert (delta[3] < 0).all()  # 16 of 64 channels kept in layer 3: fewer directions there, however u moved
+    assert "effective rank" in chart(at, "rank_heatmap_delta")["layout"]["title"]["text"].replace("<br>", " ")
     titles = [chart(at, k)["layout"]["title"]["text"].replace("<br>", " ") for k in ("rank_heatmap",
                                                                                       "rank_heatmap_compare")]
     assert "original: deltanet-small, dk 64" in titles[0] and f"pruned: {directory}" in titles[1]
     assert "dk per layer 32, 48, 64, 16" in titles[1]
 
     # the per-layer/head table: dk → dk′, effective rank and noise gain of both models, from the definitions
-    [frame] = at.dataframe  # the only table on States & rank
-    table = frame.value
+    [table] = delta_tables(at)  # the one difference table on States & rank (the rest are the heads' rank cards)
     assert list(table["dk → dk′"][::4]) == [f"64 → {d}" for d in DIMS]
     for role, ref in (("original", ref_a), ("pruned", ref_b)):
         eff = ref.metric("effective_rank")[..., -1].double().mean(1).numpy().ravel()
@@ -274,10 +282,10 @@ def test_the_recovered_model_is_offered_and_compared_apart_from_the_pruned_one(m
     title = chart(at, "rank_heatmap_compare")["layout"]["title"]["text"].replace("<br>", " ")
     assert "recovered: deltanet-small pruned and recovered on the Prune page" in title
     assert "qk recovery (2 steps)" in title and "dk per layer 32, 48, 64, 16" in title
-    [frame] = at.dataframe
+    [frame] = delta_tables(at)
     eff = reference(recovered["model"])[0].metric("effective_rank")[..., -1].double().mean(1).numpy().ravel()
-    np.testing.assert_allclose(frame.value["effective rank: recovered"], eff, rtol=1e-5)
-    assert not [c for c in frame.value.columns if "pruned" in c]
+    np.testing.assert_allclose(frame["effective rank: recovered"], eff, rtol=1e-5)
+    assert not [c for c in frame.columns if "pruned" in c]
     captions = " ".join(c.value for c in at.caption)
     assert "Δ = recovered − original" in captions and "(recovered, dk per layer 32, 48, 64, 16)" in captions
     assert "recovered − original" in chart(at, "rank_heatmap_delta")["layout"]["title"]["text"]
@@ -304,8 +312,8 @@ def test_a_model_beside_itself_is_a_comparison_with_zero_difference(monkeypatch)
     assert "(comparison: deltanet-small, dk 64)" in chart(at, "rank_heatmap_compare")["layout"]["title"]["text"] \
         .replace("<br>", " ")
     assert not heat(at, "rank_heatmap_delta").any()
-    [frame] = at.dataframe
-    assert (frame.value["Δ effective rank"] == 0).all() and (frame.value["Δ noise gain"] == 0).all()
+    [frame] = delta_tables(at)
+    assert (frame["Δ effective rank"] == 0).all() and (frame["Δ noise gain"] == 0).all()
 
 
 def vocab_swapped_copy(directory, out):

@@ -8,17 +8,6 @@ from helpers.app import assert_clean, charts, start
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
 
 
-@pytest.fixture(scope="module")
-def nemotron_dir(tmp_path_factory):
-    from analysis.data import corpus as data
-    from family_cases.mamba2 import make_model
-    path = tmp_path_factory.mktemp("nemotron-h")
-    model = make_model("nemotron_h")
-    model.resize_token_embeddings(len(data.load_tokenizer()), mean_resizing=False)  # read real text
-    model.save_pretrained(path)
-    return path
-
-
 def test_nemotron_h_model_states_and_query_noise(monkeypatch, nemotron_dir):
     at = start(monkeypatch, nemotron_dir)
     assert_clean(at)

@@ -26,12 +26,13 @@ def test_a_stopped_recovery_resumes_on_the_page(monkeypatch, lm_dir, tmp_path):
     run = at.session_state["pruned"]
     # what Stop leaves after two finished steps (the same settings the page builds from its inputs)
     settings = RecoverySettings(method="lora-kd", steps=4, lr=1e-4, batch=2, seq_len=32, rank=8, eval_every=2, seed=0)
-    calls = iter([False, False, True])
+    steps = []  # the stop arrives once two steps have reported (it is checked inside steps too, not only between)
     state = output_root() / "recovery-state" / run["id"]
     from analysis.data import corpus as data
     with pytest.raises(Cancelled):
         recover(run["result"].model, data.load_tokenizer(), settings, teacher=run["result"].model,
-                cancel=lambda: next(calls), state_dir=state)
+                progress=lambda e: e["kind"] == "train" and steps.append(e["step"]), cancel=lambda: len(steps) >= 2,
+                state_dir=state)
     at.run()
     assert any("A stopped recovery of this pruned model is saved" in i.value for i in at.info)
     click(at, "recover_resume")

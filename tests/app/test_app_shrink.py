@@ -56,7 +56,8 @@ def test_uniform_prune_compares_recovers_and_offers_the_zip(monkeypatch, lm_dir)
     assert at.table[0].value["dk"].tolist() == [32, 32]  # the shared model is untouched
     click(at, "recover_run")
     assert list(at.table[1].value.columns)[4:] == ["after recovery", "Δ after recovery", "% after recovery"]
-    assert at.success or at.warning  # the verdict: better (success) or worse (warning), never silent
+    # the verdict: better (success), worse (warning) or within its noise (info), never silent
+    assert at.success or at.warning or [i for i in at.info if "within noise" in i.value]
 
 
 def test_bad_per_layer_ratio_shows_an_error_then_a_valid_prune_works(monkeypatch, lm_dir, tmp_path):

@@ -125,7 +125,7 @@ def test_what_if_dk_were_smaller_shows_the_pruned_head(lab_page):
     clean(at)
     assert len(chart(at, "lab_pruned_state")["data"][0]["z"]) == 16
     names = [d["name"] for d in chart(at, "lab_pruned_spectrum")["data"]]
-    assert names == ["s_i", "original dk = 64"]
+    assert names[:3] == ["s_i", "original dk = 64", "τ·s₁ (τ = 0.001)"] and names[3].startswith("numerical rank ")
 
 
 def test_synthetic_nearly_parallel_keys_interfere_under_linear_attention(lab_page):
@@ -155,3 +155,31 @@ def test_state_lab_explainer_shows_the_loaded_family_rule(monkeypatch, tmp_path,
     clean(at)
     [model_line] = [el.value for el in at.latex if "text{model (" in el.value]
     assert own in model_line, model_line
+
+
+def probe_token(at):
+    return next(s for s in at.slider if s.label == "Read the key of token j")
+
+
+def test_the_noise_probe_reads_the_token_the_scrubber_points_at(lab_page):
+    """Issue 29 item 7: token j follows the scrubber (it stayed where an earlier, shorter scrub had clamped it)."""
+    at = lab_page
+    scrubber(at).set_value(3).run()
+    assert probe_token(at).value == 3
+    scrubber(at).set_value(10).run()
+    clean(at)
+    assert probe_token(at).value == 10
+    probe_token(at).set_value(5).run()          # a token picked by hand stays while t stays
+    at.radio(key="w:lab_rule").set_value("linear").run()
+    assert probe_token(at).value == 5
+    scrubber(at).set_value(12).run()            # and the next scrub moves it again
+    assert probe_token(at).value == 12
+
+
+def test_the_prepared_sentence_box_names_typed_text_as_your_own(lab_page):
+    at = lab_page
+    at.text_area[0].set_value("My own words, typed here.").run()
+    clean(at)
+    assert at.selectbox(key="w:lab_prepared").value == "(your own text)"
+    at.selectbox(key="w:lab_prepared").set_value("Counting").run()
+    assert at.text_area[0].value.startswith("one two three")

@@ -185,7 +185,7 @@ def test_number_list_parses_and_rejects_in_one_sentence():
 
 def test_recovery_verdict_says_worse_when_perplexity_rises():
     worse = recovery_verdict(measured([16], 100.79), measured([16], 101.85))
-    assert worse["verdict"] == "worse" and "100.79 → 101.85 (+1.1% vs the pruned model)" in worse["text"]
+    assert worse["verdict"] == "worse" and "100.79 → 101.85 (+1.05%" in worse["text"]
     assert recovery_verdict(measured([16], 12.0), measured([16], 11.0))["verdict"] == "better"
     other = measured([16], 11.0)
     other["perplexity"]["context"] = 128

@@ -88,7 +88,7 @@ def test_notice_lines_state_what_the_numbers_show():
     spread = np.array([[0.09, 0.06], [0.05, 0.06]])  # deltanet-small-like: several directions, random init higher
     line = notice.rank_map("rank_utilization", "Rank utilization", spread, m, spread + 0.08)
     assert "0.05 (layer 1, head 0) to 0.09 (layer 0, head 0)" in line and "training lowered it" in line
-    assert f"about {spread.mean() * m:.1f} of m = 64 directions" in line
+    assert f"a stable rank u · m of about {spread.mean() * m:.1f} (m = 64)" in line
     rise = notice.over_positions([0, 8, 16], [0.1, 0.12, 0.5], ["A", " cat", " sat"])
     assert "from 0.1 after token 0 to 0.5 after token 16" in rise and "largest rise is at token 16 (“sat”)" in rise
     spec = notice.spectrum({"after token 7": [4.0, 1.0, 0.5, 0.1]})
@@ -117,7 +117,8 @@ def test_a_fixed_height_chart_with_many_entries_still_grows_its_legend():
     from ui import state_lab_figures as figs
     x = [-10.0, 0.0, 10.0]
     probe = {"snr_db": x, **{k: [1.0, 0.3, 0.1] for k in ("mc_raw", "bound_raw", "mc_renorm", "first_order",
-                                                           "second_order", "retrieval_raw")}}
+                                                           "second_order", "retrieval_raw")}, "first_valid": [True] * 3,
+             "second_valid": [True] * 3}
     fig = figs.noise_curves(probe, 0.0, "t", "valid ≥ 5 dB", "valid ≥ 0 dB")  # 6 entries, asked height 420
     assert fig.layout.legend.orientation == "v" and fig.layout.height >= 400 + 22 * 6
     assert not any("_" in t.name for t in fig.data)  # subscripts, not literal underscores
@@ -135,11 +136,11 @@ def test_notice_lines_under_the_sweep_latency_and_sensitivity_charts():
     assert "at ρ = 0.75" in line and "L1 loses least (+2.1%)" in line and "Random most (+316.0%)" in line
     assert notice.sweep(points[:1], {}) == ""
     timed = [{"key_dim": 64, "median_ms": 2.0}, {"key_dim": 16, "median_ms": 1.0}]
-    assert "dk 16 takes 1 ms and dk 64 2 ms (2.00× the time)" in notice.latency(timed)
+    assert "dk 16 takes 1 ms and dk 64 2 ms (2.00× the time for 4× dk)" in notice.latency(timed)
     assert notice.latency(timed[:1]) == ""
     losses = [[0.001, 0.010], [0.002, 0.200], [0.0, None]]
-    assert notice.sensitivity([0.25, 0.5], losses) == ("Notice: at ρ = 0.25, layer 1 is the most sensitive (loss "
-                                                       "+0.0020) and layer 2 the least (+0.0000).")
+    assert notice.sensitivity([0.25, 0.5], losses) == ("Notice: at ρ = 0.25, layer 1 is the most sensitive (the "
+                                                       "allocator charges +0.0020) and layer 2 the least (+0.0000).")
     full = [[0.001, 0.010], [0.002, 0.200]]
     real = notice.sensitivity([0.25, 0.5], full, [[0.001, 0.002], [0.001, 0.003]])
     assert "at ρ = 0.5, layer 1" in real and "a real choice" in real
@@ -170,7 +171,7 @@ def test_notice_under_the_recovery_curve_reads_validation_and_loss():
     checks = [{"step": 0, "perplexity": 40.0}, {"step": 10, "perplexity": 35.2}, {"step": 20, "perplexity": 36.0}]
     falling = [{"step": i + 1, "loss": 3 - 0.05 * i + 0.01 * (-1) ** i} for i in range(40)]
     line = notice.recovery(falling, checks)
-    assert "fell from 40 at step 0 to 35.2 at step 10 (-12.0%); recovery keeps step 10's weights" in line
+    assert "fell from 40 at step 0 to 35.2 at step 10 (-12.00%); recovery keeps step 10's weights" in line
     # the first and last quarters' means: 3 − 0.05·4.5 = 2.775 and 3 − 0.05·34.5 = 1.275 (the ±0.01 wiggle cancels)
     assert "loss fell from 2.775 (mean of the first 10 steps) to 1.275 (last 10)" in line
     flat = [{"step": i + 1, "loss": 3 + 0.05 * (-1) ** i} for i in range(40)]

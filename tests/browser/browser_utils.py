@@ -179,3 +179,35 @@ def full_screenshot(page, path: Path) -> None:
     page.wait_for_timeout(500)  # plotly re-lays out on resize
     page.screenshot(path=str(path), full_page=True)
     page.set_viewport_size(size)
+
+
+LAB_TITLE = "gd => (gd.layout && gd.layout.title && gd.layout.title.text) || ''"
+
+
+def lab_step_seconds(page, steps: int) -> list[tuple[float, float]]:
+    """State lab scrubber steps as a user feels them: per step, (seconds from the key press that moves the token
+    slider to the state heatmap showing the new token — its title names it —, seconds to the end of that run,
+    every chart below redrawn). The page must show the State lab; each step moves one token left."""
+    scrubber = page.locator("[data-testid='stSlider']", has_text="Token t").get_by_role("slider").first
+    t = int(scrubber.input_value())
+    times = []
+    for _ in range(steps):
+        t -= 1
+        scrubber.focus()
+        start = time.perf_counter()
+        scrubber.press("ArrowLeft")
+        page.wait_for_function(f"t => new RegExp('after token ' + t + '(?![0-9])').test(({LAB_TITLE})("
+                               "document.querySelector('.st-key-lab_state .js-plotly-plot')))", arg=t,
+                               timeout=TIMEOUT_MS, polling=10)
+        drawn = time.perf_counter() - start
+        page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+        times.append((drawn, time.perf_counter() - start))
+        idle(page)  # settled before the next step
+    return times
+
+
+def shown_choice(selectbox) -> str:
+    """What a Streamlit selectbox shows as chosen (its text, and its input's value and label, wherever this
+    Streamlit version puts the choice)."""
+    return selectbox.evaluate("el => el.innerText + ' ' + [...el.querySelectorAll('input')].map(i => i.value + ' '"
+                              " + (i.getAttribute('aria-label') || '')).join(' ')")

@@ -1,7 +1,10 @@
 """Issue 25 defects 9 and 10 in a real browser: Stop inside a sweep point (during its recovery steps), a closed
 tab during a long prune, and SIGTERM during a job. In each the server's own CPU time (/proc/<pid>/stat) falls
-to idle within a few seconds, nothing reaches the sweep cache after the click, and SIGTERM exits 0."""
+to idle within a few seconds, nothing reaches the sweep cache after the click, and SIGTERM exits 0.
+Issue 29: on the server's side, each job ends within a second of the stop's arrival (its own log lines say when
+the stop was received and how long after it the work ended); the figures the README quotes are these tests' own."""
 import os
+import re
 import signal
 import time
 
@@ -18,6 +21,24 @@ BUSY_CPU = 0.3    # cores: a job on a shared 2-core box gets at least this much 
 # page then redraws itself once or twice (on a loaded shared 2-core box that alone can take a few seconds);
 # before the fix it was 45-70 s
 IDLE_WITHIN = 10.0
+ENDS_WITHIN = 1.0  # seconds from the stop's arrival on the server to the end of the job's work (issue 29)
+
+
+def ends_within() -> float:
+    """ENDS_WITHIN on a quiet host; on a loaded one (load average above the core count) the job's thread gets a
+    share of a core, so the same work takes longer in proportion."""
+    return ENDS_WITHIN * max(1.0, os.getloadavg()[0] / os.cpu_count())
+
+
+def server_side_end(log, limit: float = 30.0) -> float:
+    """Seconds the job took to end after its stop reached the server, read from the server's log line."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        found = re.search(r"job ended ([0-9.]+) s after its stop was received", log.read_text())
+        if found:
+            return float(found.group(1))
+        time.sleep(0.2)
+    raise AssertionError("the server never logged the job's end after its stop: " + log.read_text()[-1500:])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -118,8 +139,10 @@ def test_stop_inside_a_sweep_point_idles_the_server_and_caches_nothing(server, b
     page.wait_for_selector("text=/Stopped after 1 of 2 points/", timeout=TIMEOUT_MS)
     shown = time.time() - clicked  # the job ended and the page redrew its end state
     took = seconds_until_idle(pid, clicked)
-    print(f"\nStop inside a sweep point: 'Stopped' shown {shown:.1f} s, server idle {took:.1f} s after the click")
-    assert took < IDLE_WITHIN
+    ended = server_side_end(server["log"])
+    print(f"\nStop inside a sweep point: 'Stopped' shown {shown:.1f} s, server idle {took:.1f} s after the click; the "
+          f"job ended {ended:.2f} s after the stop reached the server (load average {os.getloadavg()[0]:.1f})")
+    assert took < IDLE_WITHIN and ended <= ends_within()
     time.sleep(2)
     assert written_after(server["cache"], clicked) == []
     idle(page)
@@ -138,8 +161,10 @@ def test_closing_the_tab_during_a_long_prune_stops_it(server, browser):
     page.close()
     closed = time.time()
     took = seconds_until_idle(pid, closed)
-    print(f"\nTab closed during a prune: idle {took:.1f} s after closing")
-    assert took < IDLE_WITHIN
+    ended = server_side_end(server["log"])
+    print(f"\nTab closed during a prune: idle {took:.1f} s after closing; the job ended {ended:.2f} s after the "
+          f"session's end was noticed (load average {os.getloadavg()[0]:.1f})")
+    assert took < IDLE_WITHIN and ended <= ends_within()
     assert written_after(server["cache"], closed) == []
     assert "its session ended" in server["log"].read_text()
 
@@ -151,11 +176,14 @@ def test_sigterm_during_a_job_exits_0(server, browser):
     proc.send_signal(signal.SIGTERM)
     sent = time.time()
     code = proc.wait(timeout=30)
-    print(f"\nSIGTERM during a prune: exit {code} after {time.time() - sent:.1f} s")
+    exited = time.time() - sent
+    ended = server_side_end(server["log"], limit=2)
+    print(f"\nSIGTERM during a prune: exit {code} after {exited:.1f} s; the job ended {ended:.2f} s after the signal "
+          f"reached the server (load average {os.getloadavg()[0]:.1f})")
     log = server["log"].read_text()
     assert code == 0, log[-2000:]
-    assert "terminate called" not in log
-    assert time.time() - sent < 10
+    assert "terminate called" not in log and "SIGTERM received for the prune job" in log
+    assert exited < 10 and ended <= ends_within()
 
 
 def test_an_out_of_range_typed_number_says_so(server, browser):

@@ -2,7 +2,7 @@
 import pytest
 
 from browser_utils import ARTIFACTS, ROOT, TIMEOUT_MS, app_server, chromium_page, full_screenshot, idle, \
-    no_exception, open_page, plotly_value
+    lab_step_seconds, no_exception, open_page, plotly_value, shown_choice
 
 pytestmark = pytest.mark.browser
 MODEL = ROOT / "sample_models" / "deltanet-small"
@@ -44,6 +44,20 @@ def test_type_scrub_switch_rule_and_snr(server):
         idle(page)
         no_exception(page)
         assert page.locator("mark").first.inner_text().strip() == "In"  # the last token is current
+        # issue 29: the box names what it holds now, and the probe's token j follows the scrubber
+        prepared = page.locator("[data-testid='stSelectbox']", has_text="Prepared sentence")
+        assert "(your own text)" in shown_choice(prepared), shown_choice(prepared)
+        steps = lab_step_seconds(page, 3)
+        print("\nState lab steps (key press → heatmap, → run finished): "
+              + ", ".join(f"{a:.2f} s / {b:.2f} s" for a, b in steps))
+        scrubber = page.locator("[data-testid='stSlider']", has_text="Token t").get_by_role("slider").first
+        token_j = page.locator("[data-testid='stSlider']", has_text="Read the key of token j").get_by_role("slider")
+        assert token_j.first.input_value() == scrubber.input_value()
+        # the spectrum names τ·s₁ and the numerical rank in its legend: no text drawn over the plot to collide
+        legend = plotly_value(chart(page, "lab_spectrum"), "gd => gd.data.map(t => t.name).join('|')")
+        assert "τ·s₁ (τ = 0.001)" in legend and "numerical rank" in legend
+        assert chart(page, "lab_spectrum").locator(".annotation").count() == 0
+        press(page, "Token t", "End")
 
         last = plotly_value(chart(page, "lab_state"), Z)
         press(page, "Token t", "Home")                                   # back to the first token

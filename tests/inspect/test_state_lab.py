@@ -199,7 +199,8 @@ def test_lab_figures_mark_the_rank_the_token_and_label_log_axes_by_decade():
     from ui import state_lab_figures as figs
     spec = figs.spectrum([4.0, 2.0, 1e-5, 0.0], 2, 1e-3, "t").to_plotly_json()
     assert spec["layout"]["yaxis"]["type"] == "log"
-    assert any(s.get("x0") == 2.5 for s in spec["layout"]["shapes"])            # numerical rank 2
+    rank = next(t for t in spec["data"] if t["name"] == "numerical rank 2")       # numerical rank 2, in the legend
+    assert rank["x"] == [2.5, 2.5]
     assert spec["data"][0]["y"][3] is None                                       # a zero is a gap on a log axis
     curves = figs.over_tokens({"delta x": [0.1, 0.2]}, 1, ["a", " b"], "t", "y").to_plotly_json()
     assert curves["layout"]["shapes"][0]["x0"] == 1 and list(curves["data"][0]["text"]) == ["0: 'a'", "1: ' b'"]

@@ -3,6 +3,7 @@ cancelled sweep or sensitivity point writes nothing to the point cache."""
 import threading
 
 import pytest
+import torch
 
 from analysis.data import corpus as data
 from analysis.runs import sweep as sweep_mod
@@ -61,12 +62,20 @@ def test_calibration_stops_between_batches(model_tok):
         calibrate(model, tok, n_sequences=16, seq_len=32, cancel=event)
 
 
-def test_recovery_stops_between_steps(model_tok):
+def test_recovery_stops_inside_a_step(model_tok):
+    """Issue 29: the stop is checked at every block of a training step's forward, not only between steps, so a
+    slow step on a loaded host does not delay it: a stop that arrives after step 3 began ends step 3 unfinished."""
     model, tok = model_tok
-    steps = []
+    steps, calls = [], []
+
+    def stop_inside_step_3():
+        if steps == [1, 2]:
+            calls.append(1)
+        return len(calls) >= 2  # the loop's own check at step 3's start, then the first block's inside it
+
     with pytest.raises(Cancelled):
         recover(model, tok, RecoverySettings(method="qk", steps=50, batch=1, seq_len=16, eval_tokens=32),
-                progress=lambda e: e["kind"] == "train" and steps.append(e["step"]), cancel=After(3))
+                progress=lambda e: e["kind"] == "train" and steps.append(e["step"]), cancel=stop_inside_step_3)
     assert steps == [1, 2]
 
 
@@ -105,3 +114,24 @@ def test_a_cancelled_sensitivity_point_writes_nothing(model_tok, tmp_path, monke
     with pytest.raises(Cancelled):
         next(gen)
     assert len(list((tmp_path / "cache").glob("*.json"))) == cached
+
+
+def test_a_stop_lands_inside_a_training_steps_backward(model_tok):
+    """Issue 29: the blocks' outputs carry the check into the backward pass, which no forward hook sees."""
+    from analysis.archs import adapter_for
+    from analysis.runtime.cancel import checked_inside
+    model, _ = model_tok
+    model.train()
+    stop = threading.Event()
+    blocks = [b.module for b in adapter_for(model).blocks(model)]
+    ids = torch.randint(0, 100, (1, 16))
+    try:
+        with checked_inside(blocks, stop):
+            loss = model(ids, use_cache=False).logits.float().square().mean()
+        stop.set()  # the forward is done; the stop arrives before the backward
+        with pytest.raises(Cancelled):
+            loss.backward()
+    finally:
+        model.eval()
+        model.zero_grad(set_to_none=True)
+    assert not any(h for b in blocks for h in (b._forward_pre_hooks, b._forward_hooks))  # nothing left behind

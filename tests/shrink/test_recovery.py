@@ -95,6 +95,21 @@ def test_validation_best_never_returns_a_worse_model(pair, tok):
     assert abs(again / kept["kept_validation_perplexity"] - 1) < 1e-4
 
 
+class StopAfterStep:
+    """A cancel token that turns True once training step `n` has reported (the token is also checked inside a
+    step, at every block of the forward, so counting its calls would not count steps)."""
+
+    def __init__(self, n):
+        self.n, self.done = n, 0
+
+    def heard(self, event):
+        if event["kind"] == "train":
+            self.done = event["step"]
+
+    def __call__(self):
+        return self.done >= self.n
+
+
 class After:
     def __init__(self, n):
         self.n, self.calls = n, 0
@@ -115,7 +130,8 @@ def test_a_stopped_recovery_resumes_from_its_saved_step(pair, tok, tmp_path):
     whole = recover(pruned, tok, s, teacher=model)
     state = tmp_path / "state"
     with pytest.raises(Cancelled):
-        recover(pruned, tok, s, teacher=model, cancel=After(2), state_dir=state)  # steps 1 and 2 run
+        stop = StopAfterStep(2)
+        recover(pruned, tok, s, teacher=model, cancel=stop, progress=stop.heard, state_dir=state)  # steps 1, 2 run
     saved = json.loads((state / "recovery.json").read_text())
     assert saved["step"] == 2 and len(saved["history"]) == 2 and (state / "recovery_weights.safetensors").is_file()
     with pytest.raises(AnalysisError, match="resume it or discard it"):
@@ -131,7 +147,8 @@ def test_a_stopped_recovery_resumes_from_its_saved_step(pair, tok, tmp_path):
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a, b)
     assert not state.exists()  # finished: the stopped state is gone
     with pytest.raises(Cancelled):
-        recover(pruned, tok, s, teacher=model, cancel=After(1), state_dir=state)
+        stop = StopAfterStep(1)
+        recover(pruned, tok, s, teacher=model, cancel=stop, progress=stop.heard, state_dir=state)
     fresh = recover(pruned, tok, s, teacher=model, state_dir=state, resume=False)  # discarded: starts over
     assert fresh.resumed_from is None and len(fresh.history) == 4
 

@@ -10,7 +10,7 @@ from analysis.cli.commands.progress import bar, set_done
 from analysis.errors import AnalysisError
 
 DEFAULTS = dict(method="lora-kd", rank=32, alpha=64.0, temperature=2.0, kd_weight=1.0, batch=8, seq_len=256,
-                eval_every=25, eval_tokens=4096)
+                eval_every=25, eval_tokens=None)
 
 
 def add_recovery_args(p) -> None:
@@ -32,7 +32,8 @@ def add_recovery_args(p) -> None:
     p.add_argument("--recover-eval-every", type=whole(1), default=DEFAULTS["eval_every"],
                    help="validation perplexity every this many steps; the best state is kept (default 25)")
     p.add_argument("--recover-eval-tokens", type=whole(2), default=DEFAULTS["eval_tokens"],
-                   help="validation tokens per check (default 4096)")
+                   help="validation tokens per check (default: a quarter of the training tokens spread over the "
+                        "checks, at least 4 windows, at most 4096)")
     p.add_argument("--recover-state", default=None,
                    help="folder where Ctrl-C saves a stopped recovery's state (safetensors + JSON)")
     resume = p.add_mutually_exclusive_group()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from analysis.archs.recurrence_words import readout_latex, update_latex as model_rule_latex  # noqa: F401  (the rule `step` runs)
 from analysis.errors import AnalysisError
 from analysis.runtime.backend import l2_norm
 
@@ -60,27 +61,10 @@ class HeadInputs:
         return replace(self, q=q, k=k, g=g, a=a, b=b, k_raw=None, q_raw=None, label=label)
 
 
-DECAYS = {"none": "", "head": r"e^{g_t}\, ", "channel": r"\mathrm{Diag}(e^{g_t})\, "}  # base.GATES → D_t
-
-
 def rule_form(x: HeadInputs) -> tuple[str, bool]:
     """(gate, delta) of the layer's own rule as `step` runs it: the log-decay's shape and whether it is a delta rule."""
     gate = "none" if x.g is None else ("head" if x.g.dim() == 1 else "channel")
     return gate, x.delta
-
-
-def model_rule_latex(gate: str, delta: bool, low_rank: bool = False) -> str:
-    """The model's own update, exactly as `step` applies it (decay first, then the write), in LaTeX."""
-    if low_rank:
-        return r"S_t = \left(\mathrm{Diag}(e^{g_t}) + b_t a_t^\top\right) S_{t-1} + k_t v_t^\top"
-    if not delta:
-        return rf"S_t = {DECAYS[gate]}S_{{t-1}} + k_t v_t^\top"
-    return rf"S_t = (I - \beta_t k_t k_t^\top)\, {DECAYS[gate]}S_{{t-1}} + \beta_t k_t v_t^\top"
-
-
-def readout_latex(scaled: bool) -> str:
-    """The readout of the model's own rule: with the key-dim scale dk^-1/2 (most families) or none (Mamba-2, RWKV-7)."""
-    return r"o_t = \mathrm{scale}\cdot S_t^\top q_t" if scaled else r"o_t = S_t^\top q_t"
 
 
 def check_rule(rule: str) -> str:
