@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from analysis.archs.base import Adapter, Block, ChannelRows  # noqa: F401  (re-exported)
+from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows  # noqa: F401  (re-exported)
 from analysis.errors import AnalysisError
 
 # family -> (module defining ADAPTER, config model_types it handles)

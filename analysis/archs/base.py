@@ -61,6 +61,26 @@ class ChannelRows:
                                # are the head-major rows
 
 
+@dataclass(frozen=True)
+class HeadRows:
+    """Where one parameter of a linear layer holds one block per key head or per value head (head removal).
+
+    `starts[h]` is the first index (along `dim`) of head h's block of `width` entries; a head's blocks go when the
+    head goes. Role "key": one block per key head (q/k rows and conv channels, per-key-head decay rows); role
+    "value": one block per value head (v rows and conv channels, β and gate rows, per-head decay parameters,
+    output-gate rows, the o_proj input columns: dim 1)."""
+    param: str            # parameter path inside the layer module, e.g. "v_proj.weight", "o_proj.weight"
+    role: str             # "key" or "value"
+    starts: tuple         # first index of each head's block, in head order
+    width: int            # entries per head
+    dim: int = 0          # the dimension the blocks run along (o_proj's input columns: 1)
+
+
+def head_blocks(param: str, role: str, heads: int, width: int, start: int = 0, dim: int = 0) -> HeadRows:
+    """HeadRows for `heads` blocks of `width` packed back to back from `start` (the common layout)."""
+    return HeadRows(param, role, tuple(start + h * width for h in range(heads)), width, dim)
+
+
 class Adapter:
     """One family. Subclasses set the class attributes and implement the methods; see analysis/archs/*.py."""
     family: str = ""                     # registry key, e.g. "delta_net"
@@ -135,17 +155,44 @@ class Adapter:
         """One sentence for a key dim this family's kernel cannot run (on CPU only the maximum applies)."""
         self.kernel_spec.check_key_dims(dims, device_type)
 
-    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
+    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
         """A NEW model of the same architecture with `key_dims[l]` channels per key head in linear layer l,
         on the model's device and dtype, weights not yet loaded (the core loads the reduced state dict
         strictly). Uniform dims where the family's own config can say them: the family's own type;
         otherwise a registered per-layer type. `readout_key_dims` (None = the family's default dk'^-1/2)
-        keeps each layer's readout at that key dim's ^-1/2 (pure channel removal, see pruned_models)."""
+        keeps each layer's readout at that key dim's ^-1/2 (pure channel removal, see pruned_models).
+        `head_counts` ([(key heads, value heads)] per linear layer, analysis.archs.heads) removes heads too: a
+        head-pruned model is always the registered per-layer type, which keeps its counts in the config."""
         raise NotImplementedError
 
     def readout_key_dims(self, model) -> list[int]:
         """Per linear layer, the key dim whose ^-1/2 the readout effectively uses (its own dk unless pruned)."""
         raise NotImplementedError
+
+    # --- head removal (analysis.archs.heads; analysis.shrink.head_prune) ------------------------------
+    def head_rows(self, layer: nn.Module) -> list[HeadRows]:
+        """Every parameter block of this layer that belongs to one key head or one value head: removing a head
+        removes exactly these (and nothing else changes shape)."""
+        raise NotImplementedError
+
+    def set_head_counts(self, layer: nn.Module, key_heads: int, value_heads: int, original: tuple[int, int]) -> None:
+        """Update a freshly built layer's own size attributes (head counts, fused widths) after its head parameters
+        were resized to `key_heads` / `value_heads`; `original` (key heads, value heads) is what the unpruned
+        layer had, for a norm that averages over a group of value heads (see grouped_norm_weight)."""
+        raise NotImplementedError
+
+    def head_output(self, layer: nn.Module) -> nn.Module:
+        """The module whose first input holds the layer's value-head outputs, head-major along the last dim, at the
+        last point where heads are still separate: zeroing a head's slice there is what removing it means (the
+        zeroed-heads reference of the tests). The output projection, unless a norm mixes heads before it."""
+        raise NotImplementedError
+
+    def grouped_norm_weight(self, layer: nn.Module) -> str | None:
+        """The weight of an output norm that averages over all value heads of a group (Mamba-2's grouped gated
+        RMSNorm), or None where every norm is per head. Removing heads from such a group is pure removal only if
+        the norm keeps its original width in the mean: set_head_counts scales its eps by old/new group width and
+        a head prune scales this weight by sqrt(old/new) (analysis.archs.heads says why that is exact)."""
+        return None
 
     # --- training --------------------------------------------------------------------------------
     training_model_types: tuple[str, ...] = ()  # model types `train --model-type` may pick (first: the default)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, head_blocks
+from analysis.archs.heads import head_config_fields
 
 _routed = False
 
@@ -78,20 +79,48 @@ class FlaAdapter(Adapter):
                     rows.append(ChannelRows(f"{name}.bias", role, conv=True))
         return rows
 
+    def head_rows(self, layer: nn.Module) -> list[HeadRows]:
+        """q/k rows and conv channels per key head; v rows and conv channels, β (b_proj), the decay (a_proj,
+        A_log, dt_bias: Gated DeltaNet), output-gate rows (g_proj) and o_proj input columns per value head."""
+        hk, hv, dk, dv = self.key_heads(layer), self.value_heads(layer), self.key_dim(layer), self.value_dim(layer)
+        rows = []
+        for name, role, heads, width in (("q", "key", hk, dk), ("k", "key", hk, dk), ("v", "value", hv, dv)):
+            for owner in (f"{name}_proj", f"{name}_conv1d" if getattr(layer, "use_short_conv", False) else None):
+                module = getattr(layer, owner, None) if owner else None
+                if module is not None:
+                    rows += [head_blocks(f"{owner}.{p}", role, heads, width) for p in ("weight", "bias")
+                             if getattr(module, p, None) is not None]
+        for name in ("a_proj.weight", "b_proj.weight", "A_log", "dt_bias"):
+            if _has(layer, name):
+                rows.append(head_blocks(name, "value", hv, 1))
+        if _has(layer, "g_proj.weight"):
+            rows.append(head_blocks("g_proj.weight", "value", hv, dv))
+        return rows + [head_blocks("o_proj.weight", "value", hv, dv, dim=1)]
+
+    def set_head_counts(self, layer: nn.Module, key_heads: int, value_heads: int, original) -> None:
+        layer.num_heads = key_heads
+        if hasattr(layer, "num_v_heads"):
+            layer.num_v_heads = value_heads
+        layer.key_dim, layer.value_dim = key_heads * layer.head_k_dim, value_heads * layer.head_v_dim
+
+    def head_output(self, layer: nn.Module) -> nn.Module:
+        return layer.o_proj
+
     def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
         kept = tokens if module.window_size is None else min(tokens, module.window_size)
         return 2 * module.num_kv_heads * module.head_dim * kept * dtype_bytes   # keys and values
 
     # --- pruning ---------------------------------------------------------------------------------
-    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
+    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
         from transformers import AutoModelForCausalLM
         base = {k: v for k, v in model.config.to_dict().items()
                 if k not in ("model_type", "architectures", "head_k_dims", "readout_key_dims")}
+        heads = head_config_fields(model, self, head_counts)
         config = None
-        if readout_key_dims is None and len(set(key_dims)) == 1:
+        if readout_key_dims is None and len(set(key_dims)) == 1 and not heads:
             config = self.own_config_with_key_dim(base, key_dims[0])
         if config is None:
-            config = self.pruned_config_class()(**{**base, "head_k_dims": list(key_dims),
+            config = self.pruned_config_class()(**{**base, **heads, "head_k_dims": list(key_dims),
                                                     "readout_key_dims": readout_key_dims})
         param = next(model.parameters())
         self.install_routing()
@@ -104,6 +133,14 @@ class FlaAdapter(Adapter):
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
         install_fla_routing()
+
+
+def _has(layer: nn.Module, path: str) -> bool:
+    try:
+        layer.get_parameter(path)
+    except AttributeError:
+        return False
+    return True
 
 
 def fla_training_kwargs(cfg, vocab_size: int) -> dict:

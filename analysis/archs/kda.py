@@ -17,7 +17,8 @@ import math
 
 import torch.nn as nn
 
-from analysis.archs.base import Adapter, Block, ChannelRows, classify_blocks
+from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, classify_blocks, head_blocks
+from analysis.archs.heads import head_config_fields
 from analysis.errors import AnalysisError
 
 
@@ -63,6 +64,33 @@ class KDAAdapter(Adapter):
                     rows.append(ChannelRows(f"{role}_conv1d.bias", role, conv=True))
         return rows + [ChannelRows("f_proj.1.weight", "gate"), ChannelRows("dt_bias", "gate")]
 
+    def head_rows(self, layer: nn.Module) -> list[HeadRows]:
+        """q/k rows and conv channels per key head; per value head: v rows and conv channels, the decay rows (the
+        gate projection's last linear and dt_bias, dk each), β, A_log, the output gate's last linear (weight and
+        bias) and the o_proj input columns. The gate projections' first (low-rank) linears serve every head."""
+        hk, hv, dk, dv = layer.num_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
+        rows = []
+        for name, role, heads, width in (("q", "key", hk, dk), ("k", "key", hk, dk), ("v", "value", hv, dv)):
+            rows.append(head_blocks(f"{name}_proj.weight", role, heads, width))
+            conv = getattr(layer, f"{name}_conv1d", None)
+            if conv is not None:
+                rows += [head_blocks(f"{name}_conv1d.{p}", role, heads, width) for p in ("weight", "bias")
+                         if getattr(conv, p, None) is not None]
+        rows += [head_blocks("f_proj.1.weight", "value", hv, dk), head_blocks("dt_bias", "value", hv, dk),
+                 head_blocks("b_proj.weight", "value", hv, 1), head_blocks("A_log", "value", hv, 1),
+                 head_blocks("g_proj.1.weight", "value", hv, dv)]
+        if layer.g_proj[1].bias is not None:
+            rows.append(head_blocks("g_proj.1.bias", "value", hv, dv))
+        return rows + [head_blocks("o_proj.weight", "value", hv, dv, dim=1)]
+
+    def set_head_counts(self, layer: nn.Module, key_heads: int, value_heads: int, original) -> None:
+        layer.num_heads, layer.num_v_heads = key_heads, value_heads
+        layer.key_dim, layer.value_dim = key_heads * layer.head_k_dim, value_heads * layer.head_v_dim
+        layer.gate_dim = value_heads * layer.head_k_dim
+
+    def head_output(self, layer: nn.Module) -> nn.Module:
+        return layer.o_proj
+
     def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
         """fla Attention caches k and v (num_kv_heads·head_dim each), only the last window_size tokens."""
         window = getattr(module, "window_size", None)
@@ -86,7 +114,7 @@ class KDAAdapter(Adapter):
         expand = dv / dk
         return int(dk * expand) == dv and math.isclose(dk * expand, dv, rel_tol=1e-5)
 
-    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
+    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
         from transformers import AutoModelForCausalLM
 
         from analysis.archs.kda_pruned import PrunedKDAConfig, kda_layers
@@ -99,10 +127,12 @@ class KDAAdapter(Adapter):
         self.check_key_dims(dims)
         base = {k: v for k, v in model.config.to_dict().items()
                 if k not in ("model_type", "architectures", "head_k_dims", "readout_key_dims")}
+        heads = head_config_fields(model, self, head_counts)
+        base.update(heads)
         dv = layers[0].head_v_dim
         uniform = len(set(dims)) == 1 and all(a.head_v_dim == dv for a in layers)
         plain_readout = readout_key_dims is None or list(readout_key_dims) == dims
-        if uniform and plain_readout and self.own_config_holds(model.config, dims[0]):
+        if uniform and plain_readout and not heads and self.own_config_holds(model.config, dims[0]):
             config = KDAConfig(**{**base, "head_dim": dims[0], "expand_v": dv / dims[0]})
         else:
             readout = None if readout_key_dims is None else [int(d) for d in readout_key_dims]

@@ -23,6 +23,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from analysis.archs.fla_pruned import keep_readout_scale
 from analysis.archs.fla_pruned import set_key_dim as fla_set_key_dim
+from analysis.archs.heads import apply_head_counts
 
 
 def kda_layers(model) -> list[KimiDeltaAttention]:
@@ -56,6 +57,7 @@ class PrunedKDAForCausalLM(KDAForCausalLM):
 
     def __init__(self, config):
         super().__init__(config)
+        apply_head_counts(self)   # heads first: set_key_dim sizes q/k and the decay rows for the kept heads
         layers = kda_layers(self)
         dims, readout = config.head_k_dims, config.readout_key_dims
         for name, values in (("head_k_dims", dims), ("readout_key_dims", readout)):

@@ -29,7 +29,8 @@ import importlib
 import torch
 import torch.nn as nn
 
-from analysis.archs.base import Adapter, Block, ChannelRows, classify_blocks
+from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, classify_blocks, head_blocks
+from analysis.archs.heads import head_config_fields
 from analysis.errors import AnalysisError
 
 MODELING = "transformers.models.kimi_linear.modeling_kimi_linear"
@@ -74,6 +75,34 @@ class KimiLinearAdapter(Adapter):
             rows += [ChannelRows("conv1d.bias", "q", 0, conv=True), ChannelRows("conv1d.bias", "k", keys, conv=True)]
         return rows + [ChannelRows("forget_gate.f_b_proj.weight", "gate"), ChannelRows("forget_gate.dt_bias", "gate")]
 
+    def head_rows(self, layer: nn.Module) -> list[HeadRows]:
+        """Every head is a key and a value head: its q/k/v rows and conv channels, decay rows (f_b_proj, dt_bias),
+        A_log, β, output-gate rows (g_b_proj) and o_proj input columns. The low-rank f_a_proj / g_a_proj serve
+        every head and stay."""
+        heads, dk, dv = layer.num_heads, self.key_dim(layer), self.value_dim(layer)
+        rows = [head_blocks("q_proj.weight", "key", heads, dk), head_blocks("k_proj.weight", "key", heads, dk),
+                head_blocks("v_proj.weight", "value", heads, dv)]
+        conv = [head_blocks("conv1d.weight", "key", heads, dk), head_blocks("conv1d.weight", "key", heads, dk, heads * dk),
+                head_blocks("conv1d.weight", "value", heads, dv, 2 * heads * dk)]
+        if layer.conv1d.bias is not None:
+            conv += [HeadRows("conv1d.bias", r.role, r.starts, r.width) for r in conv]
+        gate = layer.forget_gate.head_dim
+        return rows + conv + [
+            head_blocks("forget_gate.f_b_proj.weight", "value", heads, gate),
+            head_blocks("forget_gate.dt_bias", "value", heads, gate),
+            head_blocks("forget_gate.A_log", "value", heads, 1, dim=2),    # [1, 1, H, 1]
+            head_blocks("b_proj.weight", "value", heads, 1), head_blocks("g_b_proj.weight", "value", heads, dv),
+            head_blocks("o_proj.weight", "value", heads, dv, dim=1)]
+
+    def set_head_counts(self, layer: nn.Module, key_heads: int, value_heads: int, original) -> None:
+        layer.num_heads = layer.forget_gate.num_heads = value_heads
+        layer.qkv_dim = value_heads * layer.head_dim
+        layer.forget_gate.qkv_dim = value_heads * layer.forget_gate.head_dim
+        layer.conv_dim = 2 * value_heads * self.key_dim(layer) + layer.qkv_dim
+
+    def head_output(self, layer: nn.Module) -> nn.Module:
+        return layer.o_proj
+
     def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
         """MLA caches the compressed latent (kv_lora_rank) and the shared rope key (qk_rope_head_dim), one head."""
         return tokens * (module.kv_lora_rank + module.qk_rope_head_dim) * dtype_bytes
@@ -84,7 +113,7 @@ class KimiLinearAdapter(Adapter):
 
     # --- pruning ---------------------------------------------------------------------------------
 
-    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
+    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
         from analysis.archs.kimi_linear_pruned import PrunedKimiLinearConfig, PrunedKimiLinearForCausalLM
         layers = self.linear_layers(model)
         dims = [int(d) for d in key_dims]
@@ -98,6 +127,8 @@ class KimiLinearAdapter(Adapter):
         config = PrunedKimiLinearConfig(**values)
         config.linear_key_head_dims = dims
         config.readout_key_dims = None if readout == dims else readout
+        for key, value in head_config_fields(model, self, head_counts).items():
+            setattr(config, key, value)
         config.architectures = [PrunedKimiLinearForCausalLM.__name__]
         param = next(model.parameters())
         with torch.device(param.device):

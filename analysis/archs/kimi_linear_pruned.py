@@ -26,6 +26,8 @@ from transformers.models.kimi_linear import modeling_kimi_linear as modeling
 from transformers.models.kimi_linear.configuration_kimi_linear import KimiLinearConfig
 from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearDeltaAttention, KimiLinearForCausalLM
 
+from analysis.archs.heads import apply_head_counts
+
 PRUNED_TYPE = "pruned_kimi_linear"
 
 
@@ -113,6 +115,7 @@ class PrunedKimiLinearForCausalLM(KimiLinearForCausalLM):
 
     def __init__(self, config):
         super().__init__(config)
+        apply_head_counts(self)   # heads first: set_key_dim sizes q/k and the decay rows for the kept heads
         layers = kda_layers(self)
         dims = getattr(config, "linear_key_head_dims", None)
         readout = getattr(config, "readout_key_dims", None)

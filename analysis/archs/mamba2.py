@@ -25,7 +25,8 @@ import copy
 
 import torch
 
-from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, head_blocks
+from analysis.archs.heads import head_config_fields
 from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, feed_forward_words, kind, layers_of, mixers_in
 from analysis.archs.mamba2_routing import ENTRY_POINT
 from analysis.errors import AnalysisError
@@ -105,12 +106,59 @@ class Mamba2Adapter(Adapter):
                      ChannelRows("conv1d.bias", "k", inner, conv=True)]
         return rows
 
+    def head_rows(self, layer) -> list[HeadRows]:
+        """A Mamba-2 head is a value head of its group (the group's B and C are the key head). Per head: its z
+        (gate) and x rows of in_proj, its x conv channels, its dt row, dt_bias, A_log, D, its slice of the gated
+        norm's weight and out_proj's input columns; per group: its B and C rows and conv channels."""
+        heads, groups, p, n, inner = layer.num_heads, layer.n_groups, layer.head_dim, layer.ssm_state_size, \
+            layer.intermediate_size
+        x = layer.in_proj.weight.shape[0] - layer.conv_dim - heads    # x|B|C start (after z and any extra rows)
+
+        def sections(param: str, at: int, with_z: bool) -> list[HeadRows]:
+            out = [head_blocks(param, "value", heads, p, at - inner)] if with_z else []
+            return out + [head_blocks(param, "value", heads, p, at), head_blocks(param, "key", groups, n, at + inner),
+                          head_blocks(param, "key", groups, n, at + inner + groups * n)]
+        rows = sections("in_proj.weight", x, True) + [head_blocks("in_proj.weight", "value", heads, 1, x + layer.conv_dim)]
+        if layer.in_proj.bias is not None:
+            rows += [HeadRows("in_proj.bias", r.role, r.starts, r.width) for r in rows]
+        rows += sections("conv1d.weight", 0, False)
+        if layer.conv1d.bias is not None:
+            rows += sections("conv1d.bias", 0, False)
+        rows += [head_blocks(name, "value", heads, 1) for name in ("dt_bias", "A_log", "D")]
+        if self.grouped_norm_weight(layer):
+            rows.append(head_blocks("norm.weight", "value", heads, p))
+        return rows + [head_blocks("out_proj.weight", "value", heads, p, dim=1)]
+
+    def set_head_counts(self, layer, key_heads: int, value_heads: int, original) -> None:
+        """Sizes of the mixer, its conv and its grouped norm; the norm's eps keeps the original group width in its
+        mean (analysis.archs.heads: pure removal)."""
+        layer.num_heads, layer.n_groups = value_heads, key_heads
+        layer.intermediate_size = value_heads * layer.head_dim
+        layer.conv_dim = layer.intermediate_size + 2 * key_heads * layer.ssm_state_size
+        if hasattr(layer, "groups_time_state_size"):   # Falcon-H1
+            layer.groups_time_state_size = key_heads * layer.ssm_state_size
+        if self.grouped_norm_weight(layer):
+            norm = layer.norm
+            if hasattr(norm, "group_size"):
+                norm.group_size = layer.intermediate_size // key_heads
+            else:                                      # Falcon-H1's norm counts groups instead
+                norm.n_groups = key_heads
+            norm.variance_epsilon *= (original[1] / original[0]) / (value_heads / key_heads)
+
+    def head_output(self, layer):
+        """The gated norm's input (it averages over a group's heads), or out_proj's where there is no norm."""
+        return layer.norm if self.grouped_norm_weight(layer) else layer.out_proj
+
+    def grouped_norm_weight(self, layer) -> str | None:
+        norm = getattr(layer, "norm", None)
+        return "norm.weight" if isinstance(getattr(norm, "weight", None), torch.nn.Parameter) else None
+
     def softmax_cache_bytes(self, module, tokens, dtype_bytes):
         kv_heads = getattr(module, "num_key_value_heads", None) or module.config.num_key_value_heads
         return 2 * kv_heads * module.head_dim * tokens * dtype_bytes
 
     # --- pruning ---------------------------------------------------------------------------------
-    def pruned_model(self, model, key_dims, readout_key_dims):
+    def pruned_model(self, model, key_dims, readout_key_dims, head_counts=None):
         """Uniform N: the family's own type (its config holds N); per-layer N: the registered pruned_<type>.
         readout_key_dims is ignored: Mamba-2 reads out C_tᵀ S_t with no key-dim scale."""
         from analysis.archs.mamba2_pruned import PRUNED_TYPES, register
@@ -121,7 +169,8 @@ class Mamba2Adapter(Adapter):
             raise AnalysisError(f"Got {len(dims)} state sizes for {len(layers)} Mamba-2 layers; give one per layer.")
         config = copy.deepcopy(model.config)
         base = config.model_type.removeprefix(PRUNED_PREFIX)
-        if len(set(dims)) == 1 and not config.model_type.startswith(PRUNED_PREFIX):
+        heads = head_config_fields(model, self, head_counts)
+        if len(set(dims)) == 1 and not heads and not config.model_type.startswith(PRUNED_PREFIX):
             setattr(config, STATE_SIZE_KEYS[base], dims[0])   # plain transformers loads it
             cls = type(model)
         else:
@@ -133,6 +182,8 @@ class Mamba2Adapter(Adapter):
             config = cfg_cls(**values)
             setattr(config, STATE_SIZE_KEYS[base], max(dims))
             setattr(config, self.key_dims_config_key, dims)
+            for key, value in heads.items():
+                setattr(config, key, value)
             config.architectures = [cls.__name__]
         param = next(model.parameters())
         with torch.device(param.device):

@@ -15,6 +15,7 @@ import sys
 import torch
 import torch.nn as nn
 
+from analysis.archs.heads import apply_head_counts
 from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, is_mamba2_mixer, layers_of, mixers_in
 
 KEY = "ssm_state_sizes"
@@ -29,12 +30,15 @@ def _mixers(model) -> list[nn.Module]:
 
 
 def _mup_vector(mixer, config, state_size: int):
-    """Falcon-H1's per-section multipliers for a projection at `state_size` (None for other families)."""
+    """Falcon-H1's per-section multipliers for a projection at `state_size` and the mixer's own head and group
+    counts (None for other families)."""
     compute = getattr(sys.modules[type(mixer).__module__], "compute_mup_vector", None)
     if compute is None or not hasattr(mixer, "mup_vector"):
         return None
     config = copy.copy(config)
     config.mamba_d_state = state_size
+    config.mamba_d_ssm, config.mamba_n_heads, config.mamba_n_groups = \
+        mixer.intermediate_size, mixer.num_heads, mixer.n_groups
     return compute(config)
 
 
@@ -57,14 +61,19 @@ def set_state_size(mixer: nn.Module, state_size: int, config) -> None:
 
 
 def _apply_state_sizes(model) -> None:
+    apply_head_counts(model)   # heads first: set_state_size sizes B/C for the kept groups
     dims, mixers = getattr(model.config, KEY, None), _mixers(model)
     if dims is None:
-        return
+        dims = [m.ssm_state_size for m in mixers]
     if len(dims) != len(mixers):
         raise ValueError(f"{KEY} has {len(dims)} entries for {len(mixers)} Mamba-2 layers")
     for mixer, n in zip(mixers, dims):
         if int(n) != mixer.ssm_state_size:
             set_state_size(mixer, int(n), model.config)
+        else:  # Falcon-H1's multipliers follow the head counts too
+            mup = _mup_vector(mixer, model.config, int(n))
+            if mup is not None:
+                mixer.register_buffer("mup_vector", mup.to(mixer.mup_vector.device), persistent=False)
 
 
 PRUNED_TYPES: dict[str, tuple[type, type]] = {}

@@ -26,7 +26,8 @@ import torch
 import torch.nn as nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from analysis.archs.base import Adapter, Block, ChannelRows
+from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, head_blocks
+from analysis.archs.heads import apply_head_counts, head_config_fields
 from analysis.archs.qwen3_5_routing import ENTRY_POINTS
 from analysis.errors import AnalysisError
 
@@ -101,6 +102,7 @@ def keep_readout_scale(layer: nn.Module, readout_key_dim: int) -> None:
 
 
 def _apply_key_dims(model) -> None:
+    apply_head_counts(model)   # heads first: set_key_dim sizes the fused q|k(|v|z) rows for the kept heads
     config = model.config
     linear = [b.linear_attn for b in _decoder_layers(model) if hasattr(b, "linear_attn")]
     dims, readout = config.linear_key_head_dims, getattr(config, "readout_key_dims", None)
@@ -198,11 +200,57 @@ class Qwen35Adapter(Adapter):
             conv += [ChannelRows("conv1d.bias", "q", 0, conv=True), ChannelRows("conv1d.bias", "k", keys, conv=True)]
         return projection + conv
 
+    def head_rows(self, layer) -> list[HeadRows]:
+        """Per key head: its q and k rows (fused or separate) and conv channels. Per value head: its v rows and
+        conv channels, output-gate rows (z, OLMo-hybrid's g_proj), β and decay rows (b, a), A_log, dt_bias and
+        the output projection's input columns. Qwen3-Next interleaves q|k|v|z per key head in in_proj_qkvz and
+        b|a per key head in in_proj_ba: value head j sits at slot j mod G of key head j // G there."""
+        hk, hv, dk, dv = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
+        group, keys = hv // hk, hk * dk
+        conv = [head_blocks("conv1d.weight", "key", hk, dk), head_blocks("conv1d.weight", "key", hk, dk, keys),
+                head_blocks("conv1d.weight", "value", hv, dv, 2 * keys)]
+        if layer.conv1d.bias is not None:
+            conv += [HeadRows("conv1d.bias", r.role, r.starts, r.width) for r in conv]
+        scalars = ["A_log", "dt_bias"]
+        if hasattr(layer, "q_proj"):    # OLMo-hybrid
+            rows = [head_blocks("q_proj.weight", "key", hk, dk), head_blocks("k_proj.weight", "key", hk, dk),
+                    head_blocks("v_proj.weight", "value", hv, dv), head_blocks("g_proj.weight", "value", hv, dv)]
+            scalars += ["a_proj.weight", "b_proj.weight"]
+        elif _is_interleaved(layer):    # Qwen3-Next
+            block = 2 * dk + 2 * group * dv
+
+            def slot(offset: int, width: int) -> tuple:
+                return tuple(h // group * block + offset + h % group * width for h in range(hv))
+            rows = [HeadRows("in_proj_qkvz.weight", "key", tuple(h * block for h in range(hk)), dk),
+                    HeadRows("in_proj_qkvz.weight", "key", tuple(h * block + dk for h in range(hk)), dk),
+                    HeadRows("in_proj_qkvz.weight", "value", slot(2 * dk, dv), dv),
+                    HeadRows("in_proj_qkvz.weight", "value", slot(2 * dk + group * dv, dv), dv),
+                    HeadRows("in_proj_ba.weight", "value", tuple(h // group * 2 * group + h % group
+                                                                 for h in range(hv)), 1),
+                    HeadRows("in_proj_ba.weight", "value", tuple(h // group * 2 * group + group + h % group
+                                                                 for h in range(hv)), 1)]
+        else:                           # Qwen3.5 (and -MoE)
+            rows = [head_blocks("in_proj_qkv.weight", "key", hk, dk), head_blocks("in_proj_qkv.weight", "key", hk, dk, keys),
+                    head_blocks("in_proj_qkv.weight", "value", hv, dv, 2 * keys),
+                    head_blocks("in_proj_z.weight", "value", hv, dv)]
+            scalars += ["in_proj_a.weight", "in_proj_b.weight"]
+        out = "o_proj.weight" if hasattr(layer, "o_proj") else "out_proj.weight"
+        return (rows + conv + [head_blocks(name, "value", hv, 1) for name in scalars]
+                + [head_blocks(out, "value", hv, dv, dim=1)])
+
+    def set_head_counts(self, layer, key_heads: int, value_heads: int, original) -> None:
+        layer.num_k_heads, layer.num_v_heads = key_heads, value_heads
+        layer.key_dim, layer.value_dim = key_heads * layer.head_k_dim, value_heads * layer.head_v_dim
+        layer.conv_dim = 2 * layer.key_dim + layer.value_dim
+
+    def head_output(self, layer):
+        return layer.o_proj if hasattr(layer, "o_proj") else layer.out_proj
+
     def softmax_cache_bytes(self, module, tokens, dtype_bytes):
         return 2 * module.config.num_key_value_heads * module.head_dim * tokens * dtype_bytes
 
     # --- pruning ---------------------------------------------------------------------------------
-    def pruned_model(self, model, key_dims, readout_key_dims):
+    def pruned_model(self, model, key_dims, readout_key_dims, head_counts=None):
         layers = self.linear_layers(model)
         if len(key_dims) != len(layers):
             raise AnalysisError(f"Got {len(key_dims)} key dims for {len(layers)} linear-attention layers; give one "
@@ -214,14 +262,17 @@ class Qwen35Adapter(Adapter):
                                 f"({', '.join(PRUNED_TYPES)}); load the checkpoint as a causal language model.")
         dims = [int(d) for d in key_dims]
         readout = None if readout_key_dims is None else [int(d) for d in readout_key_dims]
+        heads = head_config_fields(model, self, head_counts)
         param = next(model.parameters())
-        if len(set(dims)) == 1 and readout is None and not config.model_type.startswith(PRUNED_PREFIX):
+        if len(set(dims)) == 1 and readout is None and not heads and not config.model_type.startswith(PRUNED_PREFIX):
             config.linear_key_head_dim = dims[0]  # the family's own type, loadable without this project
             cls = type(model)
         else:
             cfg_cls, cls = PRUNED_TYPES[base]
             config = cfg_cls(**{k: v for k, v in config.to_dict().items() if k not in ("model_type",)})
             config.linear_key_head_dims, config.readout_key_dims = dims, readout
+            for key, value in heads.items():
+                setattr(config, key, value)
             config.architectures = [cls.__name__]
         with torch.device(param.device):
             pruned = cls(config)

@@ -40,6 +40,7 @@ class Calibration:
     label: str
     _model: object = field(default=None, repr=False)
     _grads: list | None = field(default=None, repr=False)
+    derived: dict = field(default_factory=dict, repr=False)   # statistics other modules compute once from these ids
 
     def gradients(self, cancel=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """∇ w.r.t. (the parameter holding the query rows, the one holding the key rows), per linear layer, of

@@ -110,6 +110,19 @@ def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0
     """A new model keeping `dims[l]` channels per head in layer l, chosen by `strategy`."""
     check_rescale(rescale)
     strat = get_strategy(strategy)
+    selections = choose_channels(model, strategy, dims, calibration, seed)
+    pruned = build_pruned(model, selections, rescale)
+    return PruneResult(model=pruned, strategy=strategy, dims=list(dims),
+                       original_dims=key_dims(model), selections=selections,
+                       info={"label": strat.label, "axis_aligned": strat.axis_aligned, "rescale": rescale,
+                             "readout_key_dims": getattr(pruned.config, "readout_key_dims", None),
+                             "details": [s.details for s in selections if s.details]})
+
+
+def choose_channels(model, strategy: str, dims: list[int], calibration=None, seed: int = 0) -> list[Selection]:
+    """The channels `strategy` keeps per layer for key dims `dims` (checked: they fit, the family takes the
+    strategy, calibration is there when needed)."""
+    strat = get_strategy(strategy)
     original = key_dims(model)
     if len(dims) != len(original) or any(not 1 <= d <= o for d, o in zip(dims, original)):
         raise AnalysisError(f"Key dims {dims} do not fit the model's {original}; plan them with plan_key_dims.")
@@ -118,13 +131,7 @@ def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0
         raise AnalysisError(problem)
     if strat.needs_calibration and calibration is None:
         raise AnalysisError(f"The {strat.label} strategy needs calibration data; run calibrate() first.")
-    selections = strat.select(model, calibration, dims, seed=seed)
-    pruned = build_pruned(model, selections, rescale)
-    return PruneResult(model=pruned, strategy=strategy, dims=list(dims),
-                       original_dims=original, selections=selections,
-                       info={"label": strat.label, "axis_aligned": strat.axis_aligned, "rescale": rescale,
-                             "readout_key_dims": getattr(pruned.config, "readout_key_dims", None),
-                             "details": [s.details for s in selections if s.details]})
+    return strat.select(model, calibration, dims, seed=seed)
 
 
 def build_pruned(model, selections: list[Selection], rescale: str = "original"):

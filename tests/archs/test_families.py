@@ -5,7 +5,9 @@ Per case (a tiny random-init fp32 CPU model of the family):
 (b) pruning is pure channel removal: the pruned model's logits equal the original's with the dropped q/k channels
     zero after the short convolution (before the l2 norm), uniform and per-layer ratios;
 (c) a hybrid's softmax-attention blocks come out of a prune bit-identical;
-(d) the CLI's rank, noise, importance, prune, ppl and latency run on a saved directory of the model and write JSON.
+(d) the CLI's rank, noise, importance, prune, ppl and latency run on a saved directory of the model and write JSON;
+(e) head pruning is pure removal: the pruned model's logits equal the original's with the removed heads' outputs
+    zeroed where heads last stay separate (issue 32), with per-layer counts, alone and with a dk prune.
 A case module that is not there (another family's helper not merged yet) is skipped, not failed.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import pytest
 import torch
 
-from family_cases import CASE_MODULES, states_and_layer_inputs
+from family_cases import CASE_MODULES, fewer_heads, heads_zeroed_logits, states_and_layer_inputs
 
 RTOL = 1e-4
 ATOL_LOGITS = 1e-4
@@ -112,6 +114,42 @@ def test_pruning_is_pure_channel_removal(case, ratios, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from analysis.shrink.prune import save_model
+    loaded = AutoModelForCausalLM.from_pretrained(save_model(result.model, tmp_path / "pruned")).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(ids, use_cache=False).logits, pruned_logits)
+
+
+@pytest.mark.parametrize("plan", ["heads", "heads+dk"])
+def test_head_pruning_is_pure_removal(case, plan, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from analysis.archs import adapter_for
+    from analysis.models.load import describe, linear_layers
+    from analysis.shrink.head_prune import HeadPlan, prune_with_heads
+    from analysis.shrink.prune import plan_key_dims, save_model
+    from analysis.shrink.strategies import Selection
+    _, _, model = case
+    counts = fewer_heads(model)
+    dims = plan_key_dims(model, ratio=0.5 if plan == "heads+dk" else 0.0)
+    result = prune_with_heads(model, "l1" if plan == "heads+dk" else None, dims, HeadPlan("random", tuple(counts)),
+                              seed=3)
+    heads = result.info["heads"]
+    assert [len(k) for k in heads["kept_value_heads"]] == counts
+    assert [b.value_heads for b in describe(result.model).blocks if b.kind == "linear"] == counts
+    reference = model
+    if plan == "heads+dk":  # the kept key heads' dropped channels zero as well (dropped key heads: all outputs zero)
+        full = []
+        for layer, sel, kept in zip(linear_layers(model), result.selections, heads["kept_key_heads"]):
+            indices = torch.arange(sel.kept).repeat(layer.key_heads, 1)
+            indices[kept] = sel.indices
+            full.append(Selection(indices=indices))
+        reference = _zeroed(model, full)
+    ids = _ids(model, seed=1)
+    with torch.no_grad():
+        pruned_logits = result.model(ids, use_cache=False).logits
+    assert (pruned_logits - heads_zeroed_logits(reference, ids, heads["kept_value_heads"])).abs().max() <= ATOL_LOGITS
+    assert (pruned_logits - model(ids, use_cache=False).logits).abs().max() > ATOL_LOGITS   # it did something
+    assert adapter_for(result.model).family == adapter_for(model).family
     loaded = AutoModelForCausalLM.from_pretrained(save_model(result.model, tmp_path / "pruned")).eval()
     with torch.no_grad():
         assert torch.equal(loaded(ids, use_cache=False).logits, pruned_logits)

@@ -66,3 +66,43 @@ def decoded(model, ids, prefix: int):
 def layer_input(adapter, model, layer_index: int, hidden_in):
     """(linear layer `layer_index` of `model`, its input as fp32): where a reference_states loop starts."""
     return adapter.linear_layers(model)[layer_index], hidden_in.float()
+
+
+def heads_zeroed_logits(model, ids, kept_value_heads):
+    """The zeroed-heads reference: `model`'s logits with every value head not in kept_value_heads[l] outputting
+    zeros where the adapter says heads last stay separate (its head_output: o_proj's input, or Mamba-2's grouped
+    norm's), by forward pre-hooks on the unchanged model."""
+    import torch
+
+    from analysis.archs import adapter_for
+    from analysis.models.load import linear_layers
+    adapter, hooks = adapter_for(model), []
+
+    def zero(drop, width):
+        def hook(_module, args):
+            x = args[0].clone()
+            for h in drop:
+                x[..., h * width:(h + 1) * width] = 0
+            return (x, *args[1:])
+        return hook
+    for layer, kept in zip(linear_layers(model), kept_value_heads):
+        drop = [h for h in range(layer.value_heads) if h not in set(int(k) for k in kept)]
+        hooks.append(adapter.head_output(layer.module).register_forward_pre_hook(
+            zero(drop, adapter.value_dim(layer.module))))
+    try:
+        return logits(model, ids)
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def fewer_heads(model, seed: int = 0) -> list[int]:
+    """A head plan that drops heads in every linear layer: each layer keeps an expressible count below its value
+    heads, a different one per layer where it has several (so per-layer counts are exercised)."""
+    from analysis.models.load import linear_layers
+    from analysis.shrink.head_prune import keepable_counts
+    counts = []
+    for i, layer in enumerate(linear_layers(model)):
+        below = [n for n in keepable_counts(layer) if n < layer.value_heads]
+        counts.append(below[-1 - (i + seed) % len(below)])
+    return counts

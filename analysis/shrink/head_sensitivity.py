@@ -1,0 +1,80 @@
+"""Each head removed alone: the loss it costs, with its paired standard error (the head-level sensitivity map).
+
+Removing a head is zeroing its output where the family's heads last stay separate (adapter.head_output: the
+output projection's input, or Mamba-2's grouped norm's); the head-pruned model equals exactly that
+(analysis.archs.heads, proved per family by tests/archs/test_heads.py), so one forward pass per head suffices and
+no model is built. The loss is each sequence's mean next-token loss in nats (for equal-length windows of text,
+the mean over windows is Δ log perplexity); Δ is paired per sequence: mean and standard error of the
+per-sequence differences.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import torch
+
+from analysis.archs import adapter_for
+from analysis.models.load import linear_layers
+from analysis.runtime.cancel import check
+
+BATCH = 8
+
+
+@contextmanager
+def heads_zeroed(model, layer_index: int, heads):
+    """While inside: the listed value heads of linear layer `layer_index` output zeros (the model is restored on
+    exit; callers hold the model's lock where it is shared)."""
+    adapter = adapter_for(model)
+    layer = linear_layers(model)[layer_index]
+    width = adapter.value_dim(layer.module)
+
+    def hook(_module, args):
+        x = args[0].clone()
+        for h in heads:
+            x[..., h * width:(h + 1) * width] = 0
+        return (x, *args[1:])
+    handle = adapter.head_output(layer.module).register_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@torch.no_grad()
+def sequence_losses(model, ids: torch.Tensor, cancel=None) -> torch.Tensor:
+    """[N] mean next-token loss (nats) of each sequence."""
+    device = next(model.parameters()).device
+    out = []
+    for batch in ids.split(BATCH):
+        check(cancel)
+        batch = batch.to(device)
+        logits = model(batch, use_cache=False).logits[:, :-1].float()
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="none")
+        out.append(loss.view(batch.shape[0], -1).mean(1).double().cpu())
+    return torch.cat(out)
+
+
+def paired(delta: torch.Tensor) -> dict:
+    """Mean and standard error of paired per-sequence differences."""
+    n = delta.numel()
+    se = float(delta.std(unbiased=True)) / math.sqrt(n) if n > 1 else None
+    return {"delta": float(delta.mean()), "se": se, "sequences": n}
+
+
+def head_removal_losses(model, ids: torch.Tensor, cancel=None, progress=None) -> list[list[dict]]:
+    """Per linear layer, per value head: Δ mean loss (nats per token) when that head alone is removed, paired SE.
+    progress(done, total) after each head."""
+    base = sequence_losses(model, ids, cancel)
+    layers = linear_layers(model)
+    total, done, out = sum(layer.value_heads for layer in layers), 0, []
+    for layer in layers:
+        row = []
+        for h in range(layer.value_heads):
+            with heads_zeroed(model, layer.index, [h]):
+                row.append({"head": h, **paired(sequence_losses(model, ids, cancel) - base)})
+            done += 1
+            if progress:
+                progress(done, total)
+        out.append(row)
+    return out

@@ -1,0 +1,39 @@
+"""One interface for every head-selection strategy (the head-level twin of analysis.shrink.strategies).
+
+A head strategy scores every value head of every linear layer (higher = keep); analysis.shrink.head_prune turns
+the scores into the heads a plan keeps (the kernels' grouping respected). Scores come from the same calibration
+as the channel strategies (analysis.shrink.calibration: train-split windows, or a recall model's own sequences).
+"""
+from __future__ import annotations
+
+import torch
+
+from analysis.shrink.calibration import Calibration
+
+
+class HeadStrategy:
+    name: str = ""
+    label: str = ""
+    description: str = ""
+    score_unit: str = "score"
+    needs_calibration: bool = True
+
+    def scores(self, model, calib: Calibration | None, seed: int = 0) -> list[torch.Tensor]:
+        """Per linear layer, [Hv] value-head scores (higher = keep)."""
+        raise NotImplementedError
+
+
+def calibration_statistics(model, calib: Calibration) -> list[dict]:
+    """Per layer, each value head's mean log effective rank and mean log ‖S‖_F over the second half of the
+    calibration sequences (analysis.inspect.head_ranks), computed once per calibration."""
+    if "head_ranks" not in calib.derived:
+        from analysis.inspect.head_ranks import head_trajectories
+        calib.derived["head_ranks"] = head_trajectories(model, calib.input_ids)["layers"]
+    return calib.derived["head_ranks"]
+
+
+def standardised(x: torch.Tensor) -> torch.Tensor:
+    """(x − mean) / std over one layer's heads (population std); all zeros when the heads are equal."""
+    x = x.double()
+    std = x.std(unbiased=False)
+    return (x - x.mean()) / std if float(std) > 0 else torch.zeros_like(x)
