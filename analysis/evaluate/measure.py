@@ -50,21 +50,26 @@ def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_
 
 
 def model_kernel_time(model, info, cancel=None) -> dict:
-    """Σ over linear-attention layers of the kernel's median time at that layer's key dim; the spread fields
-    (IQR, min, max) are summed the same way, so a before/after Δ can be judged against them."""
+    """Σ over linear-attention layers of the kernel's median time at that layer's key dim and value-head count (a
+    head prune makes them differ); the spread fields (IQR, min, max) are summed the same way, so a before/after
+    Δ can be judged against them."""
     dims = info.head_k_dims
+    heads = info.value_heads_per_layer or [info.value_heads] * len(dims)
     dtype = next(model.parameters()).dtype   # on a GPU, kernel_latency swaps a dtype its kernel refuses
     timed = {}
-    for point in kernel_latency(sorted(set(dims)), heads=info.value_heads, value_dim=info.head_v_dim,
-                                device=info.device, dtype=dtype, kernel=adapter_for(model).kernel,
-                                min_run_time=0.2, **LATENCY_SHAPE):
-        timed[point["key_dim"]] = point
-        check(cancel)
-    first = timed[dims[0]]
-    total = lambda f: sum(f(timed[d]) for d in dims)  # noqa: E731
+    for h in sorted(set(heads)):
+        for point in kernel_latency(sorted({d for d, n in zip(dims, heads) if n == h}), heads=h,
+                                    value_dim=info.head_v_dim, device=info.device, dtype=dtype,
+                                    kernel=adapter_for(model).kernel, min_run_time=0.2, **LATENCY_SHAPE):
+            timed[(point["key_dim"], h)] = point
+            check(cancel)
+    shapes = list(zip(dims, heads))
+    first = timed[shapes[0]]
+    total = lambda f: sum(f(timed[s]) for s in shapes)  # noqa: E731
     return {**{k: first[k] for k in ("op", "kernel", "batch", "tokens", "heads", "value_dim", "dtype", "device",
                                      "device_name", "timer", "threads")},
-            "key_dims": list(dims), "layers": len(dims), "per_layer_ms": [timed[d]["median_ms"] for d in dims],
+            "key_dims": list(dims), "value_heads": list(heads), "layers": len(dims),
+            "per_layer_ms": [timed[s]["median_ms"] for s in shapes],
             "median_ms": total(lambda p: p["median_ms"]),
             "spread": {"iqr_ms": total(lambda p: p["spread"]["iqr_ms"]), "min_ms": total(lambda p: p["spread"]["min_ms"]),
                        "max_ms": total(lambda p: p["spread"]["max_ms"])},

@@ -290,6 +290,8 @@ class ArchitectureInfo:
     blocks: list[BlockInfo] = field(default_factory=list)   # every block in order, softmax ones labelled
     kv_cache_bytes_per_token: int = 0                        # all softmax blocks together (0 without any)
     query_l2_normalised: bool = True                         # the kernel l2-normalises q and k (Mamba-2: no)
+    value_heads_per_layer: list[int] = field(default_factory=list)   # per linear layer (a head prune differs)
+    key_heads_per_layer: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -343,4 +345,5 @@ def _describe(model) -> ArchitectureInfo:
         conv_state_bytes_per_sequence=conv, key_tiles_per_head=[-(-dk // TILE_ROWS) for dk in dks],
         device=str(param.device), dtype=str(param.dtype).replace("torch.", ""), family=adapter.family,
         kernel=adapter.kernel, blocks=blocks, kv_cache_bytes_per_token=sum(b.kv_cache_bytes_per_token or 0 for b in blocks),
-        query_l2_normalised=adapter.qk_l2_normalised)
+        query_l2_normalised=adapter.qk_l2_normalised, value_heads_per_layer=[l.value_heads for l in layers],
+        key_heads_per_layer=[l.key_heads for l in layers])

@@ -71,11 +71,13 @@ def _span(progress, lo: float, hi: float, text: str):
     return lambda f: progress(lo + (hi - lo) * f, f"{text}: {f:.0%}")
 
 
-def prune_and_measure(model, tokenizer, strategy: str, dims: list[int], calibration, evaluation: Evaluation, *,
+def prune_and_measure(model, tokenizer, strategy: str | None, dims: list[int], calibration, evaluation: Evaluation, *,
                       seed: int = 0, rescale: str = "original", before=None, lock=None, cancel=None,
-                      progress=None) -> Pruned:
+                      progress=None, heads=None) -> Pruned:
     """Prune `model` to `dims` with `strategy` into a new model, and measure it and the unpruned one.
 
+    heads: an analysis.shrink.head_prune.HeadPlan that also removes whole heads (strategy may then be None when
+    `dims` keeps every key channel).
     before: None (measured here), a measure() dict, or a callable(progress=, cancel=) returning one (a cache).
     lock: held while the (possibly shared) unpruned model is read. progress(fraction, text)."""
     lock = lock if lock is not None else nullcontext()
@@ -83,7 +85,11 @@ def prune_and_measure(model, tokenizer, strategy: str, dims: list[int], calibrat
     if progress:
         progress(0.0, "choosing channels and building a new model (the input model is not changed)")
     with lock:
-        result = prune(model, strategy, dims, calibration, seed=seed, rescale=rescale)
+        if heads is None:
+            result = prune(model, strategy, dims, calibration, seed=seed, rescale=rescale)
+        else:
+            from analysis.shrink.head_prune import prune_with_heads
+            result = prune_with_heads(model, strategy, dims, heads, calibration, seed=seed, rescale=rescale)
     # recall models find their task beside the source; the pruned copy reads the same one
     result.model.analysis_source = getattr(model, "analysis_source", None)
     check(cancel)

@@ -97,12 +97,12 @@ def heads_zeroed_logits(model, ids, kept_value_heads):
 
 
 def fewer_heads(model, seed: int = 0) -> list[int]:
-    """A head plan that drops heads in every linear layer: each layer keeps an expressible count below its value
+    """A head plan that drops heads in every linear layer that has more than one: each layer keeps an expressible count below its value
     heads, a different one per layer where it has several (so per-layer counts are exercised)."""
     from analysis.models.load import linear_layers
     from analysis.shrink.head_prune import keepable_counts
     counts = []
     for i, layer in enumerate(linear_layers(model)):
         below = [n for n in keepable_counts(layer) if n < layer.value_heads]
-        counts.append(below[-1 - (i + seed) % len(below)])
+        counts.append(below[-1 - (i + seed) % len(below)] if below else layer.value_heads)   # one head: kept
     return counts

@@ -18,13 +18,41 @@ RATIOS = number_list(0, 1, hi_open=True)
 def _ratios(args):
     if args.ratio is not None and args.ratios is not None:
         raise AnalysisError("Give either --ratio (one ratio for all layers) or --ratios (one per layer), not both.")
+    heads = _pruning_heads(args)
     if getattr(args, "allocate", None):
         if args.ratio is not None or args.ratios is not None:
             raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio / --ratios.")
+        if heads:
+            raise AnalysisError("--allocate chooses key dims only; drop --heads / --head-counts, or --allocate.")
+        if args.strategy is None:
+            raise AnalysisError("--allocate chooses key dims for a channel strategy; give --strategy.")
         return None, None
     if args.ratio is None and args.ratios is None:
-        raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer).")
+        if heads:
+            return 0.0, None   # heads only: every key channel stays
+        raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer), or --heads / "
+                            "--head-counts to remove whole heads.")
+    if args.strategy is None:
+        raise AnalysisError("Shrinking the key dim (--ratio / --ratios) needs a channel strategy; give --strategy.")
     return (None, args.ratios) if args.ratios is not None else (args.ratio, None)
+
+
+def _pruning_heads(args) -> bool:
+    if getattr(args, "heads", None) is not None and getattr(args, "head_counts", None) is not None:
+        raise AnalysisError("Give either --heads (one ratio of heads for every layer) or --head-counts (one count per "
+                            "layer), not both.")
+    return getattr(args, "heads", None) is not None or getattr(args, "head_counts", None) is not None
+
+
+def add_head_args(p) -> None:
+    """--heads / --head-counts / --head-strategy: whole heads removed (analysis.shrink.head_prune)."""
+    from analysis.defaults import DEFAULT_HEAD_STRATEGY, HEAD_STRATEGY_NAMES
+    p.add_argument("--heads", type=RATIO, help="fraction of each linear layer's value heads to remove (each layer "
+                                               "keeps the expressible count nearest its heads × (1 − ratio))")
+    p.add_argument("--head-counts", type=number_list(0, 1 << 20, integer=True),
+                   help="comma-separated value heads to KEEP per linear-attention layer")
+    p.add_argument("--head-strategy", default=DEFAULT_HEAD_STRATEGY,
+                   help=f"how heads are chosen: {', '.join(HEAD_STRATEGY_NAMES)}")
 
 
 def _rescale_arg(p):
@@ -61,7 +89,7 @@ OUT_HINT = "choose a new --out directory or pass --overwrite"
 
 
 def _setup_prune(p):
-    p.add_argument("--strategy", required=True)
+    p.add_argument("--strategy", help="channel strategy (needed with --ratio / --ratios)")
     p.add_argument("--ratio", type=RATIO, help="one ratio for all layers")
     p.add_argument("--ratios", type=RATIOS, help="comma-separated ratio per layer")
     p.add_argument("--round-to", type=int, choices=[16, 32, 64], help="round kept key dims to a multiple")
@@ -74,6 +102,7 @@ def _setup_prune(p):
                    help="recall models: sequences per pair count for the before/after recall accuracy")
     p.add_argument("--time-kernel", action="store_true",
                    help="also time the recurrence kernel before and after (every layer at its key dim)")
+    add_head_args(p)
     add_recovery_args(p)
     _rescale_arg(p)
     add_calib_args(p)
@@ -96,7 +125,8 @@ def run_prune(args) -> None:
     ratio, ratios = _ratios(args)
     check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write
     check_recovery_state(args)  # and never uses a model or anything of yours as the recovery state
-    strategy = get_strategy(args.strategy)
+    strategy = get_strategy(args.strategy) if args.strategy is not None else None
+    head_strategy = _head_strategy(args)
     model, tokenizer, meta = load(args)
     task = inputs.recall_task(model)
     if task is None:
@@ -106,7 +136,8 @@ def run_prune(args) -> None:
         if args.recover_steps:
             raise AnalysisError(f"{model.analysis_name} is an associative-recall model without a tokenizer, and "
                                 "recovery trains on text; drop --recover-steps.")
-    _check_prune_sizes(args, model, strategy)
+    heads = _head_plan(args, model, head_strategy)
+    _check_prune_sizes(args, model, strategy, head_strategy)
     allocation = None
     if args.allocate:  # per-layer ratios from the sensitivity map (see analysis/shrink/allocate.py)
         from analysis.cli.commands.sensitivity_cmds import allocation_for, allocation_report
@@ -116,23 +147,27 @@ def run_prune(args) -> None:
     unchanged = unchanged_plan(model, dims, ratio, ratios, args.round_to)
     if unchanged:  # refused, not warned: a saved copy labelled "pruned" would mislead whoever loads it
         raise AnalysisError(unchanged)
+    if heads is None and ratio == 0.0 and ratios is None:
+        raise AnalysisError("Ratio 0 keeps every key channel; give a ratio above 0, or --heads / --head-counts.")
     evaluation = Evaluation("test", args.eval_context, args.eval_tokens, recall_pairs(task), args.recall_sequences,
                             latency=args.time_kernel, tasks=task_settings(args), confirmed=args.yes)
     evaluation = evaluation.loaded()  # task names and data checked before the prune
     calib = None
-    if strategy.needs_calibration:
+    if (strategy is not None and strategy.needs_calibration) or (heads and head_strategy.needs_calibration):
         with bar(args, "prune: calibration", total=1, unit="step") as b:
             calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed)
             b.update()
     with fraction(args, "prune: pruning, then the test measurements before and after") as progress:
         run = prune_and_measure(model, tokenizer, args.strategy, dims, calib, evaluation, seed=args.seed,
-                                rescale=args.rescale, progress=progress)
+                                rescale=args.rescale, progress=progress, heads=heads)
     result, before, after = run.pruned, run.before, run.after
     pruned = result.model
     payload = {**meta, "strategy": args.strategy, "head_k_dims": dims, "tiles_per_head": tiles(dims),
                "rescale": args.rescale, "readout": readout_label(model, args.rescale),
                "calibration": calib.label if calib is not None else "none (data-free)",
                "measured_before": before, "measured_after": after}
+    if heads is not None:
+        payload["heads"] = result.info["heads"]
     if task is None:  # the test perplexities under their long-standing keys
         payload.update(perplexity_before=before["perplexity"], perplexity_after=after["perplexity"])
     if allocation:
@@ -144,6 +179,8 @@ def run_prune(args) -> None:
         payload["perplexity_recovered"] = recovered.measured["perplexity"]
         payload["recovery"] = recovered.recovery.metadata()
     metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
+    if heads is not None:
+        metadata["heads"] = result.info["heads"]
     if args.recover_steps:
         metadata["recovery"] = payload["recovery"]
     save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT,
@@ -152,6 +189,13 @@ def run_prune(args) -> None:
     lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)}), "
              f"{payload['readout']}; calibration: {payload['calibration']}", _quality_line(before, after),
              *_task_lines(before, after)]
+    if heads is not None:
+        h = payload["heads"]
+        lines[0 if dims == result.original_dims else 1:1] = [
+            f"{h['strategy']} heads: value heads per layer {[c[1] for c in h['head_counts_before']]} -> "
+            f"{[c[1] for c in h['head_counts']]} (kept {h['kept_value_heads']}); state "
+            f"{before['state_bytes_per_sequence']:,} -> {after['state_bytes_per_sequence']:,} bytes per sequence; "
+            f"calibration: {payload['calibration']}"]
     if "kernel" in after:
         lines.append(f"kernel time (all layers, {after['kernel']['op']}): {before['kernel']['median_ms']:.3f} ms -> "
                      f"{after['kernel']['median_ms']:.3f} ms ({after['kernel']['device_name']})")
@@ -185,10 +229,28 @@ def _task_lines(before: dict, after: dict) -> list[str]:
     return lines
 
 
-def _check_prune_sizes(args, model, strategy) -> None:
+def _head_strategy(args):
+    if not _pruning_heads(args):
+        return None
+    from analysis.shrink.head_strategies import get_head_strategy
+    return get_head_strategy(args.head_strategy)
+
+
+def _head_plan(args, model, head_strategy):
+    """The HeadPlan of --heads / --head-counts (every bad count one sentence, before any work), or None."""
+    if head_strategy is None:
+        return None
+    from analysis.shrink.head_prune import HeadPlan, plan_head_counts, unchanged_heads
+    counts = plan_head_counts(model, ratio=args.heads, counts=args.head_counts)
+    if (unchanged := unchanged_heads(model, counts)) is not None:
+        raise AnalysisError(unchanged)
+    return HeadPlan(head_strategy.name, tuple(counts))
+
+
+def _check_prune_sizes(args, model, strategy, head_strategy=None) -> None:
     """Calibration and recovery memory, and the recovery's time, before the first step (not after the prune)."""
     from analysis.shrink.calibration import check_size
-    if strategy.needs_calibration:
+    if (strategy is not None and strategy.needs_calibration) or (head_strategy and head_strategy.needs_calibration):
         check_size(model, args.calib_sequences, args.calib_tokens)
     if args.recover_steps:
         from analysis.shrink.recovery import check_settings, check_sizes
@@ -321,7 +383,8 @@ def run_sweep(args) -> None:
 COMMANDS = {
     "importance": ("per-channel scores of every strategy and agreement of their kept sets",
                    _setup_importance, run_importance),
-    "prune": ("prune query/key channels (uniform or per-layer ratios) into a new saved model", _setup_prune, run_prune),
+    "prune": ("prune query/key channels (uniform or per-layer ratios) and/or whole heads into a new saved model",
+              _setup_prune, run_prune),
     "ppl": ("perplexity and bits per byte on a bundled split (or recall accuracy)", _setup_ppl, run_ppl),
     "latency": ("recurrence-kernel latency vs key dim and whole-model forward latency", _setup_latency, run_latency),
     "sweep": ("perplexity (and with --tasks downstream accuracy) of strategies × ratios, cached; one line per result "

@@ -1,6 +1,7 @@
 """Registry of head-selection strategies: one interface (analysis.shrink.head_strategies.base.HeadStrategy)."""
 from __future__ import annotations
 
+from analysis.defaults import DEFAULT_HEAD_STRATEGY, HEAD_STRATEGY_NAMES
 from analysis.errors import AnalysisError
 from analysis.io.writes import show
 from analysis.shrink.head_strategies.base import HeadStrategy
@@ -9,7 +10,7 @@ from analysis.shrink.head_strategies.stats import NormStrategy, RandomHeadStrate
 
 HEAD_STRATEGIES: dict[str, HeadStrategy] = {s.name: s for s in (
     RankNormStrategy(), RankStrategy(), NormStrategy(), RandomHeadStrategy(), MeasuredStrategy())}
-DEFAULT_HEAD_STRATEGY = "rank-norm"
+assert tuple(HEAD_STRATEGIES) == HEAD_STRATEGY_NAMES, "analysis.defaults lists the head strategies for --help"
 
 
 def get_head_strategy(name: str) -> HeadStrategy:

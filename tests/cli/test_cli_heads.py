@@ -1,0 +1,56 @@
+"""Issue 32: `prune --heads / --head-counts --head-strategy` and `heads` on the command line.
+
+Bad input is one sentence, exit 2, before any work and with nothing written (the --out folder never appears):
+dropping every head of a layer, a count above the layer's heads, counts for the wrong number of layers, a count a
+grouped-value model cannot express, counts given per block (a softmax-attention block has no heads to prune),
+both --heads and --head-counts, an unknown head strategy. A good head prune writes the saved model, its
+pruning.json (kept heads) and JSON whose numbers match the saved model.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.cli.main import main
+from analysis.models.load import REPO_ROOT
+
+QWEN = str(REPO_ROOT / "sample_models" / "qwen35-hybrid-small")   # 6 GDN layers (2 key, 4 value heads) + 2 softmax
+
+
+@pytest.mark.parametrize("model, flags, said", [
+    ("tiny", ["--head-counts", "0,2"], "drops every head"),
+    ("tiny", ["--head-counts", "5,2"], "has 2 heads, fewer than the 5"),
+    ("tiny", ["--head-counts", "1,1,1"], "Got 3 head counts for a model with 2 linear-attention layers"),
+    ("qwen", ["--head-counts", "3,4,4,4,4,4"], "cannot be expressed"),
+    ("qwen", ["--head-counts", "2,2,2,2,2,2,2,2"], "softmax attention"),
+    ("tiny", ["--heads", "0.5", "--head-counts", "1,1"], "not both"),
+    ("tiny", ["--heads", "0.5", "--head-strategy", "entropy"], "Unknown head strategy"),
+    ("tiny", ["--heads", "0.5", "--ratio", "0.5"], "needs a channel strategy"),
+])
+def test_bad_head_plans_are_one_sentence(lm_dir, tmp_path, capsys, model, flags, said):
+    out = tmp_path / "never"
+    source = str(lm_dir) if model == "tiny" else QWEN
+    assert main(["prune", source, "--device", "cpu", "--out", str(out), "--quiet", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and said in err, err
+    assert not out.exists()
+
+
+def test_head_prune_writes_the_model_and_what_it_kept(lm_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from analysis.models.load import describe
+    out, report = tmp_path / "pruned", tmp_path / "prune.json"
+    assert main(["prune", str(lm_dir), "--device", "cpu", "--heads", "0.5", "--head-strategy", "random",
+                 "--eval-tokens", "260", "--out", str(out), "--quiet", "--json", str(report)]) == 0
+    payload = json.loads(report.read_text())
+    heads = payload["heads"]
+    assert [c[1] for c in heads["head_counts"]] == [1, 1] and heads["strategy"] == "random"
+    assert payload["measured_after"]["state_bytes_per_sequence"] * 2 == payload["measured_before"][
+        "state_bytes_per_sequence"]
+    saved = json.loads((out / "pruning.json").read_text())
+    assert saved["heads"]["kept_value_heads"] == heads["kept_value_heads"]
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert describe(model).value_heads_per_layer == [1, 1]
+    assert describe(model).state_bytes_per_sequence == payload["measured_after"]["state_bytes_per_sequence"]
