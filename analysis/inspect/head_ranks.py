@@ -13,7 +13,9 @@ the cut are "low", above "high". Why the largest gap: the reported bifurcation i
 scale, and the widest gap is where such groups part, with no number of groups, threshold or iteration to choose
 (2-means in one dimension finds the same cut when the groups are well apart). Its strength is said with it:
 `gap` (nats of log erank) and `gap_ratio`, the largest gap over the second largest (None with two heads): a
-ratio near 1 means the heads spread evenly and the cut is arbitrary.
+ratio near 1 means the heads spread evenly and the cut is arbitrary. A split is called clear when on every text
+the gap is at least log 1.5 (the groups' effective ranks differ by a factor 1.5 or more at the cut); the notice
+says "weak" otherwise.
 
 Stability across texts: the split computed on each text, then per layer the fraction of heads whose label is the
 same on every text, and Cohen's κ = (p_o − p_e)/(1 − p_e) averaged over every pair of texts (p_o: labels equal,
@@ -30,6 +32,7 @@ import torch
 from analysis.inspect.states import collect_states
 
 MAX_POSITIONS = 64   # trajectory points per head (a stride keeps the SVD count bounded for long texts)
+CLEAR_GAP = math.log(1.5)   # a split whose gap is at least this on every text is "clear"
 
 
 def trajectory_positions(tokens: int) -> list[int]:
@@ -110,7 +113,8 @@ def stratification(traces: list[dict]) -> list[dict]:
 
 
 def notice(layers: list[dict], texts: int) -> list[str]:
-    """One line per layer, computed from the numbers: how many heads are low-rank on every text."""
+    """One line per layer, computed from the numbers: how many heads are low- and high-rank on every text, how
+    far apart the groups are (the gap as a factor in effective rank), and the split's stability."""
     lines = []
     for row in layers:
         heads = len(row["majority"])
@@ -119,7 +123,10 @@ def notice(layers: list[dict], texts: int) -> list[str]:
             continue
         low_all = sum(all(s["labels"][h] == "low" for s in row["splits"]) for h in range(heads))
         high_all = sum(all(s["labels"][h] == "high" for s in row["splits"]) for h in range(heads))
+        gaps = [s["gap"] for s in row["splits"]]
         kappa = "n/a" if row["kappa"] is None else f"{row['kappa']:.2f}"
+        strength = "clear" if min(gaps) >= CLEAR_GAP else "weak"
         lines.append(f"layer {row['layer']}: {low_all} of {heads} heads low-rank and {high_all} high-rank on all "
-                     f"{texts} texts (agreement {row['agreement']:.0%}, mean κ {kappa})")
+                     f"{texts} texts; {strength} split (groups ×{math.exp(min(gaps)):.2f}–×{math.exp(max(gaps)):.2f} "
+                     f"apart in effective rank); agreement {row['agreement']:.0%}, mean κ {kappa}")
     return lines

@@ -54,3 +54,27 @@ def test_head_prune_writes_the_model_and_what_it_kept(lm_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out)
     assert describe(model).value_heads_per_layer == [1, 1]
     assert describe(model).state_bytes_per_sequence == payload["measured_after"]["state_bytes_per_sequence"]
+
+
+def test_heads_reports_groups_and_stability(lm_dir, tmp_path):
+    out = tmp_path / "heads.json"
+    assert main(["heads", str(lm_dir), "--device", "cpu", "--tokens", "24", "--sequences", "2", "--measure", "2",
+                 "--quiet", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert len(report["texts"]) == 3 and "random token ids" in report["texts"][2]
+    for layer in report["layers"]:
+        labels = [[t["group"] for t in h["texts"]] for h in layer["heads"]]
+        same = [len(set(x)) == 1 for x in labels]
+        assert [h["same_on_all_texts"] for h in layer["heads"]] == same and layer["agreement"] == sum(same) / len(same)
+        assert all(set(x) <= {"low", "high"} for x in labels)
+        assert all(h["removal"]["sequences"] == 2 for h in layer["heads"])
+    assert len(report["notice"]) == len(report["layers"])
+    assert len(report["trajectories"][0][0]) == 2 and len(report["trajectories"][0][0][0]) == len(report["positions"])
+
+
+@pytest.mark.parametrize("texts, said", [("test", "at least two inputs"), ("test,recall", "language model"),
+                                         ("test,nowhere.txt", "Unknown input")])
+def test_heads_refuses_inputs_it_cannot_read(lm_dir, capsys, texts, said):
+    assert main(["heads", str(lm_dir), "--device", "cpu", "--texts", texts, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and said in err, err

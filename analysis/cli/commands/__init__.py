@@ -1,8 +1,10 @@
 """Subcommand registry of the CLI: name -> (help, argparse setup, run). One module per concern."""
-from analysis.cli.commands import eval_cmds, inspect_cmds, prune_cmds, report_cmds, sensitivity_cmds, train_cmds
+from analysis.cli.commands import (eval_cmds, heads_cmds, inspect_cmds, prune_cmds, report_cmds, sensitivity_cmds,
+                                   train_cmds)
 
 COMMANDS = {
     **inspect_cmds.COMMANDS,
+    **heads_cmds.COMMANDS,
     **prune_cmds.COMMANDS,
     **sensitivity_cmds.COMMANDS,
     **train_cmds.COMMANDS,

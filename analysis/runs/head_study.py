@@ -1,0 +1,127 @@
+"""The heads study: state-rank stratification on several inputs, its stability, and (optionally) what each head
+costs when removed alone. One workflow for `python -m analysis heads` and the dashboard (States & rank's head
+groups, Channel importance's Heads view), so both show the same groups and numbers.
+
+Inputs ("texts"): a bundled split (`test`: Shakespeare, `wiki`: the Wikipedia slice, ...), `random` (uniform random
+token ids of the model's vocabulary, seeded: an input unlike any training text), a text file, or for a recall model
+`recall` (its own recall sequences; each `recall` entry draws with its own seed, so three entries are three inputs).
+Each text is read as `sequences` consecutive windows of `tokens` tokens (analysis.data.inputs.model_batch).
+
+The removal cost (`measure`): each value head removed alone (analysis.shrink.head_sensitivity), Δ mean next-token
+loss in nats per token (= Δ log perplexity for text windows) with its paired standard error over the windows of
+the validation split (recall models: recall sequences of seed 4321), `measure` windows of `tokens` tokens.
+"""
+from __future__ import annotations
+
+import torch
+
+from analysis.data import inputs
+from analysis.data.corpus import SPLITS
+from analysis.errors import AnalysisError
+from analysis.inspect.head_ranks import head_trajectories, notice, stratification
+from analysis.inspect.report import number, numbers
+from analysis.models.load import linear_layers
+
+MAP_RECALL_SEED = 4321   # as the layer-sensitivity map: sequences apart from the test seed
+
+
+def check_texts(model, texts: list[str]) -> None:
+    """One sentence for a text list the model cannot read, before any work."""
+    task = inputs.recall_task(model)
+    if len(texts) < 2:
+        raise AnalysisError(f"Stability needs at least two inputs, got {len(texts)}; give e.g. --texts test,wiki,random.")
+    for text in texts:
+        if text == "recall" and task is None:
+            raise AnalysisError("`recall` names a recall model's own sequences, and this is a language model; use "
+                                "bundled splits (test, wiki, ...), random, or a text file.")
+        if task is not None and text not in ("recall", "random"):
+            raise AnalysisError(f"{getattr(model, 'analysis_name', 'This model')} is a recall model without a "
+                                f"tokenizer, so it cannot read {text!r}; use recall (its own sequences) or random.")
+        if task is None and text not in (*SPLITS, "random") and not _is_file(text):
+            raise AnalysisError(f"Unknown input {text!r}: give a bundled split ({', '.join(SPLITS)}), random, or the "
+                                "path of a text file.")
+
+
+def _is_file(text: str) -> bool:
+    from pathlib import Path
+    return Path(text).expanduser().is_file()
+
+
+def text_batch(model, tokenizer, text: str, index: int, tokens: int, sequences: int, seed: int):
+    """(ids, label) of one named input."""
+    if text == "random":
+        gen = torch.Generator().manual_seed(seed + 1000 * index)
+        length = inputs.recall_task(model).seq_len if inputs.recall_task(model) is not None else tokens
+        return (torch.randint(0, model.config.vocab_size, (sequences, length), generator=gen),
+                f"uniform random token ids (seed {seed + 1000 * index})")
+    if text == "recall":
+        batch = inputs.model_batch(model, None, tokens, sequences, seed=seed + index)
+    else:
+        split, path = (text, None) if text in SPLITS else (None, text)
+        batch = inputs.model_batch(model, tokenizer, tokens, sequences, split=split, text_file=path)
+    return batch.ids, batch.label
+
+
+def heads_study(model, tokenizer, texts: list[str], tokens: int = 256, sequences: int = 4, seed: int = 0,
+                measure: int = 0, progress=None, cancel=None) -> dict:
+    """The stratification report (per layer and head: trajectories, group per text, stability) and, with
+    `measure` > 0, the removal cost of every head. progress(fraction, text)."""
+    check_texts(model, texts)
+    say = progress or (lambda _f, _t: None)
+    traces, labels = [], []
+    steps = len(texts) + (1 if measure else 0)
+    for i, text in enumerate(texts):
+        ids, label = text_batch(model, tokenizer, text, i, tokens, sequences, seed)
+        say(i / steps, f"states of every head on {label}")
+        traces.append(head_trajectories(model, ids))
+        labels.append(label)
+    groups = stratification(traces)
+    removal = None
+    if measure:
+        say(len(texts) / steps, "each head removed alone")
+        removal, removal_label = measure_removal(model, tokenizer, tokens, measure, cancel=cancel,
+                                                 progress=lambda d, n: say((len(texts) + d / n) / steps,
+                                                                          f"each head removed alone: {d}/{n}"))
+    layers = []
+    for info, row in zip(linear_layers(model), groups):
+        group = info.value_heads // info.key_heads
+        heads = []
+        for h in range(info.value_heads):
+            per_text = [{"text": t, "group": split["labels"][h],
+                         "mean_log_effective_rank_late": number(trace["layers"][info.index]["summary"][h]),
+                         "effective_rank_final": number(trace["layers"][info.index]["effective_rank"][h, -1]),
+                         "numerical_rank_final": number(trace["layers"][info.index]["numerical_rank"][h, -1]),
+                         "mean_log_fro_norm_late": number(trace["layers"][info.index]["late_log_fro"][h])}
+                        for t, trace, split in zip(labels, traces, row["splits"])]
+            entry = {"head": h, "key_head": h // group, "group": row["majority"][h],
+                     "same_on_all_texts": row["same_on_all"][h], "texts": per_text}
+            if removal is not None:
+                entry["removal"] = removal[info.index][h]
+            heads.append(entry)
+        layers.append({"layer": info.index, "block": info.block, "key_heads": info.key_heads,
+                       "value_heads": info.value_heads, "agreement": row["agreement"], "kappa": row["kappa"],
+                       "splits": [{"text": t, **{k: (number(v) if isinstance(v, float) else v) for k, v in s.items()
+                                                 if k != "labels"}} for t, s in zip(labels, row["splits"])],
+                       "heads": heads})
+    out = {"texts": labels, "tokens": tokens, "sequences": sequences, "seed": seed,
+           "metric": "effective rank (Roy–Vetterli) of each value head's state, mean over the sequences",
+           "summary": "mean of log max(erank, 1) over the traced positions in the second half of the sequence",
+           "split_rule": "largest gap between the sorted head summaries of a layer (low below, high above)",
+           "stability": "agreement: heads labelled alike on every text; kappa: mean pairwise Cohen's κ",
+           "positions": traces[0]["positions"],
+           "trajectories": [[numbers(layer["effective_rank"]) for layer in trace["layers"]] for trace in traces],
+           "layers": layers, "notice": notice(groups, len(texts))}
+    if removal is not None:
+        out["removal"] = {"what": "Δ mean next-token loss (nats per token; = Δ log perplexity on text windows) with "
+                                  "the head's output zeroed (equal to removing it), paired SE over the windows",
+                          "data": removal_label}
+    return out
+
+
+def measure_removal(model, tokenizer, tokens: int, windows: int, cancel=None, progress=None):
+    """(per layer, per head {delta, se, sequences}; what was read) on the validation split or recall sequences."""
+    from analysis.shrink.head_sensitivity import head_removal_losses
+    task = inputs.recall_task(model)
+    batch = inputs.model_batch(model, None if task is not None else tokenizer, tokens, windows,
+                               split=None if task is not None else "validation", seed=MAP_RECALL_SEED)
+    return head_removal_losses(model, batch.ids, cancel=cancel, progress=progress), batch.label
