@@ -29,7 +29,8 @@ def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_
     tasks: a TaskSettings or loaded TaskPlan: adds "tasks" (name → accuracy row) and "harness" (its version);
     `yes` runs a task evaluation estimated at over an hour (the caller confirmed it)."""
     info = describe(model)
-    out = {"head_k_dims": info.head_k_dims, "tiles": tiles(info.head_k_dims), "parameters": info.parameters,
+    out = {"head_k_dims": info.head_k_dims, "value_heads_per_layer": info.value_heads_per_layer,
+           "tiles": tiles(info.head_k_dims), "parameters": info.parameters,
            "state_bytes_per_sequence": info.state_bytes_per_sequence, "device": info.device, "dtype": info.dtype}
     half = (lambda f: progress(f / 2)) if progress is not None and tasks is not None else progress  # text, then tasks
     if recall_pairs is not None:

@@ -344,6 +344,13 @@ def _setup_sweep(p):
                         "local Ray with this machine's cores or on the cluster at --address")
     p.add_argument("--address", help="with --executor ray: the cluster to join (host:port from `ray start --head`, "
                                      "ray://host:port, or auto)")
+    from analysis.defaults import HEAD_STRATEGY_NAMES
+    p.add_argument("--axis", choices=["dk", "heads", "both"],
+                   help="fewer heads or smaller keys? plans at equal state budgets (--budgets): dk (channel "
+                        "strategies), heads (head strategies) or both (and mixed plans), with paired SEs")
+    p.add_argument("--head-strategies", default=",".join(HEAD_STRATEGY_NAMES), help="with --axis heads/both")
+    p.add_argument("--budgets", type=number_list(0, 1, hi_open=True), default=[0.75, 0.5, 0.25],
+                   help="with --axis: fractions of the recurrent state kept")
     _rescale_arg(p)
     add_calib_args(p)
     add_yes_arg(p)
@@ -356,6 +363,8 @@ def run_sweep(args) -> None:
     from analysis.runs.sweep import sweep
     if args.address and args.executor != "ray":
         raise AnalysisError("--address is the Ray cluster to run on: add --executor ray, or drop --address.")
+    if args.axis:
+        return _run_budget_sweep(args)
     strategies = args.strategies.split(",")
     model, tokenizer, meta = load(args)
     require_text_model(model, tokenizer, "sweep")
@@ -380,6 +389,34 @@ def run_sweep(args) -> None:
     emit(args, {**meta, "executor": args.executor, "results": results}, "")
 
 
+def _run_budget_sweep(args) -> None:
+    from analysis.runs.budget_sweep import budget_sweep, check_plans, plans
+    if args.executor != "in-process" or args.recover_steps:
+        raise AnalysisError("--axis runs in-process without recovery; drop --executor / --recover-steps.")
+    strategies = args.strategies.split(",")
+    head_strategies = args.head_strategies.split(",")
+    model, tokenizer, meta = load(args)
+    require_text_model(model, tokenizer, "sweep")
+    check_plans(model, args.axis, strategies, head_strategies, args.budgets)
+    todo = plans(args.axis, strategies, head_strategies, args.budgets)
+    results = []
+    with bar(args, f"sweep --axis {args.axis}: plans", total=len(todo) + 1, unit="point") as b:
+        for point in budget_sweep(model, tokenizer, args.axis, strategies, head_strategies, args.budgets,
+                                  split=args.split, context=args.context, eval_tokens=args.eval_tokens,
+                                  calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
+                                  seed=args.seed, rescale=args.rescale, use_cache=not args.no_cache):
+            results.append({k: v for k, v in point.items() if k != "window_losses"})
+            b.update()
+            paired = "" if point["kind"] == "unpruned" else \
+                f" Δ log ppl {point['delta_log_ppl']:+.4f} ± {point['se']:.4f}"
+            say(args, f"{point['kind']:>8s} {point['strategy']:>7s} {point['head_strategy']:>9s} budget "
+                      f"{point['budget']:.2f}: state {point['state_fraction']:.3f}, ppl {point['perplexity']:.2f}"
+                      f"{paired}" + (" [cached]" if point["cached"] else ""))
+    emit(args, {**meta, "axis": args.axis, "budgets": args.budgets,
+                "paired": "Δ log perplexity vs the unpruned model, mean ± standard error over the same test windows",
+                "results": results}, "")
+
+
 COMMANDS = {
     "importance": ("per-channel scores of every strategy and agreement of their kept sets",
                    _setup_importance, run_importance),
@@ -388,5 +425,5 @@ COMMANDS = {
     "ppl": ("perplexity and bits per byte on a bundled split (or recall accuracy)", _setup_ppl, run_ppl),
     "latency": ("recurrence-kernel latency vs key dim and whole-model forward latency", _setup_latency, run_latency),
     "sweep": ("perplexity (and with --tasks downstream accuracy) of strategies × ratios, cached; one line per result "
-              "as it finishes", _setup_sweep, run_sweep),
+              "as it finishes (--axis: heads vs dk at equal state budgets)", _setup_sweep, run_sweep),
 }

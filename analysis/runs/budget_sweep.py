@@ -1,0 +1,115 @@
+"""Fewer heads or smaller keys? Plans that keep the same fraction of the recurrent state, measured side by side.
+
+For each state budget (a fraction of the state kept, analysis.shrink.budget_plans) the sweep prunes the model
+three ways, "dk" (every channel strategy), "heads" (every head strategy) and "mixed" (every pair), and scores
+each plan on the same test windows as the unpruned model: perplexity, and Δ log perplexity against the unpruned
+model with its paired standard error over the windows (the same tokens scored by both). Every point says the
+state bytes it really keeps, so plans sit on one state-bytes axis. Points go through the one point cache
+(analysis.io.point_cache): a rerun with the same weights, settings and code is instant.
+"""
+from __future__ import annotations
+
+from analysis.evaluate.measure import measure
+from analysis.io import point_cache
+from analysis.io.point_identity import model_identity
+from analysis.runtime.cancel import check
+from analysis.shrink.budget_plans import KINDS, budget_plan
+from analysis.shrink.calibration import calibrate
+from analysis.shrink.head_prune import HeadPlan, prune_with_heads
+from analysis.shrink.head_strategies import get_head_strategy
+from analysis.shrink.prune import check_rescale, prune
+from analysis.shrink.sensitivity import paired_difference
+from analysis.shrink.strategies import get_strategy
+
+AXES = {"dk": ("dk",), "heads": ("heads",), "both": KINDS}   # `sweep --axis`: which kinds of plan
+FIELDS = {"kind": point_cache.TEXT, "strategy": point_cache.TEXT, "head_strategy": point_cache.TEXT,
+          "budget": point_cache.NUMBER, "head_k_dims": point_cache.INT_LIST, "value_heads": point_cache.INT_LIST,
+          "state_bytes_per_sequence": point_cache.INT, "state_fraction": point_cache.NUMBER,
+          "perplexity": point_cache.NUMBER, "tokens": point_cache.INT, "context": point_cache.INT,
+          "dataset": point_cache.TEXT}
+PAIRED = {"delta_log_ppl": point_cache.NUMBER, "se": point_cache.NUMBER, "windows": point_cache.INT}
+
+
+def plans(axis: str, strategies: list[str], head_strategies: list[str], budgets: list[float]) -> list[tuple]:
+    """(kind, channel strategy or "-", head strategy or "-", budget) of every point, in order."""
+    out = []
+    for budget in budgets:
+        for kind in AXES[axis]:
+            if kind == "dk":
+                out += [(kind, s, "-", budget) for s in strategies]
+            elif kind == "heads":
+                out += [(kind, "-", h, budget) for h in head_strategies]
+            else:
+                out += [(kind, s, h, budget) for s in strategies for h in head_strategies]
+    return out
+
+
+def check_plans(model, axis: str, strategies: list[str], head_strategies: list[str], budgets: list[float]) -> None:
+    """Every bad name or budget as one sentence, before any work."""
+    from analysis.errors import AnalysisError
+    if axis not in AXES:
+        raise AnalysisError(f"Unknown axis {axis!r}; choose dk, heads or both.")
+    for name in strategies if axis != "heads" else []:
+        get_strategy(name)
+    for name in head_strategies if axis != "dk" else []:
+        get_head_strategy(name)
+    for kind in AXES[axis]:
+        for budget in budgets:
+            budget_plan(model, kind, budget)
+
+
+def budget_sweep(model, tokenizer, axis: str, strategies: list[str], head_strategies: list[str],
+                 budgets: list[float], split: str = "test", context: int = 256, eval_tokens: int = 8192,
+                 calib_sequences: int = 16, calib_tokens: int = 256, seed: int = 0, rescale: str = "original",
+                 use_cache: bool = True, cancel=None):
+    """Yield the unpruned baseline, then one result per plan (plans() order)."""
+    check_rescale(rescale)
+    check_plans(model, axis, strategies, head_strategies, budgets)
+    point_cache.check_writable()
+    settings = {"model": model_identity(model), "study": "equal state budget", "split": split, "context": context,
+                "eval_tokens": eval_tokens, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
+                "seed": seed, "device": str(next(model.parameters()).device), "rescale": rescale}
+
+    def score(pruned) -> dict:
+        return measure(pruned, tokenizer, split, context, eval_tokens, latency=False, per_window=True, cancel=cancel)
+
+    base_key = {**settings, "point": "unpruned"}
+    baseline = point_cache.cached(base_key, use_cache, lambda: _result(score(model), "unpruned", "-", "-", 1.0, None),
+                                  FIELDS)
+    yield baseline
+    calib = None
+    for kind, strategy, head_strategy, budget in plans(axis, strategies, head_strategies, budgets):
+        check(cancel)
+
+        def compute():
+            nonlocal calib
+            needs = (strategy != "-" and get_strategy(strategy).needs_calibration) or \
+                    (head_strategy != "-" and get_head_strategy(head_strategy).needs_calibration)
+            if calib is None and needs:
+                calib = calibrate(model, tokenizer, calib_sequences, calib_tokens, seed, cancel=cancel)
+            plan = budget_plan(model, kind, budget)
+            if kind == "dk":
+                pruned = prune(model, strategy, plan["dims"], calib, seed=seed, rescale=rescale).model
+            else:
+                pruned = prune_with_heads(model, None if strategy == "-" else strategy, plan["dims"],
+                                          HeadPlan(head_strategy, tuple(plan["head_counts"])), calib, seed=seed,
+                                          rescale=rescale).model
+            return _result(score(pruned), kind, strategy, head_strategy, budget, baseline)
+        key = {**settings, "kind": kind, "strategy": strategy, "head_strategy": head_strategy, "budget": budget}
+        yield point_cache.cached(key, use_cache, compute, {**FIELDS, **PAIRED},
+                                 {"kind": kind, "strategy": strategy, "head_strategy": head_strategy})
+
+
+def _result(got: dict, kind: str, strategy: str, head_strategy: str, budget: float, baseline: dict | None) -> dict:
+    ppl = got["perplexity"]
+    out = {"kind": kind, "strategy": strategy, "head_strategy": head_strategy, "budget": budget,
+           "head_k_dims": got["head_k_dims"], "value_heads": got["value_heads_per_layer"],
+           "state_bytes_per_sequence": got["state_bytes_per_sequence"], "perplexity": ppl["perplexity"],
+           "tokens": ppl["tokens"], "context": ppl["context"], "stride": ppl["stride"], "dataset": ppl["dataset"],
+           "window_losses": ppl["window_losses"], "device": got["device"], "dtype": got["dtype"]}
+    if baseline is None:
+        out["state_fraction"] = 1.0
+    else:
+        out["state_fraction"] = got["state_bytes_per_sequence"] / baseline["state_bytes_per_sequence"]
+        out.update(paired_difference(baseline["window_losses"], ppl["window_losses"]))
+    return out
