@@ -7,7 +7,7 @@ from analysis.data import corpus as data
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
 from analysis.shrink.prune import plan_key_dims
-from ui import frame, importance_view, notice, shrink, shrink_figures, state
+from ui import frame, heads_view, importance_view, notice, shrink, shrink_figures, state
 from ui.batches import recall_label
 from ui.blocks import head_meaning
 from ui.choices import multi_choice
@@ -34,10 +34,16 @@ explainer(
      r"\text{kept energy} = \operatorname{mean}_{t,h}\ \frac{\|P x_t\|^2}{\|x_t\|^2}\quad "
      r"(x = \text{post-conv query or key},\ P = \text{keep the chosen channels})",
      r"\text{PCA: } \Sigma_k = \operatorname{Cov}(\hat k) = V \Lambda V^\top,\quad W' = V_{:, 1..d_k'}^\top W"
-     r"\quad(\text{rotation, not axis-aligned})"])
+     r"\quad(\text{rotation, not axis-aligned})",
+     r"\text{Heads view, joint rank-norm: } z_h(-\overline{\log \mathrm{erank}(S)}) + z_h(\overline{\log \|S\|_F})"
+     r"\quad(\text{second half of the calibration sequences; } z_h \text{ over the layer's heads})"])
 
 ctx = current()
 settings = shrink.calibration_controls(ctx)
+if state.field(st.radio, "View", "importance_view", "Channels", options=["Channels", "Heads"], horizontal=True,
+               help="Heads: whole heads scored by the head strategies (analysis.shrink.head_strategies).") == "Heads":
+    heads_view.importance_section(ctx, settings)
+    st.stop()
 names, unusable = usable_strategies(ctx.model)  # PCA is not offered where key channels have their own decay
 chosen = multi_choice("Strategies", names, "importance_strategies", names, format_func=shrink.strategy_label,
                       empty_hint="No strategy picked: choose at least one above (or click one to keep only it).")

@@ -2,6 +2,7 @@
 The page reads state, starts the prune and recovery jobs, and draws; ui/prune_*.py hold the parts."""
 import streamlit as st
 
+from analysis.shrink.head_prune import plan_head_counts, unchanged_heads
 from analysis.shrink.prune import plan_key_dims, unchanged_plan
 from ui import cache, frame, prune_form, prune_run, prune_save, sensitivity_view, shrink
 from ui.context import current
@@ -17,15 +18,19 @@ settings = shrink.calibration_controls(ctx)
 choice = prune_form.choices(ctx, settings)
 with guard():
     planned = plan_key_dims(ctx.model, ratio=choice.ratio, ratios=choice.ratios, round_to=choice.rounding)
+    heads = plan_head_counts(ctx.model, ratio=choice.head_ratio) if choice.head_strategy else None
 if unchanged_plan(ctx.model, planned, choice.ratio, choice.ratios, choice.rounding):
     st.warning(unchanged_plan(ctx.model, planned, choice.ratio, choice.ratios, choice.rounding))
-prune_form.plan_table(ctx, choice, planned)
+if heads is not None and unchanged_heads(ctx.model, heads):
+    st.warning(unchanged_heads(ctx.model, heads))
+prune_form.plan_table(ctx, choice, planned, heads)
 
-sensitivity_view.section(ctx, choice.strategy, settings, choice.rounding)  # the layer-sensitivity map + allocator
+if choice.strategy is not None:  # the layer-sensitivity map + allocator (key channels)
+    sensitivity_view.section(ctx, choice.strategy, settings, choice.rounding)
 
 ev = prune_form.evaluation(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)
-prune_run.prune_job(ctx, choice, planned, settings, ev, tok)
+prune_run.prune_job(ctx, choice, planned, settings, ev, tok, heads)
 
 run = st.session_state.get(prune_run.SESSION)
 if not run or run["key"] != ctx.key:

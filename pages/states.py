@@ -4,7 +4,7 @@ import streamlit as st
 from analysis.linalg.rank import METRIC_INFO
 from analysis.linalg.rank_card import HEADLINE
 from ui import compare as side_by_side
-from ui import compare_views, frame, scales, state, states_views
+from ui import compare_views, frame, heads_view, scales, state, states_views
 from ui.blocks import head_meaning, hybrid_note
 from ui.context import current, traced
 from ui.explain import explainer
@@ -98,3 +98,4 @@ if other:
 else:
     states_views.drill_in(ctx, (data, rand), prov, metric, layer, head, chosen, every_token, stride)
 states_views.rank_cards(sides, (data, data_other) if other else (data,), (prov, prov_other), layer, head)
+heads_view.states_section(ctx, layer)

@@ -2,7 +2,7 @@
 The page reads state, starts the jobs and draws; ui/sweep_view.py and ui/latency_view.py hold the parts."""
 import streamlit as st
 
-from ui import frame, latency_view, sweep_view
+from ui import budget_view, frame, latency_view, sweep_view
 from ui.context import current
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
@@ -11,4 +11,5 @@ st.title("Sweep & latency")
 sweep_view.explain()
 ctx = current()
 sweep_view.section(ctx)
+budget_view.section(ctx)
 latency_view.section(ctx)

@@ -20,11 +20,16 @@ from ui.ratios import per_layer_ratios
 
 
 class Choices(NamedTuple):
-    strategy: str
+    strategy: str | None         # None: a "Heads" plan keeps every key channel
     rounding: int | None
     rescale: str
     ratio: float | None          # uniform
     ratios: list[float] | None   # per layer
+    head_strategy: str | None = None   # "Heads" and "Both" plans: whole heads removed, chosen by this strategy
+    head_ratio: float | None = None    # ... this fraction of each layer's heads (the nearest expressible count)
+
+
+KINDS = {"channels": "Key channels (dk)", "heads": "Heads", "both": "Both"}
 
 
 class Evaluation(NamedTuple):
@@ -73,6 +78,12 @@ def default_strategy(name: str, names: list[str]) -> str:
 
 def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
     plan_inputs.apply_pending(ctx.key)  # a plan "Verify and choose" picked, before any input is drawn
+    kind = state.field(st.radio, "Plan", "prune_kind", "channels", options=list(KINDS), format_func=KINDS.get,
+                       horizontal=True, help="Key channels shrink dk in every head; Heads removes whole heads "
+                                             "(pure removal); Both does both in one new model.")
+    heads = head_controls() if kind != "channels" else (None, None)
+    if kind == "heads":
+        return Choices(None, None, shrink.rescale_control(), 0.0, None, *heads)
     names, unusable = usable_strategies(ctx.model)  # PCA is not offered where key channels have their own decay
     c1, c2, c3 = st.columns(3)
     strategy = state.field(c1.selectbox, "Strategy", "prune_strategy", default_strategy(ctx.name, names),
@@ -87,19 +98,34 @@ def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
     rescale = shrink.rescale_control(ctx)
     if mode == "Uniform":
         ratio = state.field(st.slider, "Pruning ratio ρ (all layers)", "prune_ratio", 0.5, 0.0, 0.95, step=0.05)
-        return Choices(strategy, rounding, rescale, ratio, None)
-    return Choices(strategy, rounding, rescale, None, per_layer_ratios(ctx, rounding, calib))
+        return Choices(strategy, rounding, rescale, ratio, None, *heads)
+    return Choices(strategy, rounding, rescale, None, per_layer_ratios(ctx, rounding, calib), *heads)
 
 
-def plan_table(ctx: Context, choice: Choices, planned: list[int]) -> None:
+def head_controls() -> tuple[str, float]:
+    """The head strategy and the fraction of each layer's heads to remove."""
+    from analysis.defaults import HEAD_STRATEGY_NAMES
+    from analysis.shrink.head_strategies import get_head_strategy
+    c1, c2 = st.columns(2)
+    name = state.field(c1.selectbox, "Head strategy", "prune_head_strategy", "rank-norm", options=HEAD_STRATEGY_NAMES,
+                       format_func=lambda n: get_head_strategy(n).label)
+    ratio = state.field(c2.slider, "Fraction of each layer's heads removed", "prune_head_ratio", 0.5, 0.05, 0.95,
+                        step=0.05)
+    st.caption(get_head_strategy(name).description)
+    return name, float(ratio)
+
+
+def plan_table(ctx: Context, choice: Choices, planned: list[int], heads: list[int] | None = None) -> None:
     dims, n_layers = ctx.info.head_k_dims, ctx.info.layers
+    before_heads = ctx.info.value_heads_per_layer
+    heads = heads or before_heads
     left, right = st.columns([2, 3])
     with left:
         plan = pd.DataFrame({"dk": dims, "ρ": choice.ratios or [choice.ratio] * n_layers, "dk'": planned,
-                             "tiles now": tiles(dims), "tiles after": tiles(planned)},
-                            index=pd.Index(range(n_layers), name="layer"))
+                             "tiles now": tiles(dims), "tiles after": tiles(planned), "heads": before_heads,
+                             "heads after": heads}, index=pd.Index(range(n_layers), name="layer"))
         st.table(plan.style.format({"ρ": "{:.3f}"}))
-        after = sum(ctx.info.value_heads * d * ctx.info.head_v_dim * 4 for d in planned)
+        after = sum(h * d * ctx.info.head_v_dim * 4 for h, d in zip(heads, planned))
         st.caption(f"{ctx.name} · fp32 state bytes per sequence {ctx.info.state_bytes_per_sequence:,} → {after:,} · "
                    f"kernel tiles of {TILE_ROWS} key rows per head · device {ctx.key.device} · dtype {ctx.key.dtype}")
     with right:

@@ -13,6 +13,8 @@ from analysis.io.writes import output_root
 from analysis.shrink.prune_workflow import Evaluation as CoreEvaluation, prune_and_measure, recover_and_measure
 from analysis.shrink.recovery import METHODS, RecoverySettings
 from analysis.io.recovery_state import has_state
+from analysis.shrink.head_prune import HeadPlan
+from analysis.shrink.head_strategies import get_head_strategy
 from analysis.shrink.strategies import STRATEGIES
 from ui import jobs, notice, shrink, state
 from ui.context import Context
@@ -30,39 +32,46 @@ def core_evaluation(ev: Evaluation, pairs: tuple | None) -> CoreEvaluation:
 
 
 def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrink.CalibSettings, ev: Evaluation,
-              tok) -> None:
-    """Prune and Stop; a click starts the job for these inputs; the page follows it and takes its result."""
+              tok, heads: list[int] | None = None) -> None:
+    """Prune and Stop; a click starts the job for these inputs; the page follows it and takes its result.
+    heads: value heads kept per layer (a Heads or Both plan, by choice.head_strategy)."""
     pairs = shrink.recall_pairs(ctx)
     evaluation = core_evaluation(ev, pairs)
     key = json.dumps({"model": list(ctx.key), "strategy": choice.strategy, "dims": planned,
                       "calibration": list(settings), "context": ev.context, "tokens": ev.max_tokens, "pairs": pairs,
                       "recall": ev.recall_sequences, "timed": ev.timed, "rescale": choice.rescale,
-                      "tasks": ev.tasks and ev.tasks.record()})
+                      "tasks": ev.tasks and ev.tasks.record(), "heads": heads, "head_strategy": choice.head_strategy})
+    head_plan = HeadPlan(choice.head_strategy, tuple(heads)) if heads is not None else None
     if jobs.controls("prune", key, "Prune", run_key="prune_run"):
-        model, mkey, needs, use = ctx.model, ctx.key, STRATEGIES[choice.strategy], shrink.using(ctx.key)
+        model, mkey, use = ctx.model, ctx.key, shrink.using(ctx.key)
+        needs = STRATEGIES[choice.strategy] if choice.strategy else get_head_strategy(choice.head_strategy)
         calibrated = shrink.calibration.bind(mkey, settings, _using=use)
         measured_before = shrink.baseline.bind(mkey, ev.context, ev.max_tokens, pairs, ev.recall_sequences, ev.timed,
                                                ev.tasks, _using=use)
 
         def work(job):
             calib = None
-            if needs.needs_calibration:
+            if needs.needs_calibration or (head_plan and get_head_strategy(head_plan.strategy).needs_calibration):
                 what = f"calibrating on {settings.sequences} sequences × {settings.tokens} tokens"
                 job.report(0.02, f"{what}…")
                 calib = calibrated(progress=lambda f, text: job.report(0.02 + 0.13 * f, f"{what}: {text}"),
                                    cancel=job.cancelled)
-                if needs.needs_gradients:
+                if getattr(needs, "needs_gradients", False):
                     job.report(0.15, "backward pass: gradients of the query/key projections for the Taylor scores…")
                     with use.lock:
                         calib.gradients(cancel=job.cancelled)  # kept on the shared calibration, as the memo did
             run = prune_and_measure(model, tok, choice.strategy, planned, calib, evaluation, seed=settings.seed,
                                     rescale=choice.rescale, before=measured_before, lock=use.lock,
-                                    cancel=job.cancelled, progress=lambda f, text: job.report(0.25 + 0.75 * f, text))
+                                    cancel=job.cancelled, progress=lambda f, text: job.report(0.25 + 0.75 * f, text),
+                                    heads=head_plan)
             result, before, after = run.pruned, run.before, run.after
             return {"key": mkey, "id": uuid.uuid4().hex, "result": result, "ratios": choice.ratios or choice.ratio,
                     "before": before, "after": after, "recovered": None, "calib": calib and calib.label}
 
-        jobs.launch("prune", key, f"{ctx.name} with {needs.label} to dk' = {planned}", work)
+        what = f"{needs.label} to dk' = {planned}" if choice.strategy else "no key channels removed"
+        if head_plan:
+            what += f", {get_head_strategy(head_plan.strategy).label} to {list(head_plan.counts)} heads"
+        jobs.launch("prune", key, f"{ctx.name} with {what}", work)
     job = jobs.get("prune")
     if job is not None and job.state == "done" and not job.taken:
         st.session_state[SESSION], job.taken = job.result, True
@@ -99,8 +108,10 @@ def comparison(ctx: Context, run: dict) -> dict:
     """The before/after table (and after recovery); returns its columns for the saved metadata."""
     take_recovery(run)
     result = run["result"]
+    heads = result.info.get("heads")
     st.subheader(f"Before and after: {shrink.strategy_label(result.strategy)}, dk {result.original_dims} → "
-                 f"{result.dims}")
+                 f"{result.dims}" + (f"; {heads['label']}, value heads {[c[1] for c in heads['head_counts_before']]} "
+                                     f"→ {[c[1] for c in heads['head_counts']]}" if heads else ""))
     columns = {"before": run["before"], "after pruning": run["after"]}
     methods = {"before": "unpruned", "after pruning": shrink.strategy_label(result.strategy)}
     if run["recovered"]:

@@ -52,8 +52,9 @@ class CalibSettings(NamedTuple):
     seed: int = 0
 
 
-def strategy_label(name: str) -> str:
-    return STRATEGIES[name].label
+def strategy_label(name: str | None) -> str:
+    """A channel strategy's label; a head-only prune (no channel strategy) says so."""
+    return STRATEGIES[name].label if name in STRATEGIES else "no key channels removed"
 
 
 def calibration_controls(ctx: Context) -> CalibSettings:

@@ -31,7 +31,9 @@ def task_label(name: str, t: dict) -> str:
 
 def kernel_label(point: dict) -> str:
     dims = point.get("key_dims", [point.get("key_dim")])
-    return (f"{point['op']} kernel, B{point['batch']} T{point['tokens']} H{point['heads']} "
+    heads = point.get("value_heads")
+    heads = f"H {', '.join(map(str, heads))} (one per layer)" if heads and len(set(heads)) > 1 else f"H{point['heads']}"
+    return (f"{point['op']} kernel, B{point['batch']} T{point['tokens']} {heads} "
             f"dk {', '.join(map(str, dims))} (one per layer) dv{point['value_dim']}, {point['dtype']} on "
             f"{point['device_name']} ({point['timer']})")
 
@@ -41,6 +43,8 @@ def _rows(m: dict) -> dict[str, tuple]:
     carries its spread (IQR), so a change smaller than the spread is called noise, not a speed-up."""
     rows = {"key dim per head, by layer": (", ".join(str(d) for d in m["head_k_dims"]), None),
             "64-row tiles per head, by layer": (", ".join(str(t) for t in m["tiles"]), None)}
+    if m.get("value_heads_per_layer"):   # a head prune changes them
+        rows["value heads, by layer"] = (", ".join(str(h) for h in m["value_heads_per_layer"]), None)
     if "perplexity" in m:
         ppl = m["perplexity"]
         rows[perplexity_label(ppl)] = (ppl["perplexity"], "{:.3f}")

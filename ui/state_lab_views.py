@@ -86,6 +86,7 @@ def scrubber(v: LabView, play: bool) -> None:
                    "under the delta rule, interfere under linear attention.")
     noise_probe(v, t)
     if v.real:
+        partner_view(v, t)
         pruned_view(v, t)
 
 
@@ -119,6 +120,36 @@ def noise_probe(v: LabView, t: int) -> None:
                                       first, second, comparison_only=not v.x.unit_keys), key="lab_noise")
     st.caption(f"{v.where} · {lab.RULES[v.rule]} · 256 draws, seed 0 · first order {first}, second order {second}. "
                "Notice: a state of low rank or large κ amplifies the same query noise more.")
+
+
+def partner_view(v: LabView, t: int) -> None:
+    """This head beside a head of the other rank group of its layer (the heads study's groups), at the same token."""
+    from ui import heads_view
+    st.subheader("Beside a head of the other rank group")
+    if not st.toggle("Show a low-rank and a high-rank head of this layer side by side", key="lab_partner",
+                     help="Groups from the heads study (States & rank: head groups; `python -m analysis heads`)."):
+        return
+    found = heads_view.partner_head(v.ctx, v.layer, v.head)
+    if found is None:
+        st.info(f"Layer {v.layer} has one group only (or one head): no head of another group to show.")
+        return
+    other, other_group, mine = found
+    pargs = (v.ctx.key, v.text, int(v.layer), int(other))
+    with guard(), first_time(data.head_traces.is_cached(*pargs), f"Reading the text for head {other}…",
+                             f"Head {other} precomputed") as report:
+        partner = data.head_traces(*pargs, progress=report)["traces"][v.rule]
+    columns = st.columns(2)
+    for col, (h, group, tr) in zip(columns, ((v.head, mine, v.tr), (other, other_group, partner))):
+        with col:
+            rank = int(tr.numerical_rank[t])
+            st.plotly_chart(figs.spectrum(tr.singular_values[t].tolist(), rank, lab.TAU,
+                                          f"Head {h} ({group}-rank), t = {t}: numerical rank {rank}"),
+                            key=f"lab_partner_spectrum_{h}")
+            st.plotly_chart(figs.state_heatmap(tr.states[t].tolist(), f"S_t of head {h} ({group}-rank)"),
+                            key=f"lab_partner_state_{h}")
+    st.caption(f"{v.where} · {lab.RULES[v.rule]} · groups from the heads study (three inputs). Notice: head {v.head} "
+               f"has numerical rank {int(v.tr.numerical_rank[t])} here, head {other} "
+               f"{int(partner.numerical_rank[t])}.")
 
 
 def pruned_view(v: LabView, t: int) -> None:

@@ -38,8 +38,12 @@ class StateTrace:
     logits: torch.Tensor | None = None
 
     def metric(self, name: str) -> torch.Tensor:
-        """[L, B, H, P] for a scalar metric (all layers share H and P)."""
-        return torch.stack([layer.metrics[name] for layer in self.layers])
+        """[L, B, H, P] for a scalar metric; H is the most heads of any layer, and a layer with fewer (a head
+        prune) has NaN for the heads it lacks (shown as gaps)."""
+        values = [layer.metrics[name] for layer in self.layers]
+        heads = max(v.shape[1] for v in values)
+        return torch.stack([torch.nn.functional.pad(v, (0, 0, 0, heads - v.shape[1]), value=float("nan"))
+                            for v in values])
 
 
 def select_positions(n_tokens: int, stride: int = 1, positions=None) -> list[int]:

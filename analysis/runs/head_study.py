@@ -25,6 +25,13 @@ from analysis.models.load import linear_layers
 MAP_RECALL_SEED = 4321   # as the layer-sensitivity map: sequences apart from the test seed
 
 
+def default_texts(model) -> list[str]:
+    """Three inputs: Shakespeare test, the Wikipedia slice and random ids; a recall model: two draws of its own
+    recall sequences and random ids."""
+    from analysis.defaults import HEAD_TEXTS
+    return ["recall", "recall", "random"] if inputs.recall_task(model) is not None else list(HEAD_TEXTS)
+
+
 def check_texts(model, texts: list[str]) -> None:
     """One sentence for a text list the model cannot read, before any work."""
     task = inputs.recall_task(model)
@@ -62,10 +69,11 @@ def text_batch(model, tokenizer, text: str, index: int, tokens: int, sequences: 
     return batch.ids, batch.label
 
 
-def heads_study(model, tokenizer, texts: list[str], tokens: int = 256, sequences: int = 4, seed: int = 0,
-                measure: int = 0, progress=None, cancel=None) -> dict:
+def heads_study(model, tokenizer, texts: list[str] | None = None, tokens: int = 256, sequences: int = 4,
+                seed: int = 0, measure: int = 0, progress=None, cancel=None) -> dict:
     """The stratification report (per layer and head: trajectories, group per text, stability) and, with
-    `measure` > 0, the removal cost of every head. progress(fraction, text)."""
+    `measure` > 0, the removal cost of every head. texts: None for default_texts. progress(fraction, text)."""
+    texts = default_texts(model) if texts is None else texts
     check_texts(model, texts)
     say = progress or (lambda _f, _t: None)
     traces, labels = [], []

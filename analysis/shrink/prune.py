@@ -236,4 +236,4 @@ def pruning_metadata(result: PruneResult, source: str, ratios) -> dict:
             "head_k_dims": result.dims, "rescale": result.info["rescale"], "readout": readout_label(result.model, result.info["rescale"]),
             "readout_key_dims": result.info["readout_key_dims"], "tiles_per_head": tiles(result.dims),
             "kept_indices": [s.indices.tolist() if s.indices is not None else None for s in result.selections],
-            "details": result.info["details"]}
+            "details": result.info["details"], **({"heads": result.info["heads"]} if "heads" in result.info else {})}

@@ -8,9 +8,9 @@ from analysis.cli.commands.progress import fraction
 
 def _setup_heads(p):
     from analysis.defaults import HEAD_TEXTS
-    p.add_argument("--texts", default=",".join(HEAD_TEXTS),
-                   help="comma-separated inputs the split is computed on: bundled splits (test, wiki, ...), random "
-                        "(random token ids), recall (a recall model's own sequences) or text file paths")
+    p.add_argument("--texts", help="comma-separated inputs the split is computed on: bundled splits (test, wiki, ...), "
+                                   "random (random token ids), recall (a recall model's own sequences) or text file "
+                                   f"paths (default {','.join(HEAD_TEXTS)}; a recall model: recall,recall,random)")
     p.add_argument("--tokens", type=whole(2, 1 << 16), default=256, help="tokens per sequence")
     p.add_argument("--sequences", type=whole(1, 1024), default=4, help="sequences (consecutive windows) per input")
     p.add_argument("--measure", type=whole(0, 4096), default=0,
@@ -23,7 +23,7 @@ def run_heads(args) -> None:
     from analysis.models import limits
     from analysis.runs.head_study import heads_study
     model, tokenizer, meta = load(args)
-    texts = [t.strip() for t in args.texts.split(",") if t.strip()]
+    texts = None if args.texts is None else [t.strip() for t in args.texts.split(",") if t.strip()]
     limits.check_forward(model, args.sequences, args.tokens, "Reading each input")
     with fraction(args, "heads: states of every head on each input") as progress:
         report = heads_study(model, tokenizer, texts, args.tokens, args.sequences, args.seed, args.measure,

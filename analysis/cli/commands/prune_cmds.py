@@ -179,8 +179,6 @@ def run_prune(args) -> None:
         payload["perplexity_recovered"] = recovered.measured["perplexity"]
         payload["recovery"] = recovered.recovery.metadata()
     metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
-    if heads is not None:
-        metadata["heads"] = result.info["heads"]
     if args.recover_steps:
         metadata["recovery"] = payload["recovery"]
     save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT,
