@@ -9,7 +9,8 @@ import streamlit as st
 
 from analysis.inspect import html_report
 from analysis.io import writes
-from analysis.inspect.report_data import ReportSettings, build_report, generated_line, pruned_dirs
+from analysis.inspect.report_data import ReportSettings, generated_line, pruned_dirs
+from analysis.runs.head_study import report_with_heads
 from ui import jobs, shrink
 from ui.context import Context
 
@@ -58,7 +59,7 @@ def _launch(ctx: Context, settings: ReportSettings, key: str) -> None:
 
     def work(job):
         with use.lock:
-            report = build_report(use.model, use.tokenizer, settings, progress=job.report)
+            report = report_with_heads(use.model, use.tokenizer, settings, progress=job.report)
         job.report(1.0, "writing the HTML")
         return html_report.render(report, generated_line()).encode("utf-8")
 

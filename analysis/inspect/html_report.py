@@ -211,6 +211,27 @@ def importance_section(report: dict) -> str:
               "and heads</p>")
 
 
+def heads_section(report: dict) -> str:
+    """The heads' low-/high-rank split on each input and its stability (analysis.runs.head_study)."""
+    h = report.get("heads")
+    if not h:
+        return ""
+    rows = []
+    for layer in h["layers"]:
+        kappa = "n/a" if layer["kappa"] is None else fmt(layer["kappa"], 3)
+        for head in layer["heads"]:
+            rows.append([layer["layer"], head["head"], head["key_head"], *[t["group"] for t in head["texts"]],
+                         "yes" if head["same_on_all_texts"] else "no", f"{layer['agreement']:.0%}", kappa])
+    header = ["layer", "value head", "key head", *[t.split(" (")[0] for t in h["texts"]], "same on all",
+              "layer agreement", "layer mean κ"]
+    return ("<h2>Head groups (state-rank stratification)</h2><p>Each layer's heads cut into a low-rank and a "
+            f"high-rank group at the largest gap of {esc(h['summary'])}, on each input; the same group on every input "
+            "means the group belongs to the head, not to the text.</p>" + table(header, rows, "heads")
+            + "".join(f'<p class="label">{esc(line)}</p>' for line in h["notice"])
+            + f'<p class="label">{esc(report["model"]["name"])} · inputs: {esc("; ".join(h["texts"]))} · '
+              f'{h["sequences"]} × {h["tokens"]} tokens each · {esc(h["stability"])}</p>')
+
+
 def _quality(entry: dict) -> list:
     if "perplexity" in entry:
         p = entry["perplexity"]
@@ -314,7 +335,7 @@ def render(report: dict, generated: str) -> str:
         f'{i["tokens"]} tokens, states every {i["stride"]} tokens; device {esc(i["device"])}, dtype {esc(i["dtype"])}.'
         "</p>", warning,
         card_section(report), rank_section(report, first=True), spectra_section(report), noise_section(report),
-        importance_section(report), downstream_section(report), pruning_section(report)])
+        importance_section(report), heads_section(report), downstream_section(report), pruning_section(report)])
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">" + STAMP
             + f"<title>{esc('State-rank report: ' + m['name'])}</title><style>{STYLE}</style></head><body>"
             + body + f'<script type="application/json" id="report-data">{data}</script></body></html>\n')

@@ -133,3 +133,16 @@ def measure_removal(model, tokenizer, tokens: int, windows: int, cancel=None, pr
     batch = inputs.model_batch(model, None if task is not None else tokenizer, tokens, windows,
                                split=None if task is not None else "validation", seed=MAP_RECALL_SEED)
     return head_removal_losses(model, batch.ids, cancel=cancel, progress=progress), batch.label
+
+
+def report_with_heads(model, tokenizer, settings, progress=None) -> dict:
+    """The offline report's numbers (analysis.inspect.report_data.build_report) plus the heads study's split and
+    stability, on the report's own sequence size (settings.tokens × settings.batch on each default input)."""
+    from analysis.inspect.report_data import build_report
+    say = progress or (lambda _f, _s: None)
+    report = build_report(model, tokenizer, settings, progress=lambda f, step: say(0.85 * f, step))
+    study = heads_study(model, tokenizer, None, settings.tokens, settings.batch, settings.seed,
+                        progress=lambda f, step: say(0.85 + 0.15 * f, f"head groups: {step}"))
+    report["heads"] = {k: v for k, v in study.items() if k != "trajectories"}
+    say(1.0, "report measured")
+    return report

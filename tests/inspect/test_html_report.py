@@ -139,6 +139,21 @@ def test_every_section_is_labelled_with_its_settings(sample_report):
         assert fact in card, fact
 
 
+def test_the_head_groups_section_shows_the_embedded_split(sample_report):
+    """Issue 32: the report's head groups are the heads study's (three inputs at the report's size), one row per
+    head with its group on each input, and one notice line per layer."""
+    heads = embedded(sample_report)["heads"]
+    section = sample_report[sample_report.index("<h2>Head groups"):sample_report.index("<h2>Pruning") if
+                            "<h2>Pruning" in sample_report else None]
+    assert len(heads["texts"]) == 3 and heads["tokens"] == 48 and heads["sequences"] == 2
+    for layer in heads["layers"]:
+        for head in layer["heads"]:
+            cells = "".join(f"<td>{c}</td>" for c in (layer["layer"], head["head"], head["key_head"],
+                                                      *[t["group"] for t in head["texts"]]))
+            assert cells in section
+    assert all(line in section for line in heads["notice"])
+
+
 def test_a_family_case_hybrid_gets_its_report(tmp_path):
     """A tiny random-init Qwen3.5 hybrid (value heads ≠ key heads, a softmax block) from a plain local directory."""
     import importlib

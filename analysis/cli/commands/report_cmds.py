@@ -47,7 +47,8 @@ def settings_from(args):
 def run_report(args) -> None:
     from analysis.inspect import html_report
     from analysis.io.report_file import check_destination, write_report
-    from analysis.inspect.report_data import build_report, generated_line
+    from analysis.inspect.report_data import generated_line
+    from analysis.runs.head_study import report_with_heads
     from analysis.shrink.strategies import get_strategy
     check_destination(args.out, html_report.STAMP)  # before any work: never replaces what we did not write
     settings = settings_from(args)
@@ -58,7 +59,7 @@ def run_report(args) -> None:
         def progress(done: float, step: str) -> None:
             b.set_description(f"report: {step}", refresh=False)
             set_done(b, round(100 * done))
-        report = build_report(model, tokenizer, settings, progress=progress)
+        report = report_with_heads(model, tokenizer, settings, progress=progress)
     page = html_report.render(report, generated_line())
     path = write_report(args.out, page, html_report.STAMP)
     from analysis.cli.commands.common import emit
@@ -69,4 +70,4 @@ def run_report(args) -> None:
 
 
 COMMANDS = {"report": ("one self-contained HTML report (opens offline): model card, rank grid, spectra, query "
-                       "noise, importance agreement, pruning plan and effect", _setup_report, run_report)}
+                       "noise, importance agreement, head groups, pruning plan and effect", _setup_report, run_report)}
