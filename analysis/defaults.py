@@ -9,4 +9,5 @@ SENSITIVITY_RATIOS = (0.25, 0.5, 0.75, 0.875)   # the shipped maps' ratios (dk 6
 SENSITIVITY_EVAL_TOKENS = 4096
 HEAD_STRATEGY_NAMES = ("rank-norm", "rank", "norm", "random", "measured")   # analysis.shrink.head_strategies, in order
 DEFAULT_HEAD_STRATEGY = "rank-norm"
-HEAD_TEXTS = ("test", "wiki", "random")   # `heads --texts`: Shakespeare test split, Wikipedia slice, random token ids
+RANDOM_IDS = "random-ids"   # `heads --texts`: uniform random token ids (an input unlike any training text)
+HEAD_TEXTS = ("test", "wiki", RANDOM_IDS)   # `heads --texts` default: Shakespeare test, Wikipedia slice, random ids

@@ -2,8 +2,8 @@
 costs when removed alone. One workflow for `python -m analysis heads` and the dashboard (States & rank's head
 groups, Channel importance's Heads view), so both show the same groups and numbers.
 
-Inputs ("texts"): a bundled split (`test`: Shakespeare, `wiki`: the Wikipedia slice, ...), `random` (uniform random
-token ids of the model's vocabulary, seeded: an input unlike any training text), a text file, or for a recall model
+Inputs ("texts"): a bundled split (`test`: Shakespeare, `wiki`: the Wikipedia slice, ...), `random-ids` (uniform
+random token ids of the model's vocabulary, seeded: an input unlike any training text), a text file, or for a recall model
 `recall` (its own recall sequences; each `recall` entry draws with its own seed, so three entries are three inputs).
 Each text is read as `sequences` consecutive windows of `tokens` tokens (analysis.data.inputs.model_batch).
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from analysis.data import inputs
+from analysis.defaults import RANDOM_IDS
 from analysis.data.corpus import SPLITS
 from analysis.errors import AnalysisError
 from analysis.inspect.head_ranks import head_trajectories, notice, stratification
@@ -26,27 +27,29 @@ MAP_RECALL_SEED = 4321   # as the layer-sensitivity map: sequences apart from th
 
 
 def default_texts(model) -> list[str]:
-    """Three inputs: Shakespeare test, the Wikipedia slice and random ids; a recall model: two draws of its own
-    recall sequences and random ids."""
+    """Three inputs: Shakespeare test, the Wikipedia slice and random token ids; a recall model: two draws of its
+    own recall sequences and random token ids."""
     from analysis.defaults import HEAD_TEXTS
-    return ["recall", "recall", "random"] if inputs.recall_task(model) is not None else list(HEAD_TEXTS)
+    return ["recall", "recall", RANDOM_IDS] if inputs.recall_task(model) is not None else list(HEAD_TEXTS)
 
 
 def check_texts(model, texts: list[str]) -> None:
     """One sentence for a text list the model cannot read, before any work."""
     task = inputs.recall_task(model)
     if len(texts) < 2:
-        raise AnalysisError(f"Stability needs at least two inputs, got {len(texts)}; give e.g. --texts test,wiki,random.")
+        raise AnalysisError(f"Stability needs at least two inputs, got {len(texts)}; give e.g. --texts "
+                            f"test,wiki,{RANDOM_IDS}.")
     for text in texts:
         if text == "recall" and task is None:
             raise AnalysisError("`recall` names a recall model's own sequences, and this is a language model; use "
-                                "bundled splits (test, wiki, ...), random, or a text file.")
-        if task is not None and text not in ("recall", "random"):
+                                f"bundled splits (test, wiki, ...), {RANDOM_IDS}, or a text file.")
+        if task is not None and text not in ("recall", RANDOM_IDS):
             raise AnalysisError(f"{getattr(model, 'analysis_name', 'This model')} is a recall model without a "
-                                f"tokenizer, so it cannot read {text!r}; use recall (its own sequences) or random.")
-        if task is None and text not in (*SPLITS, "random") and not _is_file(text):
-            raise AnalysisError(f"Unknown input {text!r}: give a bundled split ({', '.join(SPLITS)}), random, or the "
-                                "path of a text file.")
+                                f"tokenizer, so it cannot read {text!r}; use recall (its own sequences) or "
+                                f"{RANDOM_IDS}.")
+        if task is None and text not in (*SPLITS, RANDOM_IDS) and not _is_file(text):
+            raise AnalysisError(f"Unknown input {text!r}: give a bundled split ({', '.join(SPLITS)}), {RANDOM_IDS}, "
+                                "or the path of a text file.")
 
 
 def _is_file(text: str) -> bool:
@@ -56,7 +59,7 @@ def _is_file(text: str) -> bool:
 
 def text_batch(model, tokenizer, text: str, index: int, tokens: int, sequences: int, seed: int):
     """(ids, label) of one named input."""
-    if text == "random":
+    if text == RANDOM_IDS:
         gen = torch.Generator().manual_seed(seed + 1000 * index)
         length = inputs.recall_task(model).seq_len if inputs.recall_task(model) is not None else tokens
         return (torch.randint(0, model.config.vocab_size, (sequences, length), generator=gen),

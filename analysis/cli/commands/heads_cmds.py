@@ -9,8 +9,9 @@ from analysis.cli.commands.progress import fraction
 def _setup_heads(p):
     from analysis.defaults import HEAD_TEXTS
     p.add_argument("--texts", help="comma-separated inputs the split is computed on: bundled splits (test, wiki, ...), "
-                                   "random (random token ids), recall (a recall model's own sequences) or text file "
-                                   f"paths (default {','.join(HEAD_TEXTS)}; a recall model: recall,recall,random)")
+                                   "random-ids (random token ids), recall (a recall model's own sequences) or text "
+                                   f"file paths (default {','.join(HEAD_TEXTS)}; a recall model: "
+                                   "recall,recall,random-ids)")
     p.add_argument("--tokens", type=whole(2, 1 << 16), default=256, help="tokens per sequence")
     p.add_argument("--sequences", type=whole(1, 1024), default=4, help="sequences (consecutive windows) per input")
     p.add_argument("--measure", type=whole(0, 4096), default=0,
