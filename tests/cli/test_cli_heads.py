@@ -78,3 +78,14 @@ def test_heads_refuses_inputs_it_cannot_read(lm_dir, capsys, texts, said):
     assert main(["heads", str(lm_dir), "--device", "cpu", "--texts", texts, "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and said in err, err
+
+
+@pytest.mark.parametrize("flags, said", [(["--budgets", "0"], "fraction in (0, 1)"),
+                                         (["--head-strategies", "entropy"], "Unknown head strategy"),
+                                         (["--executor", "ray"], "in-process")])
+def test_budget_sweep_refuses_bad_plans_before_any_work(lm_dir, capsys, sweep_cache, tmp_path, flags, said):
+    assert main(["sweep", str(lm_dir), "--device", "cpu", "--axis", "both", "--strategies", "l1", "--quiet",
+                 *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and said in err, err
+    assert not (tmp_path / "sweeps").exists() or not any((tmp_path / "sweeps").rglob("*"))   # nothing cached

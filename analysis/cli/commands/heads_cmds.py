@@ -1,9 +1,13 @@
-"""heads: state-rank stratification of every layer's heads, its stability across inputs, and each head's cost."""
+"""heads: state-rank stratification of every layer's heads, its stability across inputs, and each head's cost;
+and the head flags of `prune` (--heads, --head-counts, --head-strategy) and `sweep` (--axis, --budgets)."""
 from __future__ import annotations
 
-from analysis.cli.commands.checks import whole
-from analysis.cli.commands.common import emit, load
-from analysis.cli.commands.progress import fraction
+from analysis.cli.commands.checks import number_list, real, whole
+from analysis.cli.commands.common import emit, load, require_text_model
+from analysis.cli.commands.progress import bar, fraction, say
+from analysis.errors import AnalysisError
+
+RATIO = real(0, 1, hi_open=True)
 
 
 def _setup_heads(p):
@@ -42,6 +46,82 @@ def run_heads(args) -> None:
                 f"{h['head']}: {h['removal']['delta']:+.4f} ± {h['removal']['se'] or 0:.4f}" for h in layer["heads"]))
     lines += ["(* = not the same group on every input)", *report["notice"]]
     emit(args, report, "\n".join(lines))
+
+
+def pruning_heads(args) -> bool:
+    if getattr(args, "heads", None) is not None and getattr(args, "head_counts", None) is not None:
+        raise AnalysisError("Give either --heads (one ratio of heads for every layer) or --head-counts (one count per "
+                            "layer), not both.")
+    return getattr(args, "heads", None) is not None or getattr(args, "head_counts", None) is not None
+
+
+def add_head_args(p) -> None:
+    """--heads / --head-counts / --head-strategy: whole heads removed (analysis.shrink.head_prune)."""
+    from analysis.defaults import DEFAULT_HEAD_STRATEGY, HEAD_STRATEGY_NAMES
+    p.add_argument("--heads", type=RATIO, help="fraction of each linear layer's value heads to remove (each layer "
+                                               "keeps the expressible count nearest its heads × (1 − ratio))")
+    p.add_argument("--head-counts", type=number_list(0, 1 << 20, integer=True),
+                   help="comma-separated value heads to KEEP per linear-attention layer")
+    p.add_argument("--head-strategy", default=DEFAULT_HEAD_STRATEGY,
+                   help=f"how heads are chosen: {', '.join(HEAD_STRATEGY_NAMES)}")
+
+
+def head_strategy_of(args):
+    if not pruning_heads(args):
+        return None
+    from analysis.shrink.head_strategies import get_head_strategy
+    return get_head_strategy(args.head_strategy)
+
+
+def head_plan_of(args, model, head_strategy):
+    """The HeadPlan of --heads / --head-counts (every bad count one sentence, before any work), or None."""
+    if head_strategy is None:
+        return None
+    from analysis.shrink.head_prune import HeadPlan, plan_head_counts, unchanged_heads
+    counts = plan_head_counts(model, ratio=args.heads, counts=args.head_counts)
+    if (unchanged := unchanged_heads(model, counts)) is not None:
+        raise AnalysisError(unchanged)
+    return HeadPlan(head_strategy.name, tuple(counts))
+
+
+def add_budget_args(p) -> None:
+    """sweep --axis / --head-strategies / --budgets: heads vs dk at equal state budgets."""
+    from analysis.defaults import HEAD_STRATEGY_NAMES
+    p.add_argument("--axis", choices=["dk", "heads", "both"],
+                   help="fewer heads or smaller keys? plans at equal state budgets (--budgets): dk (channel "
+                        "strategies), heads (head strategies) or both (and mixed plans), with paired SEs")
+    p.add_argument("--head-strategies", default=",".join(HEAD_STRATEGY_NAMES), help="with --axis heads/both")
+    p.add_argument("--budgets", type=number_list(0, 1, hi_open=True), default=[0.75, 0.5, 0.25],
+                   help="with --axis: fractions of the recurrent state kept")
+
+
+def run_budget_sweep(args) -> None:
+    from analysis.runs.budget_sweep import budget_sweep, check_plans, plans
+    if args.executor != "in-process" or args.recover_steps:
+        raise AnalysisError("--axis runs in-process without recovery; drop --executor / --recover-steps.")
+    strategies = args.strategies.split(",")
+    head_strategies = args.head_strategies.split(",")
+    model, tokenizer, meta = load(args)
+    require_text_model(model, tokenizer, "sweep")
+    check_plans(model, args.axis, strategies, head_strategies, args.budgets)
+    todo = plans(args.axis, strategies, head_strategies, args.budgets)
+    results = []
+    with bar(args, f"sweep --axis {args.axis}: plans", total=len(todo) + 1, unit="point") as b:
+        for point in budget_sweep(model, tokenizer, args.axis, strategies, head_strategies, args.budgets,
+                                  split=args.split, context=args.context, eval_tokens=args.eval_tokens,
+                                  calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
+                                  seed=args.seed, rescale=args.rescale, use_cache=not args.no_cache):
+            results.append(point)   # with its window losses: any two plans can be compared paired
+            b.update()
+            paired = "" if point["kind"] == "unpruned" else \
+                f" Δ log ppl {point['delta_log_ppl']:+.4f} ± {point['se']:.4f}"
+            say(args, f"{point['kind']:>8s} {point['strategy']:>7s} {point['head_strategy']:>9s} budget "
+                      f"{point['budget']:.2f}: state {point['state_fraction']:.3f}, ppl {point['perplexity']:.2f}"
+                      f"{paired}" + (" [cached]" if point["cached"] else ""))
+    emit(args, {**meta, "axis": args.axis, "budgets": args.budgets,
+                "paired": "Δ log perplexity vs the unpruned model, mean ± standard error over the same test windows "
+                          "(window_losses: each window's mean nats per token, for any other paired comparison)",
+                "results": results}, "")
 
 
 COMMANDS = {

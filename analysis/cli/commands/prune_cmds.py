@@ -5,6 +5,8 @@ from __future__ import annotations
 from analysis.archs.kernels import MAX_KEY_DIM
 from analysis.cli.commands.checks import number_list, real, whole
 from analysis.cli.commands.common import add_calib_args, add_yes_arg, announce, emit, load, require_text_model
+from analysis.cli.commands.heads_cmds import (add_budget_args, add_head_args, head_plan_of, head_strategy_of,
+                                              pruning_heads, run_budget_sweep)
 from analysis.cli.commands.progress import bar, fraction, say
 from analysis.cli.commands.recovery_args import (add_recovery_args, check_recovery_state, recover_for_cli,
                                                  recovery_settings)
@@ -18,7 +20,7 @@ RATIOS = number_list(0, 1, hi_open=True)
 def _ratios(args):
     if args.ratio is not None and args.ratios is not None:
         raise AnalysisError("Give either --ratio (one ratio for all layers) or --ratios (one per layer), not both.")
-    heads = _pruning_heads(args)
+    heads = pruning_heads(args)
     if getattr(args, "allocate", None):
         if args.ratio is not None or args.ratios is not None:
             raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio / --ratios.")
@@ -35,24 +37,6 @@ def _ratios(args):
     if args.strategy is None:
         raise AnalysisError("Shrinking the key dim (--ratio / --ratios) needs a channel strategy; give --strategy.")
     return (None, args.ratios) if args.ratios is not None else (args.ratio, None)
-
-
-def _pruning_heads(args) -> bool:
-    if getattr(args, "heads", None) is not None and getattr(args, "head_counts", None) is not None:
-        raise AnalysisError("Give either --heads (one ratio of heads for every layer) or --head-counts (one count per "
-                            "layer), not both.")
-    return getattr(args, "heads", None) is not None or getattr(args, "head_counts", None) is not None
-
-
-def add_head_args(p) -> None:
-    """--heads / --head-counts / --head-strategy: whole heads removed (analysis.shrink.head_prune)."""
-    from analysis.defaults import DEFAULT_HEAD_STRATEGY, HEAD_STRATEGY_NAMES
-    p.add_argument("--heads", type=RATIO, help="fraction of each linear layer's value heads to remove (each layer "
-                                               "keeps the expressible count nearest its heads × (1 − ratio))")
-    p.add_argument("--head-counts", type=number_list(0, 1 << 20, integer=True),
-                   help="comma-separated value heads to KEEP per linear-attention layer")
-    p.add_argument("--head-strategy", default=DEFAULT_HEAD_STRATEGY,
-                   help=f"how heads are chosen: {', '.join(HEAD_STRATEGY_NAMES)}")
 
 
 def _rescale_arg(p):
@@ -126,7 +110,7 @@ def run_prune(args) -> None:
     check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write
     check_recovery_state(args)  # and never uses a model or anything of yours as the recovery state
     strategy = get_strategy(args.strategy) if args.strategy is not None else None
-    head_strategy = _head_strategy(args)
+    head_strategy = head_strategy_of(args)
     model, tokenizer, meta = load(args)
     task = inputs.recall_task(model)
     if task is None:
@@ -136,7 +120,7 @@ def run_prune(args) -> None:
         if args.recover_steps:
             raise AnalysisError(f"{model.analysis_name} is an associative-recall model without a tokenizer, and "
                                 "recovery trains on text; drop --recover-steps.")
-    heads = _head_plan(args, model, head_strategy)
+    heads = head_plan_of(args, model, head_strategy)
     _check_prune_sizes(args, model, strategy, head_strategy)
     allocation = None
     if args.allocate:  # per-layer ratios from the sensitivity map (see analysis/shrink/allocate.py)
@@ -147,8 +131,6 @@ def run_prune(args) -> None:
     unchanged = unchanged_plan(model, dims, ratio, ratios, args.round_to)
     if unchanged:  # refused, not warned: a saved copy labelled "pruned" would mislead whoever loads it
         raise AnalysisError(unchanged)
-    if heads is None and ratio == 0.0 and ratios is None:
-        raise AnalysisError("Ratio 0 keeps every key channel; give a ratio above 0, or --heads / --head-counts.")
     evaluation = Evaluation("test", args.eval_context, args.eval_tokens, recall_pairs(task), args.recall_sequences,
                             latency=args.time_kernel, tasks=task_settings(args), confirmed=args.yes)
     evaluation = evaluation.loaded()  # task names and data checked before the prune
@@ -225,24 +207,6 @@ def _task_lines(before: dict, after: dict) -> list[str]:
                          f"{a['accuracy']:.4f} ± {a['accuracy_stderr'] or 0:.4f} ({a['docs']:,} docs, "
                          f"{a['num_fewshot']}-shot, {after['harness']})")
     return lines
-
-
-def _head_strategy(args):
-    if not _pruning_heads(args):
-        return None
-    from analysis.shrink.head_strategies import get_head_strategy
-    return get_head_strategy(args.head_strategy)
-
-
-def _head_plan(args, model, head_strategy):
-    """The HeadPlan of --heads / --head-counts (every bad count one sentence, before any work), or None."""
-    if head_strategy is None:
-        return None
-    from analysis.shrink.head_prune import HeadPlan, plan_head_counts, unchanged_heads
-    counts = plan_head_counts(model, ratio=args.heads, counts=args.head_counts)
-    if (unchanged := unchanged_heads(model, counts)) is not None:
-        raise AnalysisError(unchanged)
-    return HeadPlan(head_strategy.name, tuple(counts))
 
 
 def _check_prune_sizes(args, model, strategy, head_strategy=None) -> None:
@@ -342,13 +306,7 @@ def _setup_sweep(p):
                         "local Ray with this machine's cores or on the cluster at --address")
     p.add_argument("--address", help="with --executor ray: the cluster to join (host:port from `ray start --head`, "
                                      "ray://host:port, or auto)")
-    from analysis.defaults import HEAD_STRATEGY_NAMES
-    p.add_argument("--axis", choices=["dk", "heads", "both"],
-                   help="fewer heads or smaller keys? plans at equal state budgets (--budgets): dk (channel "
-                        "strategies), heads (head strategies) or both (and mixed plans), with paired SEs")
-    p.add_argument("--head-strategies", default=",".join(HEAD_STRATEGY_NAMES), help="with --axis heads/both")
-    p.add_argument("--budgets", type=number_list(0, 1, hi_open=True), default=[0.75, 0.5, 0.25],
-                   help="with --axis: fractions of the recurrent state kept")
+    add_budget_args(p)
     _rescale_arg(p)
     add_calib_args(p)
     add_yes_arg(p)
@@ -362,7 +320,7 @@ def run_sweep(args) -> None:
     if args.address and args.executor != "ray":
         raise AnalysisError("--address is the Ray cluster to run on: add --executor ray, or drop --address.")
     if args.axis:
-        return _run_budget_sweep(args)
+        return run_budget_sweep(args)
     strategies = args.strategies.split(",")
     model, tokenizer, meta = load(args)
     require_text_model(model, tokenizer, "sweep")
@@ -385,34 +343,6 @@ def run_sweep(args) -> None:
                       f"ppl {point['perplexity']:.2f}{extra}{accuracy}" + (" [cached]" if point["cached"] else ""))
     results.sort(key=lambda p: order[(p["strategy"], p["ratio"])])  # Ray's finishing order → the plan's order
     emit(args, {**meta, "executor": args.executor, "results": results}, "")
-
-
-def _run_budget_sweep(args) -> None:
-    from analysis.runs.budget_sweep import budget_sweep, check_plans, plans
-    if args.executor != "in-process" or args.recover_steps:
-        raise AnalysisError("--axis runs in-process without recovery; drop --executor / --recover-steps.")
-    strategies = args.strategies.split(",")
-    head_strategies = args.head_strategies.split(",")
-    model, tokenizer, meta = load(args)
-    require_text_model(model, tokenizer, "sweep")
-    check_plans(model, args.axis, strategies, head_strategies, args.budgets)
-    todo = plans(args.axis, strategies, head_strategies, args.budgets)
-    results = []
-    with bar(args, f"sweep --axis {args.axis}: plans", total=len(todo) + 1, unit="point") as b:
-        for point in budget_sweep(model, tokenizer, args.axis, strategies, head_strategies, args.budgets,
-                                  split=args.split, context=args.context, eval_tokens=args.eval_tokens,
-                                  calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
-                                  seed=args.seed, rescale=args.rescale, use_cache=not args.no_cache):
-            results.append({k: v for k, v in point.items() if k != "window_losses"})
-            b.update()
-            paired = "" if point["kind"] == "unpruned" else \
-                f" Δ log ppl {point['delta_log_ppl']:+.4f} ± {point['se']:.4f}"
-            say(args, f"{point['kind']:>8s} {point['strategy']:>7s} {point['head_strategy']:>9s} budget "
-                      f"{point['budget']:.2f}: state {point['state_fraction']:.3f}, ppl {point['perplexity']:.2f}"
-                      f"{paired}" + (" [cached]" if point["cached"] else ""))
-    emit(args, {**meta, "axis": args.axis, "budgets": args.budgets,
-                "paired": "Δ log perplexity vs the unpruned model, mean ± standard error over the same test windows",
-                "results": results}, "")
 
 
 COMMANDS = {
