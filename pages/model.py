@@ -33,9 +33,12 @@ with st.expander("Start here: the pages in the sidebar's order", expanded=True):
 
 info = ctx.info
 dk_text = ", ".join(str(d) for d in info.head_k_dims)
+per_layer = len(set(info.value_heads_per_layer)) > 1   # a head prune: heads differ by layer
 rows = [
-    ("Architecture", info.label), ("Layers", info.layers), ("Heads (q/k)", info.heads),
-    ("Value heads", info.value_heads), ("dk per head, by layer", dk_text), ("dv per head", info.head_v_dim),
+    ("Architecture", info.label), ("Layers", info.layers),
+    ("Heads (q/k)", ", ".join(map(str, info.key_heads_per_layer)) + " by layer" if per_layer else info.heads),
+    ("Value heads", ", ".join(map(str, info.value_heads_per_layer)) + " by layer" if per_layer else info.value_heads),
+    ("dk per head, by layer", dk_text), ("dv per head", info.head_v_dim),
     ("Hidden size", info.hidden_size), ("Vocabulary", info.vocab_size), ("Parameters", f"{info.parameters:,}"),
     ("fp32 state bytes per sequence",
      f"{info.state_bytes_per_sequence:,} ({info.state_bytes_per_sequence / 2**20:.2f} MiB)"),
@@ -57,7 +60,7 @@ with left:
 with right:
     st.subheader("What the kernels will do")
     tiles = ", ".join(f"layer {i}: {t}" for i, t in enumerate(info.key_tiles_per_head))
-    total = sum(t * info.value_heads for t in info.key_tiles_per_head)
+    total = sum(t * h for t, h in zip(info.key_tiles_per_head, info.value_heads_per_layer))
     st.markdown(f"- Key tiles of {TILE_ROWS} rows per head ({tiles}); each sequence's state is {total} tiles "
                 "across all heads and layers.")
     for line in implementation(ctx.model).lines():  # read from the adapter's routed entry points
