@@ -49,7 +49,9 @@ def test_head_prune_equals_zeroed_heads(kind, tmp_path):
     assert (got - logits(model, ids)).abs().max() > ATOL
     loaded = AutoModelForCausalLM.from_pretrained(save_model(result.model, tmp_path / "p")).eval()
     assert torch.equal(logits(loaded, ids), got)
-    # a second head prune of the head-pruned model: the config still names the unpruned counts
+    if kind not in ("granitemoehybrid", "qwen3_next"):
+        return
+    # a second head prune of the head-pruned model (grouped norm; interleaved rows): counts kept from the original
     again = prune_with_heads(result.model, None, plan_key_dims(result.model, ratio=0.0),
                              HeadPlan("random", tuple(fewer_heads(result.model))), seed=2)
     assert again.info["heads"]["original_head_counts"] == result.info["heads"]["original_head_counts"]
