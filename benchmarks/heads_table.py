@@ -33,17 +33,25 @@ def heads_table(path: Path) -> str:
              f"{'; '.join(report['texts'])}; removal cost on {report['removal']['data']}" if "removal" in report else "",
              "", "| layer | groups apart (× erank) | agreement | mean κ | low-rank heads | Δ removed, low-rank | "
              "Δ removed, high-rank |", "|---|---|---|---|---|---|---|"]
+    low_costlier, clear, compared = 0, 0, 0
     for layer in report["layers"]:
         gaps = [s["gap"] for s in layer["splits"] if s.get("gap") is not None]
+        clear += bool(gaps) and min(gaps) >= math.log(1.5)
         apart = f"×{math.exp(min(gaps)):.2f}–×{math.exp(max(gaps)):.2f}" if gaps else "n/a"
-        cells = []
+        cells, means = [], []
         for group in ("low", "high"):
             deltas = [h["removal"]["delta"] for h in layer["heads"] if h["group"] == group and "removal" in h]
             cells.append(_pm(*_mean_se(deltas)) + f" ({len(deltas)})" if deltas else "–")
+            means.append(_mean_se(deltas)[0] if deltas else None)
+        if None not in means:
+            compared += 1
+            low_costlier += means[0] > means[1]
         kappa = "n/a" if layer["kappa"] is None else f"{layer['kappa']:.2f}"
         low = ", ".join(str(h["head"]) for h in layer["heads"] if h["group"] == "low")
         lines.append(f"| {layer['layer']} | {apart} | {layer['agreement']:.0%} | {kappa} | {low} | {cells[0]} | "
                      f"{cells[1]} |")
+    lines += ["", f"Clear splits (groups ×1.5 or more apart on every input): {clear} of {len(report['layers'])} layers; "
+                  f"the low-rank group costs more when removed (mean over its heads) in {low_costlier} of {compared}."]
     return "\n".join(lines)
 
 
