@@ -170,6 +170,8 @@ class Adapter:
         raise NotImplementedError
 
     # --- head removal (analysis.archs.heads; analysis.shrink.head_prune) ------------------------------
+    head_refusal: str | None = None   # why this family's heads cannot be removed layer by layer (None: they can)
+
     def head_rows(self, layer: nn.Module) -> list[HeadRows]:
         """Every parameter block of this layer that belongs to one key head or one value head: removing a head
         removes exactly these (and nothing else changes shape)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from analysis.archs.base import Block, ChannelRows
+from analysis.archs.base import Block, ChannelRows, HeadRows, head_blocks
 from analysis.archs.fla_common import FlaAdapter, fla_blocks
 from analysis.errors import AnalysisError
 
@@ -71,6 +71,20 @@ class GLAAdapter(FlaAdapter):
         if layer.gk_proj[1].bias is not None:
             rows.append(ChannelRows("gk_proj.1.bias", "gate"))
         return rows
+
+    def head_rows(self, layer: nn.Module) -> list[HeadRows]:
+        """FlaAdapter's (q/k/v rows and convs, output gate, o_proj columns), then the decay rows of each head:
+        gk_proj's last linear, dk rows per head (weight and bias). Queries and keys share heads (blocks() refuses
+        num_kv_heads), so every head is a key and a value head."""
+        rows = super().head_rows(layer)
+        last = layer.gk_proj[1]
+        return rows + [head_blocks(f"gk_proj.1.{p}", "key", layer.num_heads, layer.head_k_dim)
+                       for p in ("weight", "bias") if getattr(last, p, None) is not None]
+
+    def set_head_counts(self, layer: nn.Module, key_heads: int, value_heads: int, original) -> None:
+        layer.num_heads = layer.num_kv_heads = value_heads
+        layer.key_dim = layer.key_dim_per_group = value_heads * layer.head_k_dim
+        layer.value_dim = layer.value_dim_per_group = value_heads * layer.head_v_dim
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):
         """GLA's key dim is hidden_size·expand_k / num_heads: expressible when that rounds back exactly."""

@@ -112,6 +112,8 @@ class RWKV7Adapter(Adapter):
     qk_l2_normalised = False   # r and k enter the recurrence raw (only the removal key κ̂ is normalised)
     readout_scaled = False     # o_t = S_tᵀ r_t: removing a channel needs no readout correction
     lora_projections = ("r_proj", "k_proj", "v_proj")
+    head_refusal = ("RWKV-7 layers mix every layer's values with the first layer's (v_first, one width for all "
+                    "layers), so its heads cannot be removed layer by layer; shrink the key dim instead (--ratio).")
 
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
@@ -144,9 +146,11 @@ class RWKV7Adapter(Adapter):
         return FlaAdapter.softmax_cache_bytes(self, module, tokens, dtype_bytes)   # fla's Attention, as in fla hybrids
 
     # --- pruning ---------------------------------------------------------------------------------
-    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None):
+    def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
         """Always `pruned_rwkv7` (RWKV7Config ties the key dim to hidden_size); readout_key_dims is ignored: there
-        is no readout scale."""
+        is no readout scale; heads are never removed (head_refusal)."""
+        if head_counts is not None:
+            raise AnalysisError(self.head_refusal)
         from transformers import AutoModelForCausalLM
 
         from analysis.archs.rwkv7_pruned import PrunedRWKV7Config

@@ -61,6 +61,8 @@ def plan_head_counts(model, ratio: float | None = None, counts=None) -> list[int
     expressible count nearest Hv·(1 − ratio), ties towards more heads, never none) or from explicit counts.
     Every bad plan is one sentence, before any work."""
     adapter = adapter_for(model)
+    if adapter.head_refusal is not None:
+        raise AnalysisError(adapter.head_refusal)
     layers = linear_layers(model)
     if (ratio is None) == (counts is None):
         raise AnalysisError("Give either one head-pruning ratio for every layer or one head count per layer.")

@@ -127,8 +127,15 @@ def test_head_pruning_is_pure_removal(case, plan, tmp_path):
     from analysis.models.load import describe, linear_layers
     from analysis.shrink.head_prune import HeadPlan, prune_with_heads
     from analysis.shrink.prune import plan_key_dims, save_model
+    from analysis.errors import AnalysisError
+    from analysis.shrink.head_prune import plan_head_counts
     from analysis.shrink.strategies import Selection
     _, _, model = case
+    if (refusal := adapter_for(model).head_refusal) is not None:   # a family whose heads are coupled across layers
+        with pytest.raises(AnalysisError) as said:
+            plan_head_counts(model, ratio=0.5)
+        assert str(said.value) == refusal and refusal.count(". ") == 0
+        return
     counts = fewer_heads(model)
     dims = plan_key_dims(model, ratio=0.5 if plan == "heads+dk" else 0.0)
     result = prune_with_heads(model, "l1" if plan == "heads+dk" else None, dims, HeadPlan("random", tuple(counts)),
