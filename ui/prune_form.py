@@ -83,7 +83,7 @@ def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
                                              "(pure removal); Both does both in one new model.")
     heads = head_controls() if kind != "channels" else (None, None)
     if kind == "heads":
-        return Choices(None, None, shrink.rescale_control(), 0.0, None, *heads)
+        return Choices(None, None, shrink.rescale_control(ctx), 0.0, None, *heads)
     names, unusable = usable_strategies(ctx.model)  # PCA is not offered where key channels have their own decay
     c1, c2, c3 = st.columns(3)
     strategy = state.field(c1.selectbox, "Strategy", "prune_strategy", default_strategy(ctx.name, names),

@@ -322,3 +322,25 @@ def test_discard_never_removes_a_folder_this_tool_did_not_write(tmp_path):
     with pytest.raises(AnalysisError, match="was not written by this tool .*, so it was left alone"):
         discard_state(folder)
     assert (folder / "thesis.tex").read_text() == "precious"
+
+
+@pytest.mark.parametrize("method", ["qk", "lora-kd"])
+def test_a_head_pruned_model_recovers_and_keeps_its_heads(tok, method, tmp_path):
+    """Issue 32: whole heads removed (with key channels too) recover like any prune; the merged model keeps the
+    per-layer head counts and loads back to the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    from analysis.models.load import describe
+    from analysis.shrink.head_prune import HeadPlan, plan_head_counts, prune_with_heads
+    model = build_tiny("gated_deltanet")
+    pruned = prune_with_heads(model, "l1", plan_key_dims(model, ratio=0.5),
+                              HeadPlan("random", tuple(plan_head_counts(model, ratio=0.5)))).model
+    heads = describe(pruned).value_heads_per_layer
+    assert heads != describe(model).value_heads_per_layer
+    out = recover(pruned, tok, RecoverySettings(method=method, steps=2, lr=1e-3, **TINY), teacher=model)
+    assert len(out.history) == 2 and all(torch.isfinite(torch.tensor(h["loss"])) for h in out.history)
+    assert describe(out.model).value_heads_per_layer == heads
+    ids = _ids(tokens=16)
+    loaded = AutoModelForCausalLM.from_pretrained(save_model(out.model, tmp_path / "r", tokenizer=tok)).eval()
+    with torch.no_grad():   # the same weights and ops on the same CPU: float32 rounding only
+        assert (loaded(ids).logits - out.model(ids, use_cache=False).logits).abs().max() < 1e-4

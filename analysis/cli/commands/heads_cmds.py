@@ -99,6 +99,8 @@ def run_budget_sweep(args) -> None:
     from analysis.runs.budget_sweep import budget_sweep, check_plans, plans
     if args.executor != "in-process" or args.recover_steps:
         raise AnalysisError("--axis runs in-process without recovery; drop --executor / --recover-steps.")
+    if getattr(args, "tasks", None):
+        raise AnalysisError("--axis scores plans by perplexity only; drop --tasks, or sweep without --axis.")
     strategies = args.strategies.split(",")
     head_strategies = args.head_strategies.split(",")
     model, tokenizer, meta = load(args)
