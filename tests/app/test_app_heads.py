@@ -2,7 +2,8 @@
 - States & rank: the head groups and their stability are the ones `python -m analysis heads --json` writes;
 - Prune: a "Heads" plan gives the numbers `prune --heads` gives (same kept heads, state bytes, perplexity);
 - Channel importance: the Heads view scores heads, lists the kept ones and their agreement;
-- State lab: a low-rank and a high-rank head of the layer side by side.
+- State lab: a low-rank and a high-rank head of the layer side by side;
+- Sweep: the equal-budget comparison draws dk and head plans on one state-bytes axis with the CLI's numbers.
 """
 from __future__ import annotations
 
@@ -79,3 +80,23 @@ def test_the_state_lab_shows_both_groups_side_by_side(monkeypatch, lm_dir):
     titles = [s["layout"]["title"]["text"] for s in charts(at)]
     groups = [t for t in titles if "-rank), t = " in t]
     assert len(groups) == 2 and {"low-rank" in g for g in groups} == {True, False}
+
+
+def test_the_equal_budget_comparison_on_the_sweep_page_equals_the_cli(monkeypatch, lm_dir, tmp_path):
+    at = open_page(monkeypatch, lm_dir, "pages/sweep.py")
+    at.multiselect(key="w:budget_strategies").set_value(["l1"])
+    at.multiselect(key="w:budget_head_strategies").set_value(["random"])
+    at.text_input(key="w:budget_fractions").set_value("0.5")
+    at.number_input(key="w:budget_tokens").set_value(512).run()
+    click(at, "budget:run")
+    [table] = [t.value for t in at.table if "Δ log ppl ± SE" in t.value.columns]
+    out = tmp_path / "budget.json"
+    assert main(["sweep", str(lm_dir), "--device", "cpu", "--axis", "both", "--strategies", "l1", "--head-strategies",
+                 "random", "--budgets", "0.5", "--eval-tokens", "512", "--no-cache", "--quiet", "--json",
+                 str(out)]) == 0
+    cli = json.loads(out.read_text())["results"]
+    assert table.index.tolist() == [p["kind"] for p in cli] == ["unpruned", "dk", "heads", "mixed"]
+    assert table["perplexity"].tolist() == [f"{p['perplexity']:.3f}" for p in cli]
+    assert table["Δ log ppl ± SE"].tolist()[1:] == [f"{p['delta_log_ppl']:+.4f} ± {p['se']:.4f}" for p in cli[1:]]
+    [spec] = [s for s in charts(at) if "state bytes" in s["layout"]["title"]["text"]]
+    assert sorted(t["name"] for t in spec["data"] if t.get("x")) == ["dk: l1", "heads: random", "mixed: l1 + random"]
