@@ -108,6 +108,11 @@ class Adapter:
         """Every block in model order, linear and softmax alike."""
         raise NotImplementedError
 
+    def decoder_layers(self, model) -> nn.ModuleList:
+        """The model's decoder layers in order: the units a streamed model reads one at a time (each holds one or
+        more of the blocks above); the model's own forward calls each exactly once per pass."""
+        return model.model.layers
+
     def block_labels(self, model) -> list[str]:
         """What each block of `blocks(model)` is, in words (the Model page's block list)."""
         return [BLOCK_WORDS[b.kind] for b in self.blocks(model)]

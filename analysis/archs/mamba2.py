@@ -61,6 +61,9 @@ class Mamba2Adapter(Adapter):
                                     "number of heads), so fix n_groups in config.json.")
         return out
 
+    def decoder_layers(self, model):
+        return layers_of(model)
+
     def block_labels(self, model) -> list[str]:
         """Mamba-2 mixer / softmax attention / Nemotron-H's MLP or MoE blocks; where a decoder layer holds its own
         feed-forward next to the mixer (Granite-H, Bamba, Falcon-H1), the label names it too (never pruned)."""

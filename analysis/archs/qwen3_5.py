@@ -173,6 +173,9 @@ class Qwen35Adapter(Adapter):
                                     "softmax attention module; this transformers version is not supported.")
         return out
 
+    def decoder_layers(self, model):
+        return _decoder_layers(model)
+
     def key_heads(self, layer):
         return layer.num_k_heads
 

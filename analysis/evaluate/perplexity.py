@@ -14,7 +14,7 @@ import torch
 
 from analysis.data import corpus as data
 from analysis.models import limits, workload
-from analysis.runtime.cancel import check
+from analysis.models.forward import run_batches
 from analysis.errors import AnalysisError, count
 
 
@@ -59,24 +59,31 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
     windows = list(_scored_windows(len(ids), context, stride))
     workload.check(f"Scoring perplexity with stride {stride}", math.ceil(len(windows) / batch), model,
                    min(batch, len(windows)), context, "use a larger stride or fewer tokens to score", yes, say)
-    total_nats, scored, window_losses = 0.0, [], []
-    for i in range(0, len(windows), batch):
-        check(cancel)
-        group = windows[i:i + batch]
-        width = max(e - s for s, e, _ in group)
-        inputs = torch.zeros(len(group), width, dtype=torch.long)
+    groups = [windows[i:i + batch] for i in range(0, len(windows), batch)]
+    batches = []
+    for group in groups:
+        inputs = torch.zeros(len(group), max(e - s for s, e, _ in group), dtype=torch.long)
         for row, (s, e, _) in enumerate(group):
             inputs[row, : e - s] = ids[s:e]
-        logits = model(inputs.to(device), use_cache=False).logits.float()
-        logp = torch.log_softmax(logits, -1)
+        batches.append(inputs)
+    nats = [[0.0] * len(group) for group in groups]
+
+    def score(g: int, at: int, logits: torch.Tensor) -> None:
+        """Scored positions [first, e − s) of each window that fall in this chunk [at, at + n) of its logits."""
+        logp = torch.log_softmax(logits.float(), -1)
+        for row, (s, e, first) in enumerate(groups[g]):
+            lo, hi = max(first, at), min(e - s, at + logp.shape[1])
+            if lo < hi:
+                targets = ids[s + 1 + lo:s + 1 + hi].to(device)
+                nats[g][row] -= float(logp[row, lo - at:hi - at].gather(-1, targets[:, None]).sum())
+
+    run_batches(model, batches, on_logits=score, cancel=cancel, progress=progress)
+    total_nats, scored, window_losses = 0.0, [], []
+    for g, group in enumerate(groups):
         for row, (s, e, first) in enumerate(group):
-            targets = ids[s + 1 + first:e + 1].to(device)
-            nats = -float(logp[row, first:e - s].gather(-1, targets[:, None]).sum())
-            total_nats += nats
-            window_losses.append(nats / len(targets))
+            total_nats += nats[g][row]
+            window_losses.append(nats[g][row] / (e - s - first))
             scored.append(ids[s + 1 + first:e + 1])
-        if progress:
-            progress(min(1.0, (i + batch) / len(windows)))
     scored_ids = torch.cat(scored)
     n_bytes = data.utf8_bytes(tokenizer.decode(scored_ids.tolist()))
     trained = getattr(model.config, "max_position_embeddings", None)

@@ -16,6 +16,7 @@ import torch
 
 from analysis.runtime.backend import observe_recurrences
 from analysis.errors import AnalysisError
+from analysis.models.forward import is_streamed, run_batches
 from analysis.models.load import attention_layers
 from analysis.linalg.rank import spectral_metrics
 
@@ -141,12 +142,13 @@ def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions
             progress(calling["layer"] + 1, len(attns))
         return collector  # the recurrence feeds it the requested states, then the final state
 
-    device = next(model.parameters()).device
+    kept = {}  # a streamed model skips its LM head: the states are what is asked for
+    keep_logits = None if is_streamed(model) else (lambda _i, _first, logits: kept.update(logits=logits))
     try:
         with torch.no_grad(), observe_recurrences(observe):
-            logits = model(input_ids.to(device), use_cache=False).logits
+            run_batches(model, [input_ids], on_logits=keep_logits)
     finally:
         for h in hooks:
             h.remove()
     return StateTrace(positions=chosen, layers=[c.result() for c in collectors], tokens=n_tokens, batch=batch,
-                      logits=logits)
+                      logits=kept.get("logits"))

@@ -62,6 +62,12 @@ def validate_config(config, path: Path, supported=None) -> dict:
 
 def read_header(file: Path) -> dict:
     """{tensor name: shape} from a safetensors header; corrupt, truncated or unreadable files are one sentence."""
+    return {k: tuple(t["shape"]) for k, t in header_entries(file)[0].items()}
+
+
+def header_entries(file: Path) -> tuple[dict, int]:
+    """({tensor name: {"dtype", "shape", "data_offsets"}}, first data byte) of a safetensors file, checked as
+    read_header says (a streamed load reads each tensor at its offsets later)."""
     hint = "re-save or re-download the model"
     try:
         fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO must not hang
@@ -86,7 +92,12 @@ def read_header(file: Path) -> dict:
         end = max((t["data_offsets"][1] for t in tensors.values()), default=0)
         if 8 + header_len + end != size:
             raise ValueError(f"tensor data ends at byte {8 + header_len + end} but the file has {size}")
-        return {k: tuple(t["shape"]) for k, t in tensors.items()}
+        for t in tensors.values():
+            first, last = (int(x) for x in t["data_offsets"])
+            shape = [int(n) for n in t["shape"]]
+            if not (0 <= first <= last <= end) or any(n < 0 for n in shape) or not isinstance(t["dtype"], str):
+                raise ValueError("a tensor's offsets or shape are out of range")
+        return tensors, 8 + header_len
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, json.JSONDecodeError,
             UnicodeDecodeError) as exc:
         raise AnalysisError(f"{file} is corrupt or truncated ({exc}); re-save or re-download the model.") from None

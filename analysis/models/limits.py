@@ -11,6 +11,7 @@ import os
 import torch
 
 from analysis.errors import AnalysisError
+from analysis.models import budget
 
 MEMORY_FRACTION = 0.5
 EXACT_LAYERS = 64   # configs with more layers are counted from a 1- and a 2-layer build (linear in layers)
@@ -42,17 +43,31 @@ def size_text(n: float) -> str:
     return f"{int(n)} bytes"
 
 
-def require(need: float, what: str, advice: str, device: str | torch.device = "cpu") -> None:
-    """Raise one sentence when `what` needs more than this request's share of the available memory."""
+def allowed(device: str | torch.device = "cpu") -> tuple[float | None, str]:
+    """(bytes this request may hold beyond the baseline, how that was decided in words): its memory budget
+    (`--max-memory`, never more than is available now), else MEMORY_FRACTION of the memory available now;
+    (None, ...) when neither is known."""
     available = available_memory(device)
+    chosen = budget.current()
+    if chosen is not None:
+        if available is not None and available < chosen:
+            return available, (f"the {size_text(available)} available now (less than the memory budget of "
+                               f"{budget.size_text(chosen)})")
+        return chosen, f"the memory budget of {budget.size_text(chosen)} (--max-memory)"
     if available is None:
+        return None, "unknown"
+    return available * MEMORY_FRACTION, (f"the {size_text(available * MEMORY_FRACTION)} one request may use here "
+                                         f"({MEMORY_FRACTION:.0%} of the {size_text(available)} available now)")
+
+
+def require(need: float, what: str, advice: str, device: str | torch.device = "cpu") -> None:
+    """Raise one sentence when `what` needs more than this request may hold (see `allowed`)."""
+    limit, how = allowed(device)
+    if limit is None:
         return  # nothing to compare with: let the work run
-    allowed = available * MEMORY_FRACTION
-    if need > allowed:
+    if need > limit:
         where = "GPU memory" if torch.device(device).type == "cuda" else "memory"
-        raise AnalysisError(f"{what} needs about {size_text(need)} of {where}, more than the "
-                            f"{size_text(allowed)} one request may use here ({MEMORY_FRACTION:.0%} of the "
-                            f"{size_text(available)} available now); {advice}.")
+        raise AnalysisError(f"{what} needs about {size_text(need)} of {where}, more than {how}; {advice}.")
 
 
 # ---- parameters, from the config alone ------------------------------------------------------------
@@ -89,6 +104,12 @@ def _meta_count(config: dict) -> int:
     return sum(p.numel() for p in model.parameters())  # tied weights counted once
 
 
+def model_fits(params: int, dtype: torch.dtype, device) -> bool:
+    """Do the weights alone fit what this request may hold (else the model is streamed, or refused)?"""
+    limit, _ = allowed(device)
+    return limit is None or params * torch.empty((), dtype=dtype).element_size() <= limit
+
+
 def check_model_fits(params: int, dtype: torch.dtype, device, where: str) -> None:
     """Refuse, before loading, a model whose weights alone exceed this request's share of the memory."""
     element = torch.empty((), dtype=dtype).element_size()
@@ -117,6 +138,14 @@ def _shape(model) -> dict:
                 element=next(model.parameters()).element_size())
 
 
+def block_work_bytes(model, batch: int, tokens: int) -> int:
+    """One decoder layer's work on [batch, tokens] (its activations and recurrence) plus its input and output
+    hidden states: what a streamed run holds besides the layer's weights and the other batches' hidden states."""
+    s = _shape(model)
+    bt = batch * tokens
+    return bt * (10 * s["hidden"] + 3 * s["inter"]) * 4 + recurrence_bytes(batch, tokens, s["heads"], s["dk"], s["dv"])
+
+
 def recurrence_bytes(batch: int, tokens: int, heads: int, dk: int, dv: int) -> int:
     """One layer's chunked recurrence: q, k, v, o and their chunked copies, intra-chunk weights, and the
     states after every token of one chunk (what state collection reads)."""
@@ -128,6 +157,8 @@ def forward_bytes(model, batch: int, tokens: int, logits_copies: int = 2) -> int
     and recurrence at a time."""
     s = _shape(model)
     bt = batch * tokens
+    if getattr(model, "streamed", False):  # one layer's weights and work; the logits come in chunks of tokens
+        return model.largest_unit_bytes + block_work_bytes(model, batch, tokens) + batch * s["vocab"] * 4 * 3
     logits = bt * s["vocab"] * (s["element"] + 4 * (logits_copies - 1))
     activations = bt * (8 * s["hidden"] + 3 * s["inter"]) * 4
     return logits + activations + recurrence_bytes(batch, tokens, s["heads"], s["dk"], s["dv"])
@@ -167,6 +198,10 @@ def calibration_bytes(model, sequences: int, tokens: int) -> int:
     ids = 2 * 8 * n_tokens + 8 * sequences
     kept = s["layers"] * n_tokens * s["heads"] * s["dk"] * 4 * 2
     forward = forward_bytes(model, min(sequences, 8), tokens)
+    if getattr(model, "streamed", False):  # gradients one layer at a time (analysis.models.stream.gradients)
+        fp32_layer = 4 * model.largest_unit_bytes // s["element"]
+        layer = training_bytes(model, min(sequences, 4), tokens) // max(s["layers"], 1)
+        return ids + kept + max(forward, 3 * fp32_layer + layer)
     grads = 4 * sum(p.numel() for p in model.parameters()) + training_bytes(model, min(sequences, 4), tokens)
     return ids + kept + max(forward, grads)
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 
 from analysis.models import checkpoint, limits
+from analysis.models.stream import plan as stream_plan
+from analysis.models.stream.files import CheckpointFiles
 from analysis.archs import adapter_for, family_of, get_adapter
 from analysis.models.layers import LinearLayer, attention_layers, linear_layers  # noqa: F401  (re-exported)
 from analysis.archs.kernels import TILE_ROWS  # noqa: F401  (re-exported: the pages draw tile boundaries)
@@ -173,22 +175,24 @@ def _validate_directory(path: Path) -> dict:
     if not weights:
         extra = " (only PyTorch .bin weights found; convert them to safetensors)" if list(path.glob("*.bin")) else ""
         raise AnalysisError(f"{path} has no .safetensors weights{extra}; only safetensors checkpoints are loaded.")
-    headers = {}
-    for file in weights:
-        headers.update(checkpoint.read_header(file))
-    return headers
+    return CheckpointFiles(path)
 
 
-def check_loadable(path: Path, dtype: torch.dtype, device: torch.device) -> None:
-    """Before building anything: the model fits in memory, and the files hold exactly its tensors."""
+def check_loadable(path: Path, dtype: torch.dtype, device: torch.device) -> CheckpointFiles | None:
+    """Before building anything: the files hold exactly the model's tensors, and the model fits in memory — or,
+    when it does not, its weights can be streamed one block at a time (then its files are returned)."""
     try:
-        headers = _validate_directory(path)
+        files = _validate_directory(path)
     except OSError as exc:
         raise AnalysisError(f"{path} cannot be read ({exc.strerror or exc}); check that the folder and its "
                             "files are readable.") from None
     config = read_config(path)
-    limits.check_model_fits(limits.parameter_count(config), dtype, device, str(path))
-    checkpoint.check_tensors(path, config, headers)
+    params = limits.parameter_count(config)
+    streamed = not limits.model_fits(params, dtype, device)
+    if streamed and not stream_plan.streamable(files, params, device):
+        limits.check_model_fits(params, dtype, device, str(path))  # refuses, as for any model over the budget
+    checkpoint.check_tensors(path, config, files.headers())
+    return files if streamed else None
 
 
 def load_model(source: str, device: str = "auto", dtype=None):
@@ -207,8 +211,13 @@ def load_model(source: str, device: str = "auto", dtype=None):
     dev = resolve_device(device)
     adapter = adapter_for(read_config(path))
     dt = resolve_dtype(dtype, dev, adapter.kernel_spec)
-    check_loadable(path, dt, dev)
+    streamed = check_loadable(path, dt, dev)
     adapter.install_routing()
+    if streamed is not None:  # over the memory budget: one block at a time (analysis.models.stream)
+        model = stream_plan.open_streamed(path, streamed, adapter, dt, dev)
+        model.analysis_source = str(path)
+        model.analysis_name = Path(source).name if (SAMPLES_DIR / str(source)).exists() else str(source)
+        return model
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, use_safetensors=True,
                                                      trust_remote_code=False)

@@ -19,6 +19,7 @@ from analysis.data import inputs
 from analysis.runtime.backend import observe_recurrences
 from analysis.runtime.cancel import check
 from analysis.errors import AnalysisError
+from analysis.models.forward import run_batches
 from analysis.models.layers import attention_layers, linear_layers, qk_rows
 
 DRRQR_ROWS = 5000  # sampled rows of [A_q; A_k] per head, as in the reference method
@@ -115,12 +116,9 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
         cov[i] = (s1, s2, k.shape[0]) if cov[i] is None else (cov[i][0] + s1, cov[i][1] + s2, cov[i][2] + k.shape[0])
 
     hooks = [a.register_forward_pre_hook(pre_hook(i), with_kwargs=True) for i, a in enumerate(attns)]
-    device = next(model.parameters()).device
     try:
         with torch.no_grad(), observe_recurrences(observe):
-            for batch in input_ids.split(8):
-                check(cancel)
-                model(batch.to(device), use_cache=False)
+            run_batches(model, list(input_ids.split(8)), cancel=cancel)
     finally:
         for h in hooks:
             h.remove()

@@ -18,6 +18,7 @@ import torch
 from analysis.defaults import RESCALES  # defined there: the CLI's --help stays torch-free
 from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
+from analysis.models.forward import is_streamed
 from analysis.models.load import TILE_ROWS, linear_layers
 from analysis.io.model_dir import save_model_dir
 from analysis.shrink.strategies import STRATEGIES, Selection, get_strategy
@@ -149,6 +150,9 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
         raise AnalysisError(f"Got {len(selections)} selections for {len(layers)} linear-attention layers.")
     adapter.check_key_dims(dims, next(model.parameters()).device.type)  # e.g. KDA's GPU minimum
     readout = adapter.readout_key_dims(model) if rescale == "original" else None
+    if is_streamed(model):  # never held whole: a view that slices each unit as it is read
+        from analysis.shrink.prune_streamed import pruned_view
+        return pruned_view(model, selections, readout, reduce_rows)
     new = adapter.pruned_model(model, dims, readout)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     module_names = {id(m): n for n, m in model.named_modules()}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from analysis.shrink.calibration import Calibration
+from analysis.models.forward import weights_of
 from analysis.models.layers import qk_rows  # noqa: F401  (re-exported for the strategies)
 
 
@@ -54,7 +55,10 @@ def key_head_block(tensor: torch.Tensor, rows, layer) -> torch.Tensor:
 
 
 def qk_weights(model):
-    """Per linear layer (Wq, Wk) as [Hk, dk, hidden] fp32 copies (the rows the adapter names)."""
-    return [(key_head_block(layer.module.get_parameter(q.param), q, layer),
-             key_head_block(layer.module.get_parameter(k.param), k, layer))
-            for layer, q, k in qk_rows(model)]
+    """Per linear layer (Wq, Wk) as [Hk, dk, hidden] fp32 copies (the rows the adapter names), one layer at a
+    time: a streamed model reads that layer's weights for it and releases them before the next one."""
+    for layer, q, k in qk_rows(model):
+        with weights_of(model, layer.module):
+            pair = (key_head_block(layer.module.get_parameter(q.param), q, layer),
+                    key_head_block(layer.module.get_parameter(k.param), k, layer))
+        yield pair

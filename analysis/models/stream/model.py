@@ -1,0 +1,94 @@
+"""StreamedModel: what the core holds instead of a model that does not fit its memory budget.
+
+It answers what the core asks a model — its config, its modules (the family's adapter walks them to find the
+linear layers, their heads and dims), `parameters()` for devices, dtypes and counts — from the skeleton, whose
+parameters are on the meta device; `parameters()` yields stand-ins of the right shape, dtype and device that own
+one element each. Running it goes through `run(batches, ...)` (analysis.models.forward.run_batches), which reads
+each layer once for all the batches; `model(ids)` is the same run for one batch, with its whole logits.
+Hooks the core puts on a linear layer fire when that layer runs, as in an in-memory forward.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from analysis.models.stream.runner import Runner, learn_output
+from analysis.models.stream.skeleton import Skeleton
+
+
+class StreamedModel:
+    streamed = True
+
+    def __init__(self, skeleton: Skeleton, device: torch.device, limit: float, sample_ids: torch.Tensor):
+        self.skeleton = skeleton
+        self.device = device
+        self.limit = limit
+        self.shape = learn_output(skeleton, sample_ids)
+        self.on_block = None      # progress(done, total, bytes read, seconds): set by the CLI or a dashboard job
+        self.last_run: dict = {}
+
+    # ---- what the core reads of a model ------------------------------------------------------------
+    @property
+    def config(self):
+        return self.skeleton.model.config
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("skeleton",):
+            raise AttributeError(name)
+        return getattr(self.skeleton.model, name)  # model.model.layers, named_modules(), ... (meta weights)
+
+    def parameters(self, recurse: bool = True):
+        for p in self.skeleton.model.parameters():
+            yield torch.empty((), dtype=p.dtype, device=self.device).expand(p.shape)
+
+    def named_parameters(self, *args, **kwargs):
+        for name, p in self.skeleton.model.named_parameters(*args, **kwargs):
+            yield name, torch.empty((), dtype=p.dtype, device=self.device).expand(p.shape)
+
+    def eval(self):
+        return self
+
+    @property
+    def blocks(self) -> int:
+        return len(self.skeleton.block_units())
+
+    @property
+    def largest_unit_bytes(self) -> int:
+        return max(u.nbytes for u in self.skeleton.units)
+
+    def weights_of(self, module):
+        """analysis.models.forward.weights_of: the unit holding `module`, materialised while inside."""
+        return self.skeleton.materialized(self.skeleton.unit_holding(module))
+
+    # ---- running -----------------------------------------------------------------------------------
+    def run(self, batches, *, on_logits=None, cancel=None, progress=None, hidden_limit=None, logits_limit=None):
+        """See analysis.models.forward.run_batches."""
+        from analysis.models import limits
+        budget = self.limit - self.largest_unit_bytes
+        work = max((limits.block_work_bytes(self, b.shape[0], b.shape[1]) for b in batches), default=0)
+        spare = max(budget - work, 0)
+        runner = Runner(self.skeleton, self.shape,
+                        hidden_limit=spare if hidden_limit is None else hidden_limit,
+                        logits_limit=max(spare // 2, 1) if logits_limit is None else logits_limit)
+        def report(*args):
+            for callback in (progress, self.on_block):
+                if callback is not None:
+                    callback(*args)
+        runner.run(batches, on_logits=on_logits, cancel=cancel, progress=report, device=self.device)
+        self.last_run = {"spilled": runner.last_spilled}
+
+    def __call__(self, input_ids=None, use_cache=False, **kwargs):
+        if kwargs.get("labels") is not None or kwargs.get("inputs_embeds") is not None:
+            raise TypeError("a streamed model takes input_ids only")
+        parts = []
+        self.run([input_ids], on_logits=lambda _m, _first, logits: parts.append(logits))
+        return SimpleNamespace(logits=torch.cat(parts, dim=1))
+
+    def save_pretrained(self, save_directory, safe_serialization: bool = True, **_ignored) -> None:
+        """Config and safetensors one unit at a time, sharded like the checkpoint read (analysis.models.stream.save)."""
+        from analysis.models.stream.save import save_streamed
+        save_streamed(self, save_directory)
+
+    def close(self) -> None:
+        self.skeleton.files.close()

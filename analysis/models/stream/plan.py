@@ -1,0 +1,66 @@
+"""When a model is streamed, and the line that says so.
+
+A model whose weights fit what the request may hold (its `--max-memory` budget, by default half of the memory
+available) loads whole, as always. One that does not is streamed when its checkpoint really holds those weights on
+disk (a config claiming 100,000 layers over a two-layer file is refused as too big, not streamed) and the largest
+unit — a decoder layer, or the embeddings / LM head — fits the budget on its own; otherwise one sentence names
+that unit's size. Streaming runs on the CPU.
+"""
+from __future__ import annotations
+
+import torch
+
+from analysis.errors import AnalysisError
+from analysis.models import budget, limits
+from analysis.models.stream.files import CheckpointFiles
+
+
+def streamable(files: CheckpointFiles, params: int, device: torch.device) -> bool:
+    """The files hold (about) the config's parameters, and the device is the CPU."""
+    stored = sum(torch.Size(e.shape).numel() for e in files.entries.values())
+    return device.type == "cpu" and stored >= params
+
+
+def open_streamed(path, files: CheckpointFiles, adapter, dtype: torch.dtype, device: torch.device):
+    """The StreamedModel of a checkpoint over the budget; one sentence when even its largest unit is over it."""
+    from transformers import AutoConfig
+
+    from analysis.models.stream.model import StreamedModel
+    from analysis.models.stream.skeleton import Skeleton, build
+    skeleton_model = build(AutoConfig.from_pretrained(path), dtype)
+    skeleton = Skeleton(skeleton_model, files, adapter.decoder_layers(skeleton_model), dtype)
+    limit, how = limits.allowed(device)
+    largest = max(skeleton.units, key=lambda u: u.nbytes)
+    params = sum(p.numel() for p in skeleton.model.parameters())
+    element = torch.empty((), dtype=dtype).element_size()
+    if largest.nbytes > limit:
+        kind = "block" if largest.block is not None else "part"
+        raise AnalysisError(f"The model in {path} ({params:,} parameters in {_dtype(dtype)}) needs about "
+                            f"{limits.size_text(params * element)} of memory, more than {how}, and streamed one "
+                            f"block at a time it still holds its largest {kind} ({largest.name}, "
+                            f"{limits.size_text(largest.nbytes)} in {_dtype(dtype)}), which does not fit either; "
+                            f"{_advice(dtype, limit, largest.nbytes)}.")
+    model = StreamedModel(skeleton, device, limit, torch.zeros(1, 1, dtype=torch.long))
+    model.analysis_streaming = message(model, files, limit)
+    return model
+
+
+def message(model, files: CheckpointFiles, limit: float) -> str:
+    """`streaming: one block at a time (8 blocks, 31.2 GB on disk, largest block 1.9 GB), budget 4.0 GiB`."""
+    blocks = model.skeleton.block_units()
+    largest = max(u.nbytes for u in blocks)
+    chosen = budget.current()
+    said = budget.size_text(limit) + ("" if chosen is not None else " (half of the memory available)")
+    return (f"streaming: one block at a time ({len(blocks)} blocks, {limits.size_text(files.total_bytes)} on disk, "
+            f"largest block {limits.size_text(largest)}), budget {said}")
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _advice(dtype: torch.dtype, limit: float, need: float) -> str:
+    raise_it = f"raise --max-memory above {budget.size_text(need * 1.25)}"
+    if torch.empty((), dtype=dtype).element_size() > 2:
+        return f"load it in bfloat16 (--dtype bfloat16, half the bytes) or on a GPU (--device cuda), or {raise_it}"
+    return f"load it on a GPU (--device cuda), or {raise_it}"

@@ -1,0 +1,192 @@
+"""Push a list of batches through a model one decoder layer at a time: each layer's weights are read once, every
+batch goes through it, and it is released before the next one is read.
+
+What a decoder layer needs besides the hidden states (rotary position embeddings, attention masks, Zamba2's
+original embeddings, ...) is whatever the model's own forward passes it, so nothing is re-derived here: a
+*capture* runs the model's forward on each batch with every layer replaced by a recorder that keeps its arguments
+and hands the hidden states on unchanged (only the embeddings run; the last recorder stops the forward). The
+layers then run on those arguments, batch after batch, exactly as the model's loop would call them — the same
+operations on the same inputs as an in-memory forward of the same batches. The *tail* (final norm, LM head and
+whatever the family does to its logits) is the model's own forward again, on placeholder embeddings, with every
+layer replaying the last layer's output; it runs on chunks of the tokens so the logits never exceed the budget.
+
+A recorder must return what a layer returns (a tensor, or a tuple whose first item is the hidden state), which the
+layer itself shows once: `learn_output` runs the first layer on one token when the model is opened.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+from analysis.errors import AnalysisError
+from analysis.models.stream.hidden import HiddenStates
+from analysis.runtime.cancel import check
+
+
+class _Stop(Exception):
+    """Raised by the last recorder: the capture needs nothing after the layers."""
+
+
+def hidden_of(args, kwargs) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_hidden(args, kwargs, hidden):
+    if args:
+        return (hidden, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": hidden}
+
+
+class OutputShape:
+    """What a decoder layer returns, learned from the layer itself: a tensor, or a tuple led by the hidden state."""
+
+    def __init__(self, example):
+        if torch.is_tensor(example):
+            self.rest = None
+        elif isinstance(example, tuple) and example and torch.is_tensor(example[0]):
+            if any(torch.is_tensor(x) for x in example[1:]):
+                raise AnalysisError("This model's layers pass tensors besides the hidden state from one to the next, "
+                                    "so it cannot be run one layer at a time; load it whole (raise --max-memory).")
+            self.rest = tuple(example[1:])
+        else:
+            raise AnalysisError(f"This model's layers return {type(example).__name__}, not the hidden state, so it "
+                                "cannot be run one layer at a time; load it whole (raise --max-memory).")
+
+    def wrap(self, hidden):
+        return hidden if self.rest is None else (hidden, *self.rest)
+
+    @staticmethod
+    def first(output):
+        return output if torch.is_tensor(output) else output[0]
+
+
+@contextlib.contextmanager
+def _layers_replaced(layers, forward_of):
+    """Each layer's forward replaced by forward_of(index) while inside (an instance attribute; hooks still fire)."""
+    for i, layer in enumerate(layers):
+        layer.forward = forward_of(i)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
+
+
+def learn_output(skeleton, sample_ids: torch.Tensor) -> OutputShape:
+    """Run the model's forward on one token until the first layer returns, and keep the shape of what it returned."""
+    seen = {}
+    first = skeleton.layers[0]
+    original = first.forward
+
+    def probe(*args, **kwargs):
+        seen["out"] = original(*args, **kwargs)
+        raise _Stop
+
+    unit = skeleton.block_units()[0]
+    with torch.no_grad(), skeleton.materialized(unit), skeleton.rest_on_demand():
+        first.forward = probe
+        try:
+            skeleton.model(input_ids=sample_ids[:1, :1], use_cache=False)
+        except _Stop:
+            pass
+        finally:
+            del first.forward
+    if "out" not in seen:
+        raise AnalysisError("This model's forward never reached its first layer, so it cannot be run one layer at a "
+                            "time; load it whole (raise --max-memory).")
+    return OutputShape(seen["out"])
+
+
+class Runner:
+    """Runs batches through a Skeleton block by block (see the module docstring)."""
+
+    def __init__(self, skeleton, shape: OutputShape, hidden_limit: float, logits_limit: float):
+        self.skeleton, self.shape = skeleton, shape
+        self.hidden_limit, self.logits_limit = hidden_limit, logits_limit
+        self.last_spilled = False
+
+    def capture(self, batches, device) -> tuple[list, list]:
+        """(initial hidden state per batch, per batch the (args, kwargs) of every layer, hidden state left out)."""
+        layers = self.skeleton.layers
+        starts, records = [], []
+        for ids in batches:
+            calls = [None] * len(layers)
+
+            def recorder(i):
+                def record(*args, **kwargs):
+                    hidden = hidden_of(args, kwargs)
+                    if i == 0:
+                        starts.append(hidden)
+                    calls[i] = _with_hidden(args, kwargs, None)
+                    if i == len(layers) - 1:
+                        raise _Stop
+                    return self.shape.wrap(hidden)
+                return record
+            with _layers_replaced(layers, recorder):
+                try:
+                    self.skeleton.model(input_ids=ids.to(device), use_cache=False)
+                except _Stop:
+                    pass
+            if any(c is None for c in calls):
+                raise AnalysisError("This model's forward did not call every layer once, so it cannot be run one "
+                                    "layer at a time; load it whole (raise --max-memory).")
+            records.append(calls)
+        return starts, records
+
+    def run(self, batches, *, on_logits=None, cancel=None, progress=None, device="cpu", grad_steps=None) -> None:
+        """Every batch through every layer; then on_logits(batch index, first position, logits [b, n, V]) per chunk
+        of tokens when asked. progress(units done, units, bytes read) after each layer."""
+        sk = self.skeleton
+        units = sk.block_units()
+        total = len(units) + (1 if on_logits else 0)
+        start_bytes = sk.files.bytes_read
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.no_grad())
+            with sk.rest_on_demand(keep=True):  # the embeddings, read once for every capture
+                starts, records = self.capture(batches, device)
+            sizes = [h.numel() * h.element_size() for h in starts]
+            self.last_spilled = sum(sizes) > self.hidden_limit
+            store = HiddenStates(sizes, spill=self.last_spilled)
+            stack.callback(store.close)
+            for m, h in enumerate(starts):
+                store.put(m, h)
+            del starts
+            began = time.perf_counter()
+            for i, (layer, unit) in enumerate(zip(sk.layers, units)):
+                check(cancel)
+                with sk.materialized(unit):
+                    for m, calls in enumerate(records):
+                        check(cancel)
+                        args, kwargs = _with_hidden(*calls[i], store.get(m))
+                        store.put(m, self.shape.first(layer(*args, **kwargs)))
+                        calls[i] = None  # this layer's arguments are not needed again
+                if progress:
+                    progress(i + 1, total, sk.files.bytes_read - start_bytes, time.perf_counter() - began)
+            if on_logits:
+                self._tail(store, batches, on_logits, cancel, device)
+                if progress:
+                    progress(total, total, sk.files.bytes_read - start_bytes, time.perf_counter() - began)
+
+    def _tail(self, store, batches, on_logits, cancel, device) -> None:
+        """Final norm, LM head and the family's logit scaling: the model's own forward over replayed layers."""
+        sk = self.skeleton
+        model = sk.model
+        vocab = int(model.config.get_text_config().vocab_size) if hasattr(model.config, "get_text_config") \
+            else int(model.config.vocab_size)
+        replay = {}
+        with sk.rest_on_demand(keep=True), \
+                _layers_replaced(sk.layers, lambda _i: lambda *a, **k: self.shape.wrap(replay["h"])):
+            for m, ids in enumerate(batches):
+                hidden = store.get(m)
+                b, t = hidden.shape[:2]
+                per_token = b * vocab * 4 * 3  # logits in the model's dtype, an fp32 copy, a log-softmax
+                chunk = max(1, min(t, int(self.logits_limit // max(per_token, 1))))
+                for first in range(0, t, chunk):
+                    check(cancel)
+                    replay["h"] = hidden[:, first:first + chunk]
+                    dummy = torch.zeros_like(replay["h"])
+                    logits = model(inputs_embeds=dummy, use_cache=False).logits
+                    on_logits(m, first, logits)
+                    del logits

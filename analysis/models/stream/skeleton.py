@@ -1,0 +1,262 @@
+"""A model built without memory, whose weights are materialised one unit at a time and released again.
+
+The skeleton is the family's own model class built on the meta device (transformers' own `from_pretrained` builds
+on meta too), with its non-persistent buffers (rotary frequencies, Falcon-H1's μP vector) made real and
+initialised by the model's `_init_weights`, as transformers does after a load. A *unit* is one decoder layer (the
+blocks the family's adapter lists) or one module outside them that owns weights (embeddings, the final norm, the
+LM head). `materialize(unit)` reads that unit's tensors from the checkpoint and loads them through transformers'
+own loading step (`convert_and_load_state_dict_in_model`: the family's key renaming and weight conversions, e.g.
+per-expert weights fused, and its dtype rules), so a materialised unit holds exactly the tensors a full
+`from_pretrained` would; `release(unit)` puts the meta tensors back. Tied weights (LM head = embeddings, Zamba2's
+shared transformer) are read under the name the checkpoint keeps and bound to every name that uses them.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from analysis.errors import AnalysisError
+from analysis.models.stream.files import CheckpointFiles
+
+
+@dataclass
+class Unit:
+    """One decoder layer (`block` is its index) or one module outside the layers that owns weights."""
+    name: str                          # module path, e.g. "model.layers.3" or "lm_head"
+    block: int | None                  # index among the decoder layers, None for the rest
+    slots: list = field(default_factory=list)   # (owner module, attribute, is parameter, meta tensor, full name)
+    keys: list[str] = field(default_factory=list)   # checkpoint tensors to read
+    nbytes: int = 0                    # bytes once materialised at the compute dtype
+    stored_bytes: int = 0              # bytes read from disk
+
+
+def build(config, dtype: torch.dtype):
+    """The model class of `config` (a transformers config) on the meta device, non-persistent buffers real."""
+    from transformers import AutoModelForCausalLM
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    for name, buf in list(model.named_non_persistent_buffers()):
+        parent, _, leaf = name.rpartition(".")
+        model.get_submodule(parent).register_buffer(leaf, torch.empty_like(buf, device="cpu"), persistent=False)
+    model.initialize_weights()  # meta parameters are untouched; the real buffers get their values
+    return model.eval()
+
+
+class Skeleton:
+    """The meta model of a checkpoint plus what it takes to materialise any unit of it (from the checkpoint's
+    files; a pruned view derives its units from another skeleton instead, analysis.models.stream.pruned)."""
+
+    def __init__(self, model, files: CheckpointFiles | None, decoder_layers, dtype: torch.dtype):
+        self.model, self.files, self.dtype = model, files, dtype
+        self.layers = list(decoder_layers)
+        self.units = self._units()
+        self._aliases = self._alias_groups()
+        self._slots = {full: (module, attr, is_param, meta) for u in self.units
+                       for module, attr, is_param, meta, full in u.slots}
+        self._unit_of = {full: u for u in self.units for *_, full in u.slots}
+        self.live: set[str] = set()
+        if files is not None:
+            from transformers.conversion_mapping import get_model_conversion_mapping
+            from transformers.modeling_utils import LoadStateDictConfig
+            self._load_config = LoadStateDictConfig(dtype=dtype, dtype_plan=model._get_dtype_plan(dtype),
+                                                    weight_mapping=get_model_conversion_mapping(model),
+                                                    device_map={"": "cpu"})
+            self._assign_keys()
+
+    # ---- structure ----------------------------------------------------------------------------------
+    def _units(self) -> list[Unit]:
+        names = {id(m): n for n, m in self.model.named_modules(remove_duplicate=False)}
+        layer_names = [names[id(layer)] for layer in self.layers]
+        units = {n: Unit(n, i) for i, n in enumerate(layer_names)}
+        order = list(layer_names)
+        for module_name, module in self.model.named_modules(remove_duplicate=False):
+            owner = next((n for n in layer_names if module_name == n or module_name.startswith(n + ".")), None)
+            tensors = [(a, True, p) for a, p in module._parameters.items() if p is not None]
+            tensors += [(a, False, b) for a, b in module._buffers.items()
+                        if b is not None and a not in module._non_persistent_buffers_set]
+            if not tensors:
+                continue
+            if owner is None:
+                owner = module_name
+                if owner not in units:
+                    units[owner] = Unit(owner, None)
+                    order.append(owner)
+            unit = units[owner]
+            for attr, is_param, tensor in tensors:
+                full = f"{module_name}.{attr}" if module_name else attr
+                unit.slots.append((module, attr, is_param, tensor, full))
+        for unit in units.values():
+            seen = {}
+            for *_, tensor, _full in unit.slots:
+                seen[id(tensor)] = tensor.numel() * tensor.element_size()
+            unit.nbytes = sum(seen.values())
+        return [units[n] for n in order]
+
+    def _alias_groups(self) -> dict[str, list[str]]:
+        """full name -> every full name bound to the same tensor (tied weights), itself included."""
+        by_tensor: dict[int, list[str]] = {}
+        for unit in self.units:
+            for *_, tensor, full in unit.slots:
+                by_tensor.setdefault(id(tensor), []).append(full)
+        return {full: names for names in by_tensor.values() for full in names}
+
+    def _assign_keys(self) -> None:
+        """Which checkpoint tensors each unit reads: transformers' renaming maps a stored name to the model's."""
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+        mapping = self._load_config.weight_mapping or []
+        renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
+        converters = [m for m in mapping if isinstance(m, WeightConverter)]
+        meta_state = self.model.state_dict()
+        unit_of = {full: unit for unit in self.units for *_, full in unit.slots}
+        loaded_by: dict[str, str] = {}   # model name -> a checkpoint key that loads it
+        for key in sorted(self.files.entries):
+            target, _ = rename_source_key(key, renamings, converters, self.model.base_model_prefix, meta_state)
+            if target not in meta_state and key in meta_state:
+                target = key
+            unit = unit_of.get(target)
+            if unit is None:
+                continue  # not a weight of this model (check_tensors refused unexpected ones already)
+            loaded_by[target] = key
+            unit.keys.append(key)
+        for unit in self.units:
+            for *_, full in unit.slots:
+                if full in loaded_by:
+                    continue
+                source = next((loaded_by[a] for a in self._aliases[full] if a in loaded_by), None)
+                if source is None:
+                    raise AnalysisError(f"No shard of {self.files.path} holds {full} (nor a tensor tied to it); "
+                                        "re-save or re-download the model.")
+                if source not in unit.keys:
+                    unit.keys.append(source)
+            unit.stored_bytes = sum(self.files.entries[k].nbytes for k in unit.keys)
+
+    def unit(self, name: str) -> Unit:
+        return next(u for u in self.units if u.name == name)
+
+    def unit_holding(self, module) -> Unit:
+        """The unit whose weights `module` (the model's own, or one inside it) uses."""
+        for unit, layer in zip(self.block_units(), self.layers):
+            if any(m is module for m in layer.modules()):
+                return unit
+        name = next(n for n, m in self.model.named_modules(remove_duplicate=False) if m is module)
+        return next(u for u in self.rest_units() if u.name == name or u.name.startswith(name + "."))
+
+    def block_units(self) -> list[Unit]:
+        return [u for u in self.units if u.block is not None]
+
+    def rest_units(self) -> list[Unit]:
+        return [u for u in self.units if u.block is None]
+
+    # ---- materialise / release -------------------------------------------------------------------------
+    def materialize(self, unit: Unit) -> None:
+        """Give every name of the unit its real tensor (tied names included)."""
+        if unit.name in self.live:
+            return
+        self._load(unit)
+        self._bind(unit)
+        self.live.add(unit.name)
+
+    def _load(self, unit: Unit) -> None:
+        """Read the unit's tensors and load them into the model, as from_pretrained would."""
+        from transformers.core_model_loading import convert_and_load_state_dict_in_model
+        state = {key: self.files.read(key) for key in unit.keys}
+        with _sequential_load():
+            info, _ = convert_and_load_state_dict_in_model(self.model, state, self._load_config)
+        del state
+        if info.mismatched_keys or info.conversion_errors:
+            bad = sorted(str(k[0] if isinstance(k, tuple) else k) for k in
+                         [*info.mismatched_keys, *info.conversion_errors])
+            raise AnalysisError(f"The weights of {unit.name} in {self.files.path} do not fit its config.json "
+                                f"({', '.join(bad[:3])}); re-save the model with save_pretrained.")
+
+    def _bind(self, unit: Unit) -> None:
+        """Every name of the unit gets its real tensor (tied names too); names outside live units go back to meta."""
+        slots = self._slots
+        mine = {full for *_, full in unit.slots}
+        for full in mine:
+            group = self._aliases[full]
+            value = next((_current(*slots[a][:2]) for a in group if not _current(*slots[a][:2]).is_meta), None)
+            if value is None:
+                raise AnalysisError(f"{full} was not found in the checkpoint; re-save the model.")
+            for alias in group:
+                module, attr, is_param, meta = slots[alias]
+                if alias in mine:
+                    _set(module, attr, is_param, value)
+                elif self._unit_of[alias].name not in self.live:
+                    _set(module, attr, is_param, meta)
+
+    def values(self, unit: Unit) -> dict:
+        """{full name: real tensor} of a materialised unit."""
+        return {full: _current(module, attr) for module, attr, _p, _m, full in unit.slots}
+
+    def set_values(self, unit: Unit, values: dict) -> None:
+        """Load {full name: tensor} into the unit's slots (a derived view's own loading step), shapes checked."""
+        for module, attr, is_param, meta, full in unit.slots:
+            value = values[full]
+            if tuple(value.shape) != tuple(meta.shape):
+                raise AnalysisError(f"{full} came out {list(value.shape)} instead of {list(meta.shape)}; this is a "
+                                    "bug in the pruned view.")
+            _set(module, attr, is_param, value.to(meta.dtype))
+
+    def release(self, unit: Unit) -> None:
+        for module, attr, is_param, meta, _full in unit.slots:
+            _set(module, attr, is_param, meta)
+        self.live.discard(unit.name)
+
+    @contextlib.contextmanager
+    def materialized(self, unit: Unit):
+        self.materialize(unit)
+        try:
+            yield
+        finally:
+            self.release(unit)
+
+    @contextlib.contextmanager
+    def rest_on_demand(self, keep: bool = False):
+        """While inside, every module outside the decoder layers that owns weights gets them just before it runs
+        (the embeddings in a capture, the final norm and LM head in a tail) and gives them back right after, or,
+        with `keep`, when the block ends (several forwards in a row read them once)."""
+        hooks = []
+        for unit in self.rest_units():
+            module = self.model.get_submodule(unit.name)
+            hooks.append(module.register_forward_pre_hook(lambda _m, _a, u=unit: self.materialize(u)))
+            if not keep:
+                hooks.append(module.register_forward_hook(lambda _m, _a, _o, u=unit: self.release(u)))
+        try:
+            yield
+        finally:
+            for h in hooks:
+                h.remove()
+            for unit in self.rest_units():
+                self.release(unit)
+
+
+def _current(module, attr):
+    return module._parameters[attr] if attr in module._parameters else module._buffers[attr]
+
+
+def _set(module, attr, is_param, value) -> None:
+    if is_param:
+        if not isinstance(value, torch.nn.Parameter):
+            value = torch.nn.Parameter(value, requires_grad=value.is_floating_point())
+        module._parameters[attr] = value
+    else:
+        module._buffers[attr] = value
+
+
+@contextlib.contextmanager
+def _sequential_load():
+    """transformers loads with a thread pool unless told not to; one unit is small, and the host's cores are busy."""
+    key = "HF_DEACTIVATE_ASYNC_LOAD"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
