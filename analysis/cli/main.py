@@ -21,6 +21,14 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH|-", help="write machine-readable results to PATH, or stdout with -")
 
 
+def add_memory_arg(p: argparse.ArgumentParser) -> None:
+    from analysis.cli.commands.checks import memory_size
+    p.add_argument("--max-memory", type=memory_size, metavar="SIZE", default=None,
+                   help="memory this command may use beyond the interpreter and its libraries, e.g. 4GiB or 500MiB "
+                        "(default: half of the memory available); a model whose weights do not fit is read one "
+                        "block at a time from its safetensors files")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from analysis.cli import commands
     parser = _Parser(prog="python -m analysis", description=(
@@ -32,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         setup(p)
         if name not in ("models", "train", "card"):
             _model_args(p)
+        if name != "models":
+            add_memory_arg(p)
         elif name == "models":
             p.add_argument("--json", metavar="PATH|-", help="write the list to PATH, or stdout with -")
         p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
@@ -71,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             from analysis.runtime.process import exit_on_ctrl_c, ready
             with exit_on_ctrl_c():  # Ctrl-C during the heavy imports ends the process at once (nothing to clean
                 ready()             # up yet; a KeyboardInterrupt inside a half-done import can break numpy/torch)
+            from analysis.models import budget
+            budget.note_baseline()  # what --max-memory counts from: the interpreter and its libraries
+            budget.set_budget(getattr(args, "max_memory", None))
         args.run(args)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)

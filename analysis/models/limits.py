@@ -149,7 +149,8 @@ def block_work_bytes(model, batch: int, tokens: int) -> int:
 def recurrence_bytes(batch: int, tokens: int, heads: int, dk: int, dv: int) -> int:
     """One layer's chunked recurrence: q, k, v, o and their chunked copies, intra-chunk weights, and the
     states after every token of one chunk (what state collection reads)."""
-    return 4 * batch * heads * (3 * tokens * (2 * dk + 2 * dv) + tokens * CHUNK + 2 * CHUNK * dk * dv)
+    chunk = min(tokens, CHUNK)
+    return 4 * batch * heads * (3 * tokens * (2 * dk + 2 * dv) + tokens * chunk + 2 * chunk * dk * dv)
 
 
 def forward_bytes(model, batch: int, tokens: int, logits_copies: int = 2) -> int:

@@ -19,7 +19,7 @@ from analysis.data import inputs
 from analysis.runtime.backend import observe_recurrences
 from analysis.runtime.cancel import check
 from analysis.errors import AnalysisError
-from analysis.models.forward import run_batches
+from analysis.models.forward import is_streamed, run_batches
 from analysis.models.layers import attention_layers, linear_layers, qk_rows
 
 DRRQR_ROWS = 5000  # sampled rows of [A_q; A_k] per head, as in the reference method
@@ -135,7 +135,13 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
 
 
 def _qk_gradients(model, input_ids: torch.Tensor, cancel=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Gradients for q/k projections only, on a private copy (the shared model is never touched)."""
+    """Gradients for q/k projections only, on a private copy (the shared model is never touched); a streamed model
+    one layer at a time (analysis.models.stream.gradients), with the same sums."""
+    if is_streamed(model):
+        names = {id(m): n for n, m in model.named_modules()}
+        wanted = [f"{names[id(layer.module)]}.{rows.param}" for layer, q, k in qk_rows(model) for rows in (q, k)]
+        grads = model.parameter_gradients(list(input_ids.split(4)), wanted, cancel)
+        return [(grads[wanted[2 * i]], grads[wanted[2 * i + 1]]) for i in range(len(wanted) // 2)]
     work = copy.deepcopy(model).float()
     work.requires_grad_(False)
     params = []

@@ -75,3 +75,16 @@ def number_list(lo: float | None = None, hi: float | None = None, integer: bool 
         return values
     parse.__name__ = "list"
     return parse
+
+
+def memory_size(text: str) -> int:
+    """A memory budget such as 4GiB or 500MiB, in bytes (analysis.models.budget.parse_size's sentence otherwise)."""
+    from analysis.errors import AnalysisError
+    from analysis.models.budget import parse_size
+    try:
+        return parse_size(text)
+    except AnalysisError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--max-memory ").rstrip(".")) from None
+
+
+memory_size.__name__ = "memory size"

@@ -33,10 +33,20 @@ def load(args):
     """(model, tokenizer, metadata) for the model the arguments name."""
     from analysis.models import load as models
     model = models.load_model(args.model, device=args.device, dtype=args.dtype)
+    streamed_note(args, model)
     info = models.describe(model)
     meta = {"model": model.analysis_name, "source": model.analysis_source, "model_type": info.model_type,
             "device": info.device, "dtype": info.dtype}
     return model, models.load_tokenizer(model), meta
+
+
+def streamed_note(args, model) -> None:
+    """A model over the memory budget says so in one line on stderr, and draws a bar per pass over its blocks."""
+    note = getattr(model, "analysis_streaming", None)
+    if note:
+        print(note, file=sys.stderr, flush=True)
+        from analysis.cli.commands.progress import block_bar
+        model.on_block = block_bar(args)
 
 
 def text_batch(args, tokenizer, model):

@@ -60,3 +60,24 @@ def say(args, line: str) -> None:
     from tqdm import tqdm
     tqdm.write(line, file=sys.stdout)
     sys.stdout.flush()
+
+
+def block_bar(args):
+    """progress(done, total, bytes read, seconds) of a streamed model's passes: one bar per pass over its blocks,
+    with the bytes read so far (tqdm adds the rate and the ETA)."""
+    from tqdm import tqdm
+    state = {"bar": None}
+
+    def update(done: int, total: int, bytes_read: int, _seconds: float) -> None:
+        b = state["bar"]
+        if b is None or done < b.n:
+            if b is not None:
+                b.close()
+            b = state["bar"] = tqdm(total=total, desc="streaming: blocks", unit="block", file=sys.stderr,
+                                    disable=quiet(args), dynamic_ncols=True, mininterval=0.5, delay=DELAY_S)
+        b.set_postfix_str(f"{bytes_read / 1e9:.2f} GB read", refresh=False)
+        b.update(done - b.n)
+        if done >= total:
+            b.close()
+            state["bar"] = None
+    return update

@@ -78,6 +78,14 @@ class StreamedModel:
         runner.run(batches, on_logits=on_logits, cancel=cancel, progress=report, device=self.device)
         self.last_run = {"spilled": runner.last_spilled}
 
+    def parameter_gradients(self, batches, names: list[str], cancel=None) -> dict:
+        """{full name: float32 gradient} of Σ batch loss × batch size (analysis.models.stream.gradients)."""
+        from analysis.models import limits
+        from analysis.models.stream.gradients import parameter_gradients
+        work = max((limits.block_work_bytes(self, b.shape[0], b.shape[1]) for b in batches), default=0)
+        spare = max(self.limit - 3 * self.largest_unit_bytes - 3 * work, 0)
+        return parameter_gradients(self, batches, names, cancel, hidden_limit=spare)
+
     def __call__(self, input_ids=None, use_cache=False, **kwargs):
         if kwargs.get("labels") is not None or kwargs.get("inputs_embeds") is not None:
             raise TypeError("a streamed model takes input_ids only")

@@ -33,7 +33,7 @@ def hidden_of(args, kwargs) -> torch.Tensor:
     return args[0] if args else kwargs["hidden_states"]
 
 
-def _with_hidden(args, kwargs, hidden):
+def with_hidden(args, kwargs, hidden):
     if args:
         return (hidden, *args[1:]), kwargs
     return args, {**kwargs, "hidden_states": hidden}
@@ -63,7 +63,7 @@ class OutputShape:
 
 
 @contextlib.contextmanager
-def _layers_replaced(layers, forward_of):
+def layers_replaced(layers, forward_of):
     """Each layer's forward replaced by forward_of(index) while inside (an instance attribute; hooks still fire)."""
     for i, layer in enumerate(layers):
         layer.forward = forward_of(i)
@@ -119,12 +119,12 @@ class Runner:
                     hidden = hidden_of(args, kwargs)
                     if i == 0:
                         starts.append(hidden)
-                    calls[i] = _with_hidden(args, kwargs, None)
+                    calls[i] = with_hidden(args, kwargs, None)
                     if i == len(layers) - 1:
                         raise _Stop
                     return self.shape.wrap(hidden)
                 return record
-            with _layers_replaced(layers, recorder):
+            with layers_replaced(layers, recorder):
                 try:
                     self.skeleton.model(input_ids=ids.to(device), use_cache=False)
                 except _Stop:
@@ -159,7 +159,7 @@ class Runner:
                 with sk.materialized(unit):
                     for m, calls in enumerate(records):
                         check(cancel)
-                        args, kwargs = _with_hidden(*calls[i], store.get(m))
+                        args, kwargs = with_hidden(*calls[i], store.get(m))
                         store.put(m, self.shape.first(layer(*args, **kwargs)))
                         calls[i] = None  # this layer's arguments are not needed again
                 if progress:
@@ -177,7 +177,7 @@ class Runner:
             else int(model.config.vocab_size)
         replay = {}
         with sk.rest_on_demand(keep=True), \
-                _layers_replaced(sk.layers, lambda _i: lambda *a, **k: self.shape.wrap(replay["h"])):
+                layers_replaced(sk.layers, lambda _i: lambda *a, **k: self.shape.wrap(replay["h"])):
             for m, ids in enumerate(batches):
                 hidden = store.get(m)
                 b, t = hidden.shape[:2]

@@ -58,6 +58,8 @@ class Skeleton:
                        for module, attr, is_param, meta, full in u.slots}
         self._unit_of = {full: u for u in self.units for *_, full in u.slots}
         self.live: set[str] = set()
+        self.cast: torch.dtype | None = None      # materialise as this dtype (a gradient pass: float32)
+        self.grad_names: set | None = None        # parameters that get requires_grad (None: transformers' default)
         if files is not None:
             from transformers.conversion_mapping import get_model_conversion_mapping
             from transformers.modeling_utils import LoadStateDictConfig
@@ -157,6 +159,13 @@ class Skeleton:
             return
         self._load(unit)
         self._bind(unit)
+        if self.cast is not None or self.grad_names is not None:
+            for module, attr, is_param, _meta, full in unit.slots:
+                value = _current(module, attr)
+                if self.cast is not None and value.is_floating_point():
+                    value = value.detach().to(self.cast)
+                wants = None if self.grad_names is None else full in self.grad_names
+                _set(module, attr, is_param, value, wants)
         self.live.add(unit.name)
 
     def _load(self, unit: Unit) -> None:
@@ -238,9 +247,11 @@ def _current(module, attr):
     return module._parameters[attr] if attr in module._parameters else module._buffers[attr]
 
 
-def _set(module, attr, is_param, value) -> None:
+def _set(module, attr, is_param, value, requires_grad: bool | None = None) -> None:
     if is_param:
-        if not isinstance(value, torch.nn.Parameter):
+        if requires_grad is not None:
+            value = torch.nn.Parameter(value.detach(), requires_grad=requires_grad)
+        elif not isinstance(value, torch.nn.Parameter):
             value = torch.nn.Parameter(value, requires_grad=value.is_floating_point())
         module._parameters[attr] = value
     else:
