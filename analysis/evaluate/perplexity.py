@@ -47,7 +47,9 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
         raise AnalysisError(f"Need 1 ≤ stride ≤ context, got context {context} and stride {stride}.")
     if max_tokens is not None and (int(max_tokens) != max_tokens or max_tokens < 1):
         raise AnalysisError(f"The number of tokens to score must be a whole number ≥ 1, got {max_tokens}.")
-    limits.check_forward(model, batch, context, "Scoring perplexity", "use a shorter --context", logits_copies=3)
+    batch = limits.fitting_batch(model, batch, context)
+    limits.check_forward(model, batch, context, "Scoring perplexity", "use a shorter --context", logits_copies=3,
+                         states=False)
     ids = data.encode(text, tokenizer) if text is not None else data.encoded_split(split, tokenizer)
     if max_tokens is not None:
         ids = ids[: max_tokens + 1]

@@ -138,31 +138,33 @@ def _shape(model) -> dict:
                 element=next(model.parameters()).element_size())
 
 
-def block_work_bytes(model, batch: int, tokens: int) -> int:
+def block_work_bytes(model, batch: int, tokens: int, states: bool = True) -> int:
     """One decoder layer's work on [batch, tokens] (its activations and recurrence) plus its input and output
     hidden states: what a streamed run holds besides the layer's weights and the other batches' hidden states."""
     s = _shape(model)
     bt = batch * tokens
-    return bt * (10 * s["hidden"] + 3 * s["inter"]) * 4 + recurrence_bytes(batch, tokens, s["heads"], s["dk"], s["dv"])
+    return bt * (10 * s["hidden"] + 3 * s["inter"]) * 4 + recurrence_bytes(batch, tokens, s["heads"], s["dk"], s["dv"],
+                                                                          states)
 
 
-def recurrence_bytes(batch: int, tokens: int, heads: int, dk: int, dv: int) -> int:
+def recurrence_bytes(batch: int, tokens: int, heads: int, dk: int, dv: int, states: bool = True) -> int:
     """One layer's chunked recurrence: q, k, v, o and their chunked copies, intra-chunk weights, and the
-    states after every token of one chunk (what state collection reads)."""
+    states after every token of one chunk (what state collection reads; states=False: the running state only)."""
     chunk = min(tokens, CHUNK)
-    return 4 * batch * heads * (3 * tokens * (2 * dk + 2 * dv) + tokens * chunk + 2 * chunk * dk * dv)
+    kept = chunk if states else 1
+    return 4 * batch * heads * (3 * tokens * (2 * dk + 2 * dv) + tokens * chunk + 2 * kept * dk * dv)
 
 
-def forward_bytes(model, batch: int, tokens: int, logits_copies: int = 2) -> int:
+def forward_bytes(model, batch: int, tokens: int, logits_copies: int = 2, states: bool = True) -> int:
     """A no-grad forward over [batch, tokens]: logits (model dtype + fp32 copies), one layer's activations
-    and recurrence at a time."""
+    and recurrence at a time (states: per-token states of a chunk are collected)."""
     s = _shape(model)
     bt = batch * tokens
     if getattr(model, "streamed", False):  # one layer's weights and work; the logits come in chunks of tokens
-        return model.largest_unit_bytes + block_work_bytes(model, batch, tokens) + batch * s["vocab"] * 4 * 3
+        return model.largest_unit_bytes + block_work_bytes(model, batch, tokens, states) + batch * s["vocab"] * 4 * 3
     logits = bt * s["vocab"] * (s["element"] + 4 * (logits_copies - 1))
     activations = bt * (8 * s["hidden"] + 3 * s["inter"]) * 4
-    return logits + activations + recurrence_bytes(batch, tokens, s["heads"], s["dk"], s["dv"])
+    return logits + activations + recurrence_bytes(batch, tokens, s["heads"], s["dk"], s["dv"], states)
 
 
 def training_bytes(model, batch: int, tokens: int) -> int:
@@ -174,9 +176,33 @@ def training_bytes(model, batch: int, tokens: int) -> int:
     return 3 * bt * s["vocab"] * 4 + s["layers"] * per_layer
 
 
+def fitting_batch(model, batch: int, tokens: int, states: bool = False, gradients: bool = False,
+                  reserve: int = 0) -> int:
+    """Sequences per forward (or per gradient step): `batch` in memory; streamed, at most `batch` and as many as the
+    budget holds (each layer then runs more, smaller batches over the same inputs; at least one, whose size the
+    checks judge)."""
+    if not getattr(model, "streamed", False):
+        return batch
+    limit, _ = allowed(next(model.parameters()).device)
+    need = (lambda b: streamed_gradient_bytes(model, b, tokens)) if gradients else \
+        (lambda b: forward_bytes(model, b, tokens, states=states))
+    while batch > 1 and limit is not None and need(batch) + reserve > limit:
+        batch //= 2
+    return batch
+
+
+def streamed_gradient_bytes(model, batch: int, tokens: int) -> int:
+    """A streamed gradient pass (analysis.models.stream.gradients) on [batch, tokens]: one layer in float32 (and its
+    stored dtype), its activations kept for the backward, and the logits of the loss."""
+    s = _shape(model)
+    fp32_layer = 4 * model.largest_unit_bytes // s["element"]
+    return (2 if s["element"] < 4 else 1) * fp32_layer + 2 * block_work_bytes(model, batch, tokens, False) \
+        + 3 * batch * tokens * s["vocab"] * 4
+
+
 def check_forward(model, batch: int, tokens: int, what: str, advice: str = "use fewer tokens or sequences",
-                  logits_copies: int = 2) -> None:
-    require(forward_bytes(model, batch, tokens, logits_copies),
+                  logits_copies: int = 2, states: bool = True) -> None:
+    require(forward_bytes(model, batch, tokens, logits_copies, states),
             f"{what} ({batch} × {tokens} tokens, logits alone {size_text(batch * tokens * model.config.vocab_size * 4)})",
             advice, next(model.parameters()).device)
 
@@ -190,6 +216,13 @@ def parameter_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+def calibration_kept_bytes(model, sequences: int, tokens: int) -> int:
+    """What calibration keeps for every layer: the ids and the post-conv q/k activations of every token (fp32)."""
+    s = _shape(model)
+    n_tokens = sequences * tokens
+    return 2 * 8 * n_tokens + 8 * sequences + s["layers"] * n_tokens * s["heads"] * s["dk"] * 4 * 2
+
+
 def calibration_bytes(model, sequences: int, tokens: int) -> int:
     """Calibration (analysis.shrink.calibration): the ids and their index tensor, every layer's post-conv q and k
     activations kept for all tokens (fp32), one forward of 8 sequences at a time, and the gradient pass
@@ -198,11 +231,14 @@ def calibration_bytes(model, sequences: int, tokens: int) -> int:
     n_tokens = sequences * tokens
     ids = 2 * 8 * n_tokens + 8 * sequences
     kept = s["layers"] * n_tokens * s["heads"] * s["dk"] * 4 * 2
+    if getattr(model, "streamed", False):  # batches as the budget holds them; gradients one layer at a time
+        held = ids + kept
+        forward = forward_bytes(model, fitting_batch(model, min(sequences, 8), tokens, reserve=held), tokens,
+                                states=False)
+        grads = streamed_gradient_bytes(model, fitting_batch(model, min(sequences, 4), tokens, gradients=True,
+                                                             reserve=held), tokens)
+        return ids + kept + max(forward, grads)
     forward = forward_bytes(model, min(sequences, 8), tokens)
-    if getattr(model, "streamed", False):  # gradients one layer at a time (analysis.models.stream.gradients)
-        fp32_layer = 4 * model.largest_unit_bytes // s["element"]
-        layer = training_bytes(model, min(sequences, 4), tokens) // max(s["layers"], 1)
-        return ids + kept + max(forward, 3 * fp32_layer + layer)
     grads = 4 * sum(p.numel() for p in model.parameters()) + training_bytes(model, min(sequences, 4), tokens)
     return ids + kept + max(forward, grads)
 

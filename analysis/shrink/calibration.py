@@ -19,6 +19,7 @@ from analysis.data import inputs
 from analysis.runtime.backend import observe_recurrences
 from analysis.runtime.cancel import check
 from analysis.errors import AnalysisError
+from analysis.models import limits
 from analysis.models.forward import is_streamed, run_batches
 from analysis.models.layers import attention_layers, linear_layers, qk_rows
 
@@ -64,7 +65,6 @@ class Calibration:
 def _check_enough(model, attns, input_ids: torch.Tensor) -> None:
     """Fewer activation rows than key channels leave PCA/DRRQR/Wanda statistics rank-deficient: refuse them;
     and the kept activations and the gradient pass must fit in memory."""
-    from analysis.models import limits
     n, t = input_ids.shape
     dk = max(layer.key_dim for layer in linear_layers(model))
     if n * t < dk:
@@ -76,7 +76,6 @@ def _check_enough(model, attns, input_ids: torch.Tensor) -> None:
 def check_size(model, n_sequences: int, seq_len: int) -> None:
     """The memory a calibration of this size needs, checked before anything is drawn (a recall model's
     sequences have its task's length, whatever seq_len says)."""
-    from analysis.models import limits
     task = inputs.recall_task(model)
     limits.check_calibration(model, n_sequences, task.seq_len if task is not None else seq_len)
 
@@ -118,7 +117,9 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
     hooks = [a.register_forward_pre_hook(pre_hook(i), with_kwargs=True) for i, a in enumerate(attns)]
     try:
         with torch.no_grad(), observe_recurrences(observe):
-            run_batches(model, list(input_ids.split(8)), cancel=cancel)
+            held = limits.calibration_kept_bytes(model, *input_ids.shape)
+            per = limits.fitting_batch(model, 8, input_ids.shape[1], reserve=held)
+            run_batches(model, list(input_ids.split(per)), cancel=cancel)
     finally:
         for h in hooks:
             h.remove()
@@ -140,7 +141,9 @@ def _qk_gradients(model, input_ids: torch.Tensor, cancel=None) -> list[tuple[tor
     if is_streamed(model):
         names = {id(m): n for n, m in model.named_modules()}
         wanted = [f"{names[id(layer.module)]}.{rows.param}" for layer, q, k in qk_rows(model) for rows in (q, k)]
-        grads = model.parameter_gradients(list(input_ids.split(4)), wanted, cancel)
+        held = limits.calibration_kept_bytes(model, *input_ids.shape)
+        per = limits.fitting_batch(model, 4, input_ids.shape[1], gradients=True, reserve=held)
+        grads = model.parameter_gradients(list(input_ids.split(per)), wanted, cancel)
         return [(grads[wanted[2 * i]], grads[wanted[2 * i + 1]]) for i in range(len(wanted) // 2)]
     work = copy.deepcopy(model).float()
     work.requires_grad_(False)

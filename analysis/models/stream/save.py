@@ -49,6 +49,7 @@ def save_streamed(model, folder, cancel=None) -> None:
     skeleton = model.skeleton
     folder = Path(folder)
     config = copy.deepcopy(skeleton.model.config)
+    config.architectures = [type(skeleton.model).__name__]  # as save_pretrained records it
     config.save_pretrained(folder)
     generation = getattr(skeleton.model, "generation_config", None)
     if generation is not None and skeleton.model.can_generate():
