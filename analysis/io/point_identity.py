@@ -23,7 +23,8 @@ def model_identity(model) -> str:
     h = hashlib.blake2b(digest_size=16)
     config = {k: v for k, v in model.config.to_dict().items() if not k.startswith("_") and k != "transformers_version"}
     h.update(json.dumps(config, sort_keys=True, default=str).encode())
-    for name, tensor in sorted(model.state_dict().items()):
+    items = model.named_tensors() if hasattr(model, "named_tensors") else sorted(model.state_dict().items())
+    for name, tensor in items:  # a streamed model reads its weights one unit at a time, in the same order
         t = tensor.detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().data)

@@ -268,6 +268,20 @@ def check_recovery(model, batch: int, tokens: int, teacher=None) -> None:
             "use a smaller batch or shorter sequences", next(model.parameters()).device)
 
 
+def check_whole_model_training(model, what: str, batch: int, tokens: int) -> None:
+    """Recovery and training need gradients through the whole model at once, with optimizer state: they are never
+    streamed one block at a time. A streamed model, or one whose training would not fit, gets one sentence."""
+    params = sum(p.numel() for p in model.parameters())
+    need = 16 * params + training_bytes(model, batch, tokens)
+    limit, how = allowed(next(model.parameters()).device)
+    if getattr(model, "streamed", False) or (limit is not None and need > limit):
+        raise AnalysisError(f"{what} trains with gradients through the whole model at once, so it is never run one "
+                            f"block at a time, and it needs about {size_text(need)} ({params:,} parameters with "
+                            f"their gradients and optimizer state, batches of {batch} × {tokens} tokens), more than "
+                            f"{how}; raise --max-memory above {budget.size_text(need)}, load the model in bfloat16 "
+                            "(--dtype bfloat16) if that is enough, or use a GPU (--device cuda).")
+
+
 def check_kernel(batch: int, tokens: int, heads: int, dk: int, dv: int, device) -> None:
     require(recurrence_bytes(batch, tokens, heads, dk, dv),
             f"Timing the recurrence at batch {batch} × {tokens} tokens × {heads} heads (dk {dk}, dv {dv})",

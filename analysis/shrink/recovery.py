@@ -113,6 +113,8 @@ class RecoveryResult:
 
 def check_settings(model, s: RecoverySettings, teacher=None) -> None:
     """One sentence for each setting that cannot work, before any work."""
+    if getattr(model, "streamed", False):  # gradients through the whole model: recovery is never streamed
+        limits.check_whole_model_training(model, "Recovery", s.batch, s.seq_len)
     if s.method not in METHODS:
         raise AnalysisError(f"Unknown recovery method {s.method!r}; use one of {', '.join(METHODS)}.")
     for name, low in (("steps", 0), ("batch", 1), ("seq_len", 2), ("eval_every", 1), ("validation_tokens", 2)):

@@ -243,6 +243,8 @@ def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None, note
         if resume:
             note(f"no checkpoint in {out}: starting at step 0")
         model = build_model(cfg, vocab)
+    from analysis.models import limits
+    limits.check_whole_model_training(model, "Training", cfg.batch, cfg.seq_len)  # never streamed
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embeddings" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embeddings" not in n)]

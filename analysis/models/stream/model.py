@@ -61,6 +61,28 @@ class StreamedModel:
         """analysis.models.forward.weights_of: the unit holding `module`, materialised while inside."""
         return self.skeleton.materialized(self.skeleton.unit_holding(module))
 
+    def named_tensors(self):
+        """(name, tensor) of the state dict in name order, as `sorted(model.state_dict().items())` of the model held
+        whole gives them; each unit is read once (a unit's names are contiguous in that order)."""
+        sk = self.skeleton
+        unit_of = {full: unit for unit in sk.units for *_, full in unit.slots}
+        live = None
+        try:
+            for name in sorted(sk.model.state_dict()):
+                unit = unit_of.get(name)
+                if unit is None:  # a non-persistent buffer is not in a state dict; a real one needs no reading
+                    yield name, sk.model.get_buffer(name)
+                    continue
+                if live is not unit:
+                    if live is not None:
+                        sk.release(live)
+                    sk.materialize(unit)
+                    live = unit
+                yield name, sk.values(unit)[name]
+        finally:
+            if live is not None:
+                sk.release(live)
+
     # ---- running -----------------------------------------------------------------------------------
     def run(self, batches, *, on_logits=None, cancel=None, progress=None, hidden_limit=None, logits_limit=None):
         """See analysis.models.forward.run_batches."""
