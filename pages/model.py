@@ -47,6 +47,8 @@ rows = [
 ]
 if any(b.kind != "linear" for b in info.blocks):  # a hybrid: "Layers" counts the linear-attention ones
     rows.insert(2, ("Blocks (linear + softmax attention)", len(info.blocks)))
+if getattr(ctx.model, "analysis_streaming", None):  # over the sidebar's Max memory: read one block at a time
+    st.info(f"{ctx.model.analysis_streaming}. Recovery and training need the whole model in memory.")
 left, right = st.columns([2, 3])
 with left:
     st.subheader(ctx.name)

@@ -18,7 +18,8 @@ import numpy as np
 import streamlit as st
 import torch
 
-from analysis.models import load as models
+from analysis.errors import AnalysisError
+from analysis.models import budget, load as models
 from analysis.linalg import noise
 from analysis.inspect import noise_report
 from analysis.linalg.rank import METRIC_INFO
@@ -39,18 +40,19 @@ def compute_lock() -> threading.RLock:
 
 
 @st.cache_data(ttl=60, show_spinner=False)
-def resolve(source: str, device: str, dtype: str) -> ModelKey:
+def resolve(source: str, device: str, dtype: str, max_memory: int | None = None) -> ModelKey:
     """Validate a user's model choice into a ModelKey (cached briefly: hub ids would hit the network)."""
     path = models.resolve_source(source)
     dev = models.resolve_device(device)
     dt = models.resolve_dtype(None if dtype == "auto" else dtype, dev)
-    return ModelKey(str(path), dev.type if dev.index is None else str(dev), str(dt).replace("torch.", ""))
+    return ModelKey(str(path), dev.type if dev.index is None else str(dev), str(dt).replace("torch.", ""), max_memory)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def shared_model(key: ModelKey):
-    """The loaded model for `key`, shared by all sessions. Read-only: deepcopy before changing anything."""
-    with compute_lock():
+    """The loaded model for `key`, shared by all sessions. Read-only: deepcopy before changing anything. Over the
+    key's memory budget it is a streamed model (analysis.models.stream), read one block at a time."""
+    with compute_lock(), budget.budget_scope(key.max_memory):
         return models.load_model(key.path, key.device, key.dtype)
 
 
@@ -58,6 +60,10 @@ def shared_model(key: ModelKey):
 def random_init_model(key: ModelKey):
     """Same config as `shared_model(key)`, random init with seed 0 (global RNG left untouched). Read-only."""
     from transformers import AutoModelForCausalLM
+    if getattr(shared_model(key), "streamed", False):
+        raise AnalysisError("The random-init comparison builds a second copy of the whole model, and this one is over "
+                            "the memory budget (it is read one block at a time); raise Max memory in the sidebar to "
+                            "compare with random init.")
     config = shared_model(key).config
     with compute_lock(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

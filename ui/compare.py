@@ -133,7 +133,7 @@ def _directory_side(ctx: Context, text: str) -> Side:
     if not path.is_dir():  # never a hub id here: a comparison is a local folder
         raise AnalysisError(f"{show(text, 160)!r} is not a directory; enter the folder of a saved model "
                             "(the Prune page's Save writes one).")
-    key = cache.resolve(str(path), ctx.key.device, ctx.key.dtype)
+    key = cache.resolve(str(path), ctx.key.device, ctx.key.dtype, ctx.key.max_memory)
     with st.spinner(f"Loading {path} on {key.device} ({key.dtype})…"):
         model = cache.shared_model(key)
     name = display_name(key.path)

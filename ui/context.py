@@ -44,12 +44,12 @@ class Context:
 
 def current() -> Context:
     """Load the sidebar's model (spinner on first load); show the problem and stop the page if it fails."""
-    source, device, dtype = st.session_state.get("model_request", ("", "auto", "auto"))
+    source, device, dtype, max_memory = st.session_state.get("model_request", ("", "auto", "auto", None))
     if not source:
         st.info(no_model_message())
         st.stop()
     with guard():
-        key = cache.resolve(source, device, dtype)
+        key = cache.resolve(source, device, dtype, max_memory)
         with st.spinner(f"Loading {source} on {key.device} ({key.dtype})…"):
             model = cache.shared_model(key)
         info = models.describe(model)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from analysis.models import budget
 from analysis.runtime.cancel import Cancelled  # the core's: raised by Job.report and inside the core's loops
 from analysis.errors import AnalysisError, count
 
@@ -168,7 +169,12 @@ def launch(name: str, key: str, label: str, work: Callable[[Job], object]) -> Jo
             st.error(busy_message(len(_running)))
             return None
         _running.add(job)
-    job._thread = threading.Thread(target=job._run, args=(work,), name=f"job-{name}", daemon=True)
+    chosen = budget.current()  # the session's memory budget goes with the work into its thread
+
+    def run_within_budget(work=work):
+        with budget.budget_scope(chosen):
+            job._run(work)
+    job._thread = threading.Thread(target=run_within_budget, name=f"job-{name}", daemon=True)
     st.session_state[_slot(name)] = job
     _start_watchdog()
     job._thread.start()

@@ -9,6 +9,7 @@ class ModelKey(NamedTuple):
     path: str
     device: str   # "cpu" or "cuda"
     dtype: str    # "float32", "bfloat16", "float16"
+    max_memory: int | None = None   # the sidebar's memory budget in bytes (None: half of the memory available)
 
 
 class InputSpec(NamedTuple):

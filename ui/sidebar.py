@@ -12,7 +12,7 @@ import streamlit as st
 import torch
 
 from analysis.data import corpus as data, inputs
-from analysis.models import load as models
+from analysis.models import budget, load as models
 from analysis.errors import AnalysisError
 from ui import cache
 from ui.keys import InputSpec
@@ -73,6 +73,22 @@ def _device_and_dtype() -> tuple[str, str]:
                         help="auto: float32 on CPU; on a GPU the family kernel's default (bfloat16; fla's DeltaNet "
                              "chunk kernel refuses float32).")
     return DEVICES[label], dtype
+
+
+def _max_memory() -> int | None:
+    """The memory budget this session's work may use beyond the server's baseline; empty: half of the memory
+    available. A model whose weights do not fit is read one block at a time."""
+    text = state_field(st.text_input, "Max memory", "max_memory", "", placeholder="e.g. 4GiB (empty: half of free)",
+                       help="What this session's work may use beyond the server's own memory, e.g. 4GiB or 500MiB. "
+                            "A model whose weights do not fit is read one block at a time from its safetensors "
+                            "files (the Model page says so); recovery and training need the whole model.")
+    if not text.strip():
+        return None
+    try:
+        return budget.parse_size(text)
+    except AnalysisError as exc:
+        st.error(str(exc).replace("--max-memory", "Max memory"))
+        return None
 
 
 def _recall_task(request):
@@ -144,6 +160,8 @@ def render() -> None:
                        + "; ".join(f"{name} ({reason})" for name, reason in skipped) + ".")
         source = _model_source(samples)
         device, dtype = _device_and_dtype()
-        st.session_state["model_request"] = (source, device, dtype)
+        max_memory = _max_memory()
+        budget.set_budget(max_memory)  # this rerun's size checks; jobs carry it into their threads (ui.jobs)
+        st.session_state["model_request"] = (source, device, dtype, max_memory)
         st.header("Inputs")
-        st.session_state["input_spec"] = _inputs((source, device, dtype))
+        st.session_state["input_spec"] = _inputs((source, device, dtype, max_memory))

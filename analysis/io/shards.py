@@ -30,18 +30,26 @@ class Planned:
     nbytes: int
 
 
-def plan_files(tensors: list[Planned], max_shard_bytes: int | None) -> list[list[Planned]]:
-    """Tensors in order, cut into files of at most max_shard_bytes of data (None: one file); a tensor larger than
-    that gets a file of its own, as transformers does."""
-    if max_shard_bytes is None:
+def _entry_bound(t: Planned) -> int:
+    """An upper bound of one tensor's bytes in a header (offsets counted at 20 digits each) plus its comma."""
+    return len(json.dumps({t.name: {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape),
+                                    "data_offsets": [10 ** 19, 10 ** 19]}}, separators=(",", ":"))) + 1
+
+
+def plan_files(tensors: list[Planned], max_file_bytes: int | None, metadata: dict | None = None) -> list[list[Planned]]:
+    """Tensors in order, cut into files of at most max_file_bytes on disk, header included (None: one file); a
+    tensor that does not fit alone gets a file of its own."""
+    if max_file_bytes is None:
         return [list(tensors)]
-    files, current, size = [], [], 0
+    fixed = 8 + 8 + len(json.dumps({"__metadata__": {"format": "pt", **(metadata or {})}}, separators=(",", ":")))
+    files, current, size = [], [], fixed
     for t in tensors:
-        if current and size + t.nbytes > max_shard_bytes:
+        grown = size + t.nbytes + _entry_bound(t)
+        if current and grown > max_file_bytes:
             files.append(current)
-            current, size = [], 0
+            current, grown = [], fixed + t.nbytes + _entry_bound(t)
         current.append(t)
-        size += t.nbytes
+        size = grown
     if current or not files:
         files.append(current)
     return files
@@ -56,11 +64,11 @@ def file_names(count: int, sharded: bool) -> list[str]:
 class ShardWriter:
     """Writes the planned tensors into `folder` in plan order: `write(name, tensor)` for each, then `finish()`."""
 
-    def __init__(self, folder: Path, tensors: list[Planned], max_shard_bytes: int | None,
+    def __init__(self, folder: Path, tensors: list[Planned], max_file_bytes: int | None,
                  metadata: dict | None = None, index_metadata: dict | None = None):
         self.folder = Path(folder)
-        self.sharded = max_shard_bytes is not None
-        self.files = plan_files(tensors, max_shard_bytes)
+        self.sharded = max_file_bytes is not None
+        self.files = plan_files(tensors, max_file_bytes, metadata)
         self.names = file_names(len(self.files), self.sharded)
         self.metadata = {"format": "pt", **(metadata or {})}
         self.index_metadata = index_metadata or {}

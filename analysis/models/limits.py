@@ -14,7 +14,7 @@ from analysis.errors import AnalysisError
 from analysis.models import budget
 
 MEMORY_FRACTION = 0.5
-EXACT_LAYERS = 64   # configs with more layers are counted from a 1- and a 2-layer build (linear in layers)
+EXACT_LAYERS = 256  # configs with more layers are counted from a 1- and a 2-layer build (linear in layers)
 CHUNK = 64          # tokens per chunk of the chunked recurrence (fla's and the CPU path's)
 
 
@@ -89,7 +89,11 @@ def parameter_count(config: dict) -> int:
 
 def _with_layers(config: dict, n: int) -> dict:
     from analysis.archs import adapter_for
+    layers = config["num_hidden_layers"]
     out = {**config, "num_hidden_layers": n}
+    for key, value in config.items():  # a hybrid's kind of each layer (layer_types, ...): the first n
+        if isinstance(value, list) and len(value) == layers and value and all(isinstance(v, str) for v in value):
+            out[key] = value[:n]
     for key in (adapter_for(config).key_dims_config_key, "readout_key_dims"):  # per-layer lists: the widest, n times
         if isinstance(config.get(key), list) and config[key]:
             out[key] = [max(config[key])] * n

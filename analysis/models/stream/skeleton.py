@@ -29,6 +29,7 @@ class Unit:
     block: int | None                  # index among the decoder layers, None for the rest
     slots: list = field(default_factory=list)   # (owner module, attribute, is parameter, meta tensor, full name)
     keys: list[str] = field(default_factory=list)   # checkpoint tensors to read
+    plain: dict = field(default_factory=dict)       # checkpoint key -> model name, when no conversion applies
     nbytes: int = 0                    # bytes once materialised at the compute dtype
     stored_bytes: int = 0              # bytes read from disk
 
@@ -63,6 +64,7 @@ class Skeleton:
         if files is not None:
             from transformers.conversion_mapping import get_model_conversion_mapping
             from transformers.modeling_utils import LoadStateDictConfig
+            self._meta_state = model.state_dict()
             self._load_config = LoadStateDictConfig(dtype=dtype, dtype_plan=model._get_dtype_plan(dtype),
                                                     weight_mapping=get_model_conversion_mapping(model),
                                                     device_map={"": "cpu"})
@@ -114,15 +116,24 @@ class Skeleton:
         meta_state = self.model.state_dict()
         unit_of = {full: unit for unit in self.units for *_, full in unit.slots}
         loaded_by: dict[str, str] = {}   # model name -> a checkpoint key that loads it
+        converted = set()  # units that need transformers' conversion step (or its dtype plan)
+        plan = self._load_config.dtype_plan
         for key in sorted(self.files.entries):
-            target, _ = rename_source_key(key, renamings, converters, self.model.base_model_prefix, meta_state)
+            target, pattern = rename_source_key(key, renamings, converters, self.model.base_model_prefix, meta_state)
             if target not in meta_state and key in meta_state:
-                target = key
+                target, pattern = key, None
             unit = unit_of.get(target)
             if unit is None:
                 continue  # not a weight of this model (check_tensors refused unexpected ones already)
             loaded_by[target] = key
             unit.keys.append(key)
+            if pattern is None and not plan:
+                unit.plain[key] = target
+            else:
+                converted.add(unit.name)
+        for unit in self.units:
+            if unit.name in converted:
+                unit.plain = {}
         for unit in self.units:
             for *_, full in unit.slots:
                 if full in loaded_by:
@@ -169,11 +180,23 @@ class Skeleton:
         self.live.add(unit.name)
 
     def _load(self, unit: Unit) -> None:
-        """Read the unit's tensors and load them into the model, as from_pretrained would."""
+        """Read the unit's tensors and load them into the model, as from_pretrained would: a tensor stored under the
+        model's own name (no conversion, no dtype plan) is cast to its parameter's dtype as transformers'
+        `_materialize_copy` does; anything else goes through `convert_and_load_state_dict_in_model` itself."""
         from transformers.core_model_loading import convert_and_load_state_dict_in_model
+        if unit.plain and len(unit.plain) == len(unit.keys):
+            for key, target in unit.plain.items():
+                module, attr, is_param, meta = self._slots[target]
+                _set(module, attr, is_param, self.files.read(key)[...].to(device="cpu", dtype=meta.dtype))
+            return
         state = {key: self.files.read(key) for key in unit.keys}
-        with _sequential_load():
-            info, _ = convert_and_load_state_dict_in_model(self.model, state, self._load_config)
+        meta = self._meta_state
+        self.model.state_dict = lambda *_a, **_k: dict(meta)  # names, shapes, dtypes: the meta model's, read once
+        try:
+            with _sequential_load():
+                info, _ = convert_and_load_state_dict_in_model(self.model, state, self._load_config)
+        finally:
+            del self.model.state_dict
         del state
         if info.mismatched_keys or info.conversion_errors:
             bad = sorted(str(k[0] if isinstance(k, tuple) else k) for k in

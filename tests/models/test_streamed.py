@@ -1,0 +1,140 @@
+"""Issue 30: a model over its memory budget is read one block at a time and gives the numbers of the model held whole.
+
+Per family (tests/family_cases, made deeper so the model is several times its budget, saved in shards): the rank
+metrics and final states, every usable strategy's channel scores and kept sets (the gradient strategy through the
+streamed gradient pass), perplexity (rel ≤ 1e-5), and a pruned checkpoint whose tensors are byte for byte those of
+an in-memory prune, written in shards no larger than the input's. States and scores are computed by the same
+operations on the same inputs in the same process, so they agree to float32 rounding (tolerance 1e-6 relative;
+only the perplexity's logits are cut in chunks of tokens, hence its 1e-5).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from analysis.models import budget, limits, load as models
+from analysis.models.stream.model import StreamedModel
+from family_cases import CASE_MODULES
+from family_cases.deeper import deeper_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SHARD = "300KB"       # the input's shards (save_pretrained's max_shard_size)
+FRACTION = 0.8        # the budget, as a fraction of the model's weights
+CALIB = (2, 16)       # calibration sequences × tokens (at least every family's key dim in all)
+
+
+class CharTokenizer:
+    """Text → ids within a tiny model's vocabulary (one id per character), for perplexity on any family case."""
+
+    def __init__(self, vocab: int):
+        self.vocab = vocab
+
+    def __call__(self, text, **_):
+        return {"input_ids": [ord(c) % self.vocab for c in text]}
+
+    def decode(self, ids):
+        return "".join(chr(97 + i % 26) for i in ids)
+
+    def __len__(self):
+        return self.vocab
+
+
+def _needs(model) -> int:
+    """The most any step below holds streamed (the memory checks' own estimates)."""
+    return max(limits.forward_bytes(model, 2, 24), limits.calibration_bytes(model, *CALIB),
+               limits.forward_bytes(model, 4, 16, states=False))
+
+
+@pytest.fixture(scope="module", params=CASE_MODULES)
+def deep_dir(request, tmp_path_factory):
+    """(folder, budget): the family case deepened until FRACTION of its weights holds every step's work (4× to 32×
+    as many layers: a block's work does not grow with depth), saved in shards."""
+    case = importlib.import_module(f"family_cases.{request.param}").CASE
+    base = case.make_model()
+    for times in (4, 8, 16, 32):
+        path = tmp_path_factory.mktemp(f"deep-{request.param}-{times}")
+        deeper_model(base, times).save_pretrained(path, max_shard_size=SHARD)
+        size = int(limits.parameter_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
+        with budget.budget_scope(size):
+            if _needs(models.load_model(str(path), device="cpu")) <= size:
+                break
+    assert (path / "model.safetensors.index.json").exists()
+    return path, size
+
+
+def _tensors(folder) -> dict:
+    out = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(file, "pt") as fh:
+            out.update({k: fh.get_tensor(k) for k in fh.keys()})
+    return out
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
+
+
+def _everything(model, ids, calib_ids, text, out):
+    """What the commands compute, on one model: states, importance, perplexity, a saved l1 prune."""
+    from analysis.evaluate.perplexity import perplexity
+    from analysis.inspect.states import collect_states
+    from analysis.shrink.calibration import calibrate
+    from analysis.shrink.importance import importance_report
+    from analysis.shrink.prune import plan_key_dims, prune, save_model, usable_strategies
+    trace = collect_states(model, ids, stride=4, keep_states=False)
+    finals = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True)
+    calib = calibrate(model, None, input_ids=calib_ids, label="given ids")
+    names = usable_strategies(model)[0]
+    report = importance_report(model, None, names, 0.5, calib=calib)
+    ppl = perplexity(model, CharTokenizer(model.config.vocab_size), text=text, context=16, batch=4)
+    save_model(prune(model, "l1", plan_key_dims(model, ratio=0.5)).model, out)
+    return trace, finals, report, ppl
+
+
+def test_a_streamed_model_gives_the_numbers_of_the_model_held_whole(deep_dir, tmp_path):
+    deep_dir, size = deep_dir
+    whole = models.load_model(str(deep_dir), device="cpu")
+    gen = torch.Generator().manual_seed(0)
+    vocab = whole.config.vocab_size
+    ids = torch.randint(1, vocab, (2, 24), generator=gen)
+    calib_ids = torch.randint(1, vocab, CALIB, generator=gen)
+    text = "the quick brown fox jumps over the lazy dog; " * 6
+    want = _everything(whole, ids, calib_ids, text, tmp_path / "whole")
+    with budget.budget_scope(size):  # below the model's size
+        streamed = models.load_model(str(deep_dir), device="cpu")
+        assert isinstance(streamed, StreamedModel) and streamed.analysis_streaming.startswith(
+            f"streaming: one block at a time ({streamed.blocks} blocks")
+        got = _everything(streamed, ids, calib_ids, text, tmp_path / "streamed")
+
+    (trace_w, finals_w, report_w, ppl_w), (trace_s, finals_s, report_s, ppl_s) = want, got
+    for a, b in zip(trace_s.layers, trace_w.layers):
+        assert a.metrics.keys() == b.metrics.keys()
+        for name in a.metrics:
+            assert _rel(a.metrics[name].nan_to_num(), b.metrics[name].nan_to_num()) <= 1e-6, name
+    for a, b in zip(finals_s.layers, finals_w.layers):
+        assert _rel(a.states, b.states) <= 1e-6
+    assert report_s["strategies"] == report_w["strategies"] and report_s["kept"] == report_w["kept"]
+    for name, layers in report_w["scores"].items():
+        for a, b in zip(report_s["scores"][name], layers):
+            assert _rel(torch.tensor(a), torch.tensor(b)) <= 1e-5, name
+    assert abs(ppl_s["perplexity"] / ppl_w["perplexity"] - 1) <= 1e-5 and ppl_s["tokens"] == ppl_w["tokens"]
+
+    pruned_w, pruned_s = _tensors(tmp_path / "whole"), _tensors(tmp_path / "streamed")
+    assert pruned_s.keys() == pruned_w.keys()
+    for name, tensor in pruned_w.items():  # byte for byte
+        assert pruned_s[name].dtype == tensor.dtype and pruned_s[name].shape == tensor.shape
+        assert torch.equal(pruned_s[name].view(-1).view(torch.uint8), tensor.view(-1).view(torch.uint8)), name
+    config_w, config_s = (json.loads((tmp_path / k / "config.json").read_text()) for k in ("whole", "streamed"))
+    assert config_s == config_w
+    shards = sorted((tmp_path / "streamed").glob("*.safetensors"))
+    largest_input = max(p.stat().st_size for p in deep_dir.glob("*.safetensors"))
+    index = json.loads((tmp_path / "streamed" / "model.safetensors.index.json").read_text())
+    assert len(shards) > 1 and set(index["weight_map"].values()) == {p.name for p in shards}
+    assert all(p.stat().st_size <= largest_input for p in shards)
+    reloaded = models.load_model(str(tmp_path / "streamed"), device="cpu")  # a whole model again
+    assert not isinstance(reloaded, StreamedModel)
