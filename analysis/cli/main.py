@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                 ready()             # up yet; a KeyboardInterrupt inside a half-done import can break numpy/torch)
             from analysis.models import budget
             budget.note_baseline()  # what --max-memory counts from: the interpreter and its libraries
-            budget.set_budget(getattr(args, "max_memory", None))
-        args.run(args)
+        from analysis.models.budget import budget_scope
+        with budget_scope(getattr(args, "max_memory", None)):
+            args.run(args)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

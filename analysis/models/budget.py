@@ -5,8 +5,9 @@ resident memory once the interpreter and the libraries are imported (`note_basel
 a budget is what a request may add to it. Without a budget a request may use half of the memory available
 now (`analysis.models.limits.MEMORY_FRACTION`), as before budgets existed.
 
-The budget of the request being served lives in a context variable: the CLI sets it once for its command, the
-dashboard inside each job and rerun (`budget_scope`), so two sessions with different budgets never mix.
+The budget of the request being served lives in a context variable: the CLI sets it around its command
+(`budget_scope`), the dashboard at each rerun of a session's script (`set_budget`) and inside each job's thread,
+so two sessions with different budgets never mix.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ _baseline: dict = {}
 
 
 def parse_size(text) -> int:
-    """'4GiB', '500MiB', '3.5GB', '1e9'-free plain bytes '1048576' → bytes; one sentence otherwise."""
+    """'4GiB', '500MiB', '3.5GB' or plain bytes '1048576' → bytes; one sentence otherwise."""
     match = _SIZE.fullmatch(str(text))
     unit = match.group(2).lower() if match else None
     if match is None or unit not in UNITS:
@@ -63,7 +64,7 @@ def budget_scope(size: int | None):
 
 
 def set_budget(size: int | None) -> None:
-    """For the CLI: the whole command runs with this budget."""
+    """For a dashboard rerun: the work of this script run has this budget (jobs carry it into their threads)."""
     _budget.set(size)
 
 
