@@ -5,7 +5,8 @@ For each save path the test first runs the path once in a forked child while cou
 tokenizer's own writes), then, for k = 1..n, starts from the same scene again and kills a child with
 `os._exit(137)` right before step k (a real death: no except/finally of ours runs). After each kill:
 - the target name holds the old or the new result, whole (marker, config, every listed file, safetensors
-  headers that fit their files; each distinct model state is also loaded and run once);
+  headers that fit their files; each distinct model state is also loaded and run once); a streamed model's
+  sharded save (one shard after another, then the index) is among the paths;
 - nothing the tool did not write changed (foreign files and folders beside it, some named like our leftovers);
 - a re-run of the same action succeeds and leaves no leftovers (no .partial, .replaced-*, journal or temp).
 The model is loaded once in the parent; children are forks (torch at one thread), so a kill costs little.
@@ -434,6 +435,43 @@ def test_model_card_survives_a_kill_at_every_step(tmp_path, monkeypatch):
     card = json.loads(json.dumps(model_card.build_card(str(probe / "model"))))
     card["name"] = "model"
     kill_every_step("model card", tmp_path, scene, action, action, check, lambda root: [root, root / "model"])
+
+
+def test_streamed_sharded_save_survives_a_kill_at_every_step(tmp_path, source):
+    """Issue 30: a model over its memory budget is pruned as a view of its sharded checkpoint and saved one unit at a
+    time into shards (analysis.io.shards): each shard's header, its tensors, its fsync, then the index — through the
+    same marker, swap and reclaim as every model save. The old or the new model, whole, after a kill at any step."""
+    from analysis.models import budget
+    from analysis.models.load import load_model
+    from analysis.models.stream.model import StreamedModel
+    from analysis.shrink.prune import plan_key_dims, prune, save_model
+    sharded = tmp_path / "sharded-source"
+    build_tiny("delta_net", num_hidden_layers=6).save_pretrained(sharded, max_shard_size="600KB")
+    with budget.budget_scope(3 << 20):  # 3 MiB for 3.4 MB of weights: streamed
+        model = load_model(str(sharded), device="cpu")
+        assert isinstance(model, StreamedModel)
+        new, old = (prune(model, "l1", plan_key_dims(model, ratio=r)).model for r in (0.5, 0.25))
+
+    def scene(root):
+        foreign = plant_foreign(root / "outs", "pruned")
+        with budget.budget_scope(3 << 20):
+            save_model(old, root / "outs" / "pruned", metadata={"old": True})
+        return {"outs": foreign}
+
+    def action(root):
+        with budget.budget_scope(3 << 20):
+            save_model(new, root / "outs" / "pruned", metadata={"new": True}, overwrite=True)
+        return 0
+
+    def check(root, finished):
+        out = root / "outs" / "pruned"
+        assert whole_model(out), f"{out} is not whole: {sorted(os.listdir(out))}"
+        assert len(list(out.glob("model-*.safetensors"))) > 1 and (out / "model.safetensors.index.json").exists()
+        is_new = "new" in json.loads((out / "pruning.json").read_text())
+        assert is_new or not finished
+        runs(out)
+    kill_every_step("streamed sharded save (overwrite)", tmp_path, scene, action, action, check,
+                    lambda root: [root / "outs"])
 
 
 def point_cache_seam(folder: Path) -> None:

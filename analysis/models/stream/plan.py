@@ -42,6 +42,8 @@ def open_streamed(path, files: CheckpointFiles, adapter, dtype: torch.dtype, dev
                             f"block at a time it still holds its largest {kind} ({largest.name}, "
                             f"{limits.size_text(largest.nbytes)} in {_dtype(dtype)}), which does not fit either; "
                             f"{_advice(dtype, limit, largest.nbytes)}.")
+    from analysis.runtime.allocator import return_freed_memory
+    return_freed_memory()  # a released block's memory goes back to the system, not to the heap
     model = StreamedModel(skeleton, device, limit, torch.zeros(1, 1, dtype=torch.long))
     model.analysis_streaming = message(model, files, limit)
     return model
