@@ -38,7 +38,7 @@ def pruned_view(model: StreamedModel, selections, readout, reduce_rows) -> Strea
         return {name: (reduce_rows(value.detach(), *rows[name]) if name in rows else value)
                 for name, value in values.items()}
 
-    skeleton = DerivedSkeleton(pruned, source, adapter.decoder_layers(pruned), source.dtype, transform)
+    skeleton = DerivedSkeleton(pruned, source, adapter.decoder_layers(pruned), source.dtype, transform, set(rows))
     view = StreamedModel(skeleton, model.device, model.limit, torch.zeros(1, 1, dtype=torch.long))
     view.on_block = model.on_block
     return view

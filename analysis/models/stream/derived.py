@@ -14,13 +14,15 @@ from analysis.models.stream.skeleton import Skeleton, Unit
 
 class DerivedSkeleton(Skeleton):
 
-    def __init__(self, model, source: Skeleton, decoder_layers, dtype: torch.dtype, transform):
+    def __init__(self, model, source: Skeleton, decoder_layers, dtype: torch.dtype, transform, changed: set):
+        """`changed`: the full names `transform` computes anew; every other tensor passes through as it is read."""
         super().__init__(model, None, decoder_layers, dtype)
         self.source, self.transform = source, transform
         self.files = source.files  # what is read, and how much (progress, the shard sizes of a save)
-        for unit in self.units:  # while one is derived, its source unit is held too
+        for unit in self.units:  # while a changed unit is derived, its source unit is held too
             unit.stored_bytes = source.unit(unit.name).stored_bytes
-            unit.nbytes += source.unit(unit.name).nbytes
+            if any(full in changed for *_, full in unit.slots):
+                unit.nbytes += source.unit(unit.name).nbytes
 
     def _load(self, unit: Unit) -> None:
         src = self.source.unit(unit.name)

@@ -1,0 +1,44 @@
+"""Issue 30 in the dashboard: the sidebar's Max memory field; a model over it is streamed, the Model page says so in
+the CLI's words (and that recovery and training need the whole model), and the States page measures it; a budget
+that does not parse is one sentence and the app keeps working."""
+import pytest
+
+from analysis.models import budget
+from family_cases.text_lm import build_tiny
+from helpers.app import assert_clean, charts, start
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
+
+
+@pytest.fixture(scope="module")
+def deep_lm(tmp_path_factory):
+    path = tmp_path_factory.mktemp("deep-lm-app") / "model"
+    build_tiny("delta_net", num_hidden_layers=12).save_pretrained(path, max_shard_size="1MB")
+    yield path
+    budget.set_budget(None)  # the sidebar sets this thread's budget at every rerun
+
+
+def test_max_memory_streams_the_model_and_the_pages_say_so(monkeypatch, deep_lm):
+    at = start(monkeypatch, deep_lm)
+    assert_clean(at)
+    assert not [i for i in at.info if "streaming" in i.value]
+    at.number_input(key="w:tokens").set_value(32)
+    at.number_input(key="w:sequences").set_value(2)
+    at.text_input(key="w:max_memory").set_value("4MiB").run()
+    assert_clean(at)
+    [note] = [i.value for i in at.info if i.value.startswith("streaming:")]
+    assert note.startswith("streaming: one block at a time (12 blocks, 5.3 MB on disk, largest block ") and \
+        "budget 4.0 MiB" in note and note.endswith("Recovery and training need the whole model in memory.")
+    assert at.table[0].value.loc["Layers", "Value"] == "12"
+    at.switch_page("pages/states.py").run()
+    assert_clean(at)
+    assert [s["data"][0]["type"] for s in charts(at)] == ["heatmap", "scatter", "scatter"]
+
+
+def test_a_max_memory_that_does_not_parse_is_one_sentence(monkeypatch, deep_lm):
+    at = start(monkeypatch, deep_lm)
+    at.text_input(key="w:max_memory").set_value("lots").run()
+    assert [e.value for e in at.error] == [
+        "Max memory 'lots' is not a size; write a number and a unit, e.g. 4GiB, 500MiB or 3GB (KiB/MiB/GiB/TiB are "
+        "powers of 1024, kB/MB/GB/TB of 1000)."]
+    assert not at.exception and at.table[0].value.loc["Layers", "Value"] == "12"  # loaded whole, as by default
