@@ -31,6 +31,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from analysis.models import budget
+from analysis.models.stream.model import reporting_blocks
 from analysis.runtime.cancel import Cancelled  # the core's: raised by Job.report and inside the core's loops
 from analysis.errors import AnalysisError, count
 
@@ -99,6 +100,14 @@ class Job:
     def report(self, fraction: float, text: str) -> None:
         """Progress from the worker; ends the work (raises Cancelled) once Stop was pressed."""
         self.fraction, self.text = max(0.0, min(1.0, float(fraction))), text
+        if self.cancelled():
+            raise Cancelled
+
+    def blocks(self, done: int, total: int, bytes_read: int, seconds: float) -> None:
+        """A streamed model's progress (analysis.models.stream): the block, the bytes read and an ETA after the text."""
+        eta = seconds / max(done, 1) * (total - done)
+        self.text = (f"{self.text.split(' · ')[0]} · streaming block {done}/{total}, {bytes_read / 1e9:.2f} GB read, "
+                     f"about {eta:.0f} s left")
         if self.cancelled():
             raise Cancelled
 
@@ -172,7 +181,7 @@ def launch(name: str, key: str, label: str, work: Callable[[Job], object]) -> Jo
     chosen = budget.current()  # the session's memory budget goes with the work into its thread
 
     def run_within_budget(work=work):
-        with budget.budget_scope(chosen):
+        with budget.budget_scope(chosen), reporting_blocks(job.blocks):
             job._run(work)
     job._thread = threading.Thread(target=run_within_budget, name=f"job-{name}", daemon=True)
     st.session_state[_slot(name)] = job

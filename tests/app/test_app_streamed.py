@@ -42,3 +42,28 @@ def test_a_max_memory_that_does_not_parse_is_one_sentence(monkeypatch, deep_lm):
         "Max memory 'lots' is not a size; write a number and a unit, e.g. 4GiB, 500MiB or 3GB (KiB/MiB/GiB/TiB are "
         "powers of 1024, kB/MB/GB/TB of 1000)."]
     assert not at.exception and at.table[0].value.loc["Layers", "Value"] == "12"  # loaded whole, as by default
+
+
+def test_a_job_shows_the_blocks_of_a_streamed_pass_and_stops_at_the_next_one(deep_lm):
+    import torch
+
+    from analysis.models import load as models
+    from analysis.models.stream.model import reporting_blocks
+    from analysis.runtime.cancel import Cancelled
+    from ui.jobs import Job
+    with budget.budget_scope(4 << 20):
+        model = models.load_model(str(deep_lm), device="cpu")
+    job = Job("states", "key", "label")
+    job.text = "collecting states"
+    seen = []
+
+    def report(*args):
+        job.blocks(*args)
+        seen.append(job.text)
+        if len(seen) == 2:
+            job.stop()  # Stop pressed during the second block
+    ids = torch.randint(1, 1000, (1, 16), generator=torch.Generator().manual_seed(0))
+    with budget.budget_scope(4 << 20), reporting_blocks(report), pytest.raises(Cancelled):
+        model.run([ids])
+    assert len(seen) == 2 and seen[0].startswith("collecting states · streaming block 1/12, 0.00 GB read, about ")
+    assert model.skeleton.live == set()

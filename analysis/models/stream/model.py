@@ -9,12 +9,28 @@ Hooks the core puts on a linear layer fire when that layer runs, as in an in-mem
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from types import SimpleNamespace
 
 import torch
 
 from analysis.models.stream.runner import Runner, learn_output
 from analysis.models.stream.skeleton import Skeleton
+
+
+_reporter: contextvars.ContextVar = contextvars.ContextVar("block_reporter", default=None)
+
+
+@contextlib.contextmanager
+def reporting_blocks(callback):
+    """Inside, every streamed pass also calls callback(blocks done, blocks, bytes read, seconds) after each block:
+    how a dashboard job shows a shared model's progress without setting anything on the model."""
+    token = _reporter.set(callback)
+    try:
+        yield
+    finally:
+        _reporter.reset(token)
 
 
 class StreamedModel:
@@ -94,7 +110,7 @@ class StreamedModel:
                         hidden_limit=spare if hidden_limit is None else hidden_limit,
                         logits_limit=max(spare // 2, 1) if logits_limit is None else logits_limit)
         def report(*args):
-            for callback in (progress, self.on_block):
+            for callback in (progress, self.on_block, _reporter.get()):
                 if callback is not None:
                     callback(*args)
         runner.run(batches, on_logits=on_logits, cancel=cancel, progress=report, device=self.device)
