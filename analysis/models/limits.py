@@ -53,7 +53,7 @@ def allowed(device: str | torch.device = "cpu") -> tuple[float | None, str]:
         if available is not None and available < chosen:
             return available, (f"the {size_text(available)} available now (less than the memory budget of "
                                f"{budget.size_text(chosen)})")
-        return chosen, f"the memory budget of {budget.size_text(chosen)} (--max-memory)"
+        return chosen, f"the memory budget of {budget.size_text(chosen)}"
     if available is None:
         return None, "unknown"
     return available * MEMORY_FRACTION, (f"the {size_text(available * MEMORY_FRACTION)} one request may use here "

@@ -18,6 +18,7 @@ class DerivedSkeleton(Skeleton):
         """`changed`: the full names `transform` computes anew; every other tensor passes through as it is read."""
         super().__init__(model, None, decoder_layers, dtype)
         self.source, self.transform = source, transform
+        self.lock = source.lock   # a derived unit materialises its source's: one pass at a time over both
         self.files = source.files  # what is read, and how much (progress, the shard sizes of a save)
         for unit in self.units:  # while a changed unit is derived, its source unit is held too
             unit.stored_bytes = source.unit(unit.name).stored_bytes

@@ -46,7 +46,7 @@ def parameter_gradients(model, batches, names: list[str], cancel=None, hidden_li
     layers, units = sk.layers, sk.block_units()
     wanted = set(names)
     grads: dict[str, torch.Tensor] = {}
-    with _float32(sk, wanted), contextlib.ExitStack() as stack:
+    with sk.lock, _float32(sk, wanted), contextlib.ExitStack() as stack:
         with torch.no_grad(), sk.rest_on_demand(keep=True):
             starts, records = runner.capture(batches, "cpu")
         sizes = [h.numel() * 4 for h in starts] * (len(layers) + 1)

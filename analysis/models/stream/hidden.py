@@ -7,6 +7,7 @@ count toward the process's memory). A full disk while spilling is one sentence.
 """
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 
@@ -53,7 +54,8 @@ class HiddenStates:
             while done < len(raw):
                 done += os.pwrite(self._file.fileno(), raw[done:], self._offsets[m] + done)
         except OSError as exc:
-            reason = "the disk is full" if exc.errno in (28, 122) else (exc.strerror or str(exc)).lower()
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            reason = "the disk is full" if full else (exc.strerror or str(exc)).lower()
             raise AnalysisError(f"Spilling hidden states to {spill_dir()} failed: {reason}; free space there, set "
                                 f"{SPILL_DIR_ENV} to a folder with room, or raise --max-memory.") from None
 

@@ -110,11 +110,17 @@ class StreamedModel:
                         hidden_limit=spare if hidden_limit is None else hidden_limit,
                         logits_limit=max(spare // 2, 1) if logits_limit is None else logits_limit)
         def report(*args):
-            for callback in (progress, self.on_block, _reporter.get()):
-                if callback is not None:
-                    callback(*args)
+            if progress is not None:
+                progress(*args)
+            self.report_block(*args)
         runner.run(batches, on_logits=on_logits, cancel=cancel, progress=report, device=self.device)
         self.last_run = {"spilled": runner.last_spilled}
+
+    def report_block(self, done: int, total: int, bytes_read: int, seconds: float) -> None:
+        """After each block of a pass (or of a save): the CLI's bar (`on_block`) and a dashboard job's line."""
+        for callback in (self.on_block, _reporter.get()):
+            if callback is not None:
+                callback(done, total, bytes_read, seconds)
 
     def parameter_gradients(self, batches, names: list[str], cancel=None) -> dict:
         """{full name: float32 gradient} of Σ batch loss × batch size (analysis.models.stream.gradients)."""

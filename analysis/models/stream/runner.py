@@ -143,6 +143,7 @@ class Runner:
         total = len(units) + (1 if on_logits else 0)
         start_bytes = sk.files.bytes_read
         with contextlib.ExitStack() as stack:
+            stack.enter_context(sk.lock)  # the whole pass: another thread's pass on this model waits
             stack.enter_context(torch.no_grad())
             with sk.rest_on_demand(keep=True):  # the embeddings, read once for every capture
                 starts, records = self.capture(batches, device)

@@ -43,9 +43,8 @@ def plan(skeleton) -> list[tuple[object, dict, list[Planned]]]:
     return out
 
 
-def save_streamed(model, folder, cancel=None) -> None:
+def save_streamed(model, folder) -> None:
     """Write the streamed model into `folder` (a temporary folder of analysis.io.writes.write_model_dir)."""
-    from analysis.runtime.cancel import check
     skeleton = model.skeleton
     folder = Path(folder)
     config = copy.deepcopy(skeleton.model.config)
@@ -61,21 +60,19 @@ def save_streamed(model, folder, cancel=None) -> None:
     writer = ShardWriter(folder, [t for _, _, planned in units for t in planned], max_shard,
                          index_metadata={"total_parameters": params})
     began = time.perf_counter()
-    try:
-        for done, (unit, names, planned) in enumerate(units, 1):
-            check(cancel)
-            if not planned:
-                continue
-            with skeleton.materialized(unit):
-                values = skeleton.values(unit)
-                saved = _reverted(skeleton.model, {n: values[n] for n in names})
-                for t in planned:
-                    writer.write(t.name, saved[t.name])
-                del values, saved
-            if model.on_block is not None:
-                model.on_block(done, len(units), files.bytes_read, time.perf_counter() - began)
-        writer.finish()
-    except BaseException:
-        writer.abort()
-        raise
-
+    with skeleton.lock:  # one pass at a time over a model two dashboard sessions may share
+        try:
+            for done, (unit, names, planned) in enumerate(units, 1):
+                if not planned:
+                    continue
+                with skeleton.materialized(unit):
+                    values = skeleton.values(unit)
+                    saved = _reverted(skeleton.model, {n: values[n] for n in names})
+                    for t in planned:
+                        writer.write(t.name, saved[t.name])
+                    del values, saved
+                model.report_block(done, len(units), files.bytes_read, time.perf_counter() - began)
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise

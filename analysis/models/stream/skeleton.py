@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -59,6 +60,7 @@ class Skeleton:
                        for module, attr, is_param, meta, full in u.slots}
         self._unit_of = {full: u for u in self.units for *_, full in u.slots}
         self.live: set[str] = set()
+        self.lock = threading.RLock()  # one pass at a time: two sessions of the dashboard may share this model
         self.cast: torch.dtype | None = None      # materialise as this dtype (a gradient pass: float32)
         self.grad_names: set | None = None        # parameters that get requires_grad (None: transformers' default)
         if files is not None:
@@ -240,11 +242,12 @@ class Skeleton:
 
     @contextlib.contextmanager
     def materialized(self, unit: Unit):
-        self.materialize(unit)
-        try:
-            yield
-        finally:
-            self.release(unit)
+        with self.lock:
+            self.materialize(unit)
+            try:
+                yield
+            finally:
+                self.release(unit)
 
     @contextlib.contextmanager
     def rest_on_demand(self, keep: bool = False):
