@@ -103,12 +103,15 @@ class StreamedModel:
     def run(self, batches, *, on_logits=None, cancel=None, progress=None, hidden_limit=None, logits_limit=None):
         """See analysis.models.forward.run_batches."""
         from analysis.models import limits
-        budget = self.limit - self.largest_unit_bytes
         work = max((limits.block_work_bytes(self, b.shape[0], b.shape[1]) for b in batches), default=0)
-        spare = max(budget - work, 0)
+        spare = max(self.limit - self.largest_unit_bytes - work, 0)   # beside a layer at work: the hidden states
+        hidden = max((b.numel() * self.config.hidden_size * 4 for b in batches), default=0)
+        head = max((u.nbytes for u in self.skeleton.rest_units()), default=0)
+        tail = max(self.limit - head - 2 * hidden, 0) // 2  # the tail holds the LM head, one batch and its logits
         runner = Runner(self.skeleton, self.shape,
                         hidden_limit=spare if hidden_limit is None else hidden_limit,
-                        logits_limit=max(spare // 2, 1) if logits_limit is None else logits_limit)
+                        logits_limit=max(tail, 1) if logits_limit is None else logits_limit)
+
         def report(*args):
             if progress is not None:
                 progress(*args)
