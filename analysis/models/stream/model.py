@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import torch
 
+from analysis.errors import AnalysisError
 from analysis.models.stream.runner import Runner, learn_output
 from analysis.models.stream.skeleton import Skeleton
 
@@ -134,8 +135,10 @@ class StreamedModel:
         return parameter_gradients(self, batches, names, cancel, hidden_limit=spare)
 
     def __call__(self, input_ids=None, use_cache=False, **kwargs):
-        if kwargs.get("labels") is not None or kwargs.get("inputs_embeds") is not None:
-            raise TypeError("a streamed model takes input_ids only")
+        if any(v is not None for v in kwargs.values()):  # a mask, labels, a cache: not what a pass of blocks takes
+            raise AnalysisError(f"A model read one block at a time runs whole, unpadded sequences of token ids only "
+                                f"(it was given {', '.join(k for k, v in kwargs.items() if v is not None)}); raise "
+                                "--max-memory so that it loads whole.")
         parts = []
         self.run([input_ids], on_logits=lambda _m, _first, logits: parts.append(logits))
         return SimpleNamespace(logits=torch.cat(parts, dim=1))
