@@ -152,7 +152,7 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
     readout = adapter.readout_key_dims(model) if rescale == "original" else None
     if is_streamed(model):  # never held whole: a view that slices each unit as it is read
         from analysis.shrink.prune_streamed import pruned_view
-        return pruned_view(model, selections, readout, reduce_rows)
+        return pruned_view(model, selections, readout, reduce_param)
     new = adapter.pruned_model(model, dims, readout)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     module_names = {id(m): n for n, m in model.named_modules()}
@@ -163,14 +163,16 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
             by_param.setdefault(rows.param, []).append(rows)
         for param, entries in by_param.items():
             if prefix + param in state:
-                tensor = state[prefix + param]
-                if entries[0].heads_first:   # [heads, dk, ...]: slice its flattened head-major rows, then re-split
-                    reduced = reduce_rows(tensor.flatten(0, 1), entries, layer, sel)
-                    state[prefix + param] = reduced.unflatten(0, (tensor.shape[0], -1))
-                else:
-                    state[prefix + param] = reduce_rows(tensor, entries, layer, sel)
+                state[prefix + param] = reduce_param(state[prefix + param], entries, layer, sel)
     new.load_state_dict(state, strict=True)
     return new
+
+
+def reduce_param(tensor: torch.Tensor, entries: list, layer, sel: Selection) -> torch.Tensor:
+    """One parameter of a pruned layer: its q/k (and gate) rows the entries name, reduced to the selection."""
+    if entries[0].heads_first:   # [heads, dk, ...]: slice its flattened head-major rows, then re-split
+        return reduce_rows(tensor.flatten(0, 1), entries, layer, sel).unflatten(0, (tensor.shape[0], -1))
+    return reduce_rows(tensor, entries, layer, sel)
 
 
 def _head_blocks(rows, layer, sel: Selection):

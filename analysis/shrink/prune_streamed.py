@@ -1,7 +1,7 @@
 """A prune of a streamed model: the pruned model as a streamed view of the original checkpoint, never held whole.
 
 Each unit of the pruned model is the same unit of the original, read from its checkpoint, with the kept q/k rows
-sliced out by the very function an in-memory prune uses (analysis.shrink.prune.reduce_rows); every other tensor
+sliced out by the very function an in-memory prune uses (analysis.shrink.prune.reduce_param); every other tensor
 passes through untouched. Measuring it streams it; saving it writes it one unit at a time, sharded like the
 original (analysis.models.stream.save), so the saved tensors are byte for byte those of an in-memory prune.
 """
@@ -18,9 +18,10 @@ from analysis.models.stream.model import StreamedModel
 from analysis.models.stream.skeleton import build
 
 
-def pruned_view(model: StreamedModel, selections, readout, reduce_rows) -> StreamedModel:
+def pruned_view(model: StreamedModel, selections, readout, reduce_param) -> StreamedModel:
     """The streamed pruned model keeping `selections` (one per linear layer); `readout`: per-layer readout key dims
-    (None: the family's default dk'^-1/2)."""
+    (None: the family's default dk'^-1/2); `reduce_param`: analysis.shrink.prune's, passed in (prune imports this
+    module)."""
     adapter = adapter_for(model)
     source = model.skeleton
     dims = [s.kept for s in selections]
@@ -35,7 +36,7 @@ def pruned_view(model: StreamedModel, selections, readout, reduce_rows) -> Strea
             rows.setdefault(prefix + entry.param, ([], layer, sel))[0].append(entry)
 
     def transform(_unit: str, values: dict) -> dict:
-        return {name: (reduce_rows(value.detach(), *rows[name]) if name in rows else value)
+        return {name: (reduce_param(value.detach(), *rows[name]) if name in rows else value)
                 for name, value in values.items()}
 
     skeleton = DerivedSkeleton(pruned, source, adapter.decoder_layers(pruned), source.dtype, transform, set(rows))

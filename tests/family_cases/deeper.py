@@ -1,8 +1,8 @@
 """A family case made deeper: the same config with its layer pattern repeated, for tests that need a model several
 times larger than one of its layers (a streamed model's memory budget sits between the two).
 
-Generic over families: config fields that name a kind per layer (layer_types, mlp_layer_types,
-layers_block_type, ...) or spell one character per layer (Nemotron-H's hybrid_override_pattern) are repeated;
+Generic over families: config fields that name a kind or a size per layer (layer_types, mlp_layer_types,
+layers_block_type, RWKV-7's value_dim, ...) or spell one character per layer (Nemotron-H's hybrid_override_pattern) are repeated;
 lists of layer indices (fla's attn["layers"], Bamba's attn_layer_indices) are repeated with an offset.
 """
 from __future__ import annotations
@@ -11,7 +11,9 @@ import torch
 
 
 def _repeat(value, layers: int, times: int, key: str = ""):
-    if isinstance(value, list) and len(value) == layers and all(isinstance(v, str) for v in value):
+    per_layer = all(isinstance(v, str) for v in value) or all(type(v) is int for v in value) \
+        if isinstance(value, list) else False
+    if per_layer and len(value) == layers and not key.endswith(("indices", "ids", "layers")):
         return value * times
     if isinstance(value, str) and len(value) == layers and "pattern" in key:
         return value * times

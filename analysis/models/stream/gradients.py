@@ -14,6 +14,7 @@ import contextlib
 
 import torch
 
+from analysis.errors import AnalysisError
 from analysis.models.stream.hidden import HiddenStates
 from analysis.models.stream.runner import Runner, layers_replaced, with_hidden
 from analysis.runtime.cancel import check
@@ -42,6 +43,11 @@ def _float32(skeleton, names: set):
 def parameter_gradients(model, batches, names: list[str], cancel=None, hidden_limit: float = 0) -> dict:
     """{full parameter name: gradient (float32, CPU)} for `names`, over `batches` of token ids [b, T]."""
     sk = model.skeleton
+    if model.shape.carried:
+        raise AnalysisError("Gradient scores of a model read one block at a time are computed layer by layer, and "
+                            "this model's layers hand a second tensor on to each other (RWKV-7's first-layer "
+                            "values), whose gradient that pass does not follow yet; pick another strategy or raise "
+                            "--max-memory so that the model loads whole.")
     runner = Runner(sk, model.shape, hidden_limit, 0)
     layers, units = sk.layers, sk.block_units()
     wanted = set(names)
@@ -49,11 +55,11 @@ def parameter_gradients(model, batches, names: list[str], cancel=None, hidden_li
     with sk.lock, _float32(sk, wanted), contextlib.ExitStack() as stack:
         with torch.no_grad(), sk.rest_on_demand(keep=True):
             starts, records = runner.capture(batches, "cpu")
-        sizes = [h.numel() * 4 for h in starts] * (len(layers) + 1)
+        sizes = [h.numel() * 4 for h, *_ in starts] * (len(layers) + 1)
         store = HiddenStates(sizes, spill=sum(sizes) > hidden_limit)
         stack.callback(store.close)
         count = len(batches)
-        for m, h in enumerate(starts):
+        for m, (h, *_) in enumerate(starts):
             store.put(m, h)
         del starts
         with torch.no_grad():  # forward: keep every layer's input

@@ -40,26 +40,67 @@ def with_hidden(args, kwargs, hidden):
 
 
 class OutputShape:
-    """What a decoder layer returns, learned from the layer itself: a tensor, or a tuple led by the hidden state."""
+    """What a decoder layer returns, learned from the layer itself: a tensor, or a tuple led by the hidden state.
+
+    Other tensors in the tuple are *carried* to the next layer (RWKV-7's v_first: the first layer's values, which
+    every later layer reads and hands on): the model's loop passes each back in as an argument, whose name the
+    capture learns (`names`), and the runner keeps them per batch beside the hidden states."""
 
     def __init__(self, example):
         if torch.is_tensor(example):
-            self.rest = None
+            self.rest, self.carried = None, []
         elif isinstance(example, tuple) and example and torch.is_tensor(example[0]):
-            if any(torch.is_tensor(x) for x in example[1:]):
-                raise AnalysisError("This model's layers pass tensors besides the hidden state from one to the next, "
-                                    "so it cannot be run one layer at a time; load it whole (raise --max-memory).")
-            self.rest = tuple(example[1:])
+            self.carried = [j for j, x in enumerate(example[1:], 1) if torch.is_tensor(x)]
+            self.rest = tuple(None if j in self.carried else x for j, x in enumerate(example[1:], 1))
         else:
             raise AnalysisError(f"This model's layers return {type(example).__name__}, not the hidden state, so it "
                                 "cannot be run one layer at a time; load it whole (raise --max-memory).")
+        self.names: list = []   # where each carried tensor goes back in: an argument index or a keyword
 
-    def wrap(self, hidden):
-        return hidden if self.rest is None else (hidden, *self.rest)
+    def wrap(self, hidden, carried=()):
+        if self.rest is None:
+            return hidden
+        out = [hidden, *self.rest]
+        for j, value in zip(self.carried, carried):
+            out[j] = value
+        return tuple(out)
 
     @staticmethod
     def first(output):
         return output if torch.is_tensor(output) else output[0]
+
+    def carried_of(self, output) -> list:
+        return [output[j] for j in self.carried]
+
+    def learn_names(self, markers: list, args, kwargs) -> None:
+        """The argument of each carried tensor: where the next layer received the marker the last one returned."""
+        found = {id(v): i for i, v in enumerate(args)} | {id(v): k for k, v in kwargs.items()}
+        if not all(id(m) in found for m in markers):
+            raise AnalysisError("This model's layers hand a tensor on to the next layer that the model changes in "
+                                "between, so it cannot be run one layer at a time; load it whole (raise "
+                                "--max-memory).")
+        self.names = [found[id(m)] for m in markers]
+
+    def take(self, args, kwargs) -> tuple[tuple, dict, list]:
+        """(args, kwargs) with the carried tensors left out, and those tensors."""
+        args, kwargs, values = list(args), dict(kwargs), []
+        for name in self.names:
+            if isinstance(name, int):
+                values.append(args[name])
+                args[name] = None
+            else:
+                values.append(kwargs[name])
+                kwargs[name] = None
+        return tuple(args), kwargs, values
+
+    def give(self, args, kwargs, values) -> tuple[tuple, dict]:
+        args, kwargs = list(args), dict(kwargs)
+        for name, value in zip(self.names, values):
+            if isinstance(name, int):
+                args[name] = value
+            else:
+                kwargs[name] = value
+        return tuple(args), kwargs
 
 
 @contextlib.contextmanager
@@ -108,21 +149,26 @@ class Runner:
         self.last_spilled = False
 
     def capture(self, batches, device) -> tuple[list, list]:
-        """(initial hidden state per batch, per batch the (args, kwargs) of every layer, hidden state left out)."""
-        layers = self.skeleton.layers
+        """(per batch the first layer's inputs: its hidden state and the carried tensors, per batch the (args, kwargs)
+        of every layer with those left out)."""
+        layers, shape = self.skeleton.layers, self.shape
         starts, records = [], []
         for ids in batches:
             calls = [None] * len(layers)
+            first = {}
+            markers = [torch.empty(0) for _ in shape.carried]  # what each layer hands on: its place is learned
 
             def recorder(i):
                 def record(*args, **kwargs):
                     hidden = hidden_of(args, kwargs)
                     if i == 0:
-                        starts.append(hidden)
+                        first["hidden"] = hidden
+                    if markers and i == 1 and not shape.names:
+                        shape.learn_names(markers, args, kwargs)
                     calls[i] = with_hidden(args, kwargs, None)
                     if i == len(layers) - 1:
                         raise _Stop
-                    return self.shape.wrap(hidden)
+                    return shape.wrap(hidden, markers)
                 return record
             with layers_replaced(layers, recorder):
                 try:
@@ -132,13 +178,19 @@ class Runner:
             if any(c is None for c in calls):
                 raise AnalysisError("This model's forward did not call every layer once, so it cannot be run one "
                                     "layer at a time; load it whole (raise --max-memory).")
+            first_args, first_kwargs = calls[0]
+            first_args, first_kwargs, carried = shape.take(first_args, first_kwargs)
+            calls[0] = (first_args, first_kwargs)
+            for i in range(1, len(calls)):
+                calls[i] = shape.take(*calls[i])[:2]
+            starts.append([first["hidden"], *carried])
             records.append(calls)
         return starts, records
 
-    def run(self, batches, *, on_logits=None, cancel=None, progress=None, device="cpu", grad_steps=None) -> None:
+    def run(self, batches, *, on_logits=None, cancel=None, progress=None, device="cpu") -> None:
         """Every batch through every layer; then on_logits(batch index, first position, logits [b, n, V]) per chunk
         of tokens when asked. progress(units done, units, bytes read) after each layer."""
-        sk = self.skeleton
+        sk, shape = self.skeleton, self.shape
         units = sk.block_units()
         total = len(units) + (1 if on_logits else 0)
         start_bytes = sk.files.bytes_read
@@ -147,12 +199,14 @@ class Runner:
             stack.enter_context(torch.no_grad())
             with sk.rest_on_demand(keep=True):  # the embeddings, read once for every capture
                 starts, records = self.capture(batches, device)
-            sizes = [h.numel() * h.element_size() for h in starts]
+            width = 1 + len(shape.carried)  # slots per batch: its hidden state, then what the layers carry
+            sizes = [t.numel() * t.element_size() for tensors in starts for t in tensors]
             self.last_spilled = sum(sizes) > self.hidden_limit
             store = HiddenStates(sizes, spill=self.last_spilled)
             stack.callback(store.close)
-            for m, h in enumerate(starts):
-                store.put(m, h)
+            for m, tensors in enumerate(starts):
+                for c, tensor in enumerate(tensors):
+                    store.put(m * width + c, tensor)
             del starts
             began = time.perf_counter()
             for i, (layer, unit) in enumerate(zip(sk.layers, units)):
@@ -160,17 +214,20 @@ class Runner:
                 with sk.materialized(unit):
                     for m, calls in enumerate(records):
                         check(cancel)
-                        args, kwargs = with_hidden(*calls[i], store.get(m))
-                        store.put(m, self.shape.first(layer(*args, **kwargs)))
+                        args, kwargs = with_hidden(*calls[i], store.get(m * width))
+                        args, kwargs = shape.give(args, kwargs, [store.get(m * width + c) for c in range(1, width)])
+                        out = layer(*args, **kwargs)
+                        for c, tensor in enumerate([shape.first(out), *shape.carried_of(out)]):
+                            store.put(m * width + c, tensor)
                         calls[i] = None  # this layer's arguments are not needed again
                 if progress:
                     progress(i + 1, total, sk.files.bytes_read - start_bytes, time.perf_counter() - began)
             if on_logits:
-                self._tail(store, batches, on_logits, cancel, device)
+                self._tail(store, width, batches, on_logits, cancel)
                 if progress:
                     progress(total, total, sk.files.bytes_read - start_bytes, time.perf_counter() - began)
 
-    def _tail(self, store, batches, on_logits, cancel, device) -> None:
+    def _tail(self, store, width, batches, on_logits, cancel) -> None:
         """Final norm, LM head and the family's logit scaling: the model's own forward over replayed layers."""
         sk = self.skeleton
         model = sk.model
@@ -180,7 +237,7 @@ class Runner:
         with sk.rest_on_demand(keep=True), \
                 layers_replaced(sk.layers, lambda _i: lambda *a, **k: self.shape.wrap(replay["h"])):
             for m, ids in enumerate(batches):
-                hidden = store.get(m)
+                hidden = store.get(m * width)
                 b, t = hidden.shape[:2]
                 per_token = b * vocab * 4 * 3  # logits in the model's dtype, an fp32 copy, a log-softmax
                 chunk = max(1, min(t, int(self.logits_limit // max(per_token, 1))))
