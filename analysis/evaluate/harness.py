@@ -225,10 +225,9 @@ def _number(value) -> bool:
 def project_lm(model, tokenizer, batch_size: int, progress=None, cancel=None, yes: bool = False, say=None):
     """An HFLM on the loaded model (a copy of the tokenizer: the harness may set its pad token)."""
     if getattr(model, "streamed", False):  # the harness calls the model batch by batch and generates token by token
-        raise AnalysisError(f"lm-evaluation-harness needs {getattr(model, 'analysis_name', 'the model')} whole in "
-                            "memory (it calls it one padded batch at a time and generates token by token), and this "
-                            "one is over the memory budget; raise --max-memory, load it in bfloat16 (--dtype "
-                            "bfloat16) or use a GPU (--device cuda).")
+        raise AnalysisError("lm-evaluation-harness needs the model whole in memory (it calls it one padded batch at a "
+                            "time and generates token by token), and this one is over the memory budget; raise "
+                            "--max-memory, load it in bfloat16 (--dtype bfloat16) or use a GPU (--device cuda).")
     lm_class = _lm_class()
     try:
         return lm_class(model, copy.deepcopy(tokenizer), batch_size, progress, cancel, yes, say)

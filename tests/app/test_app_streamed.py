@@ -1,6 +1,7 @@
 """Issue 30 in the dashboard: the sidebar's Max memory field; a model over it is streamed, the Model page says so in
-the CLI's words (and that recovery and training need the whole model), and the States page measures it; a budget
-that does not parse is one sentence and the app keeps working."""
+the CLI's words (and that recovery and training need the whole model), and the States, Query noise, Channel
+importance and Prune pages measure it (the Prune page's recovery is one sentence saying why not); a budget that
+does not parse is one sentence and the app keeps working."""
 import pytest
 
 from analysis.models import budget
@@ -67,3 +68,36 @@ def test_a_job_shows_the_blocks_of_a_streamed_pass_and_stops_at_the_next_one(dee
         model.run([ids])
     assert len(seen) == 2 and seen[0].startswith("collecting states · streaming block 1/12, 0.00 GB read, about ")
     assert model.skeleton.live == set()
+
+
+def test_the_measuring_pages_work_streamed_and_recovery_says_why_not(monkeypatch, deep_lm):
+    """Query noise, Channel importance and Prune (prune, then perplexity before and after) on the streamed model;
+    the Prune page's recovery is one sentence saying it needs the whole model."""
+    from helpers.app import click, one_sentence, open_page
+    at = open_page(monkeypatch, deep_lm, "pages/model.py")
+    at.number_input(key="w:tokens").set_value(32)
+    at.number_input(key="w:sequences").set_value(2)
+    at.session_state["calib_tokens"] = 16  # 2 × 16 = 32 tokens, the key dim: what a 4 MiB budget holds
+    at.text_input(key="w:max_memory").set_value("4MiB").run()
+    assert_clean(at)
+    assert [i for i in at.info if i.value.startswith("streaming:")]
+    at.switch_page("pages/query_noise.py").run()
+    assert_clean(at)
+    assert charts(at)
+    at.switch_page("pages/importance.py").run()
+    assert_clean(at)
+    assert any(s["layout"]["title"]["text"] == "Jaccard overlap of the kept sets" for s in charts(at))
+    at.switch_page("pages/prune.py").run()
+    assert_clean(at)
+    at.selectbox(key="w:prune_strategy").set_value("l1")
+    at.checkbox(key="w:prune_latency").uncheck().run()  # the kernel timing's 2 × 512 tokens need more than 4 MiB
+    click(at, "prune_run")
+    table = at.table[1].value
+    assert any(r.startswith("perplexity (Shakespeare") for r in table.index)
+    for key, value in {"w:recover_steps": 2, "w:recover_batch": 2, "w:recover_seq": 32}.items():
+        at.number_input(key=key).set_value(value)
+    at.button(key="recover_run").click().run()
+    assert not at.exception
+    [error] = [e.value for e in at.error]
+    assert one_sentence(error) and error.startswith("Recovery trains with gradients through the whole model at once, "
+                                                    "so it is never run one block at a time"), error

@@ -20,6 +20,7 @@ from analysis.errors import AnalysisError
 from analysis.models import budget, load as models
 from analysis.models.stream.model import StreamedModel
 from family_cases.text_lm import build_tiny
+from helpers.numbers import same
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -58,6 +59,35 @@ def test_rank_and_ppl_streamed_say_so_and_give_the_in_memory_numbers(deep_lm, tm
     assert abs(ppl[1]["perplexity"] / ppl[0]["perplexity"] - 1) <= 1e-5 and ppl[0]["tokens"] == ppl[1]["tokens"]
 
 
+def test_noise_importance_and_prune_streamed_give_the_in_memory_numbers(deep_lm, tmp_path, capsys):
+    """The same operations on the same inputs: noise and importance JSON equal to the in-memory run's (floats within
+    1e-5 relative: the gradient strategy's sums run one layer at a time), the kept sets equal, and `prune --out`
+    writes byte-identical tensors in shards (with perplexity before and after). Every strategy is compared per family
+    in tests/models/test_streamed.py; here a data-free, a calibration and the gradient strategy."""
+    from safetensors.torch import load_file
+
+    runs = {}
+    for label, extra in (("whole", []), ("streamed", ["--max-memory", BUDGET])):
+        for command, args in (("noise", [*SMALL, "--stride", "16", "--samples", "8", "--snr", "10", "--keys", "4"]),
+                              ("importance", ["--strategies", "l1,wanda,grad", "--calib-sequences", "2",
+                                              "--calib-tokens", "16", "--quiet"]),
+                              ("prune", ["--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "64",
+                                         "--eval-context", "32", "--quiet", "--out", str(tmp_path / f"out-{label}")])):
+            assert main([command, str(deep_lm), *args, "--json", str(tmp_path / f"{command}-{label}.json"),
+                         *extra]) == 0, capsys.readouterr().err
+        runs[label] = {c: json.loads((tmp_path / f"{c}-{label}.json").read_text()) for c in ("noise", "importance")}
+    capsys.readouterr()
+    same(runs["streamed"]["noise"]["layers"], runs["whole"]["noise"]["layers"], "noise", rel=1e-5)
+    same(runs["streamed"]["importance"]["scores"], runs["whole"]["importance"]["scores"], "scores", rel=1e-5)
+    assert runs["streamed"]["importance"]["kept"] == runs["whole"]["importance"]["kept"]
+    shards = sorted((tmp_path / "out-streamed").glob("*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "out-streamed" / "model.safetensors.index.json").exists()
+    got = {k: v for f in shards for k, v in load_file(f).items()}
+    want = {k: v for f in (tmp_path / "out-whole").glob("*.safetensors") for k, v in load_file(f).items()}
+    assert got.keys() == want.keys() and all(torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8))
+                                             for k in want)
+
+
 def test_recovery_is_refused_before_any_work_when_the_model_streams(deep_lm, tmp_path, capsys):
     out = tmp_path / "pruned"
     code = main(["prune", str(deep_lm), "--strategy", "l1", "--ratio", "0.5", "--recover-steps", "2", "--quiet",
@@ -66,6 +96,22 @@ def test_recovery_is_refused_before_any_work_when_the_model_streams(deep_lm, tmp
     assert code == 2 and "Recovery trains with gradients through the whole model at once, so it is never run " \
         "one block at a time" in err and "raise --max-memory above" in err and "--dtype bfloat16" in err, err
     assert not out.exists() and err.count("error:") == 1
+
+
+def test_what_needs_the_model_whole_refuses_a_streamed_one_in_one_sentence(deep_lm, tmp_path, capsys):
+    """lm-evaluation-harness (padded batches, token-by-token generation) and a call with a mask, labels or a cache."""
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(deep_lm), "--tasks", "shakespeare_last_word", "--limit", "2", "--quiet",
+                 "--max-memory", BUDGET, "--json", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "error: lm-evaluation-harness needs the model whole in memory" in err and \
+        "over the memory budget; raise --max-memory" in err, err
+    assert not out.exists()
+    model = _streamed(deep_lm)
+    ids = torch.randint(1, 1000, (1, 8), generator=torch.Generator().manual_seed(0))
+    with budget.budget_scope(4 << 20), pytest.raises(AnalysisError, match=r"runs whole, unpadded sequences of token "
+                                                                         r"ids only \(it was given attention_mask\)"):
+        model(ids, attention_mask=torch.ones_like(ids))
 
 
 def _broken(deep_lm, tmp_path, how):

@@ -19,6 +19,7 @@ import pytest
 
 from analysis.cli.main import main
 from family_cases.text_lm import build_tiny
+from helpers.numbers import same
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -61,21 +62,4 @@ def test_rank_of_a_208_mb_model_stays_within_64_mib(tmp_path, capsys):
     print(f"\npeak above the baseline: {above:.1f} MiB (budget {BUDGET_MIB} MiB + allowance {ALLOWANCE_MIB} MiB)")
     assert above <= BUDGET_MIB + ALLOWANCE_MIB
     whole, streamed = (json.loads((tmp_path / f"{k}.json").read_text()) for k in ("whole", "streamed"))
-    _same(streamed["layers"], whole["layers"])
-
-
-def _same(a, b) -> None:
-    """Same structure; counts equal, floats within 1e-5 relative (another process: identical on the same CPU and
-    thread count, but never compared with == across processes)."""
-    if isinstance(b, dict):
-        assert a.keys() == b.keys()
-        for k in b:
-            _same(a[k], b[k])
-    elif isinstance(b, list):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            _same(x, y)
-    elif isinstance(b, float):
-        assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), (a, b)
-    else:
-        assert a == b
+    same(streamed["layers"], whole["layers"], "layers", rel=1e-5)  # another process: never == across processes

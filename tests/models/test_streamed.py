@@ -1,6 +1,8 @@
 """Issue 30: a model over its memory budget is read one block at a time and gives the numbers of the model held whole.
 
-Per family (tests/family_cases, made deeper so the model is several times its budget, saved in shards): the rank
+Per family and per covered model type (tests/family_cases, their siblings Qwen3-Next, Qwen3.5-MoE, OLMo-hybrid and
+the Mamba-2 types besides Nemotron-H; made deeper so the model is several times its budget, saved in shards), and per
+bundled sample (as shipped: one file, a budget of 80 % of its weights): the rank
 metrics and final states, every usable strategy's channel scores and kept sets (the gradient strategy through the
 streamed gradient pass), perplexity (rel ≤ 1e-5), and a pruned checkpoint whose tensors are byte for byte those of
 an in-memory prune, written in shards no larger than the input's. States and scores are computed by the same
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SHARD = "300KB"       # the input's shards (save_pretrained's max_shard_size)
 FRACTION = 0.8        # the budget, as a fraction of the model's weights
-CALIB = (2, 16)       # calibration sequences × tokens (at least every family's key dim in all)
+CALIB = (2, 16)       # calibration sequences × tokens (at least every family case's key dim in all)
 
 
 class CharTokenizer:
@@ -45,27 +47,59 @@ class CharTokenizer:
         return self.vocab
 
 
-def _needs(model) -> int:
+def _needs(model, calib=CALIB) -> int:
     """The most any step below holds streamed (the memory checks' own estimates)."""
-    return max(limits.forward_bytes(model, 2, 24), limits.calibration_bytes(model, *CALIB),
+    return max(limits.forward_bytes(model, 2, 24), limits.calibration_bytes(model, *calib),
                limits.forward_bytes(model, 4, 16, states=False))
 
 
-@pytest.fixture(scope="module", params=CASE_MODULES)
+def _other_type(module: str, kind: str):
+    """A covered model type that is not its family's case: Qwen3-Next (MoE), Qwen3.5-MoE and OLMo-hybrid beside
+    Qwen3.5; Mamba-2, Granite-4.0-H (MoE), Falcon-H1, Bamba and Zamba2 (a shared transformer) beside Nemotron-H."""
+    cases = importlib.import_module(f"family_cases.{module}")
+    return lambda: cases.make_sibling(kind) if module == "qwen3_5" else cases.make_model(kind)
+
+
+OTHER_TYPES = {f"{module}:{kind}": _other_type(module, kind) for module, kinds in
+               (("qwen3_5", ("qwen3_next", "qwen3_5_moe", "olmo_hybrid")),
+                ("mamba2", ("mamba2", "granitemoehybrid", "falcon_h1", "bamba", "zamba2"))) for kind in kinds}
+# the bundled samples whose weights exceed the work of the steps below (deltanet-recall's 2 MB do not: its family
+# is the delta_net case)
+SAMPLES = ["deltanet-small", "gated-deltanet-small", "granite-h-small", "qwen35-hybrid-small"]
+# Calibration keeps every layer's q/k activations, which grow with depth as the weights do: where a layer's weights
+# are small next to them (pure Mamba-2's tiny layers; Zamba2, whose hybrid layers each hold the shared transformer
+# with every hybrid layer's adapters), one sequence of 16 tokens (the key dim) is what fits below the model's size.
+# The samples' key dim is 64.
+CALIB_OF = {"mamba2:mamba2": (1, 16), "mamba2:zamba2": (1, 16), **{f"sample:{name}": (2, 32) for name in SAMPLES}}
+
+
+@pytest.fixture(scope="module", params=[*CASE_MODULES, *OTHER_TYPES, *(f"sample:{s}" for s in SAMPLES)])
 def deep_dir(request, tmp_path_factory):
-    """(folder, budget): the family case deepened until FRACTION of its weights holds every step's work (4× to 32×
-    as many layers: a block's work does not grow with depth), saved in shards."""
-    case = importlib.import_module(f"family_cases.{request.param}").CASE
-    base = case.make_model()
+    """(folder, budget, calibration size): the family case (or another covered model type) deepened until FRACTION
+    of its weights holds every step's work (4× to 32× as many layers: a block's work does not grow with depth),
+    saved in shards; or a bundled sample as shipped, with FRACTION of its weights."""
+    calib = CALIB_OF.get(request.param, CALIB)
+    if request.param.startswith("sample:"):
+        path = models.SAMPLES_DIR / request.param.removeprefix("sample:")
+        size = int(limits.parameter_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
+        with budget.budget_scope(size):
+            assert _needs(models.load_model(str(path), device="cpu"), calib) <= size
+        return path, size, calib
+    if request.param in OTHER_TYPES:
+        base = OTHER_TYPES[request.param]()
+    else:
+        base = importlib.import_module(f"family_cases.{request.param}").CASE.make_model()
     for times in (4, 8, 16, 32):
         path = tmp_path_factory.mktemp(f"deep-{request.param}-{times}")
         deeper_model(base, times).save_pretrained(path, max_shard_size=SHARD)
         size = int(limits.parameter_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
         with budget.budget_scope(size):
-            if _needs(models.load_model(str(path), device="cpu")) <= size:
+            if _needs(models.load_model(str(path), device="cpu"), calib) <= size:
                 break
+    else:
+        pytest.fail(f"{request.param}: even 32× deeper, {FRACTION:.0%} of its weights does not hold the work")
     assert (path / "model.safetensors.index.json").exists()
-    return path, size
+    return path, size, calib
 
 
 def _tensors(folder) -> dict:
@@ -98,12 +132,12 @@ def _everything(model, ids, calib_ids, text, out, skip=()):
 
 
 def test_a_streamed_model_gives_the_numbers_of_the_model_held_whole(deep_dir, tmp_path):
-    deep_dir, size = deep_dir
+    deep_dir, size, calib = deep_dir
     whole = models.load_model(str(deep_dir), device="cpu")
     gen = torch.Generator().manual_seed(0)
     vocab = whole.config.vocab_size
     ids = torch.randint(1, vocab, (2, 24), generator=gen)
-    calib_ids = torch.randint(1, vocab, CALIB, generator=gen)
+    calib_ids = torch.randint(1, vocab, calib, generator=gen)
     text = "the quick brown fox jumps over the lazy dog; " * 6
     with budget.budget_scope(size):  # below the model's size
         streamed = models.load_model(str(deep_dir), device="cpu")
@@ -141,8 +175,12 @@ def test_a_streamed_model_gives_the_numbers_of_the_model_held_whole(deep_dir, tm
     assert config_s == config_w
     shards = sorted((tmp_path / "streamed").glob("*.safetensors"))
     largest_input = max(p.stat().st_size for p in deep_dir.glob("*.safetensors"))
-    index = json.loads((tmp_path / "streamed" / "model.safetensors.index.json").read_text())
-    assert len(shards) > 1 and set(index["weight_map"].values()) == {p.name for p in shards}
-    assert all(p.stat().st_size <= largest_input for p in shards)
+    if (deep_dir / "model.safetensors.index.json").exists():  # sharded like its input
+        index = json.loads((tmp_path / "streamed" / "model.safetensors.index.json").read_text())
+        assert len(shards) > 1 and set(index["weight_map"].values()) == {p.name for p in shards}
+        assert all(p.stat().st_size <= largest_input for p in shards)
+    else:  # a single file stays a single file
+        assert [p.name for p in shards] == ["model.safetensors"]
+        assert not (tmp_path / "streamed" / "model.safetensors.index.json").exists()
     reloaded = models.load_model(str(tmp_path / "streamed"), device="cpu")  # a whole model again
     assert not isinstance(reloaded, StreamedModel)

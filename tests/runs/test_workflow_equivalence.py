@@ -16,7 +16,6 @@ Prune-and-measure and recover-and-measure (analysis/shrink/prune_workflow.py) ar
 1e-5 (see PRUNE_REL below).
 """
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -26,33 +25,16 @@ from analysis.cli.main import main
 from analysis.data.corpus import dataset_label
 from analysis.io import point_cache
 from analysis.models.load import SAMPLES_DIR
+from helpers.numbers import same  # floats within 1e-6 relative (its default) unless a call says otherwise
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 SAMPLE = SAMPLES_DIR / "deltanet-small"
-REL = 1e-6
 CALIB = {"calib_sequences": 2, "calib_tokens": 64, "calib_seed": 0}
 STRATEGY = "wanda"                 # reads calibration data, so the calibration path and label are compared too
 MAP_RATIOS, MAP_TOKENS = "0.25,0.75", 512   # 2 validation windows of 256 per point: a paired SE exists
 SWEEP = {"ratio": "0.5", "context": 128, "tokens": 256}
-
-
-def same(cli, page, where: str = "", rel: float = REL) -> None:
-    """Equal structure; floats within `rel` (see the module docstring), everything else exactly."""
-    if isinstance(cli, float) or isinstance(page, float):
-        assert isinstance(cli, (int, float)) and isinstance(page, (int, float)), where
-        assert math.isclose(cli, page, rel_tol=rel, abs_tol=1e-12), f"{where}: CLI {cli!r} vs page {page!r}"
-    elif isinstance(cli, dict):
-        assert isinstance(page, dict) and set(cli) == set(page), f"{where}: keys {sorted(cli)} vs {sorted(page)}"
-        for k in cli:
-            same(cli[k], page[k], f"{where}.{k}", rel)
-    elif isinstance(cli, (list, tuple)):
-        assert isinstance(page, (list, tuple)) and len(cli) == len(page), f"{where}: {cli!r} vs {page!r}"
-        for i, (a, b) in enumerate(zip(cli, page)):
-            same(a, b, f"{where}[{i}]", rel)
-    else:
-        assert cli == page, f"{where}: CLI {cli!r} vs page {page!r}"
 
 
 def ok(at) -> None:
