@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -23,7 +24,7 @@ from analysis.archs import adapter_for
 from analysis.archs.heads import drop_blocks, original_head_counts
 from analysis.errors import AnalysisError
 from analysis.models.load import linear_layers
-from analysis.shrink.prune import PruneResult, build_pruned, check_rescale, choose_channels, key_dims
+from analysis.shrink.prune import PruneResult, build_pruned, check_rescale, choose_channels, key_dims, rebuilt
 from analysis.shrink.strategies import get_strategy
 from analysis.shrink.strategies import Selection
 
@@ -139,24 +140,32 @@ def build_head_pruned(model, selections: list[HeadSelection]):
     if len(selections) != len(layers):
         raise AnalysisError(f"Got {len(selections)} head selections for {len(layers)} linear-attention layers.")
     counts = [s.counts for s in selections]
-    new = adapter.pruned_model(model, key_dims(model), adapter.readout_key_dims(model), head_counts=counts)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    dims, readout = key_dims(model), adapter.readout_key_dims(model)
     names = {id(m): n for n, m in model.named_modules()}
+    edits = {}
     for layer, sel in zip(layers, selections):
         prefix = names[id(layer.module)] + "."
         have = (layer.key_heads, layer.value_heads)
         by_param: dict[str, list] = defaultdict(list)
         for rows in adapter.head_rows(layer.module):
             by_param[rows.param].append(rows)
-        for param, entries in by_param.items():
-            state[prefix + param] = drop_blocks(state[prefix + param], entries, have, sel.key_heads, sel.value_heads)
         norm = adapter.grouped_norm_weight(layer.module)
-        if norm is not None and sel.counts != have:   # pure removal: the group's mean keeps its width
-            ratio = (have[1] / have[0]) / (sel.counts[1] / sel.counts[0])
-            weight = state[prefix + norm]
-            state[prefix + norm] = (weight.double() * math.sqrt(ratio)).to(weight.dtype)
-    new.load_state_dict(state, strict=True)
-    return new
+        scaled = norm if norm is not None and sel.counts != have else None
+        for param in {*by_param, *([scaled] if scaled else [])}:
+            edits[prefix + param] = partial(_without_heads, rows=by_param.get(param), have=have, sel=sel,
+                                            scale=param == scaled)
+    return rebuilt(model, lambda m: adapter.pruned_model(m, dims, readout, head_counts=counts), edits)
+
+
+def _without_heads(tensor: torch.Tensor, rows, have: tuple[int, int], sel: HeadSelection, scale: bool) -> torch.Tensor:
+    """One tensor of a head-pruned layer: the dropped heads' blocks removed (rows: its HeadRows entries, if any);
+    `scale`: the grouped norm's weight, scaled so the group's mean keeps its width (pure removal)."""
+    if rows:
+        tensor = drop_blocks(tensor, rows, have, sel.key_heads, sel.value_heads)
+    if scale:
+        ratio = (have[1] / have[0]) / (sel.counts[1] / sel.counts[0])
+        tensor = (tensor.double() * math.sqrt(ratio)).to(tensor.dtype)
+    return tensor
 
 
 def head_scores(model, strategy: str, calibration, seed: int = 0) -> list[torch.Tensor]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -150,20 +151,31 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
         raise AnalysisError(f"Got {len(selections)} selections for {len(layers)} linear-attention layers.")
     adapter.check_key_dims(dims, next(model.parameters()).device.type)  # e.g. KDA's GPU minimum
     readout = adapter.readout_key_dims(model) if rescale == "original" else None
-    if is_streamed(model):  # never held whole: a view that slices each unit as it is read
-        from analysis.shrink.prune_streamed import pruned_view
-        return pruned_view(model, selections, readout, reduce_param)
-    new = adapter.pruned_model(model, dims, readout)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     module_names = {id(m): n for n, m in model.named_modules()}
+    edits = {}
     for layer, sel in zip(layers, selections):
         prefix = module_names[id(layer.module)] + "."
         by_param: dict[str, list] = {}
         for rows in adapter.channel_rows(layer.module):
             by_param.setdefault(rows.param, []).append(rows)
         for param, entries in by_param.items():
-            if prefix + param in state:
-                state[prefix + param] = reduce_param(state[prefix + param], entries, layer, sel)
+            edits[prefix + param] = partial(reduce_param, entries=entries, layer=layer, sel=sel)
+    return rebuilt(model, lambda m: adapter.pruned_model(m, dims, readout), edits)
+
+
+def rebuilt(model, architecture, edits: dict):
+    """A NEW model: `architecture(model)` (the adapter's pruned model) loaded strictly with the model's tensors, each
+    one named in `edits` ({full name: function of the tensor}) changed by its function, every other one copied bit
+    for bit. A streamed model is never held whole: the result is a streamed view that edits each unit as it is read
+    (analysis.shrink.prune_streamed), with the same functions."""
+    if is_streamed(model):
+        from analysis.shrink.prune_streamed import pruned_view
+        return pruned_view(model, architecture, edits)
+    new = architecture(model)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    for name, edit in edits.items():
+        if name in state:
+            state[name] = edit(state[name])
     new.load_state_dict(state, strict=True)
     return new
 

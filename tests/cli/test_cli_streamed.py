@@ -62,8 +62,9 @@ def test_rank_and_ppl_streamed_say_so_and_give_the_in_memory_numbers(deep_lm, tm
 def test_noise_importance_and_prune_streamed_give_the_in_memory_numbers(deep_lm, tmp_path, capsys):
     """The same operations on the same inputs: noise and importance JSON equal to the in-memory run's (floats within
     1e-5 relative: the gradient strategy's sums run one layer at a time), the kept sets equal, and `prune --out`
-    writes byte-identical tensors in shards (with perplexity before and after). Every strategy is compared per family
-    in tests/models/test_streamed.py; here a data-free, a calibration and the gradient strategy."""
+    writes byte-identical tensors in shards (with perplexity before and after), removing key channels or whole heads.
+    Every strategy is compared per family in tests/models/test_streamed.py; here a data-free, a calibration and the
+    gradient strategy."""
     from safetensors.torch import load_file
 
     runs = {}
@@ -72,7 +73,10 @@ def test_noise_importance_and_prune_streamed_give_the_in_memory_numbers(deep_lm,
                               ("importance", ["--strategies", "l1,wanda,grad", "--calib-sequences", "2",
                                               "--calib-tokens", "16", "--quiet"]),
                               ("prune", ["--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "64",
-                                         "--eval-context", "32", "--quiet", "--out", str(tmp_path / f"out-{label}")])):
+                                         "--eval-context", "32", "--quiet", "--out", str(tmp_path / f"out-{label}")]),
+                              ("prune", ["--heads", "0.5", "--head-strategy", "random", "--eval-tokens", "64",
+                                         "--eval-context", "32", "--quiet", "--out",
+                                         str(tmp_path / f"heads-{label}")])):
             assert main([command, str(deep_lm), *args, "--json", str(tmp_path / f"{command}-{label}.json"),
                          *extra]) == 0, capsys.readouterr().err
         runs[label] = {c: json.loads((tmp_path / f"{c}-{label}.json").read_text()) for c in ("noise", "importance")}
@@ -80,12 +84,13 @@ def test_noise_importance_and_prune_streamed_give_the_in_memory_numbers(deep_lm,
     same(runs["streamed"]["noise"]["layers"], runs["whole"]["noise"]["layers"], "noise", rel=1e-5)
     same(runs["streamed"]["importance"]["scores"], runs["whole"]["importance"]["scores"], "scores", rel=1e-5)
     assert runs["streamed"]["importance"]["kept"] == runs["whole"]["importance"]["kept"]
-    shards = sorted((tmp_path / "out-streamed").glob("*.safetensors"))
-    assert len(shards) > 1 and (tmp_path / "out-streamed" / "model.safetensors.index.json").exists()
-    got = {k: v for f in shards for k, v in load_file(f).items()}
-    want = {k: v for f in (tmp_path / "out-whole").glob("*.safetensors") for k, v in load_file(f).items()}
-    assert got.keys() == want.keys() and all(torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8))
-                                             for k in want)
+    for out in ("out", "heads"):
+        shards = sorted((tmp_path / f"{out}-streamed").glob("*.safetensors"))
+        assert len(shards) > 1 and (tmp_path / f"{out}-streamed" / "model.safetensors.index.json").exists()
+        got = {k: v for f in shards for k, v in load_file(f).items()}
+        want = {k: v for f in (tmp_path / f"{out}-whole").glob("*.safetensors") for k, v in load_file(f).items()}
+        assert got.keys() == want.keys() and all(torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8))
+                                                 for k in want)
 
 
 def test_recovery_is_refused_before_any_work_when_the_model_streams(deep_lm, tmp_path, capsys):

@@ -5,7 +5,8 @@ the Mamba-2 types besides Nemotron-H; made deeper so the model is several times 
 bundled sample (as shipped: one file, a budget of 80 % of its weights): the rank
 metrics and final states, every usable strategy's channel scores and kept sets (the gradient strategy through the
 streamed gradient pass), perplexity (rel ≤ 1e-5), and a pruned checkpoint whose tensors are byte for byte those of
-an in-memory prune, written in shards no larger than the input's. States and scores are computed by the same
+an in-memory prune, written in shards no larger than the input's; where the family removes heads, a head-pruned
+checkpoint too. States and scores are computed by the same
 operations on the same inputs in the same process, so they agree to float32 rounding (tolerance 1e-6 relative;
 only the perplexity's logits are cut in chunks of tokens, hence its 1e-5).
 """
@@ -115,20 +116,31 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _everything(model, ids, calib_ids, text, out, skip=()):
-    """What the commands compute, on one model: states, importance, perplexity, a saved l1 prune."""
+    """What the commands compute, on one model: states, importance, perplexity, an l1 prune with per-layer ratios
+    (its logits, and saved in `out`) and, where the family removes heads, a saved head prune of half the heads,
+    random (in `out`-heads)."""
     from analysis.evaluate.perplexity import perplexity
     from analysis.inspect.states import collect_states
     from analysis.shrink.calibration import calibrate
     from analysis.shrink.importance import importance_report
-    from analysis.shrink.prune import plan_key_dims, prune, save_model, usable_strategies
+    from analysis.archs import adapter_for
+    from analysis.shrink.head_prune import HeadPlan, plan_head_counts, prune_with_heads
+    from analysis.shrink.prune import key_dims, plan_key_dims, prune, save_model, usable_strategies
     trace = collect_states(model, ids, stride=4, keep_states=False)
     finals = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True)
     calib = calibrate(model, None, input_ids=calib_ids, label="given ids")
     names = [n for n in usable_strategies(model)[0] if n not in skip]
     report = importance_report(model, None, names, 0.5, calib=calib)
     ppl = perplexity(model, CharTokenizer(model.config.vocab_size), text=text, context=16, batch=4)
-    save_model(prune(model, "l1", plan_key_dims(model, ratio=0.5)).model, out)
-    return trace, finals, report, ppl
+    ratios = [0.25 if i % 2 else 0.5 for i in range(len(key_dims(model)))]  # per layer: the registered pruned types
+    pruned = prune(model, "l1", plan_key_dims(model, ratios=ratios)).model
+    with torch.no_grad():
+        pruned_logits = pruned(ids[:1, :12], use_cache=False).logits  # the pruned view runs (its real buffers too)
+    save_model(pruned, out)
+    if adapter_for(model).head_refusal is None:
+        plan = HeadPlan("random", tuple(plan_head_counts(model, ratio=0.5)))
+        save_model(prune_with_heads(model, None, key_dims(model), plan).model, out.with_name(out.name + "-heads"))
+    return trace, finals, report, ppl, pruned_logits
 
 
 def test_a_streamed_model_gives_the_numbers_of_the_model_held_whole(deep_dir, tmp_path):
@@ -153,7 +165,8 @@ def test_a_streamed_model_gives_the_numbers_of_the_model_held_whole(deep_dir, tm
             with pytest.raises(AnalysisError, match="hand a second tensor on to each other"):
                 calibrate(streamed, None, input_ids=calib_ids, label="given ids").gradients()
 
-    (trace_w, finals_w, report_w, ppl_w), (trace_s, finals_s, report_s, ppl_s) = want, got
+    (trace_w, finals_w, report_w, ppl_w, logits_w), (trace_s, finals_s, report_s, ppl_s, logits_s) = want, got
+    assert _rel(logits_s, logits_w) <= 1e-5  # the pruned models; only the logits are cut in chunks of tokens
     for a, b in zip(trace_s.layers, trace_w.layers):
         assert a.metrics.keys() == b.metrics.keys()
         for name in a.metrics:
@@ -166,13 +179,15 @@ def test_a_streamed_model_gives_the_numbers_of_the_model_held_whole(deep_dir, tm
             assert _rel(torch.tensor(a), torch.tensor(b)) <= 1e-5, name
     assert abs(ppl_s["perplexity"] / ppl_w["perplexity"] - 1) <= 1e-5 and ppl_s["tokens"] == ppl_w["tokens"]
 
-    pruned_w, pruned_s = _tensors(tmp_path / "whole"), _tensors(tmp_path / "streamed")
-    assert pruned_s.keys() == pruned_w.keys()
-    for name, tensor in pruned_w.items():  # byte for byte
-        assert pruned_s[name].dtype == tensor.dtype and pruned_s[name].shape == tensor.shape
-        assert torch.equal(pruned_s[name].view(-1).view(torch.uint8), tensor.view(-1).view(torch.uint8)), name
-    config_w, config_s = (json.loads((tmp_path / k / "config.json").read_text()) for k in ("whole", "streamed"))
-    assert config_s == config_w
+    for kind in ("", "-heads") if (tmp_path / "whole-heads").exists() else ("",):
+        pruned_w, pruned_s = _tensors(tmp_path / f"whole{kind}"), _tensors(tmp_path / f"streamed{kind}")
+        assert pruned_s.keys() == pruned_w.keys()
+        for name, tensor in pruned_w.items():  # byte for byte
+            assert pruned_s[name].dtype == tensor.dtype and pruned_s[name].shape == tensor.shape
+            assert torch.equal(pruned_s[name].view(-1).view(torch.uint8), tensor.view(-1).view(torch.uint8)), name
+        config_w, config_s = (json.loads((tmp_path / f"{k}{kind}" / "config.json").read_text())
+                              for k in ("whole", "streamed"))
+        assert config_s == config_w
     shards = sorted((tmp_path / "streamed").glob("*.safetensors"))
     largest_input = max(p.stat().st_size for p in deep_dir.glob("*.safetensors"))
     if (deep_dir / "model.safetensors.index.json").exists():  # sharded like its input

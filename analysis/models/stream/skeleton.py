@@ -1,14 +1,14 @@
 """A model built without memory, whose weights are materialised one unit at a time and released again.
 
-The skeleton is the family's own model class built on the meta device (transformers' own `from_pretrained` builds
-on meta too), with its non-persistent buffers (rotary frequencies, Falcon-H1's μP vector) made real and
-initialised by the model's `_init_weights`, as transformers does after a load. A *unit* is one decoder layer (the
-blocks the family's adapter lists) or one module outside them that owns weights (embeddings, the final norm, the
-LM head). `materialize(unit)` reads that unit's tensors from the checkpoint and loads them through transformers'
-own loading step (`convert_and_load_state_dict_in_model`: the family's key renaming and weight conversions, e.g.
-per-expert weights fused, and its dtype rules), so a materialised unit holds exactly the tensors a full
-`from_pretrained` would; `release(unit)` puts the meta tensors back. Tied weights (LM head = embeddings, Zamba2's
-shared transformer) are read under the name the checkpoint keeps and bound to every name that uses them.
+The skeleton is the family's own model class built on the meta device (transformers' own `from_pretrained` builds on
+meta too), with its non-persistent buffers (rotary frequencies, Falcon-H1's μP vector) made real and initialised by
+the model's own step after a load (`_initialize_missing_keys`, every stored tensor marked loaded). A *unit* is one
+decoder layer (the blocks the family's adapter lists) or one module outside them that owns weights (embeddings, the
+final norm, the LM head). `materialize(unit)` reads that unit's tensors from the checkpoint and loads them through
+transformers' own loading step (`convert_and_load_state_dict_in_model`: the family's key renaming and weight
+conversions, e.g. per-expert weights fused, and its dtype rules), so a materialised unit holds exactly the tensors a
+full `from_pretrained` would; `release(unit)` puts the meta tensors back. Tied weights (LM head = embeddings,
+Zamba2's shared transformer) are read under the name the checkpoint keeps and bound to every name that uses them.
 """
 from __future__ import annotations
 
@@ -43,7 +43,9 @@ def build(config, dtype: torch.dtype):
     for name, buf in list(model.named_non_persistent_buffers()):
         parent, _, leaf = name.rpartition(".")
         model.get_submodule(parent).register_buffer(leaf, torch.empty_like(buf, device="cpu"), persistent=False)
-    model.initialize_weights()  # meta parameters are untouched; the real buffers get their values
+    for tensor in model.state_dict(keep_vars=True).values():  # read from the checkpoint: from_pretrained marks
+        tensor._is_hf_initialized = True                      # them so, and its init below skips them
+    model._initialize_missing_keys(is_quantized=False)  # from_pretrained's own step: only the real buffers get values
     return model.eval()
 
 
