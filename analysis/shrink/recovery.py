@@ -199,12 +199,15 @@ def recover(model, tokenizer, settings: RecoverySettings = RecoverySettings(), t
     a saved state in `state_dir` must say `resume=True` (continue) or `resume=False` (discard, start over);
     `state_context` (what was pruned: model, strategy, ratios, ...) is saved with it and must match on resume."""
     from analysis.io.point_identity import model_identity
-    from analysis.io.recovery_state import discard_state, finish_state, has_state, load_state, save_state
+    from analysis.io.recovery_state import (check_state_folder, discard_state, finish_state, has_state, load_state,
+                                           save_state)
     s = settings
     check_settings(model, s, teacher)
     check_sizes(model, s, yes, say)
     record = s.record()
     saved = None
+    if state_dir is not None:
+        check_state_folder(state_dir, "The recovery state folder")  # a model or anything of yours: refused before work
     identity = model_identity(model) if state_dir is not None else ""  # which pruned model a saved state trains
     if has_state(state_dir):
         if resume is None:

@@ -21,7 +21,7 @@ from analysis.cli.main import main
 from analysis.data import corpus as data
 from analysis.errors import AnalysisError
 from analysis.io import swap, writes
-from analysis.io.recovery_state import discard_state
+from analysis.io.recovery_state import discard_state, finish_state
 from analysis.models.load import SAMPLES_DIR, load_model
 from analysis.runtime.cancel import Cancelled
 from analysis.shrink.recovery import RecoverySettings, recover
@@ -112,7 +112,9 @@ def test_ctrl_c_never_replaces_a_model_with_the_recovery_state(pruned_pair, old_
 def test_a_finished_recovery_never_deletes_a_model_named_as_its_state(pruned_pair, old_model):
     model, pruned = pruned_pair
     before = digest(old_model)
-    recover(pruned, data.load_tokenizer(), TINY_RECOVERY, state_dir=old_model)
+    with pytest.raises(AnalysisError, match="is a model folder this tool wrote, not a recovery state folder"):
+        recover(pruned, data.load_tokenizer(), TINY_RECOVERY, state_dir=old_model)  # refused before any step
+    finish_state(old_model)  # what a finished recovery calls: anything but a recovery state is left alone
     assert digest(old_model) == before
     with pytest.raises(AnalysisError, match="not a recovery state folder, so it was left alone"):
         discard_state(old_model)
