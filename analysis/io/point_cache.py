@@ -27,6 +27,7 @@ FORMAT = 1
 MAX_ENTRY_BYTES = 1 << 20   # a point is a few KiB; anything bigger is not an entry this tool wrote
 CACHE_DIR = Path(os.environ.get("STATE_RANK_CACHE", writes.REPO_ROOT / ".cache" / "sweeps"))
 NUMBER, INT, TEXT, INT_LIST, OPTIONAL_INT, DICT = "number", "int", "text", "int list", "int or null", "mapping"
+NUMBER_LIST = "number list"
 
 
 class CacheWarning(UserWarning):
@@ -57,7 +58,7 @@ def check_writable() -> None:
 def lookup(key: dict, schema: dict, expect: dict | None = None) -> dict | None:
     """The cached result for `key`, marked cached, or None (missing, or not believed: one warning).
 
-    schema: {field: type} every result must hold (NUMBER, INT, TEXT, INT_LIST, OPTIONAL_INT, DICT);
+    schema: {field: type} every result must hold (NUMBER, INT, TEXT, INT_LIST, NUMBER_LIST, OPTIONAL_INT, DICT);
     expect: {field: value} the result must equal (the point it claims to be, e.g. strategy and ratio)."""
     path = entry_path(key)
     try:
@@ -192,6 +193,8 @@ def _is(value, kind: str) -> bool:
         return isinstance(value, dict)
     if kind == INT_LIST:
         return isinstance(value, list) and all(_is(v, INT) for v in value)
+    if kind == NUMBER_LIST:
+        return isinstance(value, list) and all(_is(v, NUMBER) for v in value)
     raise ValueError(f"unknown field kind {kind!r}")
 
 

@@ -24,12 +24,16 @@ from dataclasses import asdict, dataclass
 from functools import reduce
 
 from analysis.errors import AnalysisError
+from analysis.io import point_cache
+from analysis.io.point_identity import model_identity
 from analysis.models.load import TILE_ROWS
+from analysis.shrink.predict import predict
 from analysis.shrink.prune import ROUNDINGS, plan_key_dims, prune
 from analysis.shrink.sensitivity import MapSettings, MapMeasure, calibration_for, paired_difference
 
 CHOICE_TOKEN_FACTOR = 4  # candidate plans are measured on 4× the map's tokens of its split (4,096 → 16,384)
 SIGNIFICANCE = 2.0       # paired standard errors by which a plan must beat uniform to replace it
+YOURS = "your plan"      # the user's own plan, measured beside the others
 UNITS = {"state_bytes": "fp32 state bytes per sequence", "tiles": "kernel tiles (64 key rows, summed over heads)"}
 
 
@@ -46,8 +50,9 @@ class Allocation:
     strategy: str
     ratios: list[float]
     dims: list[int]
-    predicted_loss: float
+    predicted_loss: float     # analysis.shrink.predict's: the raw map, summed (what every page shows for a plan)
     predicted_value: float
+    objective_loss: float     # what the knapsack minimised: the same sum over the monotone, clamped map
     baseline_value: float
     cost: int
     budget: int
@@ -176,12 +181,12 @@ def allocate(smap: dict, *, mean_ratio: float | None = None, state_bytes: int | 
         raise AnalysisError(f"A budget of {budget:,} {UNITS[unit]} cannot be met: allocations from this map range "
                             f"from {low:,} (every layer at its smallest measured key dim) to {high:,} (unpruned); "
                             "choose a budget in that range.")
-    picks, loss = knapsack(costs, [[o.loss for o in layer] for layer in opts], budget)
+    picks, objective = knapsack(costs, [[o.loss for o in layer] for layer in opts], budget)
     chosen = [layer[i] for layer, i in zip(opts, picks)]
-    base = smap["baseline"]
-    predicted = base * math.exp(loss) if smap["metric"] == "ppl" else base - loss
+    pred = predict(smap, [o.dim for o in chosen])
     return Allocation(strategy=smap["strategy"], ratios=[o.ratio for o in chosen], dims=[o.dim for o in chosen],
-                      predicted_loss=loss, predicted_value=predicted, baseline_value=base,
+                      predicted_loss=pred["predicted_loss"], predicted_value=pred["predicted_value"],
+                      objective_loss=objective, baseline_value=smap["baseline"],
                       cost=sum(c[i] for c, i in zip(costs, picks)), budget=budget, unit=unit, target=target,
                       metric=smap["metric"], points_used=sum(len(layer) - 1 for layer in opts))
 
@@ -218,16 +223,12 @@ def candidates(smap: dict, alloc: Allocation, round_to: int | None = None,
 
     Uniform: the mean ratio itself (a mean-ratio target), else the least shared ratio of the map whose cost
     fits. Rank-suggested: `analysis.shrink.suggest` at the same mean ratio from the map's rank utilization, kept
-    only when it fits the budget. Predicted losses come from the monotone map (None off its measured dims).
+    only when it fits the budget. Predicted losses and their σ: `analysis.shrink.predict` (as every page shows them).
     """
-    opts = options(smap, round_to)
     rows = smap["layers"]
 
     def plan(name: str, ratios: list[float], dims: list[int]) -> dict:
-        losses = [next((o.loss for o in layer if o.dim == d), None) for layer, d in zip(opts, dims)]
-        pred = None if None in losses else sum(losses)
-        return {"name": name, "ratios": [float(r) for r in ratios], "dims": dims, "predicted_loss": pred,
-                "cost": sum(layer_cost(row, d, alloc.unit) for row, d in zip(rows, dims))}
+        return plan_entry(smap, name, ratios, dims, alloc.unit)
 
     def dims_at(ratios):
         out = []
@@ -258,6 +259,25 @@ def candidates(smap: dict, alloc: Allocation, round_to: int | None = None,
     return [p for p in out if p["cost"] <= alloc.budget]
 
 
+def plans_beside(smap: dict, plan: dict, round_to: int | None = None) -> tuple[Allocation, list[dict]]:
+    """The user's plan ({"ratios", "dims"}, named "your plan") and, at its state bytes, the allocator's plan, the
+    uniform plan and the rank-suggested plan at its state-bytes mean ratio, each with its prediction: what the
+    Prune page shows as the user types, and what Verify and choose measures."""
+    mine = plan_entry(smap, YOURS, plan["ratios"], plan["dims"])
+    mean = 1 - mine["state_bytes"] / sum(row["state_bytes"] for row in smap["layers"])
+    alloc = allocate(smap, state_bytes=mine["state_bytes"], round_to=round_to)
+    return alloc, [mine, *candidates(smap, alloc, round_to=round_to, mean_ratio=mean)]
+
+
+def plan_entry(smap: dict, name: str, ratios: list[float], dims: list[int], unit: str = "state_bytes") -> dict:
+    """A candidate plan: its ratios and dims, predicted loss ± σ (analysis.shrink.predict), cost and state bytes."""
+    pred = predict(smap, dims)
+    return {"name": name, "ratios": [float(r) for r in ratios], "dims": list(dims),
+            "predicted_loss": pred["predicted_loss"], "predicted_uncertainty": pred["predicted_uncertainty"],
+            "cost": sum(layer_cost(row, d, unit) for row, d in zip(smap["layers"], dims)),
+            "state_bytes": pred["state_bytes"]}
+
+
 def choice_settings(smap: dict) -> MapSettings:
     """The map's measurement on CHOICE_TOKEN_FACTOR times as many tokens of its split (perplexity clips at its end)."""
     s = smap["settings"]
@@ -265,45 +285,69 @@ def choice_settings(smap: dict) -> MapSettings:
 
 
 def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, task=None,
-                calibration=None, progress=None, cancel=None) -> dict:
-    """Prune with each plan, measure it (and the unpruned model, once) with `choice_settings`, keep the best.
+                calibration=None, progress=None, cancel=None, use_cache: bool = True) -> dict:
+    """Prune with each plan (to its dims), measure it (and the unpruned model, once) with `choice_settings`, keep
+    the best.
 
-    progress(fraction, text) names each step; cancel (analysis.runtime.cancel) is checked inside every measurement.
+    Each measurement goes through the one point cache (model identity, settings, strategy, dims), so measuring a
+    new plan beside ones measured before costs one measurement. progress(fraction, text) names each step;
+    cancel (analysis.runtime.cancel) is checked inside every measurement (a cancelled one is not cached).
     Returns `choose`'s result plus `measure` (what was measured) and the unpruned `baseline_value` on it."""
     say = progress or (lambda f, text: None)
     s = choice_settings(smap)
     distinct = len({tuple(p["dims"]) for p in plans})  # choose measures plans with the same dims once
-    if calibration is None and _needs_calibration(strategy):
-        say(0.0, "calibrating…")
-        calibration = calibration_for(model, tokenizer, s, task, cancel)
     measure = MapMeasure(tokenizer, s, task, cancel)
+    if use_cache:
+        point_cache.check_writable()
+    param = next(model.parameters())
+    key = {"kind": "choice", "model": model_identity(model), "device": str(param.device), "dtype": str(param.dtype),
+           **{k: v for k, v in s.as_dict().items() if k not in ("strategy", "ratios")}}
+    fields = {"value": point_cache.NUMBER} if task is not None else \
+        {"value": point_cache.NUMBER, "tokens": point_cache.INT, "windows": point_cache.NUMBER_LIST}
+    held = [calibration]
+
+    def calibrated():
+        if held[0] is None and _needs_calibration(strategy):
+            say(0.1, "calibrating…")
+            held[0] = calibration_for(model, tokenizer, s, task, cancel)
+        return held[0]
+
+    def measured(m) -> dict:
+        got = measure(m, per_window=True)
+        return {k: got[k] for k in ("value", "tokens", "windows") if k in got}
     say(0.05, "measuring the unpruned model…")
-    base = measure(model, per_window=True)
+    base = point_cache.cached({**key, "point": "unpruned"}, use_cache, lambda: measured(model), fields)
     done = []
 
     def evaluate(plan):
         say(0.1 + 0.9 * len(done) / distinct, f"pruning and measuring the {plan['name']} plan "
                                                f"({len(done) + 1} of {distinct})…")
-        pruned = prune(model, strategy, plan_key_dims(model, ratios=plan["ratios"]), calibration, seed=s.seed).model
-        got = measure(pruned, per_window=True)
+        got = point_cache.cached({**key, "strategy": strategy, "dims": list(plan["dims"])}, use_cache,
+                                 lambda: measured(prune(model, strategy, list(plan["dims"]), calibrated(),
+                                                        seed=s.seed).model), fields)
         done.append(plan["name"])
         return {"value": got["value"], "loss": measure.loss(got["value"], base["value"]), "windows": got.get("windows")}
-    return {**choose(plans, evaluate), "measure": measure.label(), "baseline_value": base["value"]}
+    return {**choose(plans, evaluate), "measure": measure.label(base.get("tokens")), "baseline_value": base["value"]}
 
 
-def allocate_and_choose(model, tokenizer, smap: dict, budget: dict, round_to: int | None = None, task=None,
-                        calibration=None, progress=None, cancel=None) -> dict:
+def allocate_and_choose(model, tokenizer, smap: dict, budget: dict | None, round_to: int | None = None, task=None,
+                        calibration=None, progress=None, cancel=None, plan: dict | None = None) -> dict:
     """The allocate-and-choose workflow (CLI `prune --allocate` and the Prune page's "Verify and choose"):
     the knapsack allocation under `budget` ({"mean_ratio"}, {"state_bytes"} or {"tiles"}), the candidate plans
     at that budget, each pruned and measured once by `choose_plan`, and the report both show.
 
+    plan: the user's own plan ({"ratios", "dims"}), measured beside the others as "your plan"; the budget is
+    then its state bytes (`budget` is ignored), and uniform and rank-suggested take its state-bytes mean ratio.
     calibration: the map's calibration when the caller holds it (same sequences, tokens and seed as the map's
     settings), else computed here from them. Returns the allocation's fields plus `verification` (the
     knapsack plan, predicted against measured), `choice` (every candidate measured, the winner and why) and
     `map_settings`; `choice["ratios"]` is the plan to prune with.
     """
-    alloc = allocate(smap, round_to=round_to, **budget)
-    plans = candidates(smap, alloc, round_to=round_to, mean_ratio=budget.get("mean_ratio"))
+    if plan is not None:
+        alloc, plans = plans_beside(smap, plan, round_to)
+    else:
+        alloc = allocate(smap, round_to=round_to, **budget)
+        plans = candidates(smap, alloc, round_to=round_to, mean_ratio=budget.get("mean_ratio"))
     choice = choose_plan(model, tokenizer, smap, plans, alloc.strategy, task, calibration, progress=progress,
                          cancel=cancel)
     knap = next(c for c in choice["candidates"] if c["name"] == "sensitivity-allocated")
@@ -312,7 +356,9 @@ def allocate_and_choose(model, tokenizer, smap: dict, budget: dict, round_to: in
                     "error": knap["measured_loss"] - alloc.predicted_loss,
                     "predicted_value": alloc.predicted_value * rescale if alloc.metric == "ppl" else alloc.predicted_value,
                     "measured_value": knap["measured_value"], "measure": choice["measure"]}
-    return {**alloc.as_dict(), "verification": verification, "choice": choice, "map_settings": smap["settings"]}
+    return {**alloc.as_dict(), "verification": verification, "choice": choice, "map_settings": smap["settings"],
+            "original_head_k_dims": [row["head_k_dim"] for row in smap["layers"]],
+            "heads": [row["heads"] for row in smap["layers"]]}
 
 
 def choose(plans: list[dict], evaluate) -> dict:
@@ -320,8 +366,9 @@ def choose(plans: list[dict], evaluate) -> dict:
 
     Plans with the same dims are measured once. Ties go to uniform (the simpler plan), then to list order.
     When `evaluate` gives per-window losses, a plan beats uniform only by more than SIGNIFICANCE paired
-    standard errors. Returns the plans with measured values, the winner's name, ratios and dims, and a
-    sentence saying why.
+    standard errors, and every other plan carries its paired difference to the chosen one
+    (`paired_vs_chosen`). Returns the plans with measured values, the winner's name, ratios and dims, a
+    sentence saying why, and (when "your plan" was among them) a sentence on how it did (`yours`).
     """
     seen: dict[tuple, dict] = {}
     windows: dict[tuple, list | None] = {}
@@ -359,8 +406,30 @@ def choose(plans: list[dict], evaluate) -> dict:
             reason += f" (paired difference {noise['delta_log_ppl']:+.4f} ± {noise['se']:.4f} nats/token)"
     else:
         reason = f"{best['name']} measured the lowest validation loss ({best['measured_loss']:+.4f})"
+    if windows.get(tuple(best["dims"])):
+        for p in measured:
+            if tuple(p["dims"]) != tuple(best["dims"]) and windows.get(tuple(p["dims"])):
+                p["paired_vs_chosen"] = paired_difference(windows[tuple(best["dims"])], windows[tuple(p["dims"])])
+    yours = next((p for p in measured if p["name"] == YOURS), None)
     return {"winner": best["name"], "ratios": best["ratios"], "dims": best["dims"], "reason": reason,
-            "candidates": measured}
+            "candidates": measured, **({"yours": versus(yours, best)} if yours else {})}
+
+
+def versus(plan: dict, chosen: dict) -> str:
+    """How a plan did against the chosen one, with the paired noise when there is one."""
+    if tuple(plan["dims"]) == tuple(chosen["dims"]):
+        return f"your plan is the chosen one ({chosen['name']}), measured {plan['measured_loss']:+.4f}"
+    d = plan.get("paired_vs_chosen")
+    gap = plan["measured_loss"] - chosen["measured_loss"]
+    word = "worse" if gap > 0 else "better"
+    if d is None or not math.isfinite(d["se"]) or d["se"] == 0:
+        return (f"your plan measured {plan['measured_loss']:+.4f}, {word} than the chosen {chosen['name']} by "
+                f"{abs(gap):.4f}")
+    z = abs(d["delta_log_ppl"]) / d["se"]
+    verdict = "more than noise" if z > SIGNIFICANCE else "within noise"
+    return (f"your plan measured {plan['measured_loss']:+.4f}, {word} than the chosen {chosen['name']} by "
+            f"{d['delta_log_ppl']:+.4f} ± {d['se']:.4f} nats/token (paired over {d['windows']} windows, "
+            f"{z:.1f} SE): {verdict}")
 
 
 def _needs_calibration(strategy: str) -> bool:

@@ -74,7 +74,8 @@ def test_allocation_spends_the_whole_budget_instead_of_buying_a_negative_loss():
     smap = _map([[0.01, 0.02, 0.05], [0.0, -0.001, -0.003]])
     alloc = allocate(smap, mean_ratio=0.25)                    # 2 × 48 channels of state
     assert alloc.cost == alloc.budget
-    assert alloc.dims == [64, 32] and alloc.predicted_loss == 0.0
+    assert alloc.dims == [64, 32] and alloc.objective_loss == 0.0     # the knapsack saw the clamped map
+    assert alloc.predicted_loss == pytest.approx(-0.001)              # the prediction shown: the raw map
 
 
 def _plans(smap, target):
@@ -88,7 +89,11 @@ def test_candidates_are_the_knapsack_uniform_and_rank_plans_at_one_budget():
     assert set(plans) == {"sensitivity-allocated", "uniform", "rank-suggested"}
     budget = uniform_budget(smap, 0.375, None, "state_bytes")
     assert all(p["cost"] <= budget for p in plans.values()) and plans["uniform"]["cost"] == budget
-    assert plans["uniform"]["dims"] == [40, 40] and plans["uniform"]["predicted_loss"] is None  # 40 not measured
+    # 40 lies between the measured 48 (ρ 0.25) and 32 (ρ 0.5): the monotone cubic through (0, 0) and the cells
+    from scipy.interpolate import PchipInterpolator
+    x = [0.0, 0.25, 0.5, 0.75]
+    expected = PchipInterpolator(x, [0, 0.5, 1.0, 2.0])(0.375) + PchipInterpolator(x, [0, 0.0, 0.01, 0.02])(0.375)
+    assert plans["uniform"]["dims"] == [40, 40] and plans["uniform"]["predicted_loss"] == pytest.approx(expected)
     assert plans["sensitivity-allocated"]["dims"] == [64, 16]
 
 

@@ -136,8 +136,8 @@ def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
     least = min(sum(losses[p] for p in pair) for pair in pairs)
     assert chosen in [[r for _, r in sorted(pair)] for pair in pairs if sum(losses[p] for p in pair) == least]
     click(at, "sens_verify")
-    [caption] = [c.value for c in at.caption if "additive-model error" in c.value]
-    assert "chosen: **" in caption
+    [caption] = [c.value for c in at.caption if "chosen: **" in c.value]
+    assert "the per-layer inputs now hold it" in caption
     after = [at.number_input(key=f"w:layer_ratio_{i}").value for i in range(2)]
     assert after in (chosen, [0.5, 0.5])  # the knapsack plan or uniform, whichever measured better
     clean(at)

@@ -21,9 +21,7 @@ def _ratios(args):
     if args.ratio is not None and args.ratios is not None:
         raise AnalysisError("Give either --ratio (one ratio for all layers) or --ratios (one per layer), not both.")
     heads = pruning_heads(args)
-    if getattr(args, "allocate", None):
-        if args.ratio is not None or args.ratios is not None:
-            raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio / --ratios.")
+    if getattr(args, "allocate", None):  # --ratio/--ratios then name "your plan", measured beside the allocator's
         if heads:
             raise AnalysisError("--allocate chooses key dims only; drop --heads / --head-counts, or --allocate.")
         if args.strategy is None:

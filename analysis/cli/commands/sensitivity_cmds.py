@@ -92,14 +92,16 @@ def run_sensitivity(args) -> None:
 
 def add_allocate_args(p) -> None:
     p.add_argument("--allocate", choices=["sensitivity"], help="choose per-layer ratios from a sensitivity map")
-    p.add_argument("--budget", help="with --allocate: mean ratio (0.5), state bytes (bytes:131072) or tiles (tiles:12)")
+    p.add_argument("--budget", help="with --allocate: mean ratio (0.5), state bytes (bytes:131072) or tiles (tiles:12); "
+                        "or give --ratios instead: your plan, measured beside the allocator's at its state bytes")
     p.add_argument("--map", help="with --allocate: a map JSON from `sensitivity --json` (default: shipped or computed)")
     add_map_args(p, prefix="map-")
 
 
 def parse_budget(text: str | None) -> dict:
     if not text:
-        raise AnalysisError("--allocate needs --budget: a mean ratio like 0.5, bytes:N or tiles:N.")
+        raise AnalysisError("--allocate needs --budget (a mean ratio like 0.5, bytes:N or tiles:N) or your plan as "
+                            "--ratios.")
     kind, _, value = text.partition(":") if ":" in text else ("mean", "", text)
     try:
         number = float(value)
@@ -114,6 +116,25 @@ def parse_budget(text: str | None) -> dict:
     return {"state_bytes": int(number)} if kind == "bytes" else {"tiles": int(number)}
 
 
+def read_map(path: str, strategy: str | None, model, verb: str) -> dict:
+    """A sensitivity map JSON from `path`, checked: a map, of `strategy` (any when None), of this model's weights."""
+    from analysis.shrink.sensitivity import same_weights
+    hint = "write one with `sensitivity --json`"
+    try:  # a regular file of sane size (a FIFO would hang, /dev/zero never ends), any nesting refused
+        raw = reads.read_bytes(Path(path).expanduser(), MAX_MAP_BYTES, "--map", hint)
+        smap = reads.loads(raw.decode("utf-8"), f"--map {path}", hint)
+    except (OSError, ValueError) as exc:  # also JSONDecodeError and UnicodeDecodeError
+        raise AnalysisError(f"--map {path} cannot be read as a sensitivity map JSON ({exc}).") from None
+    if not isinstance(smap, dict) or smap.get("kind") != "sensitivity-map":
+        raise AnalysisError(f"--map {path} is not a sensitivity map; write one with `sensitivity --json`.")
+    if strategy is not None and smap.get("strategy") != strategy:
+        raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {show(strategy, 60)!r}; "
+                            f"{verb} with the map's strategy or measure a map for this one.")
+    if not same_weights(smap, model):
+        raise AnalysisError("The map was measured on other weights than this model's; measure a map for it.")
+    return smap
+
+
 def allocation_for(args, model, tokenizer):
     """(report, map, choice) for `prune --allocate sensitivity`: from --map, the shipped map, or a computed one.
 
@@ -122,29 +143,25 @@ def allocation_for(args, model, tokenizer):
     split (validation); the best measured one is what gets pruned (`choice["ratios"]`).
     """
     from analysis.shrink.allocate import allocate_and_choose
-    from analysis.shrink.sensitivity import compute_map, load_shipped, recall_task, same_weights
-    if args.ratio is not None or args.ratios:
-        raise AnalysisError("--allocate chooses the per-layer ratios itself; drop --ratio/--ratios and give --budget.")
-    budget = parse_budget(args.budget)
+    from analysis.shrink.prune import plan_key_dims
+    from analysis.shrink.sensitivity import compute_map, load_shipped, recall_task
+    plan = None
+    if args.ratio is not None or args.ratios:  # "your plan": measured beside the others, at its state bytes
+        if args.budget:
+            raise AnalysisError("With --allocate, give either --budget (the allocator's target) or --ratio/--ratios "
+                                "(your plan, compared at its own state bytes), not both.")
+        ratios = args.ratios or [args.ratio] * len(plan_key_dims(model, ratio=0.0))
+        plan = {"ratios": ratios, "dims": plan_key_dims(model, ratios=ratios, round_to=args.round_to)}
+        budget = None
+    else:
+        budget = parse_budget(args.budget)
     if args.map:
-        hint = "write one with `sensitivity --json`"
-        try:  # a regular file of sane size (a FIFO would hang, /dev/zero never ends), any nesting refused
-            raw = reads.read_bytes(Path(args.map).expanduser(), MAX_MAP_BYTES, "--map", hint)
-            smap = reads.loads(raw.decode("utf-8"), f"--map {args.map}", hint)
-        except (OSError, ValueError) as exc:  # also JSONDecodeError and UnicodeDecodeError
-            raise AnalysisError(f"--map {args.map} cannot be read as a sensitivity map JSON ({exc}).") from None
-        if not isinstance(smap, dict) or smap.get("kind") != "sensitivity-map":
-            raise AnalysisError(f"--map {args.map} is not a sensitivity map; write one with `sensitivity --json`.")
-        if smap.get("strategy") != args.strategy:
-            raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {show(args.strategy, 60)!r}; "
-                                "prune with the map's strategy or measure a map for this one.")
-        if not same_weights(smap, model):
-            raise AnalysisError("The map was measured on other weights than this model's; measure a map for it.")
+        smap = read_map(args.map, args.strategy, model, "prune")
     else:
         s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
         smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task,
                                                                           yes=args.yes, say=announce)
-    report = allocate_and_choose(model, tokenizer, smap, budget, args.round_to, recall_task(model))
+    report = allocate_and_choose(model, tokenizer, smap, budget, args.round_to, recall_task(model), plan=plan)
     return report, smap, report["choice"]
 
 
@@ -155,10 +172,13 @@ def allocation_report(args, model, tokenizer, report: dict, smap: dict, choice: 
         print(f"allocated from the {report['strategy']} sensitivity map ({report['target']}, {report['cost']:,} of "
               f"{report['budget']:,} {report['unit']}); candidates measured on {choice['measure']}:", flush=True)
         for c in choice["candidates"]:
-            pred = "–" if c["predicted_loss"] is None else f"{c['predicted_loss']:+.4f}"
+            pred = ("–" if c["predicted_loss"] is None
+                    else f"{c['predicted_loss']:+.4f} ± {c['predicted_uncertainty']:.4f}")
             print(f"  {c['name']:<22} ratios {[round(r, 4) for r in c['ratios']]} dk' {c['dims']} cost {c['cost']:,}: "
                   f"predicted loss {pred}, measured {c['measured_loss']:+.4f}", flush=True)
         print(f"chosen: {choice['winner']} ({choice['reason']})", flush=True)
+        if choice.get("yours"):
+            print(choice["yours"], flush=True)
     return report
 
 

@@ -1,0 +1,63 @@
+"""plan: a per-layer (or uniform) plan's predicted loss from a sensitivity map, with its uncertainty, state and tiles."""
+from __future__ import annotations
+
+from analysis.cli.commands.checks import number_list, real
+from analysis.cli.commands.common import add_calib_args, emit, load
+from analysis.errors import AnalysisError
+
+MAP_HINT = ("measure one with `python -m analysis sensitivity {model} --strategy {strategy} --ratios "
+            "0.25,0.5,0.75,0.875 --json map.json` and pass --map map.json")
+
+
+def _setup_plan(p):
+    p.add_argument("--ratio", type=real(0, 1, hi_open=True), help="one ratio for all layers")
+    p.add_argument("--ratios", type=number_list(0, 1, hi_open=True), help="comma-separated ratio per layer")
+    p.add_argument("--round-to", type=int, choices=[16, 32, 64], help="round kept key dims to a multiple")
+    p.add_argument("--strategy", default=None,
+                   help="the strategy whose map predicts (default: the --map's, else l1, whose maps ship)")
+    p.add_argument("--map", help="a map JSON from `sensitivity --json` (default: the shipped map of the strategy)")
+    add_calib_args(p)  # the shipped map is found by its settings, the calibration's included
+
+
+def plan_map(args, model) -> dict:
+    """--map (checked against the model and --strategy), else the shipped map at the default map settings."""
+    from analysis.cli.commands.sensitivity_cmds import read_map
+    from analysis.shrink.sensitivity import DEFAULT_RATIOS, MapSettings, load_shipped, recall_task
+    if args.map:
+        return read_map(args.map, args.strategy, model, "predict")
+    strategy = args.strategy or "l1"
+    from analysis.shrink.strategies import get_strategy
+    get_strategy(strategy)
+    metric = "recall" if recall_task(model) is not None else "ppl"
+    settings = MapSettings(strategy, DEFAULT_RATIOS, metric, calib_sequences=args.calib_sequences,
+                           calib_tokens=args.calib_tokens, seed=args.seed)
+    smap = load_shipped(model, model.analysis_name, settings)
+    if smap is None:
+        raise AnalysisError(f"No shipped {strategy} sensitivity map for {model.analysis_name} at these map "
+                            "settings; " + MAP_HINT.format(model=model.analysis_name, strategy=strategy) + ".")
+    return smap
+
+
+def run_plan(args) -> None:
+    from analysis.shrink.predict import predict, summary
+    from analysis.shrink.prune import plan_key_dims
+    if (args.ratio is None) == (args.ratios is None):
+        raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer).")
+    model, _tokenizer, meta = load(args)
+    smap = plan_map(args, model)
+    dims = plan_key_dims(model, ratio=args.ratio, ratios=args.ratios, round_to=args.round_to)
+    pred = predict(smap, dims, smap["strategy"])
+    lines = [f"{meta['model']}: plan dk' {dims} with the {smap['strategy']} map ({smap['measure']}; unpruned "
+             f"{smap['baseline']:.4f})", "layer  dk'   ρ (effective)  loss        ± se      how"]
+    for p in pred["per_layer"]:
+        loss = "–" if p["loss"] is None else f"{p['loss']:+.5f}"
+        se = "–" if p["se"] is None else f"{p['se']:.5f}"
+        lines.append(f"{p['layer']:5d}  {p['head_k_dim']:4d}  {p['ratio']:13.3f}  {loss:>10}  {se:>8}  {p['how']}")
+    lines += [summary(pred), f"interpolation: {pred['interpolation']}"]
+    emit(args, {**meta, **pred}, "\n".join(lines))
+
+
+COMMANDS = {
+    "plan": ("a plan's predicted Δ perplexity (or recall) from a sensitivity map, ± its calibrated uncertainty, "
+             "with its state bytes and kernel tiles", _setup_plan, run_plan),
+}
