@@ -4,7 +4,8 @@ import streamlit as st
 
 from analysis.shrink.head_prune import plan_head_counts, unchanged_heads
 from analysis.shrink.prune import plan_key_dims, unchanged_plan
-from ui import cache, frame, prune_form, prune_run, prune_save, sensitivity_view, shrink
+from ui import (cache, frame, plan_history, plan_view, prune_form, prune_run, prune_save, sensitivity_view,
+                shrink)
 from ui.context import current
 from ui.errors import guard
 
@@ -24,16 +25,25 @@ if unchanged_plan(ctx.model, planned, choice.ratio, choice.ratios, choice.roundi
 if heads is not None and unchanged_heads(ctx.model, heads):
     st.warning(unchanged_heads(ctx.model, heads))
 prune_form.plan_table(ctx, choice, planned, heads)
+plan = {"ratios": choice.ratios or [choice.ratio] * ctx.info.layers, "dims": planned}
+predicted = st.container()  # filled once the sensitivity section below has found this strategy's map
 
-if choice.strategy is not None:  # the layer-sensitivity map + allocator (key channels)
-    sensitivity_view.section(ctx, choice.strategy, settings, choice.rounding)
+plans = []
+if choice.strategy is not None:  # key channels: the sensitivity map, the allocator, Verify; the plan's prediction
+    sensitivity_view.section(ctx, choice.strategy, settings, choice.rounding, plan)
+    with predicted:
+        plans = plan_view.section(ctx, choice.strategy, plan["ratios"], planned, choice.rounding)
 
 ev = prune_form.evaluation(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)
 prune_run.prune_job(ctx, choice, planned, settings, ev, tok, heads)
 
 run = st.session_state.get(prune_run.SESSION)
-if not run or run["key"] != ctx.key:
+run = run if run and run["key"] == ctx.key else None
+if run:
+    prune_run.take_recovery(run)  # before the history draws, so a finished recovery is a point there
+plan_history.section(ctx, choice.strategy, plans)
+if not run:
     st.info("Set the ratios and press **Prune**: the before/after comparison, recovery and saving appear here.")
     st.stop()
 

@@ -26,6 +26,7 @@ def held(n_layers: int, key: ModelKey) -> list:
     return [state.get(name(i), scope=scope(key)) for i in range(n_layers)]
 
 
+MODE, PER_LAYER = "prune_mode", "Per layer"  # the Prune page's Uniform / Per layer radio (ui.prune_form)
 PENDING = "plan_inputs_pending"  # (scope, ratios) a job chose: applied before the inputs are drawn next
 
 
@@ -35,7 +36,17 @@ def offer(ratios, key: ModelKey) -> None:
 
 
 def apply_pending(key: ModelKey) -> None:
-    """Call before drawing the inputs: a plan offered for this model goes into them."""
+    """Call before drawing the inputs: a plan offered for this model goes into them (shown: per-layer mode)."""
     pending = st.session_state.get(PENDING)
     if pending and pending[0] == scope(key):
         fill(st.session_state.pop(PENDING)[1], key)
+        state.choose(MODE, PER_LAYER)
+
+
+def restore(ratios, strategy: str, key: ModelKey) -> None:
+    """A plan chosen on the history chart (from its click callback): its strategy, exact key dims (no rounding)
+    and ratios into the inputs, in per-layer mode."""
+    fill(ratios, key)
+    state.choose(MODE, PER_LAYER)
+    state.choose("prune_strategy", strategy)
+    state.choose("prune_round", 0)

@@ -16,7 +16,7 @@ from analysis.io.recovery_state import has_state
 from analysis.shrink.head_prune import HeadPlan
 from analysis.shrink.head_strategies import get_head_strategy
 from analysis.shrink.strategies import STRATEGIES
-from ui import jobs, notice, shrink, state
+from ui import jobs, notice, plan_history, shrink, state
 from ui.context import Context
 from ui.labels import readout_label
 from ui.prune_form import Choices, Evaluation
@@ -75,6 +75,7 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
     job = jobs.get("prune")
     if job is not None and job.state == "done" and not job.taken:
         st.session_state[SESSION], job.taken = job.result, True
+        plan_history.record_prune(job.result["key"], job.result)
     if jobs.unsettled(job):
         other = ("Started for other settings than the ones above; it goes on, and its result appears here.",)
         jobs.follow_in_status(job, f"Pruning {job.label}…", (other if job.key != key else ()) + (
@@ -91,6 +92,7 @@ def take_recovery(run: dict) -> dict | None:
     rec = jobs.get("recovery")
     if rec is not None and rec.state == "done" and not rec.taken and rec.result["for"] == run["id"]:
         run["recovered"], rec.taken = rec.result, True
+        plan_history.record_recovery(run["key"], run)
     return run["recovered"]
 
 

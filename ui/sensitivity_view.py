@@ -77,8 +77,8 @@ def _profile_table(profile: list[dict]) -> pd.DataFrame:
                         index=pd.Index([r["layer"] for r in profile], name="layer"))
 
 
-def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: int | None) -> None:
-    """Draw the whole section (call once from the Prune page)."""
+def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: int | None, plan: dict) -> None:
+    """Draw the whole section (call once from the Prune page); plan: the inputs' {"ratios", "dims"}."""
     st.subheader("Layer sensitivity")
     recall = ctx.task is not None
     st.caption("Each layer pruned **alone** at each ratio with the strategy above (all other layers intact); "
@@ -171,7 +171,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                    f"{smap['device']} · dtype {smap['dtype']} · {entry['source']}")
         st.download_button("Download map (JSON)", json.dumps(smap, indent=2), file_name=f"sensitivity-{strategy}.json",
                            mime="application/json", on_click="ignore", key="sens_json")
-    verify_view.section(ctx, calib)
+        verify_view.section(ctx, calib, smap, plan, round_to)
     _evidence()
 
 

@@ -63,3 +63,23 @@ def loads(text, what: str, hint: str, object_hook=None):
         return json.loads(text, object_hook=object_hook)
     except RecursionError:
         raise AnalysisError(f"{what} is nested too deeply to be real JSON; {hint}.") from None
+
+
+def saved_metadata(root, name: str, limit: int = 200, max_bytes: int = 4 << 20) -> list[tuple[Path, dict]]:
+    """(folder, the JSON object in folder/`name`) for the newest `limit` folders under `root` that the tool wrote
+    (its marker is there) and that hold `name`; a file that cannot be read as a JSON object is skipped."""
+    from analysis.io.marker import MARKER
+    try:
+        folders = [(p.stat().st_mtime, p) for p in Path(root).iterdir() if not p.is_symlink()
+                   and (p / MARKER).is_file() and (p / name).is_file()]
+    except OSError:  # no output folder yet, or one removed while listing
+        return []
+    out = []
+    for _, folder in sorted(folders, reverse=True)[:limit]:
+        try:
+            meta = loads(read_bytes(folder / name, max_bytes, name, "skipped").decode("utf-8"), name, "skipped")
+        except (OSError, ValueError, AnalysisError):
+            continue
+        if isinstance(meta, dict):
+            out.append((folder, meta))
+    return out

@@ -92,6 +92,27 @@ def test_save_writes_the_model_picked_by_default_the_better_one_and_names_it(mon
     click(at, "prune_save")
     saved = json.loads((tmp_path / name / "pruning.json").read_text())
     assert saved["saved_model"] == other and any(other in s.value for s in at.success)
+    history_of_plans(at, pruned, recovered, other, name)
+
+
+def history_of_plans(at, pruned: float, recovered: float, saved: str, name: str) -> None:
+    """Issue 29, item 4: the prune and its recovery are points (Δ perplexity vs state bytes, as the before/after
+    table says), and the saved model is found again in the output folder from its pruning.json."""
+    at.run()  # the history is drawn above Save: the saved model is a point from the next run on
+    ok(at)
+    [history] = [d.value for d in at.dataframe if "Pareto front" in d.value.columns]
+    run = at.session_state["pruned"]
+    before = run["before"]["perplexity"]["perplexity"]
+    delta = "Δ perplexity vs unpruned (%)"
+    [prune] = [i for i in history.index if i.startswith("prune ")]
+    [recovery] = [i for i in history.index if i.startswith("recovery ")]
+    [kept] = [i for i in history.index if i == f"saved {name}"]
+    assert history.loc[prune, "dk'"] == "16 16" and history.loc[prune, "source"] == "prune"
+    assert history.loc[prune, delta] == pytest.approx(100 * (pruned / before - 1), abs=0.01)  # the table's 2 decimals
+    assert history.loc[recovery, delta] == pytest.approx(100 * (recovered / before - 1), abs=0.01)
+    assert history.loc[prune, "state bytes"] == run["after"]["state_bytes_per_sequence"]
+    assert history.loc[kept, delta] == history.loc[recovery if saved == "recovered" else prune, delta]
+    assert any(b.proto.label == "Download plans (CSV)" for b in at.get("download_button"))
 
 
 def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells(monkeypatch, lm_dir):
@@ -116,7 +137,7 @@ def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells
     assert job.state == "done"
     assert steps[0] == "measuring the unpruned model…" and any("pruning and measuring the uniform plan" in s
                                                                for s in steps)
-    [frame] = [d.value for d in at.dataframe if "predicted loss" in d.value.columns]
+    [frame] = [d.value for d in at.dataframe if "measured loss" in d.value.columns]
     assert not frame.isna().any().any() and "None" not in frame.to_string()
     chosen = frame.index[frame.index == [c.value for c in at.caption if "chosen: **" in c.value][0]
                          .split("chosen: **")[1].split("**")[0]][0]
@@ -171,6 +192,7 @@ def test_one_rank_profile_for_suggest_the_map_and_verify(monkeypatch, lm_dir):
     assert any("on the first 2 calibration train-split sequences (64 tokens, seed 0)" in c.value for c in at.caption)
     click(at, "allocate")
     click(at, "sens_verify")
-    [frame] = [d.value for d in at.dataframe if "predicted loss" in d.value.columns]
+    [frame] = [d.value for d in at.dataframe if "measured loss" in d.value.columns]
     row = [float(r) for r in frame.loc["rank-suggested", "ratios"].split(", ")]
     assert row == pytest.approx(suggested, abs=1e-3)
+

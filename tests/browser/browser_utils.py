@@ -211,3 +211,23 @@ def shown_choice(selectbox) -> str:
     Streamlit version puts the choice)."""
     return selectbox.evaluate("el => el.innerText + ' ' + [...el.querySelectorAll('input')].map(i => i.value + ' '"
                               " + (i.getAttribute('aria-label') || '')).join(' ')")
+
+
+def choose(page, scope, label: str, option: str) -> None:
+    """Pick `option` in the selectbox `label`; a click that lands while a rerun redraws the box leaves it shut,
+    so click until its list is open."""
+    box = scope.get_by_label(label, exact=True)
+    for _ in range(5):
+        box.click()
+        page.wait_for_timeout(300)
+        if box.get_attribute("aria-expanded") == "true":
+            break
+    page.get_by_role("option", name=option, exact=True).click()
+    idle(page)
+
+
+def fill(field, value) -> None:
+    """Type `value` into an input and commit it (Enter), then wait for the rerun."""
+    field.fill(str(value))
+    field.press("Enter")
+    idle(field.page)

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from browser_utils import ROOT, TIMEOUT_MS, app_server, chromium_page, idle, no_exception, open_page, plotly_value
+from browser_utils import (ROOT, TIMEOUT_MS, app_server, chromium_page, choose, fill, idle, no_exception,
+                           open_page, plotly_value)
 
 pytestmark = pytest.mark.browser
 
@@ -20,25 +21,6 @@ def server(tmp_path_factory):
     with app_server(tmp_path_factory, "recovery", ROOT / "sample_models" / "deltanet-small",
                     STATE_RANK_OUTPUT_ROOT=str(output)) as url:
         yield url
-
-
-def fill(field, value) -> None:
-    field.fill(str(value))
-    field.press("Enter")
-    idle(field.page)
-
-
-def choose(page, scope, label: str, option: str) -> None:
-    """Pick `option` in the selectbox `label`; a click that lands while a rerun redraws the box leaves it shut,
-    so click until its list is open."""
-    box = scope.get_by_label(label, exact=True)
-    for _ in range(5):
-        box.click()
-        page.wait_for_timeout(300)
-        if box.get_attribute("aria-expanded") == "true":
-            break
-    page.get_by_role("option", name=option, exact=True).click()
-    idle(page)
 
 
 def test_a_five_step_lora_kd_recovery_draws_its_loss_curve_and_fills_the_table(server):

@@ -1,10 +1,11 @@
-"""The layer-sensitivity map in a real browser: it fills in point by point, stops, and resumes from the cache."""
+"""The layer-sensitivity map in a real browser: it fills in point by point, stops, and resumes from the cache.
+Issue 29: a typed per-layer plan is predicted, verified beside the others, charted and restored by a click."""
 import re
 
 import pytest
 
-from browser_utils import (ARTIFACTS, TIMEOUT_MS, app_server, chromium_page, full_screenshot, idle, no_exception,
-                           open_page)
+from browser_utils import (ARTIFACTS, TIMEOUT_MS, app_server, chromium_page, choose, fill, full_screenshot,
+                           idle, no_exception, open_page, plotly_value)
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -14,7 +15,8 @@ pytestmark = pytest.mark.browser
 def server(tmp_path_factory):
     """`streamlit run` on a tiny random-init model with its own cache (never the bundled samples)."""
     model = save_tiny_lm(tmp_path_factory.mktemp("browser-sensitivity-lm"))
-    with app_server(tmp_path_factory, "sensitivity", model) as url:
+    with app_server(tmp_path_factory, "sensitivity", model,
+                    STATE_RANK_OUTPUT_ROOT=str(tmp_path_factory.mktemp("sensitivity-out"))) as url:
         yield url
 
 
@@ -65,3 +67,68 @@ def test_sensitivity_map_fills_live_and_survives_stop_and_resume(server):
         no_exception(page)
         assert _cells_settle_at(page, 16) == 16
         full_screenshot(page, ARTIFACTS / "sensitivity.png")
+
+
+PLAN = (0.25, 0.75)  # dk 32 → 24 and 8: both on the map's grid below
+
+
+def inputs(main) -> list[float]:
+    return [float(main.get_by_label(f"ratio ρ, layer {i}", exact=True).input_value()) for i in range(len(PLAN))]
+
+
+def test_a_typed_plan_is_predicted_verified_charted_and_restored_by_a_click(server):
+    with chromium_page(server) as page:
+        idle(page)
+        open_page(page, "Prune")
+        main = page.locator("[data-testid='stMain']")
+        choose(page, main, "Strategy", "L1 magnitude")
+        fill(main.get_by_label("Map ratios ρ (comma-separated)"), "0.25, 0.75")
+        fill(main.get_by_label("Validation tokens per point"), 256)
+        main.get_by_role("button", name="Run map").click()
+        page.wait_for_selector("button:has-text('Run again (cached)')", timeout=TIMEOUT_MS)
+        idle(page)
+
+        main.get_by_text("Per layer", exact=True).click()
+        idle(page)
+        for layer, rho in enumerate(PLAN):
+            fill(main.get_by_label(f"ratio ρ, layer {layer}", exact=True), rho)
+        no_exception(page)
+        said = main.get_by_text(re.compile(r"^Your plan: predicted Δ log perplexity")).inner_text()
+        assert re.search(r"[+-]\d\.\d{4} ± \d\.\d{4} nats/token \(1σ\)", said)
+        assert re.search(r"state [\d,]+ of [\d,]+ fp32 bytes per sequence, \d+ kernel tiles", said)
+        table = main.locator("[data-testid='stDataFrame']", has_text="predicted Δ log perplexity").first
+        assert table.count() == 1
+
+        main.get_by_role("button", name="Verify and choose").click()
+        page.wait_for_selector("text=/chosen: .*the per-layer inputs now hold it/", timeout=TIMEOUT_MS)
+        idle(page)
+        no_exception(page)
+        verified = main.locator("[data-testid='stDataFrame']", has_text="vs chosen").first
+        assert verified.count() == 1
+
+        chart = main.locator("[data-testid='stPlotlyChart']", has_text="measured Δ vs state").first
+        chart.scroll_into_view_if_needed()
+        plot = chart.locator(".js-plotly-plot").first
+        labels = plotly_value(plot, "gd => gd.data.flatMap(t => (t.customdata || []).map(c => c[1]))",
+                              until=lambda v: any(x.endswith("your plan") for x in v))
+        mine = next(x for x in labels if x.endswith("your plan"))
+
+        fill(main.get_by_label("ratio ρ, layer 0", exact=True), 0.5)  # the inputs move on…
+        fill(main.get_by_label("ratio ρ, layer 1", exact=True), 0.5)
+        assert inputs(main) == [0.5, 0.5]
+        chart = main.locator("[data-testid='stPlotlyChart']", has_text="measured Δ vs state").first
+        chart.scroll_into_view_if_needed()
+        area = chart.locator(".nsewdrag").first.bounding_box()       # the plot area, where clicks select
+        x, y = plotly_value(chart.locator(".js-plotly-plot").first, f"""gd => {{
+            const L = gd._fullLayout;
+            for (const t of gd.data) for (let i = 0; i < (t.customdata || []).length; i++)
+                if (t.customdata[i][1] === {mine!r}) return [L.xaxis.l2p(t.x[i]), L.yaxis.l2p(t.y[i])];
+            return null; }}""")
+        page.mouse.click(area["x"] + x, area["y"] + y)                 # …and a click on the point brings it back
+        try:
+            page.wait_for_selector(f"text=The plan of {mine} is in the per-layer inputs", timeout=60_000)
+        finally:
+            full_screenshot(page, ARTIFACTS / "plan_history.png")
+        idle(page)
+        no_exception(page)
+        assert inputs(main) == pytest.approx(list(PLAN), abs=1e-3)

@@ -1,0 +1,154 @@
+"""Measured plans as points of one chart: Δ quality against fp32 state bytes, whatever measured them.
+
+A point is a plain dict: where it came from (`source`: prune, recovered, verify, sweep, saved), the plan
+(strategy, key dims per layer and the original ones), its state bytes and kernel tiles, the measured value
+(perplexity or recall accuracy), the unpruned model's value on the same measurement, and their change
+(`delta`: perplexity / unpruned − 1, or recall accuracy − unpruned), with `measure` naming the text and
+tokens. Points measured differently (the test split at the Prune page's settings, the validation split of
+Verify) compare only by their Δ, so the chart shows one measurement at a time and the Pareto front is taken
+within it. The records come from `analysis.evaluate.measure.measure` dicts, an allocate-and-choose report, a
+`sweep --json` result list and a saved `pruning.json`, so the CLI's outputs place points too.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+from analysis.models.load import TILE_ROWS, describe
+
+FIELDS = ("id", "source", "label", "strategy", "head_k_dims", "original_head_k_dims", "ratios", "state_bytes",
+          "kernel_tiles", "metric", "value", "baseline", "delta", "measure")
+
+
+def point(source: str, label: str, strategy: str, dims: list[int], original: list[int], state_bytes: int,
+          metric: str, value: float, baseline: float, measure: str, heads: list[int] | None = None) -> dict:
+    """One measured plan. heads: value heads per layer, for the kernel-tile count (None: not counted)."""
+    return {"id": f"{source}:{label}:{'_'.join(map(str, dims))}:{measure}", "source": source, "label": label,
+            "strategy": strategy, "head_k_dims": list(dims), "original_head_k_dims": list(original),
+            "ratios": restoring_ratios(dims, original), "state_bytes": int(state_bytes),
+            "kernel_tiles": None if heads is None else sum(h * -(-d // TILE_ROWS) for h, d in zip(heads, dims)),
+            "metric": metric, "value": value, "baseline": baseline,
+            "delta": value / baseline - 1 if metric == "ppl" else value - baseline, "measure": measure}
+
+
+def restoring_ratios(dims: list[int], original: list[int]) -> list[float]:
+    """Ratios with 4 decimals (as the inputs hold them) that plan exactly `dims`: floor(dk (1 − ρ)) = dk′.
+    1 − dk′/dk itself when its rounding keeps that, else the middle of the interval of ratios that give dk′."""
+    out = []
+    for d, dk in zip(dims, original):
+        rho = round(1 - d / dk, 4)
+        if math.floor(dk * (1 - rho) + 1e-9) != d:
+            rho = round(1 - (d + 0.5) / dk, 4)
+        out.append(rho)
+    return out
+
+
+def value_heads(model) -> list[int]:
+    """Value heads of each linear-attention layer (a kernel tile holds 64 key rows of one of them)."""
+    return [b.value_heads for b in describe(model).blocks if b.linear_layer is not None]
+
+
+def quality(measured: dict) -> tuple[str, float, str]:
+    """(metric, value, what was measured) of an analysis.evaluate.measure.measure dict: perplexity, or recall
+    accuracy at the model's trained pair count."""
+    if "perplexity" in measured:
+        p = measured["perplexity"]
+        return "ppl", p["perplexity"], perplexity_label(p["dataset"], p["tokens"], p["context"])
+    r = measured["recall"]
+    row = next((b for b in r["by_pairs"] if b["pairs"] == r["trained_pairs"]), r["by_pairs"][-1])
+    return "recall", row["accuracy"], (f"recall accuracy, {row['pairs']} pairs, {r['sequences_per_point']} synthetic "
+                                       f"sequences (seed {r['seed']})")
+
+
+def perplexity_label(dataset: str, tokens: int, context: int) -> str:
+    return f"perplexity, {dataset}, first {tokens:,} tokens, context {context}"
+
+
+def from_measures(source: str, label: str, strategy: str, before: dict, after: dict, heads: list[int] | None = None) -> dict:
+    """A prune (or recovery) measured before and after with the same settings."""
+    metric, value, measure = quality(after)
+    _, base, _ = quality(before)
+    return point(source, label, strategy, after["head_k_dims"], before["head_k_dims"],
+                 after["state_bytes_per_sequence"], metric, value, base, measure, heads)
+
+
+def from_choice(report: dict, label: str) -> list[dict]:
+    """Every plan an allocate-and-choose report measured (Verify and choose, `prune --allocate`)."""
+    choice = report["choice"]
+    metric = report["metric"]
+    original = report.get("original_head_k_dims")
+    out = []
+    for c in choice["candidates"]:
+        if c["same_as"] != c["name"]:
+            continue  # measured once, under the first plan with these dims
+        out.append(point("verify", f"{label}: {c['name']}", report["strategy"], c["dims"], original or c["dims"],
+                         c["state_bytes"], metric, c["measured_value"], choice["baseline_value"], choice["measure"],
+                         report.get("heads")))
+    return out
+
+
+def from_sweep(results: list[dict], label: str = "sweep") -> list[dict]:
+    """The points of one sweep (the page's, or `sweep --json`'s `results`), against its unpruned point."""
+    base = next((r for r in results if r["strategy"] == "unpruned"), None)
+    if base is None:
+        return []
+    out = []
+    for r in results:
+        if r["strategy"] == "unpruned" or "perplexity" not in r:
+            continue
+        measure = perplexity_label(r["dataset"], r["tokens"], r["context"])
+        out.append(point("sweep", f"{label}: {r['strategy']} ρ {r['ratio']:g}", r["strategy"], r["head_k_dims"],
+                         base["head_k_dims"], r["state_bytes_per_sequence"], "ppl", r["perplexity"],
+                         base["perplexity"], measure))
+        if r.get("recovered_perplexity") is not None:
+            out.append(point("sweep", f"{label}: {r['strategy']} ρ {r['ratio']:g} + recovery", r["strategy"],
+                             r["head_k_dims"], base["head_k_dims"], r["state_bytes_per_sequence"], "ppl",
+                             r["recovered_perplexity"], base["perplexity"], measure))
+    return out
+
+
+def from_pruning(meta: dict, label: str) -> dict | None:
+    """The saved model of a `pruning.json` (the dashboard's Save or the CLI's `prune --out`), or None when it
+    carries no before/after measurement."""
+    ev = meta.get("evaluation") or {}
+    before = ev.get("before") or ev.get("measured_before")
+    recovered = meta.get("saved_model") == "recovered" or ("measured_recovered" in ev)
+    after = (ev.get("after recovery") or ev.get("measured_recovered")) if recovered else \
+        (ev.get("after pruning") or ev.get("measured_after"))
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return None
+    try:
+        return from_measures("saved", label, meta["strategy"], before, after)
+    except (KeyError, TypeError, StopIteration):
+        return None
+
+
+def pareto(points: list[dict]) -> list[str]:
+    """Ids of the points no other point beats on both state bytes and Δ (less is better for both; recall: Δ
+    accuracy, more is better)."""
+    def cost(p):
+        return (p["state_bytes"], p["delta"] if p["metric"] == "ppl" else -p["delta"])
+    front = []
+    for p in points:
+        a = cost(p)
+        if not any(cost(q)[0] <= a[0] and cost(q)[1] <= a[1] and cost(q) != a for q in points):
+            front.append(p["id"])
+    return front
+
+
+def to_csv(points: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for p in points:
+        writer.writerow({k: " ".join(map(str, p[k])) if isinstance(p[k], list) else p[k] for k in FIELDS})
+    return out.getvalue()
+
+
+def to_json(points: list[dict]) -> str:
+    """Every point, marked `pareto` when it is on the front of its own measurement."""
+    front = {i for m in {p["measure"] for p in points} for i in pareto([p for p in points if p["measure"] == m])}
+    return json.dumps({"kind": "plan-history", "points": [{**p, "pareto": p["id"] in front} for p in points]},
+                      indent=2)
