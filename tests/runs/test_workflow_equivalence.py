@@ -15,6 +15,8 @@ Labels (dataset, split, tokens, context, device, dtype, calibration, measure) mu
 Prune-and-measure and recover-and-measure (analysis/shrink/prune_workflow.py) are compared the same way, within relative
 1e-5 (see PRUNE_REL below).
 """
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -35,6 +37,7 @@ CALIB = {"calib_sequences": 2, "calib_tokens": 64, "calib_seed": 0}
 STRATEGY = "wanda"                 # reads calibration data, so the calibration path and label are compared too
 MAP_RATIOS, MAP_TOKENS = "0.25,0.75", 512   # 2 validation windows of 256 per point: a paired SE exists
 SWEEP = {"ratio": "0.5", "context": 128, "tokens": 256}
+PLAN = (0.875, 0.5, 0.25, 0.375)  # the by-eye plan of issue 29 (0.375: between the map's ratios)
 
 
 def ok(at) -> None:
@@ -74,10 +77,6 @@ def shrink_runs(tmp_path_factory):
         mp.setattr(point_cache, "CACHE_DIR", tmp / "cli-cache")
         cli_map = cli("sensitivity", str(SAMPLE), "--strategy", STRATEGY, "--ratios", MAP_RATIOS,
                       "--eval-tokens", str(MAP_TOKENS), tmp / "map.json")
-        # no --map: the CLI measures (here: reads from its cache) the map with the same settings, then chooses
-        cli_prune = cli("prune", str(SAMPLE), "--strategy", STRATEGY, "--allocate", "sensitivity", "--budget", "0.5",
-                        "--map-ratios", MAP_RATIOS, "--map-eval-tokens", str(MAP_TOKENS), "--eval-tokens", "256",
-                        "--out", str(tmp / "pruned"), tmp / "prune.json")
 
         mp.setattr(point_cache, "CACHE_DIR", tmp / "page-cache")
         at = page(mp, "pages/prune.py", {"prune_strategy": STRATEGY, "sens_ratios": MAP_RATIOS.replace(",", ", "),
@@ -85,12 +84,36 @@ def shrink_runs(tmp_path_factory):
         click(at, "sensitivity:run")
         page_map = json.loads(json.dumps(at.session_state["sensitivity_current"]["map"]))  # what Download offers
         at.radio(key="w:prune_mode").set_value("Per layer").run()
+        for layer, rho in enumerate(PLAN):  # a plan typed by eye: its prediction, as the CLI's `plan` gives it
+            at.number_input(key=f"w:layer_ratio_{layer}").set_value(rho)
+        at.run()
+        ok(at)
+        page_plan = json.loads(json.dumps(at.session_state["plan_prediction"]["prediction"]))
+        page_plan_text = next(c.value for c in at.caption if c.value.startswith("Your plan: "))
         at.number_input(key="w:suggest_target").set_value(0.5).run()
         click(at, "allocate")
-        click(at, "sens_verify")
+        page_ratios = [at.number_input(key=f"w:layer_ratio_{i}").value for i in range(len(PLAN))]
+        click(at, "sens_verify")  # your plan (here the allocated one) beside the others, at its state bytes
         page_alloc = json.loads(json.dumps(at.session_state["sensitivity_check"]["report"]))  # Download allocation
         assert any(b.proto.label == "Download allocation (JSON)" for b in at.get("download_button"))
-    return {"cli_map": cli_map, "cli_alloc": cli_prune["allocation"], "page_map": page_map, "page_alloc": page_alloc}
+
+        mp.setattr(point_cache, "CACHE_DIR", tmp / "cli-cache")
+        cli_plan = cli("plan", str(SAMPLE), "--strategy", STRATEGY, "--ratios", ",".join(map(str, PLAN)),
+                       "--map", str(tmp / "map.json"), tmp / "plan.json")
+        words = io.StringIO()
+        with contextlib.redirect_stdout(words):
+            assert main(["plan", str(SAMPLE), "--strategy", STRATEGY, "--ratios", ",".join(map(str, PLAN)),
+                         "--device", "cpu", "--map", str(tmp / "map.json")]) == 0
+        cli_plan_text = next(line for line in words.getvalue().splitlines() if line.startswith("predicted "))
+        # no --map: the CLI measures (here: reads from its cache) the map with the same settings, then measures the
+        # page's plan beside the allocator's, uniform and rank-suggested at its state bytes, as Verify did
+        cli_prune = cli("prune", str(SAMPLE), "--strategy", STRATEGY, "--allocate", "sensitivity",
+                        "--ratios", ",".join(map(str, page_ratios)), "--map-ratios", MAP_RATIOS,
+                        "--map-eval-tokens", str(MAP_TOKENS), "--eval-tokens", "256", "--out", str(tmp / "pruned"),
+                        tmp / "prune.json")
+    return {"cli_map": cli_map, "cli_alloc": cli_prune["allocation"], "page_map": page_map, "page_alloc": page_alloc,
+            "cli_plan": cli_plan, "page_plan": page_plan, "cli_plan_text": cli_plan_text,
+            "page_plan_text": page_plan_text}
 
 
 def test_the_sensitivity_map_is_the_same_from_the_cli_and_the_page(shrink_runs):
@@ -102,6 +125,15 @@ def test_the_sensitivity_map_is_the_same_from_the_cli_and_the_page(shrink_runs):
     assert page_map["device"] == "cpu" and page_map["dtype"] == "float32"
     assert page_map["settings"]["calib_sequences"] == CALIB["calib_sequences"]
     assert all("se" in p for p in page_map["points"])  # two windows per point: the paired SE is there, and equal
+
+
+def test_a_plan_is_predicted_the_same_by_the_cli_and_the_page(shrink_runs):
+    """Issue 29: `analysis plan` and the Prune page give the same prediction (JSON and the sentence shown)."""
+    page_plan, cli_plan = shrink_runs["page_plan"], shrink_runs["cli_plan"]
+    same({k: cli_plan[k] for k in page_plan}, page_plan, "plan")
+    assert page_plan["head_k_dims"] == [math.floor(64 * (1 - r) + 1e-9) for r in PLAN]
+    assert page_plan["predicted_delta_nats"] is not None and page_plan["predicted_uncertainty_nats"] > 0
+    assert shrink_runs["page_plan_text"].startswith(f"Your plan: {shrink_runs['cli_plan_text']}.")
 
 
 def test_allocate_and_choose_is_the_same_from_the_cli_and_the_page(shrink_runs):
