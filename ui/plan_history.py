@@ -5,6 +5,7 @@ being typed and the allocator's plan as predictions, and the Pareto front; a cli
 into the inputs. Downloads: CSV and JSON."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -57,15 +58,30 @@ def record_recovery(key: ModelKey, run: dict) -> None:
 def gathered(ctx: Context) -> list[dict]:
     """This session's points of the model, its sweeps in this session, and its saved models."""
     points = list(st.session_state.get(HISTORY, {}).get(ctx.key.path, {}).values())
-    for n, (key, sweep) in enumerate(st.session_state.get("sweep_results", {}).items()):
-        if f'"path": "{ctx.key.path}"' in key and sweep:
+    for n, (key, sweep) in enumerate(st.session_state.get("sweep_results", {}).items()):  # ui.sweep_view's
+        settings = json.loads(key)
+        if sweep and (settings["path"], settings["device"], settings["dtype"]) == tuple(ctx.key):
             points += plan_points.from_sweep(sweep, f"sweep {n + 1}")
-    source = Path(ctx.key.path).resolve()
-    for folder, meta in reads.saved_metadata(writes.output_root(), "pruning.json"):
-        if Path(str(meta.get("source", ""))).resolve() == source:
-            found = plan_points.from_pruning(meta, f"saved {folder.name}")
-            points += [found] if found else []
+    source = str(Path(ctx.key.path).resolve())
+    for folder, mtime in reads.saved_folders(writes.output_root(), "pruning.json"):
+        found = _saved_point(folder, mtime)
+        if found is not None and found[0] == source:
+            points.append(found[1])
     return points
+
+
+_SAVED: dict = {}  # (folder, mtime) -> (resolved source, point | None): each pruning.json is read once
+
+
+def _saved_point(folder: Path, mtime: int):
+    key = (str(folder), mtime)
+    if key not in _SAVED:
+        if len(_SAVED) > 1000:
+            _SAVED.clear()
+        meta = reads.json_object(folder / "pruning.json") or {}
+        point = plan_points.from_pruning(meta, f"saved {folder.name}") if meta else None
+        _SAVED[key] = (str(Path(str(meta.get("source", ""))).resolve()), point) if point else None
+    return _SAVED[key]
 
 
 def _restore(by_id: dict, key: ModelKey) -> None:

@@ -12,7 +12,7 @@ import streamlit as st
 from analysis.errors import AnalysisError
 from analysis.shrink.allocate import plan_entry, plans_beside
 from analysis.shrink.predict import INDISTINGUISHABLE, indistinguishable, predict, summary
-from analysis.shrink.sensitivity import RESULTS_DIR
+from analysis.shrink.sensitivity import shipped_strategies
 from analysis.shrink.strategies import STRATEGIES
 from ui.context import Context
 from ui.sensitivity_view import CURRENT  # {"key", "map"}: the map the Layer sensitivity section shows
@@ -43,7 +43,7 @@ def section(ctx: Context, strategy: str, ratios: list[float], dims: list[int], r
     st.markdown("**Predicted from the sensitivity map** (before pruning anything)")
     smap = current_map(ctx, strategy)
     if smap is None:
-        shipped = sorted(p.stem.rsplit("-", 1)[1] for p in RESULTS_DIR.glob(f"sensitivity-{ctx.name}-*.json"))
+        shipped = shipped_strategies(ctx.name)
         st.caption(f"No {STRATEGIES[strategy].label} sensitivity map for {ctx.name} yet, so no prediction: run it "
                    "in **Layer sensitivity** below" + (f", or choose a strategy whose map ships ({', '.join(shipped)})"
                                                          if shipped else "") + ".")

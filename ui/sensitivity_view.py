@@ -27,7 +27,7 @@ from ui.sweep_view import merged
 JOB = "sensitivity"
 RESULTS = "sensitivity_results"      # settings key -> {"points": [...], "profile": [...] | None, "source": str}
 CURRENT = "sensitivity_current"      # {"key": ModelKey, "map": dict}: what the Allocate button reads
-ALLOCATION, CHECK = verify_view.ALLOCATION, verify_view.CHECK
+CHECK = verify_view.CHECK
 ERROR_KEY = "suggest_error"          # shared with ui.ratios: the error line under the two buttons
 EVIDENCE = RESULTS_DIR / "sensitivity-evidence.json"
 
@@ -42,8 +42,6 @@ def allocate_into_inputs(key, round_to: int | None) -> None:
         target = float(st.session_state["w:suggest_target"])
         alloc = allocate(current["map"], mean_ratio=target, round_to=round_to)
         plan_inputs.fill(alloc.ratios, key)
-        st.session_state[ALLOCATION] = {"key": key, "alloc": alloc, "map": current["map"], "mean_ratio": target,
-                                        "round_to": round_to}
         st.session_state.pop(CHECK, None)
         st.session_state.pop(ERROR_KEY, None)
     except AnalysisError as exc:
@@ -88,7 +86,8 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
                + " *Allocate from sensitivity* (beside *Suggest from rank*, in per-layer mode) picks the ratios "
                "with the least predicted loss at the same state bytes as the uniform plan (exact knapsack over "
                "the measured dims; additive model on the monotone, non-negative map); *Verify and choose* measures "
-               "it, uniform and rank-suggested on the validation split and keeps the best.")
+               "the plan in the inputs beside the allocator's, uniform and rank-suggested on the validation split "
+               "and keeps the best.")
     c1, c2 = st.columns([3, 2])
     ratio_text = state.field(c1.text_input, "Map ratios ρ (comma-separated)", "sens_ratios",
                              ", ".join(f"{r:g}" for r in DEFAULT_RATIOS))

@@ -16,7 +16,6 @@ from ui import jobs, plan_history, plan_inputs, shrink
 from ui.context import Context
 
 JOB = "verify"
-ALLOCATION = "sensitivity_allocation"
 CHECK = "sensitivity_check"
 
 

@@ -65,21 +65,24 @@ def loads(text, what: str, hint: str, object_hook=None):
         raise AnalysisError(f"{what} is nested too deeply to be real JSON; {hint}.") from None
 
 
-def saved_metadata(root, name: str, limit: int = 200, max_bytes: int = 4 << 20) -> list[tuple[Path, dict]]:
-    """(folder, the JSON object in folder/`name`) for the newest `limit` folders under `root` that the tool wrote
-    (its marker is there) and that hold `name`; a file that cannot be read as a JSON object is skipped."""
+def saved_folders(root, name: str, limit: int = 200) -> list[tuple[Path, int]]:
+    """(folder, mtime in ns of folder/`name`) for the newest `limit` folders under `root` that the tool wrote (its
+    marker is there) and that hold `name`; none when `root` cannot be listed."""
     from analysis.io.marker import MARKER
+    found = []
     try:
-        folders = [(p.stat().st_mtime, p) for p in Path(root).iterdir() if not p.is_symlink()
-                   and (p / MARKER).is_file() and (p / name).is_file()]
+        for p in Path(root).iterdir():
+            if not p.is_symlink() and (p / MARKER).is_file() and (p / name).is_file():
+                found.append((p, (p / name).stat().st_mtime_ns))
     except OSError:  # no output folder yet, or one removed while listing
-        return []
-    out = []
-    for _, folder in sorted(folders, reverse=True)[:limit]:
-        try:
-            meta = loads(read_bytes(folder / name, max_bytes, name, "skipped").decode("utf-8"), name, "skipped")
-        except (OSError, ValueError, AnalysisError):
-            continue
-        if isinstance(meta, dict):
-            out.append((folder, meta))
-    return out
+        return found
+    return sorted(found, key=lambda f: f[1], reverse=True)[:limit]
+
+
+def json_object(path, max_bytes: int = 4 << 20) -> dict | None:
+    """The JSON object in `path` (a regular file of at most `max_bytes`), or None when it is not one."""
+    try:
+        value = loads(read_bytes(path, max_bytes, Path(path).name, "skipped").decode("utf-8"), str(path), "skipped")
+    except (OSError, ValueError, AnalysisError):
+        return None
+    return value if isinstance(value, dict) else None

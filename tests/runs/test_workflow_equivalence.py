@@ -169,6 +169,11 @@ def test_a_sweep_point_is_the_same_from_the_cli_and_the_page(tmp_path, monkeypat
     assert point["dataset"] == dataset_label("test")
     assert point["calibration"] == (f"{CALIB['calib_sequences']}×{CALIB['calib_tokens']} tokens of the Shakespeare "
                                     "train split")
+    at.switch_page("pages/prune.py").run()  # issue 29: the session's sweep points are on the history of plans
+    ok(at)
+    [history] = [d.value for d in at.dataframe if "Pareto front" in d.value.columns]
+    assert list(history.index) == [f"sweep 1: {STRATEGY} ρ 0.5"] and history["dk'"].tolist() == ["32 32 32 32"]
+    assert history["Δ perplexity vs unpruned (%)"].tolist() == pytest.approx([100 * point["delta_vs_unpruned"]])
 
 
 # Prune-and-measure and recover-and-measure (analysis/shrink/prune_workflow.py): a wanda prune at ratio 0.5, measured on

@@ -170,3 +170,21 @@ def test_a_sweep_json_places_its_points_against_its_unpruned_point():
     assert csv_text.splitlines()[0].startswith("id,source,label") and "32 32" in csv_text
     # same state bytes, the recovered point loses less: it alone is on the front
     assert [p["pareto"] for p in json.loads(plan_points.to_json(got))["points"]] == [False, True]
+
+
+def test_saved_models_are_read_back_only_from_folders_the_tool_wrote(tmp_path):
+    """The history reads pruning.json only where the tool's marker is, never through a link; a file that is not
+    a JSON object is skipped, not an error."""
+    from analysis.io import reads
+    from analysis.io.marker import MARKER
+    for name, marked in (("ours", True), ("foreign", False), ("broken", True)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pruning.json").write_text("[1, 2" if name == "broken" else json.dumps({"strategy": "l1"}))
+        if marked:
+            (tmp_path / name / MARKER).write_text("{}")
+    (tmp_path / "link").symlink_to(tmp_path / "ours")
+    found = {f.name for f, _ in reads.saved_folders(tmp_path, "pruning.json")}
+    assert found == {"ours", "broken"}
+    assert reads.json_object(tmp_path / "ours" / "pruning.json") == {"strategy": "l1"}
+    assert reads.json_object(tmp_path / "broken" / "pruning.json") is None
+    assert reads.saved_folders(tmp_path / "missing", "pruning.json") == []
