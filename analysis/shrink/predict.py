@@ -63,7 +63,7 @@ def layer_points(smap: dict) -> list[list[tuple[float, float, float | None, int]
 def layer_loss(points: list[tuple], dk: int, dim: int) -> dict:
     """One layer's loss at key dim `dim` from its points (see the module docstring)."""
     x = 1 - dim / dk
-    for px, loss, se, pdim in points:
+    for _, loss, se, pdim in points:
         if pdim == dim:
             return {"loss": loss, "se": se, "how": "unpruned" if dim == dk else "measured"}
     if len(points) == 1:
