@@ -50,7 +50,7 @@ def test_uniform_prune_compares_recovers_and_offers_the_zip(monkeypatch, lm_dir)
     assert list(table.columns) == ["before", "after pruning", "Δ after pruning", "% after pruning"]
     assert table.loc["key dim per head, by layer"].tolist()[:2] == ["32, 32", "16, 16"]
     assert any(r.startswith("perplexity (Shakespeare") and "context 64" in r for r in table.index)
-    assert at.get("download_button")[0].proto.label == "Download the pruned model (.zip)"
+    assert "Download the pruned model (.zip)" in [b.proto.label for b in at.get("download_button")]  # besides plans
     for key, value in {"w:recover_steps": 2, "w:recover_batch": 2, "w:recover_seq": 32}.items():
         at.number_input(key=key).set_value(value)
     assert at.table[0].value["dk"].tolist() == [32, 32]  # the shared model is untouched

@@ -156,7 +156,7 @@ def test_prune_survives_leaving_the_page_and_a_worse_recovery_says_so(page):
 
     # 2 steps on batches of 2 × 32 tokens: with this seed, recovery raises the pruned model's perplexity a little
     for label, value in (("Steps", 2), ("Batch (sequences)", 2)):
-        fill(main(page).get_by_label(label, exact=True), value)
+        fill(main(page).get_by_label(label, exact=True).last, value)  # the last: Recovery's (lm-eval's has a Batch)
         idle(page)
     fill(main(page).get_by_label("Tokens per sequence", exact=True).last, 32)
     idle(page)

@@ -49,7 +49,7 @@ def test_a_five_step_lora_kd_recovery_draws_its_loss_curve_and_fills_the_table(s
         choose(page, main, "Method", "LoRA + distillation from the unpruned model")
         for label, value in (("Steps", STEPS), ("Batch (sequences)", 2), ("LoRA rank", 8),
                              ("Validate every (steps)", VALIDATE_EVERY)):
-            fill(main.get_by_label(label, exact=True), value)
+            fill(main.get_by_label(label, exact=True).last, value)  # the last: Recovery's (lm-eval's has a Batch)
         fill(main.get_by_label("Tokens per sequence", exact=True).last, 64)  # the first is calibration's
         main.get_by_role("button", name="Run recovery").click()
         page.wait_for_selector("text=/recovery steps \\(final training loss/", timeout=TIMEOUT_MS)
