@@ -32,7 +32,7 @@ plans = []
 if choice.strategy is not None:  # key channels: the sensitivity map, the allocator, Verify; the plan's prediction
     sensitivity_view.section(ctx, choice.strategy, settings, choice.rounding, plan)
     with predicted:
-        plans = plan_view.section(ctx, choice.strategy, plan["ratios"], planned, choice.rounding)
+        plans = plan_view.section(ctx, choice.strategy, plan["ratios"], planned, choice.rounding, heads)
 
 ev = prune_form.evaluation(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)

@@ -22,7 +22,11 @@ def _y(p: dict) -> float:
     return 100 * p["delta"] if p["metric"] == "ppl" else p["delta"]
 
 
-def history_figure(points: Sequence[dict], front: Sequence[str], strategy: str, predicted: Sequence[dict],
+def _strategy(p: dict) -> str:
+    return p["strategy"] + (f", heads: {p['head_strategy']}" if p.get("value_heads") else "")
+
+
+def history_figure(points: Sequence[dict], front: Sequence[str], strategy: str | None, predicted: Sequence[dict],
                    title: str, y_title: str) -> go.Figure:
     """points: plan_points dicts of one measurement; front: ids on the Pareto front; predicted: {"name",
     "state_bytes", "y", "lo", "hi"} in the y unit (lo/hi: the ±2σ ends)."""
@@ -49,7 +53,7 @@ def history_figure(points: Sequence[dict], front: Sequence[str], strategy: str, 
                                                         for p in rows],
                         line=dict(width=[3 if p["id"] in front else 1 for p in rows],
                                   color=[FRONT_COLOR if p["id"] in front else "white" for p in rows])),
-            customdata=[[p["id"], p["label"], p["strategy"], " ".join(map(str, p["head_k_dims"])), p["value"]]
+            customdata=[[p["id"], p["label"], _strategy(p), " ".join(map(str, p["head_k_dims"])), p["value"]]
                         for p in rows],
             hovertemplate="%{customdata[1]} (%{customdata[2]})<br>dk' %{customdata[3]}<br>%{x:,} state bytes: "
                           "%{y:+.3f}" + (" %" if rows[0]["metric"] == "ppl" else "")

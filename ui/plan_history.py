@@ -24,6 +24,7 @@ COUNT = "plan_history_count"     # labels: prune 1, verify 2, …
 CHART = "plan_history_chart"     # the chart's key: its selection is read by `_restore`
 GROUP = "plan_history_group"     # which measurement the chart shows
 SEEN = "plan_history_seen"       # points already shown: a new one switches the chart to its measurement
+RESTORED = "plan_history_restored"  # (sentence, restored?) a chart click leaves for the next run
 SHOWN_PREDICTIONS = ("your plan", "sensitivity-allocated")  # predicted markers: the plan typed, the allocator's
 
 
@@ -44,15 +45,18 @@ def from_choice(report: dict) -> list[dict]:
 
 def record_prune(key: ModelKey, run: dict) -> None:
     """A finished prune (the Prune page's job result)."""
-    record(key, [plan_points.from_measures("prune", _label("prune"), run["result"].strategy, run["before"],
-                                           run["after"], plan_points.value_heads(run["result"].model))])
+    result = run["result"]
+    record(key, [plan_points.from_measures("prune", _label("prune"), result.strategy, run["before"], run["after"],
+                                           plan_points.value_heads(result.model),
+                                           (result.info.get("heads") or {}).get("strategy"))])
 
 
 def record_recovery(key: ModelKey, run: dict) -> None:
     """A finished recovery of a prune run (its measurement uses the prune's before as the unpruned model)."""
-    rec = run["recovered"]
+    rec, result = run["recovered"], run["result"]
     record(key, [plan_points.from_measures("recovered", f"{_label('recovery')} ({rec['steps']} steps)",
-                                           run["result"].strategy, run["before"], rec["measure"])])
+                                           result.strategy, run["before"], rec["measure"],
+                                           head_strategy=(result.info.get("heads") or {}).get("strategy"))])
 
 
 def gathered(ctx: Context) -> list[dict]:
@@ -88,13 +92,18 @@ def _restore(by_id: dict, key: ModelKey) -> None:
     """Chart click callback (runs before the page draws the inputs): the clicked point's plan into them."""
     picked = ((st.session_state.get(CHART) or {}).get("selection") or {}).get("points") or []
     point = by_id.get((picked[0].get("customdata") or [None])[0]) if picked else None
-    if point is not None:
+    why = point and plan_points.not_restorable(point)
+    if why:
+        st.session_state[RESTORED] = (why, False)
+    elif point is not None:
         plan_inputs.restore(point["ratios"], point["strategy"], key)
-        st.session_state["plan_history_restored"] = point["label"]
+        st.session_state[RESTORED] = (f"The plan of {point['label']} is in the per-layer inputs above (its "
+                                      "strategy, no rounding).", True)
 
 
-def section(ctx: Context, strategy: str, predicted: list[dict]) -> None:
-    """predicted: plan entries with predicted_loss / predicted_uncertainty (the plan being typed first)."""
+def section(ctx: Context, strategy: str | None, predicted: list[dict]) -> None:
+    """strategy: the channel strategy chosen (None: a Heads plan); predicted: plan entries with predicted_loss /
+    predicted_uncertainty (the plan being typed first)."""
     st.subheader("History of plans")
     points = gathered(ctx)
     if not points:
@@ -123,11 +132,13 @@ def section(ctx: Context, strategy: str, predicted: list[dict]) -> None:
     st.plotly_chart(history_figure(shown, front, strategy, marks, f"Plans of {ctx.name}: measured Δ vs state",
                                    y_title), key=CHART, on_select=lambda: _restore(by_id, ctx.key),
                     selection_mode="points")
-    restored = st.session_state.pop("plan_history_restored", None)
+    restored = st.session_state.pop(RESTORED, None)
     if restored:
-        st.success(f"The plan of {restored} is in the per-layer inputs above (its strategy, no rounding).")
+        (st.success if restored[1] else st.info)(restored[0])
     st.dataframe(pd.DataFrame({"source": [p["source"] for p in shown], "strategy": [p["strategy"] for p in shown],
                                "dk'": [" ".join(map(str, p["head_k_dims"])) for p in shown],
+                               "value heads": [" ".join(map(str, p["value_heads"])) if p.get("value_heads") else ""
+                                               for p in shown],
                                "state bytes": [p["state_bytes"] for p in shown],
                                y_title: [scale * p["delta"] for p in shown],
                                "Pareto front": ["yes" if p["id"] in front else "" for p in shown]},

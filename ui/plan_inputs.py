@@ -47,6 +47,7 @@ def restore(ratios, strategy: str, key: ModelKey) -> None:
     """A plan chosen on the history chart (from its click callback): its strategy, exact key dims (no rounding)
     and ratios into the inputs, in per-layer mode."""
     fill(ratios, key)
+    state.choose("prune_kind", "channels")  # ui.prune_form's Plan radio: key channels only
     state.choose(MODE, PER_LAYER)
     state.choose("prune_strategy", strategy)
     state.choose("prune_round", 0)

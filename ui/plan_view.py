@@ -37,10 +37,16 @@ def _cell(p: dict, metric: str) -> str:
     return f"{-loss:+.4f} ± {sigma:.4f}"
 
 
-def section(ctx: Context, strategy: str, ratios: list[float], dims: list[int], round_to: int | None) -> list[dict]:
+def section(ctx: Context, strategy: str, ratios: list[float], dims: list[int], round_to: int | None,
+            heads: list[int] | None = None) -> list[dict]:
     """Draw the prediction (call after the Layer sensitivity section ran in this script run, into a container
-    placed under the plan table); returns the plans shown with their predictions (yours first), or []."""
+    placed under the plan table); returns the plans shown with their predictions (yours first), or [].
+    heads: the value heads per layer a "Both" plan keeps (None: every head stays)."""
     st.markdown("**Predicted from the sensitivity map** (before pruning anything)")
+    if heads is not None:
+        st.caption("Your plan also removes whole heads. The sensitivity map measured key channels only, so the "
+                   "prediction below and *your plan* in Verify and choose are its key-channel part alone (state "
+                   "bytes with every head kept); the head removal's cost is not in them.")
     smap = current_map(ctx, strategy)
     if smap is None:
         shipped = shipped_strategies(ctx.name)

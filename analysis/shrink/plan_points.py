@@ -18,8 +18,8 @@ import math
 
 from analysis.models.load import TILE_ROWS, describe
 
-FIELDS = ("id", "source", "label", "strategy", "head_k_dims", "original_head_k_dims", "ratios", "state_bytes",
-          "kernel_tiles", "metric", "value", "baseline", "delta", "measure")
+FIELDS = ("id", "source", "label", "strategy", "head_k_dims", "original_head_k_dims", "ratios", "head_strategy",
+          "value_heads", "state_bytes", "kernel_tiles", "metric", "value", "baseline", "delta", "measure")
 
 
 def point(source: str, label: str, strategy: str, dims: list[int], original: list[int], state_bytes: int,
@@ -27,7 +27,8 @@ def point(source: str, label: str, strategy: str, dims: list[int], original: lis
     """One measured plan. heads: value heads per layer, for the kernel-tile count (None: not counted)."""
     return {"id": f"{source}:{label}:{'_'.join(map(str, dims))}:{measure}", "source": source, "label": label,
             "strategy": strategy, "head_k_dims": list(dims), "original_head_k_dims": list(original),
-            "ratios": restoring_ratios(dims, original), "state_bytes": int(state_bytes),
+            "ratios": restoring_ratios(dims, original), "head_strategy": None, "value_heads": None,
+            "state_bytes": int(state_bytes),
             "kernel_tiles": None if heads is None else sum(h * -(-d // TILE_ROWS) for h, d in zip(heads, dims)),
             "metric": metric, "value": value, "baseline": baseline,
             "delta": value / baseline - 1 if metric == "ppl" else value - baseline, "measure": measure}
@@ -43,6 +44,18 @@ def restoring_ratios(dims: list[int], original: list[int]) -> list[float]:
             rho = round(1 - (d + 0.5) / dk, 4)
         out.append(rho)
     return out
+
+
+def not_restorable(p: dict) -> str | None:
+    """Why a point's plan cannot go back into the Prune page's key-channel inputs (None: it can): a plan that
+    removed whole heads is more than its key dims."""
+    from analysis.shrink.strategies import STRATEGIES
+    if p.get("value_heads") or p["strategy"] not in STRATEGIES:
+        heads = " ".join(map(str, p.get("value_heads") or []))
+        return (f"{p['label']} removed whole heads ({p.get('head_strategy') or 'no key-channel strategy'}: {heads} "
+                "value heads per layer), so its plan is not put into the inputs: the chart restores key-channel "
+                "plans only; choose Plan: Heads or Both above to prune heads.")
+    return None
 
 
 def value_heads(model) -> list[int]:
@@ -66,12 +79,20 @@ def perplexity_label(dataset: str, tokens: int, context: int) -> str:
     return f"perplexity, {dataset}, first {tokens:,} tokens, context {context}"
 
 
-def from_measures(source: str, label: str, strategy: str, before: dict, after: dict, heads: list[int] | None = None) -> dict:
-    """A prune (or recovery) measured before and after with the same settings."""
+def from_measures(source: str, label: str, strategy: str, before: dict, after: dict, heads: list[int] | None = None,
+                  head_strategy: str | None = None) -> dict:
+    """A prune (or recovery) measured before and after with the same settings. A plan that removed whole heads
+    (value heads per layer differ) carries them and its head strategy: the chart places it, but its key dims
+    alone are not its plan."""
     metric, value, measure = quality(after)
     _, base, _ = quality(before)
-    return point(source, label, strategy, after["head_k_dims"], before["head_k_dims"],
-                 after["state_bytes_per_sequence"], metric, value, base, measure, heads)
+    out = point(source, label, strategy, after["head_k_dims"], before["head_k_dims"],
+                after["state_bytes_per_sequence"], metric, value, base, measure, heads)
+    kept = after.get("value_heads_per_layer")
+    if kept and kept != before.get("value_heads_per_layer"):
+        out.update(head_strategy=head_strategy or "heads", value_heads=list(kept), id=f"{out['id']}:heads_"
+                   + "_".join(map(str, kept)))
+    return out
 
 
 def from_choice(report: dict, label: str) -> list[dict]:
@@ -120,7 +141,8 @@ def from_pruning(meta: dict, label: str) -> dict | None:
     if not (isinstance(before, dict) and isinstance(after, dict)):
         return None
     try:
-        return from_measures("saved", label, meta["strategy"], before, after)
+        return from_measures("saved", label, meta["strategy"], before, after,
+                             head_strategy=(meta.get("heads") or {}).get("strategy"))
     except (KeyError, TypeError, StopIteration):
         return None
 

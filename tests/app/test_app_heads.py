@@ -12,6 +12,7 @@ import json
 import pytest
 
 from analysis.cli.main import main
+from analysis.shrink import plan_points
 from helpers.app import SMALL, charts, clean, click, open_page
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only", "sweep_cache")
@@ -61,6 +62,15 @@ def test_a_heads_plan_on_the_prune_page_equals_the_cli(monkeypatch, lm_dir, tmp_
     assert page.loc["value heads, by layer"].tolist()[:2] == ["2, 2", "1, 1"]
     assert cli["heads"]["kept_value_heads"] == [[1], [1]]  # the page's random choice is the CLI's (same seed)
     assert any("value heads [2, 2] → [1, 1]" in s.value for s in at.subheader)
+    # issue 29: the head prune is a point on the history of plans, placed by its state bytes and marked with its
+    # heads, and a click on it does not put its key dims alone into the inputs as if they were its plan
+    [history] = [d.value for d in at.dataframe if "Pareto front" in d.value.columns]
+    assert history["value heads"].tolist() == ["1 1"] and history["state bytes"].tolist() == \
+        [cli["measured_after"]["state_bytes_per_sequence"]]
+    [[point]] = [list(held.values()) for held in at.session_state["plan_history"].values()]
+    assert point["head_strategy"] == "random" and "not put into the inputs" in plan_points.not_restorable(point)
+    at.radio(key="w:prune_kind").set_value("both").run()  # the map predicts the key-channel part only: said
+    assert any(c.value.startswith("Your plan also removes whole heads") for c in at.caption)
 
 
 def test_the_heads_view_scores_keeps_and_compares(monkeypatch, lm_dir):

@@ -79,7 +79,7 @@ def test_sweep_belongs_to_its_model_and_shows_its_values(page, server):
     shown on return. Item 10: the values table with Δ% under the chart; overlapping strategies keep distinct
     dash styles and markers."""
     open_page(page, "Sweep & latency")
-    main(page).get_by_role("button", name="Remove Random").click()
+    main(page).get_by_role("button", name="Remove Random").first.click()  # the sweep's, not the heads'
     idle(page)
     fill(main(page).get_by_label("Ratios ρ (comma-separated)"), "0.25, 0.5, 0.75")
     idle(page)

@@ -32,7 +32,7 @@ def test_prune_and_sweep_in_a_real_browser(server):
         full_screenshot(page, ARTIFACTS / "prune.png")
 
         open_page(page, "Sweep & latency")
-        page.get_by_role("button", name="Remove Wanda").click()
+        page.get_by_role("button", name="Remove Wanda").first.click()  # the sweep's, not equal budgets'
         idle(page)
         ratios = set_ratios(page, "0.5")
         run_sweep(page)

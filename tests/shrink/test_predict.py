@@ -188,3 +188,22 @@ def test_saved_models_are_read_back_only_from_folders_the_tool_wrote(tmp_path):
     assert reads.json_object(tmp_path / "ours" / "pruning.json") == {"strategy": "l1"}
     assert reads.json_object(tmp_path / "broken" / "pruning.json") is None
     assert reads.saved_folders(tmp_path / "missing", "pruning.json") == []
+
+
+def test_a_plan_that_removed_heads_is_placed_marked_and_not_restored_as_key_dims():
+    """A head prune (value heads per layer differ) is a point at its state bytes that carries its kept heads and
+    head strategy, apart from a key-channel plan with the same dims; only a key-channel plan goes back into the
+    inputs."""
+    before = {**_measured([64, 64], 80.0), "value_heads_per_layer": [2, 2]}
+    after = {**_measured([64, 64], 90.0), "value_heads_per_layer": [1, 2], "state_bytes_per_sequence": 12288}
+    page = {"strategy": "none", "source": "/m", "saved_model": "pruned",
+            "evaluation": {"before": before, "after pruning": after}, "heads": {"strategy": "rank-norm"}}
+    heads = plan_points.from_pruning(page, "saved h")
+    assert heads["value_heads"] == [1, 2] and heads["head_strategy"] == "rank-norm"
+    assert heads["state_bytes"] == 12288 and heads["delta"] == pytest.approx(0.125)
+    channels = plan_points.from_measures("prune", "p", "l1", before, {**after, "value_heads_per_layer": [2, 2]})
+    assert channels["value_heads"] is None and channels["id"] != heads["id"]
+    assert plan_points.not_restorable(channels) is None
+    assert "1 2 value heads per layer" in plan_points.not_restorable(heads)
+    row = plan_points.to_csv([heads]).splitlines()
+    assert "value_heads" in row[0].split(",") and ",1 2," in row[1]
