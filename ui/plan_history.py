@@ -62,9 +62,10 @@ def record_recovery(key: ModelKey, run: dict) -> None:
 def gathered(ctx: Context) -> list[dict]:
     """This session's points of the model, its sweeps in this session, and its saved models."""
     points = list(st.session_state.get(HISTORY, {}).get(ctx.key.path, {}).values())
+    here = (ctx.key.path, ctx.key.device, ctx.key.dtype)  # the model whatever its memory budget
     for n, (key, sweep) in enumerate(st.session_state.get("sweep_results", {}).items()):  # ui.sweep_view's
         settings = json.loads(key)
-        if sweep and (settings["path"], settings["device"], settings["dtype"]) == tuple(ctx.key):
+        if sweep and (settings["path"], settings["device"], settings["dtype"]) == here:
             points += plan_points.from_sweep(sweep, f"sweep {n + 1}")
     source = str(Path(ctx.key.path).resolve())
     for folder, mtime in reads.saved_folders(writes.output_root(), "pruning.json"):

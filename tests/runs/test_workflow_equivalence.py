@@ -18,6 +18,7 @@ Prune-and-measure and recover-and-measure (analysis/shrink/prune_workflow.py) ar
 import contextlib
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
