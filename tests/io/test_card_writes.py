@@ -73,13 +73,17 @@ def test_a_symlinked_readme_is_never_written_through(tmp_path, capsys, measured)
     assert code == 2 and "symbolic link" in err and "--out DIR" in err and err.count("\n") == 1, err
     assert blob.read_text() == "the hub's README\n" and (model / "README.md").is_symlink() and not measured
 
-    snapshot = tmp_path / "hub-snapshot"                    # no marker at all, every file a link
-    snapshot.mkdir()
-    for f in sorted(model.iterdir()):
+    entry = tmp_path / "models--org--tiny"                  # a real cache layout: no marker, every file a link
+    snapshot, blobs = entry / "snapshots" / "rev0", entry / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for n, f in enumerate(sorted(model.iterdir())):
         if f.name != writes.MARKER:
-            (snapshot / f.name).symlink_to(f.resolve())
+            shutil.copyfile(f.resolve(), blobs / f"blob{n}")
+            (snapshot / f.name).symlink_to(blobs / f"blob{n}")
+    hub_readme = (snapshot / "README.md").resolve()
     code, _, err = _card(capsys, snapshot)
-    assert code == 2 and "--out DIR" in err and blob.read_text() == "the hub's README\n"
+    assert code == 2 and "--out DIR" in err and hub_readme.read_text() == "the hub's README\n", err
 
 
 def test_out_writes_the_card_into_a_new_directory_and_again(tmp_path, capsys, measured):

@@ -525,21 +525,22 @@ def test_recovery_state_survives_a_kill_at_every_step(tmp_path, source, path):
     pruned = prune(model, "l1", plan_key_dims(model, ratio=0.5)).model
     settings = RecoverySettings(method="qk", steps=3, batch=1, seq_len=16, eval_every=1, eval_tokens=32)
 
-    def stopped_after(n):
-        calls = []
-        return lambda: calls.append(1) or len(calls) > n
+    def stopped_after(n):  # a stop at the first check after n more training steps (checks also run inside forwards)
+        steps = []
+        return {"progress": lambda event: event["kind"] == "train" and steps.append(1),
+                "cancel": lambda: len(steps) >= n}
 
     def scene(root):
         foreign = plant_foreign(root, "state")
         with pytest.raises(Cancelled):  # a state saved at step 1
-            recover(pruned, tokenizer, settings, cancel=stopped_after(1), state_dir=root / "state")
+            recover(pruned, tokenizer, settings, state_dir=root / "state", **stopped_after(1))
         return {".": foreign}
 
     def action(root):
         state = root / "state"
         try:
             if path == "ctrl-c save":  # resumed at step 1, stopped after step 2: saved over the old state
-                recover(pruned, tokenizer, settings, cancel=stopped_after(1), state_dir=state, resume=True)
+                recover(pruned, tokenizer, settings, state_dir=state, resume=True, **stopped_after(1))
             elif path == "resume to the end":
                 recover(pruned, tokenizer, settings, state_dir=state, resume=True)
             else:

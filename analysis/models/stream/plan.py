@@ -9,6 +9,8 @@ that unit's size. Streaming runs on the CPU.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from analysis.errors import AnalysisError
@@ -27,9 +29,10 @@ def open_streamed(path, files: CheckpointFiles, adapter, dtype: torch.dtype, dev
     """The StreamedModel of a checkpoint over the budget; one sentence when even its largest unit is over it."""
     from transformers import AutoConfig
 
+    from analysis.models.load import read_config
     from analysis.models.stream.model import StreamedModel
     from analysis.models.stream.skeleton import Skeleton, build
-    skeleton_model = build(AutoConfig.from_pretrained(path), dtype)
+    skeleton_model = build(AutoConfig.for_model(**read_config(Path(path))), dtype)  # the checked JSON, as limits reads it
     skeleton = Skeleton(skeleton_model, files, adapter.decoder_layers(skeleton_model), dtype)
     limit, how = limits.allowed(device)
     largest = max(skeleton.units, key=lambda u: u.nbytes)
