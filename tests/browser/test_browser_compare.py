@@ -3,8 +3,8 @@ beside a pruned copy saved by the core; picking "a saved model directory" shows 
 (different values, one shared colour range), the difference map and the per-layer/head table of what changed."""
 import pytest
 
-from browser_utils import (ARTIFACTS, ROOT, TIMEOUT_MS, app_server, chromium_page, full_screenshot, idle, no_exception,
-                           open_page, plotly_value)
+from browser_utils import (ARTIFACTS, ROOT, TIMEOUT_MS, app_server, choose, chromium_page, full_screenshot, idle,
+                           no_exception, open_page, plotly_value)
 from ui_fixtures import save_pruned_sample
 
 pytestmark = pytest.mark.browser
@@ -49,6 +49,9 @@ def test_states_shows_original_and_pruned_in_two_columns(server, pruned_dir):
         field.fill(str(pruned_dir))
         field.press("Enter")
         idle(page)
+        no_exception(page)
+        # the maps in the metric the difference map always shows (its Δ is in directions whatever the maps show)
+        choose(page, main, "Metric", "Effective rank (Roy-Vetterli) — directions used")
         no_exception(page)
 
         charts = main.locator("[data-testid='stPlotlyChart']")

@@ -88,7 +88,7 @@ def test_first_visits_show_named_steps_and_calibration_is_computed_once(page):
     assert any(re.search(r"layer 2 of 2: tracking s₁", t) for t in texts), texts
 
     open_page(page, "Channel importance")
-    texts = seen(page, until="Channels scored")
+    texts = seen(page, until="Gradient (Taylor) scored")  # each strategy has its own box; the gradient is scored last
     assert any(re.search(r"forward pass, (pass \d of \d, )?layer 2 of 2: activations", t) for t in texts), texts
     assert any("Calibration ready: 16×256 tokens" in t for t in texts), texts
     assert any("scoring the channels: DRRQR" in t for t in texts), texts
