@@ -233,9 +233,13 @@ def test_the_prune_pages_model_is_offered_and_compared(monkeypatch, pruned):
 def test_a_recovery_finished_while_away_from_the_prune_page_is_offered(monkeypatch, pruned, recovered):
     """The recovery job ended while the user was on States & rank: the picker moves its result into the prune run
     (as the Prune page's table would) and offers it; a recovery of another prune run is not taken."""
+    from analysis.shrink.prune_workflow import Evaluation
     from ui.jobs import Job
     result, _ = pruned
-    run = {"key": ModelKey(str(SAMPLE), "cpu", "float32"), "id": "test-run", "result": result, "recovered": None}
+    original = models.load_model(str(SAMPLE), device="cpu")
+    before = Evaluation("test", 32, 256, latency=False).measure(original, models.load_tokenizer(original))
+    run = {"key": ModelKey(str(SAMPLE), "cpu", "float32"), "id": "test-run", "result": result, "recovered": None,
+           "before": before}  # as the Prune page's run holds it: the recovery's point is placed against it
     job = Job("recovery", "settings", "q/k rows: 2 steps")
     job.state, job.result = "done", {**recovered, "for": "another-run"}
     at = open_states(monkeypatch)
