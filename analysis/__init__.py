@@ -24,5 +24,5 @@ warnings.filterwarnings("ignore", message=".*roll back to CPU.*")
 
 def ready() -> None:
     """Install the CPU path for fla's ops and register the pruned model types (idempotent; imports fla)."""
-    from analysis.runtime.process import ready as _ready
+    from analysis.archs.install import ready as _ready
     _ready()

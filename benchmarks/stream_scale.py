@@ -38,7 +38,7 @@ PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"   # Nemotron-H-
 
 CHILD = """
 import json, sys, time
-from analysis.runtime.process import ready
+from analysis.archs.install import ready
 ready()
 from analysis.models import budget
 base = budget.note_baseline()

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             check_file_destination(args.json)
             _check_json_outside_out(args)
         if args.command not in LIGHT_COMMANDS:
-            from analysis.runtime.process import exit_on_ctrl_c, ready
+            from analysis.archs.install import exit_on_ctrl_c, ready
             with exit_on_ctrl_c():  # Ctrl-C during the heavy imports ends the process at once (nothing to clean
                 ready()             # up yet; a KeyboardInterrupt inside a half-done import can break numpy/torch)
             from analysis.models import budget

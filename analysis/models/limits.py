@@ -78,7 +78,7 @@ def parameter_count(config: dict) -> int:
     Up to EXACT_LAYERS layers the model is built as is (exact); deeper configs are counted from a 1- and a
     2-layer build (embedding + per-layer cost × layers; per-layer key dims take their largest value).
     """
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()  # the CPU path for fla's ops and the project's model types
     layers = config.get("num_hidden_layers")
     if layers <= EXACT_LAYERS:

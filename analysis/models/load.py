@@ -201,7 +201,7 @@ def load_model(source: str, device: str = "auto", dtype=None):
     On CPU the project's torch path runs the model; on CUDA fla's Triton kernels do. Only safetensors
     weights are read and remote code is never trusted.
     """
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()  # the CPU path for fla's ops and the project's model types
     from transformers import AutoModelForCausalLM
 
@@ -209,12 +209,13 @@ def load_model(source: str, device: str = "auto", dtype=None):
     recover_target(source)  # a replace of this folder that was interrupted is finished (or undone) first
     path = resolve_source(source)
     dev = resolve_device(device)
-    adapter = adapter_for(read_config(path))
+    config = read_config(path)
+    adapter = adapter_for(config)
     dt = resolve_dtype(dtype, dev, adapter.kernel_spec)
     streamed = check_loadable(path, dt, dev)
     adapter.install_routing()
     if streamed is not None:  # over the memory budget: one block at a time (analysis.models.stream)
-        model = stream_plan.open_streamed(path, streamed, adapter, dt, dev)
+        model = stream_plan.open_streamed(path, config, streamed, adapter, dt, dev)
         model.analysis_source = str(path)
         model.analysis_name = Path(source).name if (SAMPLES_DIR / str(source)).exists() else str(source)
         return model

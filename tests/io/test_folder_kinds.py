@@ -83,7 +83,8 @@ def prune_calls(monkeypatch):
 
 @pytest.fixture(scope="module")
 def pruned_pair(tiny_dirs):
-    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
     model = load_model(str(tiny_dirs["delta_net"]), device="cpu")
     return model, prune(model, "l1", plan_key_dims(model, ratio=0.5)).model
 

@@ -125,7 +125,9 @@ def _everything(model, ids, calib_ids, text, out, skip=()):
     from analysis.shrink.importance import importance_report
     from analysis.archs import adapter_for
     from analysis.shrink.head_prune import HeadPlan, plan_head_counts, prune_with_heads
-    from analysis.shrink.prune import key_dims, plan_key_dims, prune, save_model, usable_strategies
+    from analysis.shrink.prune import prune, usable_strategies
+    from analysis.models.key_plan import key_dims, plan_key_dims
+    from analysis.io.model_dir import save_model
     trace = collect_states(model, ids, stride=4, keep_states=False)
     finals = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True)
     calib = calibrate(model, None, input_ids=calib_ids, label="given ids")

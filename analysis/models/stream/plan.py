@@ -9,8 +9,6 @@ that unit's size. Streaming runs on the CPU.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from analysis.errors import AnalysisError
@@ -25,14 +23,14 @@ def streamable(files: CheckpointFiles, params: int, device: torch.device) -> boo
     return device.type == "cpu" and 2 * stored >= params
 
 
-def open_streamed(path, files: CheckpointFiles, adapter, dtype: torch.dtype, device: torch.device):
-    """The StreamedModel of a checkpoint over the budget; one sentence when even its largest unit is over it."""
+def open_streamed(path, config: dict, files: CheckpointFiles, adapter, dtype: torch.dtype, device: torch.device):
+    """The StreamedModel of a checkpoint over the budget (`config`: its checked config.json, models.load.read_config);
+    one sentence when even its largest unit is over it."""
     from transformers import AutoConfig
 
-    from analysis.models.load import read_config
     from analysis.models.stream.model import StreamedModel
     from analysis.models.stream.skeleton import Skeleton, build
-    skeleton_model = build(AutoConfig.for_model(**read_config(Path(path))), dtype)  # the checked JSON, as limits reads it
+    skeleton_model = build(AutoConfig.for_model(**config), dtype)  # the checked JSON, as limits reads it
     skeleton = Skeleton(skeleton_model, files, adapter.decoder_layers(skeleton_model), dtype)
     limit, how = limits.allowed(device)
     largest = max(skeleton.units, key=lambda u: u.nbytes)
