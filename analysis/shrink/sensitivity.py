@@ -84,7 +84,7 @@ def recall_task(model) -> RecallTask | None:
             return None
     except (OSError, json.JSONDecodeError):
         return None
-    from analysis.evaluate.recall_eval import task_of
+    from analysis.data.recall import task_of
     return task_of(model)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.data import inputs
+from analysis.models.model_inputs import model_batch
 from analysis.models import load as models
 from analysis.inspect.states import collect_states
 from helpers.app import one_sentence, start
@@ -59,7 +59,7 @@ def reference(model_dir_or_model) -> tuple:
     """(the core's StateTrace, the token ids): a model (or saved folder) on the page's token ids, read from the
     bundled test split through the loaded model's tokenizer, traced every STRIDE tokens with the last 8 keys."""
     original = models.load_model(str(SAMPLE), "cpu", "float32")
-    ids = inputs.model_batch(original, models.load_tokenizer(original), TOKENS, SEQUENCES, split="test").ids
+    ids = model_batch(original, models.load_tokenizer(original), TOKENS, SEQUENCES, split="test").ids
     model = (models.load_model(str(model_dir_or_model), "cpu", "float32")
              if not hasattr(model_dir_or_model, "forward") else model_dir_or_model)
     trace = collect_states(model, ids, stride=STRIDE, keep_keys=8, tau=1e-3)

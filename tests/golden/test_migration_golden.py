@@ -127,7 +127,7 @@ def test_recall_sample_reproduces_the_pre_adapter_numbers(tmp_path):
     from analysis.models.key_plan import plan_key_dims
     from analysis.io.model_dir import save_model
     from analysis.data.recall import recall_batch
-    from analysis.evaluate.recall_eval import task_of
+    from analysis.data.recall import task_of
     from analysis.inspect.report import rank_report
     from analysis.inspect.states import collect_states
 
