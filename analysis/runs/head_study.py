@@ -140,9 +140,9 @@ def measure_removal(model, tokenizer, tokens: int, windows: int, cancel=None, pr
 
 
 def report_with_heads(model, tokenizer, settings, progress=None) -> dict:
-    """The offline report's numbers (analysis.inspect.report_data.build_report) plus the heads study's split and
+    """The offline report's numbers (analysis.runs.report_data.build_report) plus the heads study's split and
     stability, on the report's own sequence size (settings.tokens × settings.batch on each default input)."""
-    from analysis.inspect.report_data import build_report
+    from analysis.runs.report_data import build_report
     say = progress or (lambda _f, _s: None)
     report = build_report(model, tokenizer, settings, progress=lambda f, step: say(0.85 * f, step))
     study = heads_study(model, tokenizer, None, settings.tokens, settings.batch, settings.seed,

@@ -191,7 +191,7 @@ def test_query_noise_side_by_side_matches_the_core(monkeypatch, pruned):
 
 def test_rank_utilization_after_every_token_for_both_columns(monkeypatch, pruned):
     """The every-token toggle tracks s₁ for the comparison model too, on the same token ids (core's tracker)."""
-    from analysis.linalg.rank_trace import collect_utilization_trace
+    from analysis.inspect.rank_trace import collect_utilization_trace
     _, directory = pruned
     at = compare_with_directory(open_states(monkeypatch), directory)
     at.toggle(key="w:every_token").set_value(True).run()

@@ -408,7 +408,7 @@ def test_json_file_survives_a_kill_at_every_step(tmp_path):
 
 
 def test_model_card_survives_a_kill_at_every_step(tmp_path, monkeypatch):
-    from analysis.models import model_card
+    from analysis.inspect import model_card
 
     def scene(root):
         foreign = plant_foreign(root, "model")
@@ -575,7 +575,7 @@ def test_recovery_state_survives_a_kill_at_every_step(tmp_path, source, path):
 @pytest.mark.parametrize("mode", ["new", "replace"])
 def test_card_out_survives_a_kill_at_every_step(tmp_path, source, monkeypatch, mode):
     """`card MODEL --out DIR`: built as a marked temporary folder and swapped in like a model."""
-    from analysis.models import model_card
+    from analysis.inspect import model_card
     monkeypatch.setattr(model_card, "read_training", lambda path: {})  # the stubs are inherited by the forks
     monkeypatch.setattr(model_card, "render", lambda card: f"# {card['name']}\n")
     cards = iter(["old", "new"])

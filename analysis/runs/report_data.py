@@ -1,4 +1,4 @@
-"""The numbers of the offline HTML report (analysis.inspect.html_report draws them): one pass of the core per section.
+"""The numbers of the offline HTML report (analysis.runs.html_report draws them): one pass of the core per section.
 
 Every section carries the settings it was measured with (dataset, split, tokens, sequences, device, dtype),
 so the rendered page can label each number. A section that a model cannot have (channel importance of a
@@ -54,7 +54,7 @@ def model_facts(model) -> dict:
 
 def training_facts(path: Path) -> dict | None:
     """Task, data, steps and tokens of a model trained by `python -m analysis train`; None when not recorded."""
-    from analysis.models.model_card import read_training
+    from analysis.inspect.model_card import read_training
     try:
         t = read_training(path)
     except AnalysisError:

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from analysis.inspect import html_report
+from analysis.runs import html_report
 from analysis.cli.main import main
 from analysis.io.report_file import check_destination
 
