@@ -69,6 +69,13 @@ def test_every_core_package_has_a_floor():
     assert found == set(FLOOR), f"place {sorted(found - set(FLOOR))} in CORE_FLOORS (stale: {sorted(set(FLOOR) - found)})"
 
 
+def test_the_readme_states_the_floors():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    layout = readme[readme.index("## Layout"):readme.index("## Bundled sample models")]
+    order = " < ".join(", ".join(packages) for packages in CORE_FLOORS[:-1])  # the entry points are not named
+    assert order in layout, order
+
+
 def test_the_core_imports_downwards_only():
     """Issue 31: every import in analysis/ (function-local ones included) goes to a package on a lower floor."""
     offenders = []
