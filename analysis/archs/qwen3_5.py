@@ -59,13 +59,6 @@ def _output_norm(layer: nn.Module) -> nn.Module:
     return layer.norm if hasattr(layer, "norm") else layer.o_norm  # OLMo-hybrid names it o_norm
 
 
-def channel_row_indices(rows: ChannelRows, key_heads: int, key_dim: int, channels) -> torch.Tensor:
-    """Row indices of `rows` holding `channels[h]` (channel indices 0…dk−1) of each key head h."""
-    stride = rows.head_stride or key_dim
-    return torch.cat([rows.start + h * stride + torch.as_tensor(c, dtype=torch.long)
-                      for h, c in zip(range(key_heads), channels)])
-
-
 def sum_over_value_heads(x: torch.Tensor, key_heads: int, dim: int) -> torch.Tensor:
     """Per-value-head scores → per-key-head scores: key head h sums the value heads it serves (h·G … h·G+G−1)."""
     shape = list(x.shape)

@@ -32,8 +32,9 @@ def add_memory_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from analysis.cli import commands
     parser = _Parser(prog="python -m analysis", description=(
-        "State-rank analysis of fla linear-attention models (DeltaNet, Gated DeltaNet): recurrent-state "
-        "rank, query-noise amplification, channel importance, pruning, perplexity and latency."))
+        "State-rank analysis of linear-attention and state-space language models (fla and transformers "
+        "families): recurrent-state rank, query-noise amplification, channel importance, pruning, perplexity "
+        "and latency."))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (helptext, setup, run) in commands.COMMANDS.items():
         p = sub.add_parser(name, help=helptext, description=helptext)

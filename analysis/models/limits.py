@@ -211,15 +211,6 @@ def check_forward(model, batch: int, tokens: int, what: str, advice: str = "use 
             advice, next(model.parameters()).device)
 
 
-def check_training(model, batch: int, tokens: int, what: str, advice: str) -> None:
-    require(training_bytes(model, batch, tokens), f"{what} ({batch} × {tokens} tokens with gradients)", advice,
-            next(model.parameters()).device)
-
-
-def parameter_bytes(model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
 def calibration_kept_bytes(model, sequences: int, tokens: int) -> int:
     """What calibration keeps for every layer: the ids and the post-conv q/k activations of every token (fp32)."""
     s = _shape(model)

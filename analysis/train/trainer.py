@@ -1,4 +1,5 @@
-"""Reproducible training of small DeltaNet / Gated DeltaNet models (CPU torch path or fla on GPU).
+"""Reproducible training of small models of the trainable families (analysis.archs.TRAINABLE; CPU torch path or
+the family's kernels on GPU).
 
 AdamW with linear warm-up then cosine decay, fixed seed, periodic validation, resumable checkpoints
 (model + optimizer + RNG + history, written atomically as safetensors + JSON, never a pickle), progress

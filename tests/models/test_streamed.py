@@ -48,6 +48,10 @@ class CharTokenizer:
         return self.vocab
 
 
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 def _needs(model, calib=CALIB) -> int:
     """The most any step below holds streamed (the memory checks' own estimates)."""
     return max(limits.forward_bytes(model, 2, 24), limits.calibration_bytes(model, *calib),
@@ -82,7 +86,7 @@ def deep_dir(request, tmp_path_factory):
     calib = CALIB_OF.get(request.param, CALIB)
     if request.param.startswith("sample:"):
         path = models.SAMPLES_DIR / request.param.removeprefix("sample:")
-        size = int(limits.parameter_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
+        size = int(weight_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
         with budget.budget_scope(size):
             assert _needs(models.load_model(str(path), device="cpu"), calib) <= size
         return path, size, calib
@@ -93,7 +97,7 @@ def deep_dir(request, tmp_path_factory):
     for times in (4, 8, 16, 32):
         path = tmp_path_factory.mktemp(f"deep-{request.param}-{times}")
         deeper_model(base, times).save_pretrained(path, max_shard_size=SHARD)
-        size = int(limits.parameter_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
+        size = int(weight_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
         with budget.budget_scope(size):
             if _needs(models.load_model(str(path), device="cpu"), calib) <= size:
                 break

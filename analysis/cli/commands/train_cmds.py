@@ -99,7 +99,7 @@ def _check_train_args(args) -> None:
                                 "use fewer --steps (or --stop-at / --max-minutes)", args.yes, announce, device)
 
 
-COMMANDS = {"train": ("train a small DeltaNet / Gated DeltaNet (language modelling or associative recall)",
+COMMANDS = {"train": ("train a small model of a trainable family (--arch; language modelling or associative recall)",
                       _setup_train, run_train)}
 
 
