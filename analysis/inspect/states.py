@@ -27,7 +27,7 @@ class LayerTrace:
     final_state: torch.Tensor | None = None                          # [B, H, dk, dv]
     states: torch.Tensor | None = None                               # [B, H, P, dk, dv] when kept
     keys: torch.Tensor | None = None                                 # [B, H, n, dk] last keys, as the kernel sees them
-    every_token: dict[str, torch.Tensor] | None = None               # analysis.inspect.rank_trace.utilization_trace, if asked
+    every_token: dict[str, torch.Tensor] | None = None               # rank_trace.utilization_trace, if asked
 
 
 @dataclass

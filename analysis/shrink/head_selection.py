@@ -18,7 +18,8 @@ def head_selection(model, strategy: str, ratio: float, layer: int, key_head: int
     if problem is not None:
         raise AnalysisError(problem)
     if strat.needs_calibration and calibration is None:
-        raise AnalysisError(f"The {strat.label} strategy needs calibration data; pick random or l1, or calibrate first.")
+        raise AnalysisError(f"The {strat.label} strategy needs calibration data; pick random or l1, or calibrate "
+                            "first.")
     dims = plan_key_dims(model, ratio=ratio)
     sel = strat.select(model, calibration, dims, seed=seed)[layer]
     return sel.indices[key_head] if sel.indices is not None else sel.projection[key_head]

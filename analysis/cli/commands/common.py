@@ -51,7 +51,8 @@ def streamed_note(args, model) -> None:
 
 def text_batch(args, tokenizer, model):
     """([batch, tokens] ids, label) of what the model reads: the named text, or for a recall model its own
-    recall sequences (analysis.models.model_inputs.model_batch, as the dashboard does), after checking the forward fits."""
+    recall sequences (analysis.models.model_inputs.model_batch, as the dashboard does), after checking the forward
+    fits."""
     from analysis.data import inputs
     from analysis.models.model_inputs import model_batch
     if inputs.recall_task(model) is None:
