@@ -46,7 +46,8 @@ def measure_recall(name: str, strategies, ratios, limit: int) -> dict:
     from analysis.evaluate.harness import TaskSettings, evaluate_tasks, prepare, task_rows
     from analysis.models.load import describe, load_model
     from analysis.shrink.calibration import calibrate
-    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
     from analysis.shrink.strategies import get_strategy
     model = load_model(name, device="cpu")
     plan = prepare(TaskSettings(RECALL_TASKS, limit=limit))

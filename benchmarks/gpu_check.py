@@ -22,7 +22,8 @@ from analysis.models import load as models  # noqa: E402
 from analysis.shrink.calibration import calibrate  # noqa: E402
 from analysis.evaluate.perplexity import perplexity  # noqa: E402
 from analysis.evaluate.latency import KERNELS, kernel_latency, summary, time_call  # noqa: E402
-from analysis.shrink.prune import plan_key_dims, prune  # noqa: E402
+from analysis.shrink.prune import prune  # noqa: E402
+from analysis.models.key_plan import plan_key_dims
 from analysis.inspect.states import collect_states  # noqa: E402
 from benchmarks.real_size import FAMILIES, build  # noqa: E402
 

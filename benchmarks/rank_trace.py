@@ -5,7 +5,7 @@ post-conv q/k/v and β, then a token-by-token Python recurrence per layer, and p
 LAPACK spectral norm (numpy.linalg.norm(ord=2), a full SVD) plus the Frobenius norm. Here it is run for
 every sequence of the batch so both methods produce the same numbers (the reference code itself only
 kept batch element 0).
-Ours: analysis.linalg.rank_trace — the same recurrence compiled (numba), s1² tracked by a warm-started
+Ours: analysis.inspect.rank_trace — the same recurrence compiled (numba), s1² tracked by a warm-started
 Rayleigh–Ritz iteration instead of an SVD per token.
 Both start from the same recorded recurrence inputs (one shared model forward, timed separately and
 also reported end to end) and are timed layer by layer in turn, so machine noise falls on both alike.
@@ -28,7 +28,7 @@ analysis.ready()  # the CPU path for fla's ops and the project's model types
 from analysis.data import corpus as data
 from analysis.models import load as models  # noqa: E402
 from analysis.runtime.backend import observe_recurrences  # noqa: E402
-from analysis.linalg.rank_trace import utilization_trace  # noqa: E402
+from analysis.inspect.rank_trace import utilization_trace  # noqa: E402
 
 
 def record_inputs(model, ids) -> list:

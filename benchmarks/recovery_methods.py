@@ -46,7 +46,8 @@ def main(argv=None) -> None:
     from analysis.shrink.calibration import calibrate
     from analysis.evaluate.perplexity import perplexity
     from analysis.models.load import load_model
-    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
     from analysis.shrink.recovery import RecoverySettings, recover
     from analysis.shrink.sensitivity import paired_difference
     from analysis.shrink.strategies import get_strategy

@@ -38,7 +38,7 @@ PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"   # Nemotron-H-
 
 CHILD = """
 import json, sys, time
-from analysis.runtime.process import ready
+from analysis.archs.install import ready
 ready()
 from analysis.models import budget
 base = budget.note_baseline()
@@ -50,13 +50,13 @@ if what == "cli":
     code = main(args)
 else:  # "rank" or "forward": the streamed pass alone, on the rank command's tokens
     import torch
-    from analysis.data import inputs
+    from analysis.models.model_inputs import model_batch
     from analysis.models import load as models
     from analysis.models.forward import run_batches
     from analysis.inspect.states import collect_states
     with budget.budget_scope(budget.parse_size(args[1])):
         model = models.load_model(args[0], device="cpu")
-        ids = inputs.model_batch(model, models.load_tokenizer(model), int(args[2]), 1, split="test").ids
+        ids = model_batch(model, models.load_tokenizer(model), int(args[2]), 1, split="test").ids
         began = time.perf_counter()
         if what == "rank":
             collect_states(model, ids, stride=64)
@@ -135,11 +135,11 @@ def sample_ratio(repeats: int, tokens: int) -> tuple[float, float, float]:
     test tokens, alternated repeat by repeat."""
     import torch
 
-    from analysis.data import inputs
+    from analysis.models.model_inputs import model_batch
     from analysis.models import budget, load as models
     from analysis.models.forward import run_batches
     whole = models.load_model("deltanet-small", device="cpu")
-    ids = inputs.model_batch(whole, models.load_tokenizer(whole), tokens, 1, split="test").ids
+    ids = model_batch(whole, models.load_tokenizer(whole), tokens, 1, split="test").ids
     with budget.budget_scope(20 << 20):   # 20 MiB for 22 MB of weights: streamed
         streamed = models.load_model("deltanet-small", device="cpu")
         logits = lambda *_: None  # noqa: E731  (both compute their logits, as perplexity does)

@@ -27,7 +27,7 @@ analysis.ready()
 from analysis.io import point_cache  # noqa: E402
 from analysis.models import load as models  # noqa: E402
 from analysis.shrink.allocate import allocate_and_choose  # noqa: E402
-from analysis.shrink.prune import plan_key_dims  # noqa: E402
+from analysis.models.key_plan import plan_key_dims  # noqa: E402
 from analysis.shrink.sensitivity import (DEFAULT_RATIOS, MapSettings, calibration_for, compute_map,  # noqa: E402
                                          load_shipped, recall_task)
 from analysis.shrink.strategies import get_strategy  # noqa: E402

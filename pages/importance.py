@@ -6,7 +6,7 @@ import streamlit as st
 from analysis.data import corpus as data
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
-from analysis.shrink.prune import plan_key_dims
+from analysis.models.key_plan import plan_key_dims
 from ui import frame, heads_view, importance_view, notice, shrink, shrink_figures, state
 from ui.batches import recall_label
 from ui.blocks import head_meaning

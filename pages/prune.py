@@ -3,7 +3,7 @@ The page reads state, starts the prune and recovery jobs, and draws; ui/prune_*.
 import streamlit as st
 
 from analysis.shrink.head_prune import plan_head_counts, unchanged_heads
-from analysis.shrink.prune import plan_key_dims, unchanged_plan
+from analysis.models.key_plan import plan_key_dims, unchanged_plan
 from ui import (cache, frame, plan_history, plan_view, prune_form, prune_run, prune_save, sensitivity_view,
                 shrink)
 from ui.context import current

@@ -17,7 +17,8 @@ def save_tiny_lm(path: Path, kind: str = "delta_net") -> Path:
 def save_pruned_sample(sample: Path, out: Path, dims: list[int], strategy: str = "l1"):
     """A bundled sample pruned by the core (a data-free strategy) and saved with its tokenizer: (result, folder)."""
     from analysis.models import load as models
-    from analysis.shrink.prune import prune, save_model
+    from analysis.shrink.prune import prune
+    from analysis.io.model_dir import save_model
     model = models.load_model(str(sample), "cpu", "float32")
     result = prune(model, strategy, dims)
     result.model.analysis_source = str(sample)

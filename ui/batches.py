@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from analysis.data import inputs
+from analysis.models.model_inputs import model_batch
 from analysis.models import load as models
 from analysis.data.recall import RecallTask
 from ui.keys import InputSpec
@@ -26,11 +27,11 @@ recall_label = inputs.recall_label
 def token_batch(model, tokenizer, spec: InputSpec, task: RecallTask | None) -> tuple[torch.Tensor, str]:
     """(input_ids [sequences, tokens], dataset label) for the spec; the core chooses what the model reads
     (recall models always get recall sequences), exactly as the CLI does."""
-    batch = inputs.model_batch(model, tokenizer, int(spec.tokens), int(spec.sequences),
-                               text=spec.text if spec.kind == "text" else None,
-                               split=spec.split if spec.kind != "text" else None, seed=int(spec.seed),
-                               what=f"Running the model on {int(spec.sequences)} sequences",
-                               advice="lower Tokens per sequence or Number of sequences in the sidebar")
+    batch = model_batch(model, tokenizer, int(spec.tokens), int(spec.sequences),
+                        text=spec.text if spec.kind == "text" else None,
+                        split=spec.split if spec.kind != "text" else None, seed=int(spec.seed),
+                        what=f"Running the model on {int(spec.sequences)} sequences",
+                        advice="lower Tokens per sequence or Number of sequences in the sidebar")
     return batch.ids, batch.label
 
 

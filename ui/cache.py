@@ -150,7 +150,7 @@ def compare_every_token_data(key: ModelKey, spec: InputSpec, compare: str, *, _m
 
 
 def _every_token(model, ids: torch.Tensor, progress: progress_ui.Report) -> dict:
-    from analysis.linalg.rank_trace import collect_utilization_trace  # loads numba: only when first asked for
+    from analysis.inspect.rank_trace import collect_utilization_trace  # loads numba: only when first asked for
     with compute_lock(), progress_ui.per_layer(model, progress, "tracking s₁ of the state after every token"):
         layers = collect_utilization_trace(model, ids)
     how = "s₁ by an SVD of each state" if all(layer.get("exact") for layer in layers) else "s₁ tracked"

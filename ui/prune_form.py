@@ -10,7 +10,8 @@ import streamlit as st
 from analysis.archs import adapter_for
 from analysis.archs.recurrence_words import words
 from analysis.models.load import TILE_ROWS
-from analysis.shrink.prune import ROUNDINGS, tiles, usable_strategies
+from analysis.shrink.prune import usable_strategies
+from analysis.models.key_plan import ROUNDINGS, tiles
 from analysis.shrink.sensitivity import shipped_strategies
 from analysis.shrink.strategies import STRATEGIES
 from ui import plan_inputs, shrink, shrink_figures, state, task_inputs

@@ -8,7 +8,8 @@ import streamlit as st
 
 from analysis.io import writes
 from analysis.io.export import carry_recall_task, model_zip
-from analysis.shrink.prune import pruning_metadata, save_model
+from analysis.shrink.prune import pruning_metadata
+from analysis.io.model_dir import save_model
 from ui import save_guard, state
 from ui.context import Context
 from ui.errors import guard

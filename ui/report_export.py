@@ -1,4 +1,4 @@
-"""The Model page's "Export report": the offline HTML report (analysis.inspect.html_report) built by the core as a
+"""The Model page's "Export report": the offline HTML report (analysis.runs.html_report) built by the core as a
 background job, then offered as a download. The job holds the shared model's lock (state collection hooks it)."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 
 import streamlit as st
 
-from analysis.inspect import html_report
+from analysis.runs import html_report
 from analysis.io import writes
-from analysis.inspect.report_data import ReportSettings, generated_line, pruned_dirs
+from analysis.runs.report_data import ReportSettings, generated_line, pruned_dirs
 from analysis.runs.head_study import report_with_heads
 from ui import jobs, shrink
 from ui.context import Context

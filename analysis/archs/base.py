@@ -165,7 +165,7 @@ class Adapter:
         on the model's device and dtype, weights not yet loaded (the core loads the reduced state dict
         strictly). Uniform dims where the family's own config can say them: the family's own type;
         otherwise a registered per-layer type. `readout_key_dims` (None = the family's default dk'^-1/2)
-        keeps each layer's readout at that key dim's ^-1/2 (pure channel removal, see pruned_models).
+        keeps each layer's readout at that key dim's ^-1/2 (pure channel removal, see fla_pruned).
         `head_counts` ([(key heads, value heads)] per linear layer, analysis.archs.heads) removes heads too: a
         head-pruned model is always the registered per-layer type, which keeps its counts in the config."""
         raise NotImplementedError

@@ -28,6 +28,7 @@ class GatedDeltaNetAdapter(FlaAdapter):
 
     def install_routing(self) -> None:
         super().install_routing()
+        from analysis.archs import fla_pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
         from analysis.runtime import backend
         import fla.layers.gated_deltanet as layer_file
         backend.route(layer_file, self.entry_points)

@@ -31,8 +31,6 @@ class KDAAdapter(Adapter):
     kernel = "kda"
     entry_points = ("chunk_kda", "fused_recurrent_kda")   # fla/layers/kda.py
     rotations = False
-    rotation_refusal = ("PCA keeps rotated channels, but every Kimi Delta Attention key channel carries its own "
-                        "decay rate, which a rotation cannot keep; choose an axis-aligned strategy instead.")
 
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:

@@ -13,7 +13,7 @@ The log-decay g = −exp(A_log)·softplus(a + dt_bias) is one per (token, value 
 Pure channel removal keeps the original readout scale dk^-1/2 while transformers reads out at dk'^-1/2 (its
 kernels take no scale), i.e. c = sqrt(dk/dk') times the original o, and o reaches only the gated RMSNorm `norm`
 (`norm`, OLMo-hybrid `o_norm`; per value head, over dv, eps `variance_epsilon`): RMSNorm(c·o, c²·eps) = RMSNorm(o, eps), so the pruned layer
-sets `norm.variance_epsilon = eps·dk/dk'` — exact, as `analysis.models.pruned_models` explains for fla. The family's
+sets `norm.variance_epsilon = eps·dk/dk'` — exact, as `analysis.archs.fla_pruned` explains for fla. The family's
 own config holds one `rms_norm_eps` for every norm and one `linear_key_head_dim`, so only a uniform dk' read
 out at dk'^-1/2 (readout_key_dims None) is saved as the family's own type; every other result is the project's
 registered `pruned_<type>` with per-linear-layer `linear_key_head_dims` and `readout_key_dims`.
@@ -57,13 +57,6 @@ def _is_interleaved(layer: nn.Module) -> bool:
 
 def _output_norm(layer: nn.Module) -> nn.Module:
     return layer.norm if hasattr(layer, "norm") else layer.o_norm  # OLMo-hybrid names it o_norm
-
-
-def channel_row_indices(rows: ChannelRows, key_heads: int, key_dim: int, channels) -> torch.Tensor:
-    """Row indices of `rows` holding `channels[h]` (channel indices 0…dk−1) of each key head h."""
-    stride = rows.head_stride or key_dim
-    return torch.cat([rows.start + h * stride + torch.as_tensor(c, dtype=torch.long)
-                      for h, c in zip(range(key_heads), channels)])
 
 
 def sum_over_value_heads(x: torch.Tensor, key_heads: int, dim: int) -> torch.Tensor:

@@ -32,8 +32,9 @@ def add_memory_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from analysis.cli import commands
     parser = _Parser(prog="python -m analysis", description=(
-        "State-rank analysis of fla linear-attention models (DeltaNet, Gated DeltaNet): recurrent-state "
-        "rank, query-noise amplification, channel importance, pruning, perplexity and latency."))
+        "State-rank analysis of linear-attention and state-space language models (fla and transformers "
+        "families): recurrent-state rank, query-noise amplification, channel importance, pruning, perplexity "
+        "and latency."))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (helptext, setup, run) in commands.COMMANDS.items():
         p = sub.add_parser(name, help=helptext, description=helptext)
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             check_file_destination(args.json)
             _check_json_outside_out(args)
         if args.command not in LIGHT_COMMANDS:
-            from analysis.runtime.process import exit_on_ctrl_c, ready
+            from analysis.archs.install import exit_on_ctrl_c, ready
             with exit_on_ctrl_c():  # Ctrl-C during the heavy imports ends the process at once (nothing to clean
                 ready()             # up yet; a KeyboardInterrupt inside a half-done import can break numpy/torch)
             from analysis.models import budget

@@ -18,7 +18,7 @@ import torch
 from analysis.data import corpus as data
 from analysis.errors import AnalysisError, count
 from analysis.io import reads
-from analysis.data.recall import RecallTask, recall_batch
+from analysis.data.recall import RecallTask, recall_batch, task_of
 
 FIRST_READ = 64 * 1024          # bytes of a file read up front to check that it is text
 MAX_BAD_FRACTION = 0.01         # more undecodable bytes than this (or any NUL) and it is not a text file
@@ -156,7 +156,8 @@ def token_batch(tokenizer, source: TextSource, tokens: int, batch: int = 1, voca
 
 # What a given model reads: language models read text through their tokenizer; recall models (trained by
 # `python -m analysis train --task recall`, no tokenizer) read synthetic recall sequences of their own task.
-# The CLI and the dashboard both choose here, so they feed a model the same thing and label it the same way.
+# The CLI and the dashboard both choose here (through analysis.models.model_inputs.model_batch, which also checks
+# that the forward pass fits), so they feed a model the same thing and label it the same way.
 
 @dataclass
 class ModelBatch:
@@ -168,7 +169,6 @@ class ModelBatch:
 def recall_task(model_or_dir) -> RecallTask | None:
     """The recall task a model (or model directory) was trained on, from its training.json; None for a
     language model (no training.json, another task, or one that cannot be read)."""
-    from analysis.evaluate.recall_eval import task_of
     source = model_or_dir if isinstance(model_or_dir, (str, Path)) else getattr(model_or_dir, "analysis_source", None)
     if source is None:
         return None
@@ -180,28 +180,6 @@ def recall_task(model_or_dir) -> RecallTask | None:
 
 def recall_label(task: RecallTask, seed: int) -> str:
     return f"synthetic recall sequences ({task.n_pairs} pairs, {task.n_keys} keys, seed {seed})"
-
-
-def model_batch(model, tokenizer, tokens: int, sequences: int, *, text_file: str | None = None,
-                split: str | None = None, text: str | None = None, seed: int = 0,
-                what: str | None = None, advice: str = "use fewer tokens or sequences") -> ModelBatch:
-    """`sequences` × `tokens` ids of the named text, or for a recall model `sequences` recall sequences of
-    its task (their length is the task's; `seed` draws them), after checking the forward pass fits."""
-    from analysis.models import limits
-    task = recall_task(model)
-    name = getattr(model, "analysis_name", "this model")
-    if task is not None and (text_file is not None or text is not None):
-        raise AnalysisError(f"{name} is an associative-recall model without a tokenizer: it reads its own recall "
-                            "sequences, not text; leave out the text to analyse it on those.")
-    length = task.seq_len if task is not None else int(tokens)
-    limits.check_forward(model, int(sequences), length, what or f"Running {name} on {int(sequences)} sequences",
-                         advice)
-    if task is not None:
-        ids, _ = recall_batch(task, int(sequences), torch.Generator().manual_seed(int(seed)))
-        return ModelBatch(ids, recall_label(task, seed))
-    source = resolve_text(text_file=text_file, split=split, text=text)
-    ids = token_batch(tokenizer, source, int(tokens), int(sequences), vocab_size=model.config.vocab_size)
-    return ModelBatch(ids, source.label, source.warning)
 
 
 def calibration_batch(model, tokenizer, n_sequences: int, seq_len: int, seed: int = 0) -> ModelBatch:

@@ -7,7 +7,9 @@ disjoint token ranges; everything is generated from a seeded torch.Generator.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -59,3 +61,17 @@ def recall_accuracy(model, task: RecallTask, n_sequences: int = 256, seed: int =
         correct += int((logits.argmax(-1)[mask] == target[mask]).sum())
         total += int(mask.sum())
     return correct / total
+
+
+def task_of(model) -> RecallTask:
+    """The task a recall model was trained on, from training.json beside its weights."""
+    path = Path(getattr(model, "analysis_source", "")) / "training.json"
+    if not path.exists():
+        raise AnalysisError("This model has no training.json describing a recall task; "
+                            "use a recall-trained model such as deltanet-recall.")
+    cfg = json.loads(path.read_text())
+    if cfg.get("task") != "recall":
+        raise AnalysisError("This model was trained for language modelling, not associative recall; "
+                            "use --split test/validation/wiki instead.")
+    return RecallTask(n_keys=cfg["recall_keys"], n_values=cfg["recall_keys"], n_pairs=cfg["recall_pairs"],
+                      n_queries=cfg["recall_pairs"])

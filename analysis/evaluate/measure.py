@@ -13,7 +13,7 @@ from analysis.runtime.cancel import check
 from analysis.evaluate.perplexity import perplexity
 from analysis.evaluate.latency import kernel_latency
 from analysis.models.load import describe
-from analysis.shrink.prune import tiles
+from analysis.models.key_plan import tiles
 from analysis.evaluate.recall_eval import recall_report
 
 LATENCY_SHAPE = dict(batch=2, tokens=512)  # as the sweep times it, so the two pages agree

@@ -27,20 +27,21 @@ RENORMALISED_FIGURES = RENORMALISED_PREDICTIONS + RENORMALISED_MC
 
 def bounds(qk_l2_normalised: bool) -> dict:
     """Which figures describe the model's own readout, for the JSON and the page. A kernel that l2-normalises q
-    and k reads with q̂ = q/‖q‖: every figure applies and the Monte Carlo re-normalises. Mamba-2 reads its state
-    with C as it is: the raw-query figures (exact) apply and the Monte Carlo uses the raw query; the re-normalised
-    series describe a unit query the model never forms, so they are labelled comparison only."""
+    and k reads with q̂ = q/‖q‖: every figure applies and the Monte Carlo re-normalises. A kernel that reads its
+    state with the raw query (adapter.qk_l2_normalised False): the raw-query figures (exact) apply and the Monte
+    Carlo uses the raw query; the re-normalised series describe a unit query the model never forms, so they are
+    labelled comparison only."""
     if qk_l2_normalised:
         return {"query_l2_normalised": True, "monte_carlo_query": "re-normalised (q̂ = q/‖q‖, as the kernel reads)",
                 "apply_to_this_model": [*RAW_FIGURES, *RENORMALISED_FIGURES], "comparison_only": [],
                 "note": "This model's kernel l2-normalises queries and keys: the re-normalised predictions describe "
                         "its own readout; the raw-query figures are the unnormalised reference."}
-    return {"query_l2_normalised": False, "monte_carlo_query": "raw (q = k + ε, as the scan reads it)",
+    return {"query_l2_normalised": False, "monte_carlo_query": "raw (q = k + ε, as the kernel reads it)",
             "apply_to_this_model": list(RAW_FIGURES), "comparison_only": list(RENORMALISED_FIGURES),
-            "note": "This model's scan reads its state with the query as it is (Mamba-2 does not l2-normalise C and "
-                    "B): the closed-form figures, the exact raw-query prediction and the raw-query Monte Carlo "
-                    "describe it; the re-normalised predictions (and their Monte Carlo) assume a unit-length query "
-                    "this model never forms, so they are shown for comparison only."}
+            "note": "This model's kernel reads its state with the query as it is (it does not l2-normalise its "
+                    "queries and keys): the closed-form figures, the exact raw-query prediction and the raw-query "
+                    "Monte Carlo describe it; the re-normalised predictions (and their Monte Carlo) assume a "
+                    "unit-length query this model never forms, so they are shown for comparison only."}
 
 
 def spread(x: torch.Tensor) -> dict:

@@ -54,9 +54,9 @@ def position_stats(values: torch.Tensor) -> dict:
 
 
 def every_token_report(layers: list[dict], tol: float) -> dict:
-    """The dense rank-utilization trace of `analysis.linalg.rank_trace` (state after every token, every layer)."""
+    """The dense rank-utilization trace of `analysis.inspect.rank_trace` (state after every token, every layer)."""
     values = torch.stack([layer["rank_utilization"] for layer in layers])  # [L, B, H, T]
-    if all(layer.get("exact") for layer in layers):   # analysis.linalg.rank_trace: no scalar decay to track through
+    if all(layer.get("exact") for layer in layers):   # analysis.inspect.rank_trace: no scalar decay to track through
         method, steps = ("s1 from an SVD of every state (the layers' transitions are not a scalar decay plus a "
                          "rank-one write, which the tracker needs), ‖S‖_F exact; states in float32"), None
     else:

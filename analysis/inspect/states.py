@@ -27,7 +27,7 @@ class LayerTrace:
     final_state: torch.Tensor | None = None                          # [B, H, dk, dv]
     states: torch.Tensor | None = None                               # [B, H, P, dk, dv] when kept
     keys: torch.Tensor | None = None                                 # [B, H, n, dk] last keys, as the kernel sees them
-    every_token: dict[str, torch.Tensor] | None = None               # analysis.linalg.rank_trace.utilization_trace, if asked
+    every_token: dict[str, torch.Tensor] | None = None               # rank_trace.utilization_trace, if asked
 
 
 @dataclass
@@ -115,7 +115,7 @@ def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions
                    keep_keys: int = 0, every_token: bool = False, progress=None) -> StateTrace:
     """Run `model` on equal-length sequences `input_ids` [B, T] and trace every layer's states.
 
-    every_token: also the rank utilization after every token (analysis.linalg.rank_trace), from the same pass.
+    every_token: also the rank utilization after every token (analysis.inspect.rank_trace), from the same pass.
     progress(layers_done, layers) is called as each layer's states are traced.
     """
     if input_ids.dim() != 2 or input_ids.numel() == 0:
@@ -124,7 +124,7 @@ def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions
     chosen = select_positions(n_tokens, stride, positions)
     attns = attention_layers(model)
     if every_token:  # numba loads only when asked for
-        from analysis.linalg.rank_trace import utilization_trace
+        from analysis.inspect.rank_trace import utilization_trace
     collectors = [_LayerCollector(chosen, keep_states, compute_metrics, tau) for _ in attns]
     calling = {"layer": None}
     hooks = [attn.register_forward_pre_hook(lambda _m, _a, i=i: calling.update(layer=i))

@@ -42,7 +42,7 @@ def carry_recall_task(source, out) -> None:
 
 def model_zip(model, name: str, tokenizer=None, metadata: dict | None = None, source=None) -> bytes:
     """save_pretrained into a throw-away directory named `name`, zipped (the model itself is not changed)."""
-    from analysis.shrink.prune import save_model
+    from analysis.io.model_dir import save_model
     with tempfile.TemporaryDirectory() as tmp:
         out = save_model(model, Path(tmp) / name, tokenizer=tokenizer, metadata=metadata,
                          extra=lambda folder: carry_recall_task(source, folder))

@@ -25,3 +25,14 @@ def save_model_dir(model, out, *, tokenizer=None, json_files: dict | None = None
         if extra is not None:
             extra(tmp)
     return write_model_dir(out, fill, overwrite=overwrite, kind=kind, exists_hint=exists_hint)
+
+
+def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = None, overwrite: bool = False,
+               extra=None, exists_hint: str = "choose a new directory or allow overwriting") -> Path:
+    """save_pretrained (safetensors) into a temporary sibling, then rename: never a half-written model.
+
+    `overwrite` replaces only a model directory this project wrote (see analysis.io.writes); `extra(tmp)`
+    may add files before the directory is sealed."""
+    return save_model_dir(model, out, tokenizer=tokenizer,
+                          json_files=None if metadata is None else {"pruning.json": metadata}, extra=extra,
+                          overwrite=overwrite, kind="pruned model", exists_hint=exists_hint)

@@ -1,6 +1,6 @@
 """The one on-disk cache of computed points (sweep points and sensitivity-map points alike).
 
-An entry is believed only if it proves itself (design.md, "Your users' files"): a regular file of sane
+An entry is believed only if it proves itself (README, "What we promise about your files"): a regular file of sane
 size (checked before a byte is read, opened without following links or waiting on a FIFO), JSON that
 parses, a checksum that matches, its own key equal to the key asked for (model identity, code hash,
 settings, point), and fields of the expected types that agree with the point. Anything else is one

@@ -112,7 +112,7 @@ def expected_tensors(config: dict, where: Path) -> tuple[dict, set]:
     Built on the meta device, so nothing is allocated. Tied weights (lm_head = embeddings) are required
     once and may appear twice.
     """
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()  # the CPU path for fla's ops and the project's model types
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -78,7 +78,7 @@ def parameter_count(config: dict) -> int:
     Up to EXACT_LAYERS layers the model is built as is (exact); deeper configs are counted from a 1- and a
     2-layer build (embedding + per-layer cost × layers; per-layer key dims take their largest value).
     """
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()  # the CPU path for fla's ops and the project's model types
     layers = config.get("num_hidden_layers")
     if layers <= EXACT_LAYERS:
@@ -209,15 +209,6 @@ def check_forward(model, batch: int, tokens: int, what: str, advice: str = "use 
     require(forward_bytes(model, batch, tokens, logits_copies, states),
             f"{what} ({batch} × {tokens} tokens, logits alone {size_text(batch * tokens * model.config.vocab_size * 4)})",
             advice, next(model.parameters()).device)
-
-
-def check_training(model, batch: int, tokens: int, what: str, advice: str) -> None:
-    require(training_bytes(model, batch, tokens), f"{what} ({batch} × {tokens} tokens with gradients)", advice,
-            next(model.parameters()).device)
-
-
-def parameter_bytes(model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def calibration_kept_bytes(model, sequences: int, tokens: int) -> int:

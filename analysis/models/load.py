@@ -201,7 +201,7 @@ def load_model(source: str, device: str = "auto", dtype=None):
     On CPU the project's torch path runs the model; on CUDA fla's Triton kernels do. Only safetensors
     weights are read and remote code is never trusted.
     """
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()  # the CPU path for fla's ops and the project's model types
     from transformers import AutoModelForCausalLM
 

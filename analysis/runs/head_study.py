@@ -5,7 +5,7 @@ groups, Channel importance's Heads view), so both show the same groups and numbe
 Inputs ("texts"): a bundled split (`test`: Shakespeare, `wiki`: the Wikipedia slice, ...), `random-ids` (uniform
 random token ids of the model's vocabulary, seeded: an input unlike any training text), a text file, or for a recall model
 `recall` (its own recall sequences; each `recall` entry draws with its own seed, so three entries are three inputs).
-Each text is read as `sequences` consecutive windows of `tokens` tokens (analysis.data.inputs.model_batch).
+Each text is read as `sequences` consecutive windows of `tokens` tokens (analysis.models.model_inputs.model_batch).
 
 The removal cost (`measure`): each value head removed alone (analysis.shrink.head_sensitivity), Δ mean next-token
 loss in nats per token (= Δ log perplexity for text windows) with its paired standard error over the windows of
@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from analysis.data import inputs
+from analysis.models.model_inputs import model_batch
 from analysis.defaults import RANDOM_IDS
 from analysis.data.corpus import SPLITS
 from analysis.errors import AnalysisError
@@ -65,10 +66,10 @@ def text_batch(model, tokenizer, text: str, index: int, tokens: int, sequences: 
         return (torch.randint(0, model.config.vocab_size, (sequences, length), generator=gen),
                 f"uniform random token ids (seed {seed + 1000 * index})")
     if text == "recall":
-        batch = inputs.model_batch(model, None, tokens, sequences, seed=seed + index)
+        batch = model_batch(model, None, tokens, sequences, seed=seed + index)
     else:
         split, path = (text, None) if text in SPLITS else (None, text)
-        batch = inputs.model_batch(model, tokenizer, tokens, sequences, split=split, text_file=path)
+        batch = model_batch(model, tokenizer, tokens, sequences, split=split, text_file=path)
     return batch.ids, batch.label
 
 
@@ -133,15 +134,15 @@ def measure_removal(model, tokenizer, tokens: int, windows: int, cancel=None, pr
     """(per layer, per head {delta, se, sequences}; what was read) on the validation split or recall sequences."""
     from analysis.shrink.head_sensitivity import head_removal_losses
     task = inputs.recall_task(model)
-    batch = inputs.model_batch(model, None if task is not None else tokenizer, tokens, windows,
-                               split=None if task is not None else "validation", seed=MAP_RECALL_SEED)
+    batch = model_batch(model, None if task is not None else tokenizer, tokens, windows,
+                        split=None if task is not None else "validation", seed=MAP_RECALL_SEED)
     return head_removal_losses(model, batch.ids, cancel=cancel, progress=progress), batch.label
 
 
 def report_with_heads(model, tokenizer, settings, progress=None) -> dict:
-    """The offline report's numbers (analysis.inspect.report_data.build_report) plus the heads study's split and
+    """The offline report's numbers (analysis.runs.report_data.build_report) plus the heads study's split and
     stability, on the report's own sequence size (settings.tokens × settings.batch on each default input)."""
-    from analysis.inspect.report_data import build_report
+    from analysis.runs.report_data import build_report
     say = progress or (lambda _f, _s: None)
     report = build_report(model, tokenizer, settings, progress=lambda f, step: say(0.85 * f, step))
     study = heads_study(model, tokenizer, None, settings.tokens, settings.batch, settings.seed,

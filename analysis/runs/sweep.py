@@ -21,7 +21,8 @@ from analysis.runtime.cancel import check
 from analysis.evaluate.latency import kernel_latency
 from analysis.evaluate.measure import measure
 from analysis.models.load import describe
-from analysis.shrink.prune import check_rescale, plan_key_dims, prune, readout_label
+from analysis.shrink.prune import check_rescale, prune, readout_label
+from analysis.models.key_plan import plan_key_dims
 from analysis.shrink.recovery import RecoverySettings, recover
 from analysis.shrink.strategies import get_strategy
 
@@ -188,7 +189,7 @@ def _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts
 
 
 def _worker_setup() -> None:
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()  # the worker's own process: the CPU path for fla's ops and the project's model types
 
 

@@ -28,7 +28,8 @@ from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
 from analysis.models.load import TILE_ROWS
 from analysis.shrink.predict import predict
-from analysis.shrink.prune import ROUNDINGS, plan_key_dims, prune
+from analysis.shrink.prune import prune
+from analysis.models.key_plan import ROUNDINGS, kept_dim, plan_key_dims
 from analysis.shrink.sensitivity import MapSettings, MapMeasure, calibration_for, paired_difference
 
 CHOICE_TOKEN_FACTOR = 4  # candidate plans are measured on 4× the map's tokens of its split (4,096 → 16,384)
@@ -146,10 +147,7 @@ def uniform_budget(smap: dict, mean_ratio: float, round_to: int | None, unit: st
         raise AnalysisError(f"The target mean ratio must be in [0, 1), got {mean_ratio}.")
     total = 0
     for row in smap["layers"]:
-        keep = math.floor(row["head_k_dim"] * (1 - mean_ratio) + 1e-9)
-        if round_to:
-            keep = min(row["head_k_dim"], max(round_to, round_to * round(keep / round_to)))
-        total += layer_cost(row, max(keep, 1), unit)
+        total += layer_cost(row, max(kept_dim(row["head_k_dim"], mean_ratio, round_to), 1), unit)
     return total
 
 
@@ -233,10 +231,7 @@ def candidates(smap: dict, alloc: Allocation, round_to: int | None = None,
     def dims_at(ratios):
         out = []
         for row, r in zip(rows, ratios):
-            keep = max(1, math.floor(row["head_k_dim"] * (1 - r) + 1e-9))
-            if round_to:
-                keep = min(row["head_k_dim"], max(round_to, round_to * round(keep / round_to)))
-            out.append(keep)
+            out.append(max(1, kept_dim(row["head_k_dim"], r, round_to)))
         return out
 
     out = [plan("sensitivity-allocated", alloc.ratios, alloc.dims)]

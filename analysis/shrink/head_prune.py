@@ -24,7 +24,8 @@ from analysis.archs import adapter_for
 from analysis.archs.heads import drop_blocks, original_head_counts
 from analysis.errors import AnalysisError
 from analysis.models.load import linear_layers
-from analysis.shrink.prune import PruneResult, build_pruned, check_rescale, choose_channels, key_dims, rebuilt
+from analysis.shrink.prune import PruneResult, build_pruned, check_rescale, choose_channels, rebuilt
+from analysis.models.key_plan import key_dims
 from analysis.shrink.strategies import get_strategy
 from analysis.shrink.strategies import Selection
 

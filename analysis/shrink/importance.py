@@ -6,7 +6,8 @@ import torch
 from analysis.shrink.calibration import Calibration, calibrate
 from analysis.errors import AnalysisError
 from analysis.models.load import describe
-from analysis.shrink.prune import plan_key_dims, strategy_problem
+from analysis.shrink.prune import strategy_problem
+from analysis.models.key_plan import plan_key_dims
 from analysis.shrink.strategies import get_strategy
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 
+from analysis.models.key_plan import kept_dim
 from analysis.models.load import TILE_ROWS, describe
 
 FIELDS = ("id", "source", "label", "strategy", "head_k_dims", "original_head_k_dims", "ratios", "head_strategy",
@@ -40,7 +40,7 @@ def restoring_ratios(dims: list[int], original: list[int]) -> list[float]:
     out = []
     for d, dk in zip(dims, original):
         rho = round(1 - d / dk, 4)
-        if math.floor(dk * (1 - rho) + 1e-9) != d:
+        if kept_dim(dk, rho) != d:
             rho = round(1 - (d + 0.5) / dk, 4)
         out.append(rho)
     return out

@@ -4,15 +4,13 @@ The same index set slices every row block the family's adapter names (`channel_r
 projections, their short-convolution channels, per-channel decay rows), so q·k products over the kept channels are unchanged before the in-kernel l2 norm (which then renormalises
 over the survivors). By default the pruned model keeps each layer's original readout scale dk^-1/2, so it
 equals the original model with the dropped channels zeroed (pure channel removal, see
-analysis.models.pruned_models); rescale="default" keeps fla's dk'^-1/2 instead, as the reference code does.
+analysis.archs.fla_pruned); rescale="default" keeps fla's dk'^-1/2 instead, as the reference code does.
 The input model is never modified.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import torch
 
@@ -20,60 +18,9 @@ from analysis.defaults import RESCALES  # defined there: the CLI's --help stays 
 from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
 from analysis.models.forward import is_streamed
-from analysis.models.load import TILE_ROWS, linear_layers
-from analysis.io.model_dir import save_model_dir
+from analysis.models.key_plan import key_dims, tiles
+from analysis.models.load import linear_layers
 from analysis.shrink.strategies import STRATEGIES, Selection, get_strategy
-
-ROUNDINGS = (None, 16, 32, 64)
-
-
-def key_dims(model) -> list[int]:
-    return [layer.key_dim for layer in linear_layers(model)]
-
-
-def plan_key_dims(model, ratio: float | None = None, ratios: list[float] | None = None,
-                  round_to: int | None = None) -> list[int]:
-    """dk'_l = floor(dk_l (1 − ρ_l)), optionally rounded to the nearest multiple of `round_to`."""
-    adapter_for(model)  # one sentence for a family without an adapter
-    dims = key_dims(model)
-    if (ratio is None) == (ratios is None):
-        raise AnalysisError("Give either one pruning ratio for all layers or one ratio per layer.")
-    ratios = [ratio] * len(dims) if ratios is None else list(ratios)
-    if len(ratios) != len(dims):
-        raise AnalysisError(f"Got {len(ratios)} ratios for a model with {len(dims)} linear-attention layers; "
-                            "give one per layer.")
-    if round_to not in ROUNDINGS:
-        raise AnalysisError(f"Rounding must be one of 16, 32 or 64 channels, got {round_to}.")
-    planned = []
-    for layer, (dk, rho) in enumerate(zip(dims, ratios)):
-        if not (isinstance(rho, (int, float)) and 0 <= rho < 1):
-            raise AnalysisError(f"Layer {layer}: the pruning ratio must be in [0, 1), got {rho}.")
-        keep = math.floor(dk * (1 - rho) + 1e-9)
-        if round_to:
-            keep = min(dk, max(round_to, round_to * round(keep / round_to)))
-        if keep < 1:
-            raise AnalysisError(f"Layer {layer}: ratio {rho} leaves no key channels of {dk}; use a smaller ratio.")
-        planned.append(keep)
-    return planned
-
-
-def unchanged_plan(model, planned: list[int], ratio: float | None = None, ratios: list[float] | None = None,
-                   round_to: int | None = None) -> str | None:
-    """One sentence when a plan asked to prune (some ratio > 0) keeps every key channel, e.g. ratio 0.9999
-    of 64 channels rounded up to a multiple of 64: the "pruned" model would be the original. None otherwise."""
-    asked = [ratio] if ratios is None else list(ratios)
-    if planned != key_dims(model) or not any(r and r > 0 for r in asked):
-        return None
-    why = f"after rounding to a multiple of {round_to}" if round_to else "at these ratios"
-    fix = "a smaller rounding (16 or 32) or none" if round_to else "a larger ratio"
-    return (f"This plan keeps every key channel {why} (key dims {planned}), so the pruned model would equal the "
-            f"original; use {fix}.")
-
-
-def tiles(dims: list[int]) -> list[int]:
-    """64-row state tiles per head in fla's chunk kernel: the latency steps at multiples of 64."""
-    return [-(-d // TILE_ROWS) for d in dims]
-
 
 @dataclass
 class PruneResult:
@@ -227,17 +174,6 @@ def reduce_rows(tensor: torch.Tensor, entries: list, layer, sel: Selection) -> t
         at = end
     parts.append(tensor[at:])
     return torch.cat(parts).contiguous()
-
-
-def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = None, overwrite: bool = False,
-               extra=None, exists_hint: str = "choose a new directory or allow overwriting") -> Path:
-    """save_pretrained (safetensors) into a temporary sibling, then rename: never a half-written model.
-
-    `overwrite` replaces only a model directory this project wrote (see analysis.io.writes); `extra(tmp)`
-    may add files before the directory is sealed."""
-    return save_model_dir(model, out, tokenizer=tokenizer,
-                          json_files=None if metadata is None else {"pruning.json": metadata}, extra=extra,
-                          overwrite=overwrite, kind="pruned model", exists_hint=exists_hint)
 
 
 NO_READOUT_SCALE = "no key-dim readout scale in this family (pure channel removal either way)"

@@ -28,7 +28,8 @@ from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
 from analysis.evaluate.measure import measure
 from analysis.models.load import REPO_ROOT, describe, linear_layers
-from analysis.shrink.prune import key_dims, plan_key_dims, prune
+from analysis.shrink.prune import prune
+from analysis.models.key_plan import key_dims, plan_key_dims
 from analysis.data.recall import RecallTask, recall_accuracy, recall_batch
 from analysis.shrink.strategies import get_strategy
 
@@ -83,7 +84,7 @@ def recall_task(model) -> RecallTask | None:
             return None
     except (OSError, json.JSONDecodeError):
         return None
-    from analysis.evaluate.recall_eval import task_of
+    from analysis.data.recall import task_of
     return task_of(model)
 
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from analysis.errors import AnalysisError
-from analysis.shrink.prune import ROUNDINGS
+from analysis.models.key_plan import ROUNDINGS
 
 
 def suggest_ratios(rank_utilization_per_layer, target_ratio: float, min_ratio: float = 0.0, max_ratio: float = 0.9,

@@ -1,4 +1,5 @@
-"""Reproducible training of small DeltaNet / Gated DeltaNet models (CPU torch path or fla on GPU).
+"""Reproducible training of small models of the trainable families (analysis.archs.TRAINABLE; CPU torch path or
+the family's kernels on GPU).
 
 AdamW with linear warm-up then cosine decay, fixed seed, periodic validation, resumable checkpoints
 (model + optimizer + RNG + history, written atomically as safetensors + JSON, never a pickle), progress
@@ -60,7 +61,7 @@ class TrainConfig:
 
 def build_model(cfg: TrainConfig, vocab_size: int):
     """A freshly initialised model of the family `cfg.arch` (its adapter builds the config), seeded."""
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()  # the CPU path for fla's ops and the project's model types
     from transformers import AutoModelForCausalLM
     if cfg.arch not in TRAINABLE:
@@ -215,7 +216,7 @@ def train(cfg: TrainConfig, resume: bool = False, log=print, progress=None, note
     progress(steps_done, steps) is called after every step; note(line) gets the line saying where training
     starts (default: log)."""
     from analysis.models.load import resolve_device
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()  # a resumed checkpoint is loaded below: fla's model types and the CPU path first
     note = note or log
     out = Path(cfg.out)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.data import inputs
+from analysis.models.model_inputs import model_batch
 from analysis.models import load as models
 from analysis.inspect.states import collect_states
 from helpers.app import one_sentence, start
@@ -59,7 +59,7 @@ def reference(model_dir_or_model) -> tuple:
     """(the core's StateTrace, the token ids): a model (or saved folder) on the page's token ids, read from the
     bundled test split through the loaded model's tokenizer, traced every STRIDE tokens with the last 8 keys."""
     original = models.load_model(str(SAMPLE), "cpu", "float32")
-    ids = inputs.model_batch(original, models.load_tokenizer(original), TOKENS, SEQUENCES, split="test").ids
+    ids = model_batch(original, models.load_tokenizer(original), TOKENS, SEQUENCES, split="test").ids
     model = (models.load_model(str(model_dir_or_model), "cpu", "float32")
              if not hasattr(model_dir_or_model, "forward") else model_dir_or_model)
     trace = collect_states(model, ids, stride=STRIDE, keep_keys=8, tau=1e-3)
@@ -191,7 +191,7 @@ def test_query_noise_side_by_side_matches_the_core(monkeypatch, pruned):
 
 def test_rank_utilization_after_every_token_for_both_columns(monkeypatch, pruned):
     """The every-token toggle tracks s₁ for the comparison model too, on the same token ids (core's tracker)."""
-    from analysis.linalg.rank_trace import collect_utilization_trace
+    from analysis.inspect.rank_trace import collect_utilization_trace
     _, directory = pruned
     at = compare_with_directory(open_states(monkeypatch), directory)
     at.toggle(key="w:every_token").set_value(True).run()

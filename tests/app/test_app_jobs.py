@@ -87,7 +87,7 @@ def test_shutdown_stops_every_job_and_waits_for_its_thread():
 def test_overwrite_refuses_a_folder_another_session_saved_since_the_page_showed_it(monkeypatch, lm_dir, tmp_path):
     """Defect 11: the page showed the Save form, another session then saved the same name; Overwrite asks again
     instead of silently replacing that model, and the next press replaces it."""
-    from analysis.shrink.prune import save_model
+    from analysis.io.model_dir import save_model
     from family_cases.text_lm import build_tiny
     monkeypatch.setenv("STATE_RANK_OUTPUT_ROOT", str(tmp_path))
     at = open_page(monkeypatch, lm_dir, "pages/prune.py")

@@ -26,7 +26,7 @@ def test_nemotron_h_model_states_and_query_noise(monkeypatch, nemotron_dir):
     at.switch_page("pages/query_noise.py").run()
     assert_clean(at)
     [note] = [i.value for i in at.info if "comparison only" in i.value]
-    assert "does not l2-normalise C and B" in note and "raw query: exact" in note
+    assert "does not l2-normalise its queries and keys" in note and "raw query: exact" in note
     columns = list(at.dataframe[-1].value.columns)
     assert "raw query: exact" in columns and "re-norm. second order (comparison only)" in columns
     assert not any(c.startswith("re-norm.") and not c.endswith("(comparison only)") for c in columns), columns

@@ -6,7 +6,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis.inspect import html_report
+from analysis.runs import html_report
 from helpers.app import APP
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

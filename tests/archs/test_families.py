@@ -91,7 +91,8 @@ def _post_conv_qk(model, ids):
 @pytest.mark.parametrize("ratios", ["uniform", "per-layer"])
 def test_pruning_is_pure_channel_removal(case, ratios, tmp_path):
     from analysis.archs import adapter_for
-    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
     _, _, model = case
     n = len(plan_key_dims(model, ratio=0.0))
     plan = {"ratio": 0.5} if ratios == "uniform" else {"ratios": [(0.25, 0.5, 0.75)[i % 3] for i in range(n)]}
@@ -113,7 +114,7 @@ def test_pruning_is_pure_channel_removal(case, ratios, tmp_path):
     # the saved pruned model loads back with plain transformers (after `import analysis`) and computes the same
     from transformers import AutoModelForCausalLM
 
-    from analysis.shrink.prune import save_model
+    from analysis.io.model_dir import save_model
     loaded = AutoModelForCausalLM.from_pretrained(save_model(result.model, tmp_path / "pruned")).eval()
     with torch.no_grad():
         assert torch.equal(loaded(ids, use_cache=False).logits, pruned_logits)
@@ -126,7 +127,8 @@ def test_head_pruning_is_pure_removal(case, plan, tmp_path):
     from analysis.archs import adapter_for
     from analysis.models.load import describe, linear_layers
     from analysis.shrink.head_prune import HeadPlan, prune_with_heads
-    from analysis.shrink.prune import plan_key_dims, save_model
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.io.model_dir import save_model
     from analysis.errors import AnalysisError
     from analysis.shrink.head_prune import plan_head_counts
     from analysis.shrink.strategies import Selection
@@ -164,7 +166,8 @@ def test_head_pruning_is_pure_removal(case, plan, tmp_path):
 
 def test_softmax_blocks_are_never_touched(case):
     from analysis.archs import adapter_for
-    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
     name, _, model = case
     adapter = adapter_for(model)
     softmax = [b for b in adapter.blocks(model) if b.kind == "softmax"]
@@ -254,7 +257,9 @@ def test_fla_uniform_default_scale_prune_is_the_family_own_type(module, tmp_path
     from transformers import AutoModelForCausalLM
 
     from analysis.models.load import describe
-    from analysis.shrink.prune import plan_key_dims, prune, save_model
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.io.model_dir import save_model
     model = _load(module).make_model()
     result = prune(model, "l1", plan_key_dims(model, ratio=0.5), rescale="default")
     assert result.model.config.model_type == model.config.model_type

@@ -114,7 +114,8 @@ def test_decoding_with_a_cache_equals_the_full_forward(family):
 
 
 def test_rwkv7_prune_removes_each_key_channel_from_every_parameter_that_holds_it():
-    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
     model = _model("rwkv7")
     result = prune(model, "l1", plan_key_dims(model, ratios=[0.5, 0.75]))
     assert result.model.config.model_type == "pruned_rwkv7" and result.dims == [16, 8]
@@ -156,7 +157,8 @@ def test_rwkv7_bonus_term_takes_torch_where_fla_s_kernel_assumes_equal_head_widt
 def test_pca_is_refused_where_each_key_channel_has_its_own_decay(family):
     from analysis.shrink.calibration import calibrate
     from analysis.shrink.importance import importance_report
-    from analysis.shrink.prune import plan_key_dims, prune, usable_strategies
+    from analysis.shrink.prune import prune, usable_strategies
+    from analysis.models.key_plan import plan_key_dims
     model = _model(family)
     usable, unusable = usable_strategies(model)
     assert unusable == ["pca"] and "drrqr" in usable and "grad" in usable

@@ -38,7 +38,8 @@ def _ids(model, seed=0):
 @pytest.mark.parametrize("kind", list(BUILDERS))
 def test_head_prune_equals_zeroed_heads(kind, tmp_path):
     from analysis.shrink.head_prune import HeadPlan, prune_with_heads
-    from analysis.shrink.prune import plan_key_dims, save_model
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.io.model_dir import save_model
     model = BUILDERS[kind]()
     ids = _ids(model)
     result = prune_with_heads(model, None, plan_key_dims(model, ratio=0.0), HeadPlan("random", tuple(fewer_heads(model))),
@@ -66,7 +67,7 @@ def test_heads_and_key_dims_together(kind):
     from analysis.archs import adapter_for
     from analysis.models.load import linear_layers
     from analysis.shrink.head_prune import HeadPlan, prune_with_heads
-    from analysis.shrink.prune import plan_key_dims
+    from analysis.models.key_plan import plan_key_dims
     model = BUILDERS[kind]()
     ids = _ids(model, seed=3)
     result = prune_with_heads(model, "l1", plan_key_dims(model, ratio=0.5), HeadPlan("random", tuple(fewer_heads(model))),

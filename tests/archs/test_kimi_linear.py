@@ -129,7 +129,7 @@ def _zeroed(model, selections):
 
 @pytest.mark.parametrize("dims", [[8, 8, 8], [12, 4, 16]], ids=["uniform", "per-layer"])
 def test_prune_equals_zeroed_channels_and_reloads(model, ids, dims, tmp_path):
-    from analysis.shrink.prune import save_model
+    from analysis.io.model_dir import save_model
     result = _prune(model, dims)
     pruned = result.model
     assert pruned.config.model_type == "pruned_kimi_linear"       # KimiLinearConfig has one head dim for k and v
@@ -197,7 +197,7 @@ def test_checkpoint_check_expects_the_hub_layout_save_pretrained_writes(model, t
 def test_bf16_prune_keeps_the_fp32_tensors_transformers_keeps(model, ids, tmp_path):
     """transformers loads dt_bias and the MoE router in fp32 inside a bf16 model; the pruned model keeps them so
     (the router's weights bit for bit), and its saved directory loads back to the same logits."""
-    from analysis.shrink.prune import save_model
+    from analysis.io.model_dir import save_model
     model.save_pretrained(tmp_path / "orig")
     bf16 = AutoModelForCausalLM.from_pretrained(tmp_path / "orig", dtype=torch.bfloat16).eval()
     kept = {n: p for n, p in bf16.named_parameters() if p.dtype == torch.float32}

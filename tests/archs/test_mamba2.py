@@ -167,7 +167,9 @@ def test_pruning_n_is_pure_channel_removal(model_type, ratios, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from analysis.archs import adapter_for
-    from analysis.shrink.prune import plan_key_dims, prune, save_model
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.io.model_dir import save_model
     model = _model(model_type)
     n = len(plan_key_dims(model, ratio=0.0))
     plan = {"ratio": 0.5} if ratios == "uniform" else {"ratios": [(0.25, 0.75)[i % 2] for i in range(n)]}
@@ -195,7 +197,7 @@ def test_fla_mamba2_type_is_given_back_to_transformers(tmp_path):
     """fla registers its own Mamba2 (Triton-only ops) under model type `mamba2` when imported; after the project is
     ready a transformers-saved mamba2 loads as transformers' class and runs on CPU."""
     from analysis.models.load import load_model
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()
     import fla.models  # noqa: F401  (fla's registration has run)
     _model("mamba2").save_pretrained(tmp_path / "m")
@@ -245,7 +247,7 @@ def test_groups_that_do_not_divide_the_heads_are_one_sentence(tmp_path, capsys):
     from transformers import AutoModelForCausalLM
 
     from analysis.cli.main import main
-    from analysis.runtime.process import ready
+    from analysis.archs.install import ready
     ready()
     config = make_config("mamba2")
     config.n_groups, config.vocab_size = 3, 8192

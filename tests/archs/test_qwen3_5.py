@@ -15,7 +15,8 @@ from analysis.archs.qwen3_5 import ADAPTER, sum_over_value_heads
 from analysis.archs import qwen3_5_routing as routing
 from analysis.runtime.backend import observe_recurrences
 from analysis.errors import AnalysisError
-from analysis.shrink.prune import prune, save_model
+from analysis.shrink.prune import prune
+from analysis.io.model_dir import save_model
 from family_cases import assert_close, logits
 from family_cases.qwen3_5 import CASE, make_sibling
 

@@ -52,7 +52,7 @@ def check_pages(page, blocks: list[str], layers: int, cls: str) -> None:
     open_page(page, "Query noise")
     page.wait_for_selector("[data-testid='stPlotlyChart'] .main-svg", timeout=TIMEOUT_MS)
     note = page.locator("[data-testid='stAlert']", has_text="comparison only").first.inner_text()
-    assert "does not l2-normalise C and B" in note and "raw query: exact" in note
+    assert "does not l2-normalise its queries and keys" in note and "raw query: exact" in note
     legend = page.locator("[data-testid='stPlotlyChart'] .legendtext").all_text_contents()
     renormalised = [t for t in legend if "re-normalised" in t]
     assert renormalised and all(t.endswith("(comparison only)") for t in renormalised), legend

@@ -187,7 +187,9 @@ def _streamed(deep_lm):
 
 def test_a_full_disk_while_spilling_or_writing_shards_is_one_sentence(deep_lm, tmp_path, monkeypatch):
     from analysis.models.stream import hidden
-    from analysis.shrink.prune import plan_key_dims, prune, save_model
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.io.model_dir import save_model
     model = _streamed(deep_lm)
     ids = torch.randint(1, 1000, (2, 16), generator=torch.Generator().manual_seed(0))
 

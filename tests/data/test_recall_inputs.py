@@ -5,11 +5,12 @@ import json
 import torch
 
 from analysis.data import inputs
+from analysis.models.model_inputs import model_batch
 from analysis.models import load as models
 from analysis.shrink.calibration import calibrate
 from analysis.cli.main import main
 from analysis.data.recall import recall_batch
-from analysis.evaluate.recall_eval import task_of
+from analysis.data.recall import task_of
 
 
 def test_importance_on_deltanet_recall_runs_on_recall_sequences(capsys):
@@ -36,13 +37,13 @@ def test_rank_on_deltanet_recall_runs_on_recall_sequences(capsys):
 
 
 def test_cli_and_dashboard_feed_the_same_recall_batch():
-    """ui.batches (the dashboard) and the CLI go through inputs.model_batch: same ids, same label."""
+    """ui.batches (the dashboard) and the CLI go through model_inputs.model_batch: same ids, same label."""
     from ui.batches import token_batch
     from ui.keys import InputSpec
     model = models.load_model("deltanet-recall")
     task = inputs.recall_task(model)
     ids, label = token_batch(model, None, InputSpec(kind="recall", sequences=3, seed=5), task)
-    core = inputs.model_batch(model, None, 256, 3, seed=5)
+    core = model_batch(model, None, 256, 3, seed=5)
     assert torch.equal(ids, core.ids) and label == core.label
     assert torch.equal(ids, recall_batch(task, 3, torch.Generator().manual_seed(5))[0])
 

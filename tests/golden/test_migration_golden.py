@@ -123,9 +123,11 @@ def test_recall_sample_reproduces_the_pre_adapter_numbers(tmp_path):
     from analysis.models import load as models
     from analysis.shrink.calibration import calibrate
     from analysis.shrink.importance import importance_report
-    from analysis.shrink.prune import plan_key_dims, prune, save_model
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.io.model_dir import save_model
     from analysis.data.recall import recall_batch
-    from analysis.evaluate.recall_eval import task_of
+    from analysis.data.recall import task_of
     from analysis.inspect.report import rank_report
     from analysis.inspect.states import collect_states
 

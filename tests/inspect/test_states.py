@@ -82,7 +82,7 @@ def test_every_token_trace_comes_from_the_same_single_pass(monkeypatch):
     """`rank --every-token` needs one forward: the dense trace rides on collect_states' pass and equals
     collect_utilization_trace's own."""
     from analysis.runtime import backend
-    from analysis.linalg.rank_trace import collect_utilization_trace
+    from analysis.inspect.rank_trace import collect_utilization_trace
     model = build_tiny("gated_deltanet")
     ids = torch.randint(0, 8192, (2, 90), generator=torch.Generator().manual_seed(4))
     alone = collect_utilization_trace(model, ids)

@@ -8,7 +8,7 @@ import pytest
 
 from analysis.errors import AnalysisError
 from analysis.io import swap, writes
-from analysis.shrink.prune import save_model
+from analysis.io.model_dir import save_model
 from family_cases.text_lm import build_tiny
 
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-import analysis.models.model_card
+import analysis.inspect.model_card
 from analysis.cli.main import main
 from analysis.io import card_files, writes
 from analysis.models.load import SAMPLES_DIR
@@ -22,8 +22,8 @@ STUB = {"name": "stub"}
 def measured(monkeypatch):
     """The card's measurement, stubbed; the list records each call (a refusal must come before it)."""
     calls = []
-    monkeypatch.setattr(analysis.models.model_card, "build_card", lambda model: calls.append(model) or dict(STUB))
-    monkeypatch.setattr(analysis.models.model_card, "render", lambda card: "# stub card\n")
+    monkeypatch.setattr(analysis.inspect.model_card, "build_card", lambda model: calls.append(model) or dict(STUB))
+    monkeypatch.setattr(analysis.inspect.model_card, "render", lambda card: "# stub card\n")
     return calls
 
 

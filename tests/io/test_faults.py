@@ -327,7 +327,9 @@ def test_dashboard_save_survives_a_kill_at_every_step(tmp_path, source, monkeypa
     two renames, with the journal written, and the next save finishes or undoes it)."""
     from analysis.io.export import carry_recall_task
     from analysis.models.load import load_model, load_tokenizer
-    from analysis.shrink.prune import plan_key_dims, prune, pruning_metadata, save_model
+    from analysis.shrink.prune import prune, pruning_metadata
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.io.model_dir import save_model
     model = load_model(str(source), device="cpu")
     tokenizer = load_tokenizer(model)
     result = prune(model, "l1", plan_key_dims(model, ratio=0.5))
@@ -406,7 +408,7 @@ def test_json_file_survives_a_kill_at_every_step(tmp_path):
 
 
 def test_model_card_survives_a_kill_at_every_step(tmp_path, monkeypatch):
-    from analysis.models import model_card
+    from analysis.inspect import model_card
 
     def scene(root):
         foreign = plant_foreign(root, "model")
@@ -444,7 +446,9 @@ def test_streamed_sharded_save_survives_a_kill_at_every_step(tmp_path, source):
     from analysis.models import budget
     from analysis.models.load import load_model
     from analysis.models.stream.model import StreamedModel
-    from analysis.shrink.prune import plan_key_dims, prune, save_model
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.io.model_dir import save_model
     sharded = tmp_path / "sharded-source"
     build_tiny("delta_net", num_hidden_layers=6).save_pretrained(sharded, max_shard_size="600KB")
     with budget.budget_scope(3 << 20):  # 3 MiB for 3.4 MB of weights: streamed
@@ -518,7 +522,8 @@ def test_recovery_state_survives_a_kill_at_every_step(tmp_path, source, path):
     from analysis.io.recovery_state import RECORD, discard_state
     from analysis.models.load import load_model, load_tokenizer
     from analysis.runtime.cancel import Cancelled
-    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
     from analysis.shrink.recovery import RecoverySettings, recover
     model = load_model(str(source), device="cpu")
     tokenizer = load_tokenizer(model)
@@ -570,7 +575,7 @@ def test_recovery_state_survives_a_kill_at_every_step(tmp_path, source, path):
 @pytest.mark.parametrize("mode", ["new", "replace"])
 def test_card_out_survives_a_kill_at_every_step(tmp_path, source, monkeypatch, mode):
     """`card MODEL --out DIR`: built as a marked temporary folder and swapped in like a model."""
-    from analysis.models import model_card
+    from analysis.inspect import model_card
     monkeypatch.setattr(model_card, "read_training", lambda path: {})  # the stubs are inherited by the forks
     monkeypatch.setattr(model_card, "render", lambda card: f"# {card['name']}\n")
     cards = iter(["old", "new"])

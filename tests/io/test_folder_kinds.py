@@ -83,7 +83,8 @@ def prune_calls(monkeypatch):
 
 @pytest.fixture(scope="module")
 def pruned_pair(tiny_dirs):
-    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
     model = load_model(str(tiny_dirs["delta_net"]), device="cpu")
     return model, prune(model, "l1", plan_key_dims(model, ratio=0.5)).model
 
@@ -228,7 +229,7 @@ def test_training_work_folder_inside_a_model_is_refused(old_model, tmp_path, cap
 
 def test_card_never_rewrites_a_bundled_sample_without_in_place(capsys, monkeypatch):
     """Before: `card deltanet-recall` rewrote the sample's tracked README.md and card.json."""
-    import analysis.models.model_card as model_card
+    import analysis.inspect.model_card as model_card
     calls = []
     monkeypatch.setattr(model_card, "build_card", lambda model: calls.append(1) or {"name": "stub"})
     sample = SAMPLES_DIR / "deltanet-recall"
@@ -240,7 +241,7 @@ def test_card_never_rewrites_a_bundled_sample_without_in_place(capsys, monkeypat
 
 def test_card_out_is_a_marked_folder_swapped_in(capsys, monkeypatch, tmp_path, saved_model):
     """Before: --out was created in place (a kill left it holding a temporary file, and the re-run was refused)."""
-    import analysis.models.model_card as model_card
+    import analysis.inspect.model_card as model_card
     monkeypatch.setattr(model_card, "build_card", lambda model: {"name": "stub"})
     monkeypatch.setattr(model_card, "render", lambda card: "# stub card\n")
     monkeypatch.setattr(model_card, "read_training", lambda path: {})

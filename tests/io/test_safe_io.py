@@ -16,7 +16,7 @@ import pytest
 from analysis.io import writes
 from analysis.cli.main import main
 from analysis.errors import AnalysisError
-from analysis.shrink.prune import save_model
+from analysis.io.model_dir import save_model
 from family_cases.text_lm import build_tiny
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -93,7 +93,7 @@ def test_sample_models_within_the_benchmark_target(name, random_init):
 
     from analysis.data import corpus as data
     from analysis.models import load as models
-    from analysis.linalg.rank_trace import collect_utilization_trace
+    from analysis.inspect.rank_trace import collect_utilization_trace
     from analysis.inspect.states import collect_states
     model = models.load_model(name, device="cpu")
     ids = data.token_windows(data.encode(data.load_text("validation"), models.load_tokenizer(model)), 256,

@@ -8,7 +8,8 @@ import torch
 from analysis.evaluate.measure import measure
 from analysis.models import layers, load
 from analysis.models.load import describe, load_tokenizer
-from analysis.shrink.prune import plan_key_dims, prune
+from analysis.shrink.prune import prune
+from analysis.models.key_plan import plan_key_dims
 from family_cases.text_lm import build_tiny
 
 

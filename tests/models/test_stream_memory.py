@@ -32,7 +32,7 @@ CHILD = """
 import json, sys
 import torch
 torch.set_num_threads(1)  # as the parent's in-memory run: the same BLAS blocking
-from analysis.runtime.process import ready
+from analysis.archs.install import ready
 ready()
 from analysis.models import budget
 base = budget.note_baseline()

@@ -48,6 +48,10 @@ class CharTokenizer:
         return self.vocab
 
 
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 def _needs(model, calib=CALIB) -> int:
     """The most any step below holds streamed (the memory checks' own estimates)."""
     return max(limits.forward_bytes(model, 2, 24), limits.calibration_bytes(model, *calib),
@@ -82,7 +86,7 @@ def deep_dir(request, tmp_path_factory):
     calib = CALIB_OF.get(request.param, CALIB)
     if request.param.startswith("sample:"):
         path = models.SAMPLES_DIR / request.param.removeprefix("sample:")
-        size = int(limits.parameter_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
+        size = int(weight_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
         with budget.budget_scope(size):
             assert _needs(models.load_model(str(path), device="cpu"), calib) <= size
         return path, size, calib
@@ -93,7 +97,7 @@ def deep_dir(request, tmp_path_factory):
     for times in (4, 8, 16, 32):
         path = tmp_path_factory.mktemp(f"deep-{request.param}-{times}")
         deeper_model(base, times).save_pretrained(path, max_shard_size=SHARD)
-        size = int(limits.parameter_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
+        size = int(weight_bytes(models.load_model(str(path), device="cpu")) * FRACTION)
         with budget.budget_scope(size):
             if _needs(models.load_model(str(path), device="cpu"), calib) <= size:
                 break
@@ -125,7 +129,9 @@ def _everything(model, ids, calib_ids, text, out, skip=()):
     from analysis.shrink.importance import importance_report
     from analysis.archs import adapter_for
     from analysis.shrink.head_prune import HeadPlan, plan_head_counts, prune_with_heads
-    from analysis.shrink.prune import key_dims, plan_key_dims, prune, save_model, usable_strategies
+    from analysis.shrink.prune import prune, usable_strategies
+    from analysis.models.key_plan import key_dims, plan_key_dims
+    from analysis.io.model_dir import save_model
     trace = collect_states(model, ids, stride=4, keep_states=False)
     finals = collect_states(model, ids, positions=[ids.shape[1] - 1], compute_metrics=False, keep_states=True)
     calib = calibrate(model, None, input_ids=calib_ids, label="given ids")

@@ -16,10 +16,78 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def test_core_never_imports_streamlit():
-    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "analysis").rglob("*.py")
-                 if "streamlit" in imported_modules(p)]
+# The dashboard's floors: analysis/ (the core) < ui/ (Streamlit-side helpers) < pages/ (one thin page per view)
+# < app.py. Every import anywhere in a file counts, function-local ones included.
+DASHBOARD_FORBIDDEN = {"analysis": {"streamlit", "ui", "pages", "app"}, "ui": {"pages", "app"}, "pages": {"app"}}
+
+
+def test_the_dashboard_imports_downwards_only():
+    offenders = [f"{p.relative_to(ROOT)} imports {name}" for top, forbidden in DASHBOARD_FORBIDDEN.items()
+                 for p in sorted((ROOT / top).rglob("*.py")) for name in sorted(imported_modules(p) & forbidden)]
     assert offenders == []
+
+
+# The core's floors, lowest first (issue 31): a package imports only packages on lower floors, never one beside it
+# or above it, so the core reads bottom-up and no package needs a function-local import to reach upwards.
+#   errors, defaults   the one bad-input exception; torch-free CLI defaults
+#   linalg             pure maths on tensors (rank, noise, RRQR, the spectral tracker)
+#   runtime            device routing and the CPU ops, Ctrl-C, cancellation, the allocator
+#   archs              family adapters, kernel specs, the pruned model types, `ready()`
+#   io                 every write and every read of a file someone else may have made
+#   data               text, tokenizer and recall inputs
+#   models             load, layers, limits and budgets, forwards, streaming, key-dim plans, what a model reads
+#   evaluate           perplexity, recall, latency, the harness, before/after measures
+#   inspect            states, ranks, noise, head ranks, the State lab, the model card, the every-token trace
+#   shrink             strategies, pruning, recovery, sensitivity, allocation, head pruning
+#   runs, train        sweeps, the heads study, the offline report; training
+#   cli                the parser and its commands
+# analysis/__init__.py and __main__.py sit above all of them (the entry points).
+CORE_FLOORS = (("errors", "defaults"), ("linalg",), ("runtime",), ("archs",), ("io",), ("data",), ("models",),
+               ("evaluate",), ("inspect",), ("shrink",), ("runs", "train"), ("cli",), ("__init__", "__main__"))
+FLOOR = {package: level for level, packages in enumerate(CORE_FLOORS) for package in packages}
+
+
+def core_package(path: Path) -> str:
+    """errors/defaults/__init__/__main__ for the top-level modules, else the package folder under analysis/."""
+    parts = path.relative_to(ROOT / "analysis").with_suffix("").parts
+    return parts[0]
+
+
+def imported_core_packages(node: ast.AST) -> list[tuple[str, str]]:
+    """(package, module as written) for each analysis package an Import/ImportFrom node reaches."""
+    if isinstance(node, ast.Import):
+        modules = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        modules = [f"{node.module}.{a.name}" for a in node.names] if node.module == "analysis" else [node.module]
+    else:
+        return []
+    return [(m.split(".")[1], m) for m in modules if m.startswith("analysis.")]
+
+
+def test_every_core_package_has_a_floor():
+    found = {core_package(p) for p in (ROOT / "analysis").rglob("*.py")}
+    assert found == set(FLOOR), f"place {sorted(found - set(FLOOR))} in CORE_FLOORS, drop {sorted(set(FLOOR) - found)}"
+
+
+def test_the_readme_states_the_floors():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    layout = readme[readme.index("## Layout"):readme.index("## Bundled sample models")]
+    order = " < ".join(", ".join(packages) for packages in CORE_FLOORS[:-1])  # the entry points are not named
+    assert order in layout, order
+
+
+def test_the_core_imports_downwards_only():
+    """Issue 31: every import in analysis/ (function-local ones included) goes to a package on a lower floor."""
+    offenders = []
+    for path in sorted((ROOT / "analysis").rglob("*.py")):
+        source = core_package(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            for target, module in imported_core_packages(node):
+                if target != source and target in FLOOR and FLOOR[target] >= FLOOR[source]:
+                    where = "beside" if FLOOR[target] == FLOOR[source] else "above"
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {source} imports {module} "
+                                     f"({target} is {where} {source})")
+    assert offenders == [], "\n".join(offenders)
 
 
 def test_top_level_layout():

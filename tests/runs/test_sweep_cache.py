@@ -185,8 +185,9 @@ def test_the_code_hash_covers_the_modules_that_compute_a_point(tmp_path, monkeyp
     from analysis.io import point_identity
     names = {p.relative_to(point_identity.PACKAGE_DIR).as_posix() for p in point_identity._closure(point_identity.ROOTS)}
     for module in ("runs/sweep.py", "shrink/sensitivity.py", "shrink/prune.py", "evaluate/perplexity.py",
-                   "shrink/calibration.py", "shrink/recovery.py", "evaluate/latency.py", "models/pruned_models.py",
-                   "data/corpus.py", "shrink/strategies/drrqr.py", "archs/kda.py", "runtime/cpu_ops/delta_rule.py"):
+                   "shrink/calibration.py", "shrink/recovery.py", "evaluate/latency.py", "archs/fla_pruned.py",
+                   "data/corpus.py", "models/key_plan.py", "shrink/strategies/drrqr.py", "archs/kda.py",
+                   "runtime/cpu_ops/delta_rule.py"):
         assert module in names, module
     copy_dir = tmp_path / "analysis"
     shutil.copytree(point_identity.PACKAGE_DIR, copy_dir, ignore=shutil.ignore_patterns("__pycache__"))

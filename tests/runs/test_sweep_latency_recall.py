@@ -4,7 +4,7 @@ import torch
 from analysis.data import corpus as data
 from analysis.io import point_cache
 from analysis.evaluate.latency import kernel_latency, model_latency
-from analysis.linalg.rank_trace import collect_utilization_trace
+from analysis.inspect.rank_trace import collect_utilization_trace
 from analysis.data.recall import RecallTask, recall_accuracy, recall_batch
 from analysis.inspect.states import collect_states
 from family_cases.text_lm import build_tiny

@@ -8,7 +8,9 @@ from transformers import AutoModelForCausalLM
 from analysis.data import corpus as data
 from analysis.shrink.calibration import calibrate
 from analysis.errors import AnalysisError
-from analysis.shrink.prune import plan_key_dims, prune, save_model, tiles
+from analysis.shrink.prune import prune
+from analysis.models.key_plan import plan_key_dims, tiles
+from analysis.io.model_dir import save_model
 from analysis.shrink.strategies.base import Selection
 from analysis.shrink.prune import build_pruned
 from family_cases.text_lm import build_tiny

@@ -17,7 +17,9 @@ from analysis.data import corpus as data
 from analysis.runtime.backend import observe_recurrences
 from analysis.shrink.calibration import calibrate
 from analysis.models.load import attention_layers, load_model
-from analysis.shrink.prune import build_pruned, plan_key_dims, prune, save_model
+from analysis.shrink.prune import build_pruned, prune
+from analysis.models.key_plan import plan_key_dims
+from analysis.io.model_dir import save_model
 from analysis.shrink.strategies import STRATEGIES
 from analysis.shrink.strategies.base import Selection
 from family_cases.text_lm import build_tiny

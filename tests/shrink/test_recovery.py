@@ -15,7 +15,9 @@ import torch
 from analysis.data import corpus as data
 from analysis.runtime.cancel import Cancelled
 from analysis.errors import AnalysisError
-from analysis.shrink.prune import plan_key_dims, prune, save_model
+from analysis.shrink.prune import prune
+from analysis.models.key_plan import plan_key_dims
+from analysis.io.model_dir import save_model
 from analysis.shrink.recovery import RecoverySettings, kd_loss, recover, step_loss
 from family_cases.text_lm import build_tiny
 from family_cases import CASE_MODULES

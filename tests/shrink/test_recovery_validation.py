@@ -7,7 +7,8 @@ import math
 import pytest
 
 from analysis.data import corpus as data
-from analysis.shrink.prune import plan_key_dims, prune
+from analysis.shrink.prune import prune
+from analysis.models.key_plan import plan_key_dims
 from analysis.shrink.recovery import EVAL_SHARE, RecoverySettings, recover
 from family_cases.text_lm import build_tiny
 

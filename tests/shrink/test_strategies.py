@@ -9,7 +9,7 @@ from analysis.shrink.calibration import calibrate
 from analysis.errors import AnalysisError
 from analysis.shrink.importance import jaccard, kept_mask
 from analysis.models.load import attention_layers
-from analysis.shrink.prune import plan_key_dims
+from analysis.models.key_plan import plan_key_dims
 from analysis.shrink.strategies import STRATEGIES, get_strategy
 from family_cases.text_lm import build_tiny
 

@@ -41,7 +41,7 @@ def test_tile_rounding_lands_on_multiples_and_keeps_the_total():
     kept = [round(d * (1 - r)) for d, r in zip(dims, ratios)]
     assert all(k % 32 == 0 and 32 <= k <= 128 for k in kept)
     assert sum(kept) == 256 and kept == sorted(kept)
-    from analysis.shrink.prune import plan_key_dims
+    from analysis.models.key_plan import plan_key_dims
     from family_cases.text_lm import build_tiny
     model = build_tiny("delta_net", expand_k=2.0, num_hidden_layers=4)  # dk = 64
     planned = suggest_ratios([0.1, 0.2, 0.7, 0.8], 0.5, round_to=16, key_dims=[64] * 4)
@@ -80,7 +80,8 @@ def test_model_zip_round_trips_a_pruned_model(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from analysis.shrink.prune import plan_key_dims, prune
+    from analysis.shrink.prune import prune
+    from analysis.models.key_plan import plan_key_dims
     from family_cases.text_lm import build_tiny
     model = build_tiny("delta_net")
     pruned = prune(model, "l1", plan_key_dims(model, ratio=0.5)).model

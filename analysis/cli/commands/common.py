@@ -51,12 +51,14 @@ def streamed_note(args, model) -> None:
 
 def text_batch(args, tokenizer, model):
     """([batch, tokens] ids, label) of what the model reads: the named text, or for a recall model its own
-    recall sequences (analysis.data.inputs.model_batch, as the dashboard does), after checking the forward fits."""
+    recall sequences (analysis.models.model_inputs.model_batch, as the dashboard does), after checking the forward
+    fits."""
     from analysis.data import inputs
+    from analysis.models.model_inputs import model_batch
     if inputs.recall_task(model) is None:
         require_text_model(model, tokenizer, args.command)
-    batch = inputs.model_batch(model, tokenizer, args.tokens, args.batch, text_file=args.text,
-                               split=None if args.text else args.split)
+    batch = model_batch(model, tokenizer, args.tokens, args.batch, text_file=args.text,
+                        split=None if args.text else args.split)
     if batch.warning:
         print(f"warning: {batch.warning}.", file=sys.stderr)
     return batch.ids, batch.label
@@ -66,7 +68,7 @@ def require_text_model(model, tokenizer, command: str) -> None:
     """Commands that read text refuse a model whose vocabulary the tokenizer does not fit (recall models)."""
     if len(tokenizer) <= model.config.vocab_size:
         return
-    from analysis.evaluate.recall_eval import task_of
+    from analysis.data.recall import task_of
     name = model.analysis_name
     try:
         task_of(model)

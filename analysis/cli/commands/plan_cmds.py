@@ -40,7 +40,7 @@ def plan_map(args, model) -> dict:
 
 def run_plan(args) -> None:
     from analysis.shrink.predict import predict, summary
-    from analysis.shrink.prune import plan_key_dims
+    from analysis.models.key_plan import plan_key_dims
     if (args.ratio is None) == (args.ratios is None):
         raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer).")
     model, _tokenizer, meta = load(args)

@@ -99,7 +99,9 @@ def run_prune(args) -> None:
     from analysis.cli.commands.eval_cmds import task_settings
     from analysis.data import inputs
     from analysis.shrink.calibration import calibrate
-    from analysis.shrink.prune import plan_key_dims, pruning_metadata, readout_label, save_model, tiles, unchanged_plan
+    from analysis.shrink.prune import pruning_metadata, readout_label
+    from analysis.models.key_plan import plan_key_dims, tiles, unchanged_plan
+    from analysis.io.model_dir import save_model
     from analysis.shrink.prune_workflow import Evaluation, prune_and_measure, recall_pairs
     from analysis.io.export import carry_recall_task
     from analysis.io.writes import check_new_dir

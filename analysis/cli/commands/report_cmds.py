@@ -8,7 +8,7 @@ from analysis.cli.commands.progress import bar, say, set_done
 
 
 def _setup_report(p):
-    from analysis.inspect.report_data import ReportSettings as S
+    from analysis.runs.report_data import ReportSettings as S
     p.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write (new, or a report this tool "
                                                                 "wrote before; nothing else is ever replaced)")
     p.add_argument("--text", metavar="FILE", help="UTF-8 text file to analyse (default: a bundled split)")
@@ -36,7 +36,7 @@ def _setup_report(p):
 
 def settings_from(args):
     from analysis.cli.commands.eval_cmds import task_settings
-    from analysis.inspect.report_data import ReportSettings
+    from analysis.runs.report_data import ReportSettings
     return ReportSettings(text_file=args.text, split=args.split, tokens=args.tokens, batch=args.batch,
                           stride=args.stride, snr_db=tuple(args.snr), samples=args.samples,
                           seed=args.seed, strategies=tuple(s for s in args.strategies.split(",") if s.strip()),
@@ -45,9 +45,9 @@ def settings_from(args):
 
 
 def run_report(args) -> None:
-    from analysis.inspect import html_report
+    from analysis.runs import html_report
     from analysis.io.report_file import check_destination, write_report
-    from analysis.inspect.report_data import generated_line
+    from analysis.runs.report_data import generated_line
     from analysis.runs.head_study import report_with_heads
     from analysis.shrink.strategies import get_strategy
     check_destination(args.out, html_report.STAMP)  # before any work: never replaces what we did not write

@@ -143,7 +143,7 @@ def allocation_for(args, model, tokenizer):
     split (validation); the best measured one is what gets pruned (`choice["ratios"]`).
     """
     from analysis.shrink.allocate import allocate_and_choose
-    from analysis.shrink.prune import plan_key_dims
+    from analysis.models.key_plan import plan_key_dims
     from analysis.shrink.sensitivity import compute_map, load_shipped, recall_task
     plan = None
     if args.ratio is not None or args.ratios:  # "your plan": measured beside the others, at its state bytes

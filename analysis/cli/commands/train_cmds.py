@@ -99,7 +99,7 @@ def _check_train_args(args) -> None:
                                 "use fewer --steps (or --stop-at / --max-minutes)", args.yes, announce, device)
 
 
-COMMANDS = {"train": ("train a small DeltaNet / Gated DeltaNet (language modelling or associative recall)",
+COMMANDS = {"train": ("train a small model of a trainable family (--arch; language modelling or associative recall)",
                       _setup_train, run_train)}
 
 
@@ -114,7 +114,7 @@ def _setup_card(p):
 
 
 def run_card(args) -> None:
-    from analysis.models.model_card import write_card
+    from analysis.inspect.model_card import write_card
     card, folder = write_card(args.model, args.out, args.in_place)
     where = "" if args.out is None else f" in {folder}"
     emit(args, card, f"wrote README.md and card.json for {card['name']}{where}")

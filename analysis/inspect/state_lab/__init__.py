@@ -1,5 +1,6 @@
 """The State lab's core: one head's real recurrence inputs, the state after every token under three update rules,
-its spectrum, what it can still retrieve, query noise at one token, synthetic inputs and a pruned-dk variant.
+its spectrum, what it can still retrieve, query noise at one token, synthetic inputs and a pruned-dk
+variant (its kept channels: analysis.shrink.head_selection).
 
 Nothing here imports streamlit; the page (pages/state_lab.py) caches `observe` per text and `trace_head` per head.
 """
@@ -7,11 +8,11 @@ from analysis.inspect.state_lab.observe import MAX_TOKENS, Observation, head_inp
 from analysis.inspect.state_lab.probe import noise_probe, validity_label
 from analysis.inspect.state_lab.rules import (RULES, HeadInputs, model_rule_latex, readout_latex, retrieval_errors,
                                              rule_form, rule_inputs, run_rule, step, written_values)
-from analysis.inspect.state_lab.shrink import head_selection, kept_dim, pruned_inputs
+from analysis.inspect.state_lab.shrink import pruned_inputs
 from analysis.inspect.state_lab.synthetic import PATTERNS, synthetic_inputs
 from analysis.inspect.state_lab.trace import TAU, RuleTrace, trace_head, trace_rule
 
 __all__ = ["MAX_TOKENS", "PATTERNS", "RULES", "TAU", "HeadInputs", "Observation", "RuleTrace", "head_inputs",
-           "head_selection", "kept_dim", "key_head_of", "model_rule_latex", "noise_probe", "observe", "pruned_inputs",
+           "key_head_of", "model_rule_latex", "noise_probe", "observe", "pruned_inputs",
            "readout_latex", "retrieval_errors", "rule_form", "rule_inputs", "run_rule", "step", "synthetic_inputs", "text_ids", "trace_head", "trace_rule",
            "validity_label", "written_values"]

@@ -9,33 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
-from analysis.models.layers import linear_layers
 from analysis.inspect.state_lab.observe import l2_normalise
 from analysis.inspect.state_lab.rules import HeadInputs
-from analysis.shrink.strategies import get_strategy
-
-
-def kept_dim(dk: int, ratio: float) -> int:
-    if not 0.0 <= float(ratio) < 1.0:
-        raise AnalysisError(f"The pruning ratio must lie in [0, 1), got {ratio}.")
-    return max(1, round(dk * (1.0 - float(ratio))))
-
-
-def head_selection(model, strategy: str, ratio: float, layer: int, key_head: int, calibration=None,
-                   seed: int = 0) -> torch.Tensor:
-    """Indices [dk′] (axis-aligned) or a projection [dk′, dk] (PCA) for one key head of one layer."""
-    strat = get_strategy(strategy)
-    layers = linear_layers(model)
-    if not strat.axis_aligned and not adapter_for(model).rotations:
-        raise AnalysisError(f"The {strat.label} strategy mixes key channels, which this model's family cannot take "
-                            "(each key channel has its own decay); pick an axis-aligned strategy such as l1.")
-    if strat.needs_calibration and calibration is None:
-        raise AnalysisError(f"The {strat.label} strategy needs calibration data; pick random or l1, or calibrate first.")
-    dims = [kept_dim(info.key_dim, ratio) for info in layers]
-    sel = strat.select(model, calibration, dims, seed=seed)[layer]
-    return sel.indices[key_head] if sel.indices is not None else sel.projection[key_head]
 
 
 def pruned_inputs(x: HeadInputs, selection: torch.Tensor, label: str) -> HeadInputs:

@@ -24,12 +24,13 @@ def streamable(files: CheckpointFiles, params: int, device: torch.device) -> boo
 
 
 def open_streamed(path, config: dict, files: CheckpointFiles, adapter, dtype: torch.dtype, device: torch.device):
-    """The StreamedModel of a checkpoint over the budget; one sentence when even its largest unit is over it."""
+    """The StreamedModel of a checkpoint over the budget (`config`: its checked config.json, models.load.read_config);
+    one sentence when even its largest unit is over it."""
     from transformers import AutoConfig
 
     from analysis.models.stream.model import StreamedModel
     from analysis.models.stream.skeleton import Skeleton, build
-    skeleton_model = build(AutoConfig.for_model(**config), dtype)  # the checked config.json, not from_pretrained
+    skeleton_model = build(AutoConfig.for_model(**config), dtype)  # the checked JSON, as limits reads it
     skeleton = Skeleton(skeleton_model, files, adapter.decoder_layers(skeleton_model), dtype)
     limit, how = limits.allowed(device)
     largest = max(skeleton.units, key=lambda u: u.nbytes)

@@ -1,5 +1,7 @@
-"""Pure-torch versions of the fla ops that DeltaNet and Gated DeltaNet call (fla 0.6.0 is Triton-only).
+"""Pure-torch versions of the recurrence ops the supported families call (fla 0.6.0 is Triton-only): the delta
+rule (plain, gated, per-channel decay), its diagonal-plus-low-rank generalisation, linear attention with a scalar or
+per-channel decay, the short convolution and the norms.
 
 Each op here has fla's math and fla's tensor layouts; `analysis.runtime.backend` routes CPU tensors to them and
-leaves CUDA tensors on fla's own kernels.
+leaves CUDA tensors on the families' own kernels.
 """

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from analysis.inspect import html_report
+from analysis.runs import html_report
 
 MODEL = {"name": "tiny"}
 INPUTS = {"dataset": "Shakespeare test split", "sequences": 4, "tokens": 256, "stride": 8, "device": "cpu",

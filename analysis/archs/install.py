@@ -1,9 +1,9 @@
 """Make fla runnable here, once per process, at the entry points that build or load a model.
 
 `ready()` installs the project's CPU path for fla's ops (CUDA tensors keep fla's Triton kernels),
-registers the project's pruned model types with transformers, and quiets transformers' logging. It
-imports torch, fla and transformers (seconds), which is why it is called explicitly by the loaders
-(`analysis.models.load.load_model`, the config checks, training) instead of as a side effect of
+routes every family's kernel entry points and registers its pruned model types (`install_all`), and quiets
+transformers' logging. It imports torch, fla and transformers (seconds), which is why it is called explicitly
+by the loaders (`analysis.models.load.load_model`, the config checks, training) instead of as a side effect of
 `import analysis`: `python -m analysis --help` and `models` never pay for it.
 """
 from __future__ import annotations
@@ -28,7 +28,6 @@ def ready() -> None:
         hf_logging.disable_progress_bar()
         from analysis.runtime import backend
         backend.install()
-        from analysis.models import pruned_models  # noqa: F401  (registers the per-layer key-dim model types)
         from analysis import archs
         archs.install_all()  # every family's kernel entry points and model types
         _ready = True

@@ -1,4 +1,4 @@
-"""The numbers of the offline HTML report (analysis.inspect.html_report draws them): one pass of the core per section.
+"""The numbers of the offline HTML report (analysis.runs.html_report draws them): one pass of the core per section.
 
 Every section carries the settings it was measured with (dataset, split, tokens, sequences, device, dtype),
 so the rendered page can label each number. A section that a model cannot have (channel importance of a
@@ -54,7 +54,7 @@ def model_facts(model) -> dict:
 
 def training_facts(path: Path) -> dict | None:
     """Task, data, steps and tokens of a model trained by `python -m analysis train`; None when not recorded."""
-    from analysis.models.model_card import read_training
+    from analysis.inspect.model_card import read_training
     try:
         t = read_training(path)
     except AnalysisError:
@@ -160,7 +160,7 @@ def pruning_section(model, tokenizer, settings: ReportSettings, progress) -> dic
 def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> dict:
     """Every number of the report; progress(fraction, step) before each step."""
     import torch  # here, not at import: `--help` and the CLI's argument setup stay torch-free
-    from analysis.data import inputs
+    from analysis.models.model_inputs import model_batch
     from analysis.models import limits, load as models
     from analysis.archs import adapter_for
     from analysis.shrink.importance import importance_report
@@ -176,9 +176,9 @@ def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> d
     pruning_record = read_pruning(settings.pruned) if settings.pruned else None  # refused before the work
     progress(0.0, "reading the text")
     given_text = settings.text_file is not None or settings.text is not None
-    batch = inputs.model_batch(model, tokenizer, settings.tokens, settings.batch, text_file=settings.text_file,
-                               text=settings.text, split=None if given_text else settings.split, seed=settings.seed,
-                               what="The report's forward pass")
+    batch = model_batch(model, tokenizer, settings.tokens, settings.batch, text_file=settings.text_file,
+                        text=settings.text, split=None if given_text else settings.split, seed=settings.seed,
+                        what="The report's forward pass")
     ids = batch.ids
     inputs_label = {"dataset": batch.label, "tokens": int(ids.shape[1]), "sequences": int(ids.shape[0]),
                     "stride": settings.stride, "device": info.device, "dtype": info.dtype,

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from analysis.inspect import html_report
+from analysis.runs import html_report
 from analysis.cli.main import main
 from analysis.io.report_file import check_destination
 
@@ -46,12 +46,12 @@ def effective_rank(S: torch.Tensor) -> torch.Tensor:
 
 def final_states(model_name: str, tokens: int, batch: int):
     """The same text the CLI reads, through the core's input and state collection."""
-    from analysis.data import inputs
+    from analysis.models.model_inputs import model_batch
     from analysis.models import load as models
     from analysis.inspect.states import collect_states
     model = models.load_model(model_name, device="cpu")
     tok = models.load_tokenizer(model)
-    ids = inputs.model_batch(model, tok, tokens, batch, split="test").ids
+    ids = model_batch(model, tok, tokens, batch, split="test").ids
     trace = collect_states(model, ids, positions=[tokens - 1], compute_metrics=False)
     return [layer.final_state for layer in trace.layers]
 

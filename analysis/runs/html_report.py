@@ -1,4 +1,4 @@
-"""One self-contained HTML file from the report's numbers (analysis.inspect.report_data): opens offline.
+"""One self-contained HTML file from the report's numbers (analysis.runs.report_data): opens offline.
 
 plotly.js is embedded once, inline (no CDN, no MathJax, no fonts or images from anywhere); every piece of
 text is escaped; the numbers behind every chart and table are also embedded as JSON (`#report-data`),
