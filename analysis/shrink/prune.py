@@ -4,7 +4,7 @@ The same index set slices every row block the family's adapter names (`channel_r
 projections, their short-convolution channels, per-channel decay rows), so q·k products over the kept channels are unchanged before the in-kernel l2 norm (which then renormalises
 over the survivors). By default the pruned model keeps each layer's original readout scale dk^-1/2, so it
 equals the original model with the dropped channels zeroed (pure channel removal, see
-analysis.archs.fla_pruned); rescale="default" keeps fla's dk'^-1/2 instead, as the reference code does.
+analysis.archs.fla_shared.pruned); rescale="default" keeps fla's dk'^-1/2 instead, as the reference code does.
 The input model is never modified.
 """
 from __future__ import annotations

@@ -136,7 +136,7 @@ def test_rwkv7_prune_removes_each_key_channel_from_every_parameter_that_holds_it
 def test_rwkv7_bonus_term_takes_torch_where_fla_s_kernel_assumes_equal_head_widths():
     """fla's Triton gate/bonus kernel indexes v with r's head dim: a pruned head (dk′ < dv) takes the torch reference
     on CUDA too (a tensor that says it is on CUDA stands in for a GPU)."""
-    from analysis.archs.rwkv7 import bonus_by_shape
+    from analysis.archs.rwkv7.adapter import bonus_by_shape
     from fla.ops.rwkv7.gate_output_correction import gate_output_correction_ref
 
     class OnCuda(torch.Tensor):

@@ -10,7 +10,8 @@ import torch
 
 import analysis  # noqa: F401
 from analysis.archs import adapter_for
-from analysis.archs.kimi_linear import ADAPTER, ENTRY_POINTS
+from analysis.archs.kimi_linear import ADAPTER
+from analysis.archs.kimi_linear.routing import ENTRY_POINTS
 from analysis.runtime.backend import observe_recurrences
 from analysis.errors import AnalysisError
 from family_cases import assert_close, logits
@@ -70,7 +71,7 @@ def test_routed_cpu_forward_equals_fla_naive_kda(model, ids, monkeypatch):
 
 
 def test_routed_cpu_forward_equals_transformers_torch_fallback(model, ids, tmp_path, monkeypatch):
-    from analysis.archs.qwen3_5_routing import torch_fallback
+    from analysis.archs.hf_routing import torch_fallback
     model.save_pretrained(tmp_path)  # the hub layout (transformers reverts its conversion), nothing of the project
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     routed = logits(loaded, ids)

@@ -64,7 +64,7 @@ def test_routed_scan_equals_transformers_scan_with_a_prior_state():
     initial state and the final state returned (a cached prefill), dt_limit clamping and D."""
     from transformers.models.mamba2 import modeling_mamba2 as modeling
 
-    from analysis.archs.mamba2_routing import routed
+    from analysis.archs.mamba2.routing import routed
     gen = torch.Generator().manual_seed(2)
     B, T, H, P, G, n = 2, 13, 4, 3, 2, 5
     x, dt = torch.randn(B, T, H, P, generator=gen), torch.randn(B, T, H, generator=gen)

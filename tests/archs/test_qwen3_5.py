@@ -11,8 +11,9 @@ import torch
 import analysis  # noqa: F401
 from analysis.inspect import states as states_mod
 from analysis.archs import adapter_for
-from analysis.archs.qwen3_5 import ADAPTER, sum_over_value_heads
-from analysis.archs import qwen3_5_routing as routing
+from analysis.archs.hf_routing import torch_fallback
+from analysis.archs.qwen3_5.adapter import ADAPTER, sum_over_value_heads
+from analysis.archs.qwen3_5 import routing
 from analysis.runtime.backend import observe_recurrences
 from analysis.errors import AnalysisError
 from analysis.shrink.prune import prune
@@ -62,7 +63,7 @@ def test_routed_cpu_forward_equals_transformers_torch_fallback(model, ids, tmp_p
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     routed = logits(loaded, ids)
     for name in routing.ENTRY_POINTS:
-        monkeypatch.setattr(qwen_modeling, name, routing.torch_fallback(qwen_modeling, name))
+        monkeypatch.setattr(qwen_modeling, name, torch_fallback(qwen_modeling, name))
     assert_close(routed, logits(loaded, ids))
 
 
@@ -138,7 +139,7 @@ def reference_with_channels_zeroed(model, selections, ids, monkeypatch, readout_
     try:
         with monkeypatch.context() as patch:
             for name in routing.ENTRY_POINTS:
-                patch.setattr(module, name, masked(routing.torch_fallback(module, name)))
+                patch.setattr(module, name, masked(torch_fallback(module, name)))
             return logits(model, ids)
     finally:
         for hook in hooks:

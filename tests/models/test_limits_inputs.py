@@ -34,7 +34,7 @@ def test_parameter_count_matches_real_models_exact_and_extrapolated(kind):
 
 
 def test_parameter_count_of_a_per_layer_pruned_config():
-    from analysis.archs.fla_pruned import PrunedDeltaNetConfig
+    from analysis.archs.fla_shared.pruned import PrunedDeltaNetConfig
     from transformers import AutoModelForCausalLM
     config = PrunedDeltaNetConfig(hidden_size=64, num_hidden_layers=3, num_heads=2, vocab_size=512,
                                   head_k_dims=[32, 16, 8])

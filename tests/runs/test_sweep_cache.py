@@ -185,8 +185,8 @@ def test_the_code_hash_covers_the_modules_that_compute_a_point(tmp_path, monkeyp
     from analysis.io import point_identity
     names = {p.relative_to(point_identity.PACKAGE_DIR).as_posix() for p in point_identity._closure(point_identity.ROOTS)}
     for module in ("runs/sweep.py", "shrink/sensitivity.py", "shrink/prune.py", "evaluate/perplexity.py",
-                   "shrink/calibration.py", "shrink/recovery.py", "evaluate/latency.py", "archs/fla_pruned.py",
-                   "data/corpus.py", "models/key_plan.py", "shrink/strategies/drrqr.py", "archs/kda.py",
+                   "shrink/calibration.py", "shrink/recovery.py", "evaluate/latency.py", "archs/fla_shared/pruned.py",
+                   "data/corpus.py", "models/key_plan.py", "shrink/strategies/drrqr.py", "archs/kda/adapter.py",
                    "runtime/cpu_ops/delta_rule.py"):
         assert module in names, module
     copy_dir = tmp_path / "analysis"

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from analysis.archs.heads import apply_head_counts
-from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, is_mamba2_mixer, layers_of, mixers_in
+from analysis.archs.mamba2.layout import PRUNED_PREFIX, STATE_SIZE_KEYS, is_mamba2_mixer, layers_of, mixers_in
 
 KEY = "ssm_state_sizes"
 _BASES = {"mamba2": ("Mamba2Config", "Mamba2ForCausalLM"), "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM"),

@@ -13,33 +13,13 @@ from __future__ import annotations
 
 import importlib
 
-from analysis.runtime import backend
+from analysis.archs.hf_routing import route
 
 MODELING_MODULES = ("transformers.models.qwen3_5.modeling_qwen3_5",
                     "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
                     "transformers.models.qwen3_next.modeling_qwen3_next",
                     "transformers.models.olmo_hybrid.modeling_olmo_hybrid")
 ENTRY_POINTS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
-
-
-def _fla_named(bound_kernel):
-    """transformers' entry point called with fla's argument names (q, k, v, g, beta, ...), which is what
-    `backend.by_device` binds; transformers' own wrapper still filters the keyword arguments for its kernel."""
-    def entry(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-              use_qk_l2norm_in_kernel=False, cu_seqlens=None, **kwargs):
-        return bound_kernel(q, k, v, g=g, beta=beta, initial_state=initial_state,
-                            output_final_state=output_final_state,
-                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens, **kwargs)
-    entry.__name__ = getattr(bound_kernel, "__name__", "gated_delta_rule")
-    return entry
-
-
-def torch_fallback(module, name: str):
-    """transformers' own pure-torch implementation of an entry point (the function its wrapper decorates)."""
-    fn = getattr(module, name)
-    while getattr(fn, "_analysis_routed", False) or hasattr(fn, "__wrapped__"):
-        fn = fn.__wrapped__
-    return fn
 
 
 def install() -> None:
@@ -50,13 +30,3 @@ def install() -> None:
         except ImportError:  # an older transformers without this family
             continue
         route(module, ENTRY_POINTS)
-
-
-def route(module, names) -> None:
-    """Replace the entry points `names` of a transformers modeling module by device-routed versions
-    (idempotent); also used for Kimi Linear's KDA entry points, which take the same arguments."""
-    def wrap(current):
-        routed = backend.by_device(_fla_named(current))
-        routed.__wrapped__ = current
-        return routed
-    backend.route(module, names, wrap)

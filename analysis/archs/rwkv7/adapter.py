@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 
 from analysis.archs.base import Adapter, Block, ChannelRows, classify_blocks
-from analysis.archs.fla_common import FlaAdapter
+from analysis.archs.fla_shared.adapter import FlaAdapter
 from analysis.errors import AnalysisError
 
 LAYER_FILE, MODEL_FILE = "fla.layers.rwkv7", "fla.models.rwkv7.modeling_rwkv7"
@@ -153,7 +153,7 @@ class RWKV7Adapter(Adapter):
             raise AnalysisError(self.head_refusal)
         from transformers import AutoModelForCausalLM
 
-        from analysis.archs.rwkv7_pruned import PrunedRWKV7Config
+        from analysis.archs.rwkv7.pruned import PrunedRWKV7Config
         dims = [int(d) for d in key_dims]
         layers = self.linear_layers(model)
         if len(dims) != len(layers):
@@ -175,8 +175,8 @@ class RWKV7Adapter(Adapter):
 
         from fla.ops.rwkv7.fused_addcmul import torch_addcmul_rwkv7
 
-        from analysis.archs import rwkv7_pruned  # noqa: F401  (registers pruned_rwkv7 with transformers)
-        from analysis.archs.fla_common import install_fla_routing
+        from analysis.archs.rwkv7 import pruned  # noqa: F401  (registers pruned_rwkv7 with transformers)
+        from analysis.archs.fla_shared.adapter import install_fla_routing
         from analysis.runtime import backend
         install_fla_routing()   # fla's shared modules (LayerNorm, GroupNorm, cross-entropy) and softmax attention
         layer_file, model_file = (importlib.import_module(m) for m in (LAYER_FILE, MODEL_FILE))

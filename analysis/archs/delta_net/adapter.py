@@ -1,7 +1,7 @@
 """fla DeltaNet (`delta_net`; per-layer pruned `pruned_delta_net`; hybrids via the config's `attn`): no decay gate."""
 from __future__ import annotations
 
-from analysis.archs.fla_common import FlaAdapter, fla_training_kwargs
+from analysis.archs.fla_shared.adapter import FlaAdapter, fla_training_kwargs
 
 
 class DeltaNetAdapter(FlaAdapter):
@@ -17,7 +17,7 @@ class DeltaNetAdapter(FlaAdapter):
         return DeltaNet
 
     def pruned_config_class(self) -> type:
-        from analysis.archs.fla_pruned import PrunedDeltaNetConfig
+        from analysis.archs.fla_shared.pruned import PrunedDeltaNetConfig
         return PrunedDeltaNetConfig
 
     def training_config(self, cfg, vocab_size: int):
@@ -27,7 +27,7 @@ class DeltaNetAdapter(FlaAdapter):
 
     def install_routing(self) -> None:
         super().install_routing()
-        from analysis.archs import fla_pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
+        from analysis.archs.fla_shared import pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
         from analysis.runtime import backend
         import fla.layers.delta_net as layer_file
         backend.route(layer_file, self.entry_points)

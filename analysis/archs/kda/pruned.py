@@ -9,7 +9,7 @@ them after `import analysis`. Softmax-attention blocks of hybrids (fla's `attn` 
 Readout scale (pure channel removal): KDA reads out at dk'^-1/2 and its output reaches only the per-head
 FusedRMSNormGated o_norm, y = RMSNorm(o)·w·sigmoid(gate), whose gate multiplies after the normalisation; so
 o_norm.eps·dk/dk' gives exactly the original dk^-1/2 output, RMSNorm(c·o, c²·eps) = RMSNorm(o, eps) with
-c² = dk/dk' (the rule analysis/archs/fla_pruned.py states for fla DeltaNet). `readout_key_dims` holds, per KDA
+c² = dk/dk' (the rule analysis/archs/fla_shared/pruned.py states for fla DeltaNet). `readout_key_dims` holds, per KDA
 layer, the key dim whose ^-1/2 the readout keeps; KDAConfig's one norm_eps also sets the block norms, so
 only this type can say it.
 """
@@ -21,8 +21,8 @@ from fla.layers.kda import KimiDeltaAttention
 from fla.models import KDAConfig, KDAForCausalLM
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from analysis.archs.fla_pruned import keep_readout_scale
-from analysis.archs.fla_pruned import set_key_dim as fla_set_key_dim
+from analysis.archs.fla_shared.pruned import keep_readout_scale
+from analysis.archs.fla_shared.pruned import set_key_dim as fla_set_key_dim
 from analysis.archs.heads import apply_head_counts
 
 

@@ -16,8 +16,8 @@ from fla.layers.gla import GatedLinearAttention
 from fla.models import GLAConfig, GLAForCausalLM
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from analysis.archs.fla_pruned import apply_key_dims
-from analysis.archs.fla_pruned import set_key_dim as fla_set_key_dim
+from analysis.archs.fla_shared.pruned import apply_key_dims
+from analysis.archs.fla_shared.pruned import set_key_dim as fla_set_key_dim
 
 
 def keep_readout_scale(attn: GatedLinearAttention, readout_key_dim: int) -> None:

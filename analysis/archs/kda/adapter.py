@@ -115,7 +115,7 @@ class KDAAdapter(Adapter):
     def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
         from transformers import AutoModelForCausalLM
 
-        from analysis.archs.kda_pruned import PrunedKDAConfig, kda_layers
+        from analysis.archs.kda.pruned import PrunedKDAConfig, kda_layers
         from fla.models import KDAConfig
         layers = kda_layers(model)
         dims = [int(d) for d in key_dims]
@@ -139,7 +139,7 @@ class KDAAdapter(Adapter):
         return AutoModelForCausalLM.from_config(config).to(device=param.device, dtype=param.dtype).eval()
 
     def readout_key_dims(self, model) -> list[int]:
-        from analysis.archs.kda_pruned import kda_layers
+        from analysis.archs.kda.pruned import kda_layers
         kept = getattr(model.config, "readout_key_dims", None)
         return [int(d) for d in kept] if kept is not None else [int(a.head_k_dim) for a in kda_layers(model)]
 
@@ -150,7 +150,7 @@ class KDAAdapter(Adapter):
         The layer's other ops (ShortConvolution, FusedRMSNormGated with sigmoid, RMSNorm, SwiGLU, fused
         cross-entropy) are the ones analysis.runtime.backend.install() already routes."""
         from analysis.runtime import backend
-        from analysis.archs import kda_pruned  # noqa: F401  (registers pruned_kda with transformers)
+        from analysis.archs.kda import pruned  # noqa: F401  (registers pruned_kda with transformers)
         backend.install()
         import fla.layers.kda as kda_layer
         backend.route(kda_layer, self.entry_points)

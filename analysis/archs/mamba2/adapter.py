@@ -27,8 +27,8 @@ import torch
 
 from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, head_blocks
 from analysis.archs.heads import head_config_fields
-from analysis.archs.mamba2_layout import PRUNED_PREFIX, STATE_SIZE_KEYS, feed_forward_words, kind, layers_of, mixers_in
-from analysis.archs.mamba2_routing import ENTRY_POINT
+from analysis.archs.mamba2.layout import PRUNED_PREFIX, STATE_SIZE_KEYS, feed_forward_words, kind, layers_of, mixers_in
+from analysis.archs.mamba2.routing import ENTRY_POINT
 from analysis.errors import AnalysisError
 
 
@@ -164,7 +164,7 @@ class Mamba2Adapter(Adapter):
     def pruned_model(self, model, key_dims, readout_key_dims, head_counts=None):
         """Uniform N: the family's own type (its config holds N); per-layer N: the registered pruned_<type>.
         readout_key_dims is ignored: Mamba-2 reads out C_tᵀ S_t with no key-dim scale."""
-        from analysis.archs.mamba2_pruned import PRUNED_TYPES, register
+        from analysis.archs.mamba2.pruned import PRUNED_TYPES, register
         register()
         layers = self.linear_layers(model)
         dims = [int(d) for d in key_dims]
@@ -241,9 +241,9 @@ class Mamba2Adapter(Adapter):
     def install_routing(self) -> None:
         """Route the SSD scan by device, register pruned_<type>, and give `mamba2` back to transformers: fla
         registers its own Mamba2 (Triton-only norms and conv) under the same model type when imported."""
-        from analysis.archs import mamba2_pruned, mamba2_routing
-        mamba2_routing.install()
-        mamba2_pruned.register()
+        from analysis.archs.mamba2 import pruned, routing
+        routing.install()
+        pruned.register()
         reclaim_mamba2_type()
 
 

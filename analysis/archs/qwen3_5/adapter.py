@@ -13,8 +13,8 @@ The log-decay g = −exp(A_log)·softplus(a + dt_bias) is one per (token, value 
 Pure channel removal keeps the original readout scale dk^-1/2 while transformers reads out at dk'^-1/2 (its
 kernels take no scale), i.e. c = sqrt(dk/dk') times the original o, and o reaches only the gated RMSNorm `norm`
 (`norm`, OLMo-hybrid `o_norm`; per value head, over dv, eps `variance_epsilon`): RMSNorm(c·o, c²·eps) = RMSNorm(o, eps), so the pruned layer
-sets `norm.variance_epsilon = eps·dk/dk'` — exact, as `analysis.archs.fla_pruned` explains for fla. The family's
-own config holds one `rms_norm_eps` for every norm and one `linear_key_head_dim`, so only a uniform dk' read
+sets `norm.variance_epsilon = eps·dk/dk'` — exact, as `analysis.archs.fla_shared.pruned` explains for fla.
+The family's own config holds one `rms_norm_eps` for every norm and one `linear_key_head_dim`, so only a uniform dk' read
 out at dk'^-1/2 (readout_key_dims None) is saved as the family's own type; every other result is the project's
 registered `pruned_<type>` with per-linear-layer `linear_key_head_dims` and `readout_key_dims`.
 """
@@ -28,7 +28,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, head_blocks
 from analysis.archs.heads import apply_head_counts, head_config_fields
-from analysis.archs.qwen3_5_routing import ENTRY_POINTS
+from analysis.archs.qwen3_5.routing import ENTRY_POINTS
 from analysis.errors import AnalysisError
 
 # base model_type -> (config class path, causal-LM class path); the pruned type is "pruned_" + base type
@@ -301,8 +301,8 @@ class Qwen35Adapter(Adapter):
 
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
-        from analysis.archs import qwen3_5_routing
-        qwen3_5_routing.install()
+        from analysis.archs.qwen3_5 import routing
+        routing.install()
 
 
 ADAPTER = Qwen35Adapter()

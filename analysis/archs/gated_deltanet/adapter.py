@@ -3,7 +3,7 @@
 One log-decay per (token, value head); value heads may outnumber key heads (`num_v_heads`): grouped."""
 from __future__ import annotations
 
-from analysis.archs.fla_common import FlaAdapter, fla_training_kwargs
+from analysis.archs.fla_shared.adapter import FlaAdapter, fla_training_kwargs
 
 
 class GatedDeltaNetAdapter(FlaAdapter):
@@ -19,7 +19,7 @@ class GatedDeltaNetAdapter(FlaAdapter):
         return GatedDeltaNet
 
     def pruned_config_class(self) -> type:
-        from analysis.archs.fla_pruned import PrunedGatedDeltaNetConfig
+        from analysis.archs.fla_shared.pruned import PrunedGatedDeltaNetConfig
         return PrunedGatedDeltaNetConfig
 
     def training_config(self, cfg, vocab_size: int):
@@ -28,7 +28,7 @@ class GatedDeltaNetAdapter(FlaAdapter):
 
     def install_routing(self) -> None:
         super().install_routing()
-        from analysis.archs import fla_pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
+        from analysis.archs.fla_shared import pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
         from analysis.runtime import backend
         import fla.layers.gated_deltanet as layer_file
         backend.route(layer_file, self.entry_points)

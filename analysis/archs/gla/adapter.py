@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from analysis.archs.base import Block, ChannelRows, HeadRows, head_blocks
-from analysis.archs.fla_common import FlaAdapter, fla_blocks
+from analysis.archs.fla_shared.adapter import FlaAdapter, fla_blocks
 from analysis.errors import AnalysisError
 
 
@@ -53,7 +53,7 @@ class GLAAdapter(FlaAdapter):
         return GatedLinearAttention
 
     def pruned_config_class(self) -> type:
-        from analysis.archs.gla_pruned import PrunedGLAConfig
+        from analysis.archs.gla.pruned import PrunedGLAConfig
         return PrunedGLAConfig
 
     def blocks(self, model) -> list[Block]:
@@ -98,7 +98,7 @@ class GLAAdapter(FlaAdapter):
         super().install_routing()
         import fla.layers.gla as layer_file
 
-        from analysis.archs import gla_pruned  # noqa: F401  (registers pruned_gla with transformers)
+        from analysis.archs.gla import pruned  # noqa: F401  (registers pruned_gla with transformers)
         from analysis.runtime import backend
         backend.route(layer_file, self.entry_points, wrap=lambda op: backend.by_device(op, recurrence_inputs))
 

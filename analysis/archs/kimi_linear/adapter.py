@@ -19,7 +19,7 @@ torch unless the `kernels` hub or `causal_conv1d` is installed (this project ins
 Pruning a key channel removes its q/k rows, its conv rows and its decay rows (f_b_proj rows and dt_bias), as for
 fla KDA; PCA is refused (a rotated channel would mix channels that decay at different rates). The family's
 config has one head dim for keys and values, so every prune is saved as `pruned_kimi_linear`
-(analysis/archs/kimi_linear_pruned.py).
+(analysis/archs/kimi_linear/pruned.py).
 """
 from __future__ import annotations
 
@@ -31,10 +31,8 @@ import torch.nn as nn
 
 from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, classify_blocks, head_blocks
 from analysis.archs.heads import head_config_fields
+from analysis.archs.kimi_linear.routing import ENTRY_POINTS, MODELING
 from analysis.errors import AnalysisError
-
-MODELING = "transformers.models.kimi_linear.modeling_kimi_linear"
-ENTRY_POINTS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
 
 
 class KimiLinearAdapter(Adapter):
@@ -114,7 +112,7 @@ class KimiLinearAdapter(Adapter):
     # --- pruning ---------------------------------------------------------------------------------
 
     def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
-        from analysis.archs.kimi_linear_pruned import PrunedKimiLinearConfig, PrunedKimiLinearForCausalLM
+        from analysis.archs.kimi_linear.pruned import PrunedKimiLinearConfig, PrunedKimiLinearForCausalLM
         layers = self.linear_layers(model)
         dims = [int(d) for d in key_dims]
         if len(dims) != len(layers):
@@ -143,13 +141,9 @@ class KimiLinearAdapter(Adapter):
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
         """Route transformers' two KDA entry points by device (idempotent); registers pruned_kimi_linear."""
-        from analysis.archs.qwen3_5_routing import route
-        try:
-            modeling = importlib.import_module(MODELING)
-        except ImportError:  # an older transformers without Kimi Linear: nothing to route (install_all runs us)
-            return
-        from analysis.archs import kimi_linear_pruned  # noqa: F401  (registers pruned_kimi_linear)
-        route(modeling, ENTRY_POINTS)
+        from analysis.archs.kimi_linear import routing
+        if routing.install():  # an older transformers without Kimi Linear has nothing to route or register
+            from analysis.archs.kimi_linear import pruned  # noqa: F401  (registers pruned_kimi_linear)
 
 
 def _match_dtypes(pruned: nn.Module, model: nn.Module) -> None:

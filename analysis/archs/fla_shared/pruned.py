@@ -22,7 +22,7 @@ from fla.models import (DeltaNetConfig, DeltaNetForCausalLM, GatedDeltaNetConfig
 from fla.modules import ShortConvolution
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from analysis.archs.fla_common import install_fla_routing, softmax_layer_indices
+from analysis.archs.fla_shared.adapter import install_fla_routing, softmax_layer_indices
 from analysis.archs.heads import apply_head_counts
 
 
@@ -58,7 +58,7 @@ def linear_blocks(model) -> list:
 def apply_key_dims(model, set_dim=set_key_dim, keep_readout=keep_readout_scale) -> None:
     """Give each linear layer of a freshly built fla model its kept head counts (analysis.archs.heads), then its
     config's `head_k_dims` entry (`set_dim(attn, dk)`) and its `readout_key_dims` readout scale
-    (`keep_readout(attn, dk)`); GLA passes its own two (analysis.archs.gla_pruned)."""
+    (`keep_readout(attn, dk)`); GLA passes its own two (analysis.archs.gla.pruned)."""
     apply_head_counts(model)   # heads first: set_dim sizes q/k for the kept key heads
     dims = model.config.head_k_dims
     if dims is None:

@@ -1,0 +1,2 @@
+"""Gated DeltaNet: its adapter (`ADAPTER`), pruned model types and routing."""
+from analysis.archs.gated_deltanet.adapter import ADAPTER  # noqa: F401  (the registry imports the family by its folder)

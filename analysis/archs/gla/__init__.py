@@ -1,0 +1,2 @@
+"""Gated Linear Attention: its adapter (`ADAPTER`), pruned model types and routing."""
+from analysis.archs.gla.adapter import ADAPTER  # noqa: F401  (the registry imports the family by its folder)

@@ -1,0 +1,40 @@
+"""Device routing for the recurrence entry points of transformers' modeling files (Qwen3.5's family, Kimi Linear).
+
+transformers binds such entry points (module globals of each modeling file, looked up at call time) to fla's
+Triton kernels whenever fla is importable, so a CPU forward dies in Triton ("0 active drivers"). `route` replaces
+them: CUDA tensors keep transformers' bound kernel (fla), CPU tensors take `analysis.runtime.backend`'s torch
+recurrence; on both devices the observer sees the prepared inputs.
+"""
+from __future__ import annotations
+
+from analysis.runtime import backend
+
+
+def fla_named(bound_kernel):
+    """transformers' entry point called with fla's argument names (q, k, v, g, beta, ...), which is what
+    `backend.by_device` binds; transformers' own wrapper still filters the keyword arguments for its kernel."""
+    def entry(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, cu_seqlens=None, **kwargs):
+        return bound_kernel(q, k, v, g=g, beta=beta, initial_state=initial_state,
+                            output_final_state=output_final_state,
+                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens, **kwargs)
+    entry.__name__ = getattr(bound_kernel, "__name__", "gated_delta_rule")
+    return entry
+
+
+def torch_fallback(module, name: str):
+    """transformers' own pure-torch implementation of an entry point (the function its wrapper decorates)."""
+    fn = getattr(module, name)
+    while getattr(fn, "_analysis_routed", False) or hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return fn
+
+
+def route(module, names) -> None:
+    """Replace the entry points `names` of a transformers modeling module by device-routed versions
+    (idempotent); Qwen3.5's gated delta rule and Kimi Linear's KDA entry points take the same arguments."""
+    def wrap(current):
+        routed = backend.by_device(fla_named(current))
+        routed.__wrapped__ = current
+        return routed
+    backend.route(module, names, wrap)
