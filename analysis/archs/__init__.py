@@ -1,31 +1,20 @@
 """Registry of family adapters (see analysis/archs/base.py for the interface).
 
-Adding a family = one module here defining `ADAPTER` (an `Adapter` instance), its CPU op if it needs one,
-and one line in FAMILIES. Modules are imported only when a model of that family is met, so importing
-the registry stays cheap (no fla, no transformers).
+Adding a family = one folder `analysis/archs/<family>/` whose `__init__` exposes `ADAPTER` (an `Adapter`
+instance declaring the family's model types), its CPU op if it needs one, and its name in FAMILIES. Everything
+else here is read from the adapters. A family's folder is imported only when a model type is looked up, so
+importing the registry stays cheap (no fla, no transformers).
 """
 from __future__ import annotations
 
 import importlib
 
-from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows  # noqa: F401  (re-exported)
+from analysis.archs.base import (PRUNED_PREFIX, Adapter, Block, ChannelRows, HeadRows,  # noqa: F401  (re-exported)
+                                 is_pruned_type, pruned_type)
 from analysis.errors import AnalysisError
 
-# family -> (module defining ADAPTER, config model_types it handles)
-FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "kda": ("analysis.archs.kda", ("kda", "pruned_kda")),
-    "delta_net": ("analysis.archs.delta_net", ("delta_net", "pruned_delta_net")),
-    "gated_deltanet": ("analysis.archs.gated_deltanet", ("gated_deltanet", "pruned_gated_deltanet")),
-    "qwen3_5": ("analysis.archs.qwen3_5", ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next",
-                                           "olmo_hybrid", "pruned_qwen3_5_text", "pruned_qwen3_5_moe_text",
-                                           "pruned_qwen3_next", "pruned_olmo_hybrid")),
-    "kimi_linear": ("analysis.archs.kimi_linear", ("kimi_linear", "pruned_kimi_linear")),
-    "gla": ("analysis.archs.gla", ("gla", "pruned_gla")),
-    "rwkv7": ("analysis.archs.rwkv7", ("rwkv7", "pruned_rwkv7")),
-    "mamba2": ("analysis.archs.mamba2", ("mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba", "zamba2",
-                                         "pruned_mamba2", "pruned_nemotron_h", "pruned_granitemoehybrid",
-                                         "pruned_falcon_h1", "pruned_bamba", "pruned_zamba2")),
-}
+# the families, each a folder analysis/archs/<family>/ exposing ADAPTER
+FAMILIES = ("kda", "delta_net", "gated_deltanet", "qwen3_5", "kimi_linear", "gla", "rwkv7", "mamba2")
 
 # model types that look close to a family but cannot be one: why, in words (the sentence adapter_for gives)
 _MAMBA1 = ("is a Mamba-1 model: its selective scan keeps a diagonal state per channel, with no per-head B/C split "
@@ -42,15 +31,15 @@ def model_type_of(model_or_config) -> str:
 
 
 def family_of(model_type: str) -> str | None:
-    return next((f for f, (_, types) in FAMILIES.items() if model_type in types), None)
+    return next((f for f in FAMILIES if model_type in get_adapter(f).model_types), None)
 
 
 def supported_model_types() -> list[str]:
-    return [t for _, types in FAMILIES.values() for t in types]
+    return [t for f in FAMILIES for t in get_adapter(f).model_types]
 
 
 def get_adapter(family: str) -> Adapter:
-    return importlib.import_module(FAMILIES[family][0]).ADAPTER
+    return importlib.import_module(f"analysis.archs.{family}").ADAPTER
 
 
 def adapter_for(model_or_config) -> Adapter:

@@ -28,6 +28,16 @@ if TYPE_CHECKING:  # annotations only: the registry and the kernel specs import 
 GATES = ("none", "head", "channel")   # log-decay g: absent, one per (token, head), one per (token, head, key channel)
 KINDS = ("linear", "softmax", "other")
 BLOCK_WORDS = {"linear": "linear attention", "softmax": "softmax attention", "other": "other mixer"}
+PRUNED_PREFIX = "pruned_"   # every family saves a per-layer prune as the registered type pruned_<its own type>
+
+
+def pruned_type(model_type: str) -> str:
+    """The project's registered per-layer pruned type of a family's own model type."""
+    return PRUNED_PREFIX + model_type
+
+
+def is_pruned_type(model_type: str) -> bool:
+    return model_type.startswith(PRUNED_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -82,10 +92,11 @@ def head_blocks(param: str, role: str, heads: int, width: int, start: int = 0, d
 
 
 class Adapter:
-    """One family. Subclasses set the class attributes and implement the methods; see analysis/archs/*.py."""
+    """One family. Subclasses set the class attributes and implement the methods; see archs/<family>/adapter.py."""
     family: str = ""                     # registry key, e.g. "delta_net"
     label: str = ""                      # human label, e.g. "DeltaNet"
-    model_types: tuple[str, ...] = ()    # config.model_type values this adapter handles (its pruned types too)
+    own_types: tuple[str, ...] = ()      # the config.model_type values of the family itself (declared here only)
+    prunable_types: tuple[str, ...] | None = None  # own types with a pruned_<type> of the project (None: all)
     gate: str = "none"                   # one of GATES
     kernel: str = ""                     # the kernel `latency` times for this family, e.g. "gated_delta_rule"
     rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel
@@ -96,6 +107,16 @@ class Adapter:
                                          # (analysis.archs.recurrence_words) would not say it right (Mamba-2's SSD)
     entry_points: tuple[str, ...] = ()   # recurrence entry points (module globals of the layer's file) it routes
     lora_projections: tuple[str, ...] = ()  # linear sub-modules of a linear layer that recovery's LoRA adapts (q/k/v)
+
+    @property
+    def pruned_types(self) -> tuple[str, ...]:
+        """The project's per-layer pruned types of this family (registered by `install_routing`)."""
+        return tuple(pruned_type(t) for t in (self.own_types if self.prunable_types is None else self.prunable_types))
+
+    @property
+    def model_types(self) -> tuple[str, ...]:
+        """Every config.model_type this adapter handles: the family's own and the project's pruned ones."""
+        return (*self.own_types, *self.pruned_types)
 
     @property
     def kernel_spec(self):
@@ -165,7 +186,7 @@ class Adapter:
         on the model's device and dtype, weights not yet loaded (the core loads the reduced state dict
         strictly). Uniform dims where the family's own config can say them: the family's own type;
         otherwise a registered per-layer type. `readout_key_dims` (None = the family's default dk'^-1/2)
-        keeps each layer's readout at that key dim's ^-1/2 (pure channel removal, see fla_pruned).
+        keeps each layer's readout at that key dim's ^-1/2 (pure channel removal, see fla_shared/pruned.py).
         `head_counts` ([(key heads, value heads)] per linear layer, analysis.archs.heads) removes heads too: a
         head-pruned model is always the registered per-layer type, which keeps its counts in the config."""
         raise NotImplementedError

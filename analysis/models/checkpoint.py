@@ -26,7 +26,7 @@ def validate_config(config, path: Path, supported=None) -> dict:
     """The config as a dict, or one sentence saying which value is wrong.
 
     `supported` (model types) defaults to every type of the family registry (analysis.archs)."""
-    from analysis.archs import FAMILIES, supported_model_types
+    from analysis.archs import FAMILIES, PRUNED_PREFIX, get_adapter, supported_model_types
     where = path / "config.json"
     if not isinstance(config, dict):
         raise AnalysisError(f"{where} holds a JSON {type(config).__name__}, not an object of settings; "
@@ -38,10 +38,10 @@ def validate_config(config, path: Path, supported=None) -> dict:
         raise AnalysisError(f"Model type {model_type!r} in {where} {UNSUPPORTED[model_type]}; pick a Mamba-2 or "
                             "linear-attention model instead.")
     if not isinstance(model_type, str) or model_type not in supported:
-        families = "; ".join(f"{family} ({', '.join(t for t in types if not t.startswith('pruned_'))})"
-                             for family, (_, types) in FAMILIES.items())
+        families = "; ".join(f"{family} ({', '.join(get_adapter(family).own_types)})" for family in FAMILIES)
         raise AnalysisError(f"Architecture {model_type!r} in {where} is not supported: no family adapter handles "
-                            f"it; supported families (model types, plus the project's pruned_ types): {families}.")
+                            f"it; supported families (model types, plus the project's {PRUNED_PREFIX} types): "
+                            f"{families}.")
     from analysis.archs import adapter_for
     config = adapter_for(config).complete_config(config)
     for name in POSITIVE_FIELDS:

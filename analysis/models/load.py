@@ -12,7 +12,7 @@ import torch
 from analysis.models import checkpoint, limits
 from analysis.models.stream import plan as stream_plan
 from analysis.models.stream.files import CheckpointFiles
-from analysis.archs import adapter_for, family_of, get_adapter
+from analysis.archs import adapter_for, family_of, get_adapter, is_pruned_type
 from analysis.models.layers import LinearLayer, attention_layers, linear_layers  # noqa: F401  (re-exported)
 from analysis.archs.kernels import TILE_ROWS  # noqa: F401  (re-exported: the pages draw tile boundaries)
 from analysis.errors import AnalysisError
@@ -260,7 +260,7 @@ def type_label(model_type: str) -> str:
     if family is None:
         return model_type
     label = get_adapter(family).label
-    return f"{label} (per-layer key dims)" if model_type.startswith("pruned_") else label
+    return f"{label} (per-layer key dims)" if is_pruned_type(model_type) else label
 
 
 @dataclass

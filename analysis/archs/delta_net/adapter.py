@@ -7,7 +7,7 @@ from analysis.archs.fla_shared.adapter import FlaAdapter, fla_training_kwargs
 class DeltaNetAdapter(FlaAdapter):
     family = "delta_net"
     label = "DeltaNet"
-    model_types = ("delta_net", "pruned_delta_net")
+    own_types = ("delta_net",)
     gate = "none"
     kernel = "delta_rule"
     entry_points = ("chunk_delta_rule", "fused_recurrent_delta_rule")   # fla/layers/delta_net.py

@@ -22,6 +22,7 @@ from fla.models import (DeltaNetConfig, DeltaNetForCausalLM, GatedDeltaNetConfig
 from fla.modules import ShortConvolution
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from analysis.archs.base import pruned_type
 from analysis.archs.fla_shared.adapter import install_fla_routing, softmax_layer_indices
 from analysis.archs.heads import apply_head_counts
 
@@ -76,7 +77,7 @@ def apply_key_dims(model, set_dim=set_key_dim, keep_readout=keep_readout_scale) 
 
 
 class PrunedDeltaNetConfig(DeltaNetConfig):
-    model_type = "pruned_delta_net"
+    model_type = pruned_type("delta_net")
 
     def __init__(self, head_k_dims: list[int] | None = None, readout_key_dims: list[int] | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -85,7 +86,7 @@ class PrunedDeltaNetConfig(DeltaNetConfig):
 
 
 class PrunedGatedDeltaNetConfig(GatedDeltaNetConfig):
-    model_type = "pruned_gated_deltanet"
+    model_type = pruned_type("gated_deltanet")
 
     def __init__(self, head_k_dims: list[int] | None = None, readout_key_dims: list[int] | None = None, **kwargs):
         super().__init__(**kwargs)

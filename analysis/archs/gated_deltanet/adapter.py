@@ -9,7 +9,7 @@ from analysis.archs.fla_shared.adapter import FlaAdapter, fla_training_kwargs
 class GatedDeltaNetAdapter(FlaAdapter):
     family = "gated_deltanet"
     label = "Gated DeltaNet"
-    model_types = ("gated_deltanet", "pruned_gated_deltanet")
+    own_types = ("gated_deltanet",)
     gate = "head"
     kernel = "gated_delta_rule"
     entry_points = ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")   # fla/layers/gated_deltanet.py

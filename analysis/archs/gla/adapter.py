@@ -41,7 +41,7 @@ def recurrence_inputs(q, k, v, gk=None, g=None, scale=None, initial_state=None, 
 class GLAAdapter(FlaAdapter):
     family = "gla"
     label = "Gated Linear Attention"
-    model_types = ("gla", "pruned_gla")
+    own_types = ("gla",)
     gate = "channel"
     kernel = "gla"
     entry_points = ("chunk_gla", "fused_recurrent_gla")   # fla/layers/gla.py

@@ -1,13 +1,13 @@
 """`pruned_gla`: fla's GLA model with its own key dim in every GLA layer (GLAConfig holds one expand_k).
 
 The model is built as fla builds it, then each GatedLinearAttention layer's key-channel parameters are re-created
-at that layer's key dim: q/k projections, q/k short convolutions (as for fla DeltaNet, `fla_pruned.set_key_dim`)
+at that layer's key dim: q/k projections, q/k short convolutions (as for fla DeltaNet, `fla_shared.pruned.set_key_dim`)
 and the decay rows (the last linear of the low-rank gate projection `gk_proj`, one row per head and key channel).
 Softmax-attention blocks of hybrids (fla's `attn` setting) are untouched.
 
 Readout scale (pure channel removal): GLA reads out at dk'^-1/2 and its output reaches only a per-head RMSNorm
 (`g_norm_swish_gate`, gated after the normalisation, or `g_norm`), so that norm's eps·dk/dk' gives exactly the
-original dk^-1/2 output, RMSNorm(c·o, c²·eps) = RMSNorm(o, eps) with c² = dk/dk' (fla_pruned's rule).
+original dk^-1/2 output, RMSNorm(c·o, c²·eps) = RMSNorm(o, eps) with c² = dk/dk' (fla_shared.pruned's rule).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from fla.layers.gla import GatedLinearAttention
 from fla.models import GLAConfig, GLAForCausalLM
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from analysis.archs.base import pruned_type
 from analysis.archs.fla_shared.pruned import apply_key_dims
 from analysis.archs.fla_shared.pruned import set_key_dim as fla_set_key_dim
 
@@ -36,7 +37,7 @@ def set_key_dim(attn: GatedLinearAttention, head_k_dim: int) -> None:
 
 
 class PrunedGLAConfig(GLAConfig):
-    model_type = "pruned_gla"
+    model_type = pruned_type("gla")
 
     def __init__(self, head_k_dims: list[int] | None = None, readout_key_dims: list[int] | None = None, **kwargs):
         super().__init__(**kwargs)

@@ -25,7 +25,7 @@ from analysis.errors import AnalysisError
 class KDAAdapter(Adapter):
     family = "kda"
     label = "Kimi Delta Attention"
-    model_types = ("kda", "pruned_kda")
+    own_types = ("kda",)
     gate = "channel"
     lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
     kernel = "kda"

@@ -21,6 +21,7 @@ from fla.layers.kda import KimiDeltaAttention
 from fla.models import KDAConfig, KDAForCausalLM
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from analysis.archs.base import pruned_type
 from analysis.archs.fla_shared.pruned import keep_readout_scale
 from analysis.archs.fla_shared.pruned import set_key_dim as fla_set_key_dim
 from analysis.archs.heads import apply_head_counts
@@ -44,7 +45,7 @@ def set_key_dim(attn: KimiDeltaAttention, head_k_dim: int) -> None:
 
 
 class PrunedKDAConfig(KDAConfig):
-    model_type = "pruned_kda"
+    model_type = pruned_type("kda")
 
     def __init__(self, head_k_dims: list[int] | None = None, readout_key_dims: list[int] | None = None, **kwargs):
         super().__init__(**kwargs)

@@ -38,7 +38,7 @@ from analysis.errors import AnalysisError
 class KimiLinearAdapter(Adapter):
     family = "kimi_linear"
     label = "Kimi Linear (Kimi Delta Attention + MLA)"
-    model_types = ("kimi_linear", "pruned_kimi_linear")
+    own_types = ("kimi_linear",)
     gate = "channel"
     lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
     kernel = "kda"

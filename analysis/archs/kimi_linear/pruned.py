@@ -26,9 +26,10 @@ from transformers.models.kimi_linear import modeling_kimi_linear as modeling
 from transformers.models.kimi_linear.configuration_kimi_linear import KimiLinearConfig
 from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearDeltaAttention, KimiLinearForCausalLM
 
+from analysis.archs.base import pruned_type
 from analysis.archs.heads import apply_head_counts
 
-PRUNED_TYPE = "pruned_kimi_linear"
+PRUNED_TYPE = pruned_type("kimi_linear")
 
 
 def kda_layers(model) -> list[KimiLinearDeltaAttention]:

@@ -25,9 +25,9 @@ import copy
 
 import torch
 
-from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, head_blocks
+from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, PRUNED_PREFIX, head_blocks, is_pruned_type
 from analysis.archs.heads import head_config_fields
-from analysis.archs.mamba2.layout import PRUNED_PREFIX, STATE_SIZE_KEYS, feed_forward_words, kind, layers_of, mixers_in
+from analysis.archs.mamba2.layout import STATE_SIZE_KEYS, feed_forward_words, kind, layers_of, mixers_in
 from analysis.archs.mamba2.routing import ENTRY_POINT
 from analysis.errors import AnalysisError
 
@@ -35,11 +35,11 @@ from analysis.errors import AnalysisError
 class Mamba2Adapter(Adapter):
     family = "mamba2"
     label = "Mamba-2 hybrids (Mamba-2 SSD + attention)"
-    model_types = (*STATE_SIZE_KEYS, *(PRUNED_PREFIX + t for t in STATE_SIZE_KEYS))
+    own_types = tuple(STATE_SIZE_KEYS)
     gate = "head"
     lora_projections = ("in_proj",)  # x|B|C|z|dt in one projection: B and C are the key/query rows
     kernel = "ssd"
-    entry_points = (ENTRY_POINT,)   # what mamba2_routing routes
+    entry_points = (ENTRY_POINT,)   # what mamba2/routing.py routes
     key_dims_config_key = "ssm_state_sizes"
     readout_scaled = False     # y = C_tᵀ S_t: removing a channel needs no readout correction
     qk_l2_normalised = False   # B and C enter the scan raw: the noise page's re-normalised bounds do not apply
@@ -173,7 +173,7 @@ class Mamba2Adapter(Adapter):
         config = copy.deepcopy(model.config)
         base = config.model_type.removeprefix(PRUNED_PREFIX)
         heads = head_config_fields(model, self, head_counts)
-        if len(set(dims)) == 1 and not heads and not config.model_type.startswith(PRUNED_PREFIX):
+        if len(set(dims)) == 1 and not heads and not is_pruned_type(config.model_type):
             setattr(config, STATE_SIZE_KEYS[base], dims[0])   # plain transformers loads it
             cls = type(model)
         else:

@@ -8,7 +8,6 @@ STATE_SIZE_KEYS = {"mamba2": "state_size", "nemotron_h": "ssm_state_size", "gran
                    "falcon_h1": "mamba_d_state", "bamba": "mamba_d_state", "zamba2": "mamba_d_state"}
 MIXER_NAMES = ("mixer", "mamba", "self_attn")   # a decoder layer's token mixers, in this order
 HOLDERS = ("shared_transformer", "mamba_decoder")  # Zamba2's hybrid layer: shared attention block, then its Mamba layer
-PRUNED_PREFIX = "pruned_"
 
 
 def layers_of(model) -> nn.ModuleList:

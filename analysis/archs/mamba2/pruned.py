@@ -15,8 +15,9 @@ import sys
 import torch
 import torch.nn as nn
 
+from analysis.archs.base import pruned_type
 from analysis.archs.heads import apply_head_counts
-from analysis.archs.mamba2.layout import PRUNED_PREFIX, STATE_SIZE_KEYS, is_mamba2_mixer, layers_of, mixers_in
+from analysis.archs.mamba2.layout import STATE_SIZE_KEYS, is_mamba2_mixer, layers_of, mixers_in
 
 KEY = "ssm_state_sizes"
 _BASES = {"mamba2": ("Mamba2Config", "Mamba2ForCausalLM"), "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM"),
@@ -82,8 +83,7 @@ PRUNED_TYPES: dict[str, tuple[type, type]] = {}
 def _make(base: str):
     module = importlib.import_module(f"transformers.models.{base}")
     base_cfg, base_model = (getattr(module, name) for name in _BASES[base])
-    pruned_type = PRUNED_PREFIX + base
-    cfg_cls = type(f"Pruned{base_cfg.__name__}", (base_cfg,), {"model_type": pruned_type})
+    cfg_cls = type(f"Pruned{base_cfg.__name__}", (base_cfg,), {"model_type": pruned_type(base)})
 
     def __init__(self, config):
         base_model.__init__(self, config)

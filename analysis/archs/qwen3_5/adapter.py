@@ -26,12 +26,13 @@ import torch
 import torch.nn as nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, head_blocks
+from analysis.archs.base import (PRUNED_PREFIX, Adapter, Block, ChannelRows, HeadRows, head_blocks, is_pruned_type,
+                                 pruned_type)
 from analysis.archs.heads import apply_head_counts, head_config_fields
 from analysis.archs.qwen3_5.routing import ENTRY_POINTS
 from analysis.errors import AnalysisError
 
-# base model_type -> (config class path, causal-LM class path); the pruned type is "pruned_" + base type
+# base model_type -> (config class path, causal-LM class path); its pruned type is pruned_type(base)
 _BASES = {
     "qwen3_5_text": ("transformers.models.qwen3_5:Qwen3_5TextConfig",
                      "transformers.models.qwen3_5:Qwen3_5ForCausalLM"),
@@ -42,7 +43,6 @@ _BASES = {
     "olmo_hybrid": ("transformers.models.olmo_hybrid:OlmoHybridConfig",
                     "transformers.models.olmo_hybrid:OlmoHybridForCausalLM"),
 }
-PRUNED_PREFIX = "pruned_"
 
 
 def _decoder_layers(model) -> nn.ModuleList:
@@ -123,15 +123,14 @@ def _register_pruned_types() -> dict[str, tuple[type, type]]:
             base_cfg, base_model = _load(cfg_path), _load(model_path)
         except (ImportError, AttributeError):  # an older transformers without this family
             continue
-        pruned_type = PRUNED_PREFIX + base
-        cfg_cls = type(f"Pruned{base_cfg.__name__}", (base_cfg,), {"model_type": pruned_type})
+        cfg_cls = type(f"Pruned{base_cfg.__name__}", (base_cfg,), {"model_type": pruned_type(base)})
 
         def __init__(self, config, _base=base_model):
             _base.__init__(self, config)
             _apply_key_dims(self)
         model_cls = type(f"Pruned{base_model.__name__}", (base_model,),
                          {"config_class": cfg_cls, "__init__": __init__})
-        AutoConfig.register(pruned_type, cfg_cls, exist_ok=True)
+        AutoConfig.register(cfg_cls.model_type, cfg_cls, exist_ok=True)
         AutoModelForCausalLM.register(cfg_cls, model_cls, exist_ok=True)
         types[base] = (cfg_cls, model_cls)
     return types
@@ -143,13 +142,13 @@ PRUNED_TYPES = _register_pruned_types()
 class Qwen35Adapter(Adapter):
     family = "qwen3_5"
     label = "Qwen3.5 / Qwen3-Next / OLMo-hybrid (Gated DeltaNet + attention)"
-    model_types = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "olmo_hybrid",
-                   *(PRUNED_PREFIX + t for t in _BASES))
+    own_types = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "olmo_hybrid")
+    prunable_types = tuple(_BASES)   # the text models: a multimodal wrapper is pruned through its text model
     gate = "head"
     # Qwen3.5 fuses q|k|v, Qwen3-Next q|k|v|z; OLMo-hybrid keeps separate q/k/v projections
     lora_projections = ("in_proj_qkv", "in_proj_qkvz", "q_proj", "k_proj", "v_proj")
     kernel = "gated_delta_rule"
-    entry_points = ENTRY_POINTS   # what qwen3_5_routing routes
+    entry_points = ENTRY_POINTS   # what qwen3_5/routing.py routes
     key_dims_config_key = "linear_key_head_dims"
     rotations = True
 
@@ -260,7 +259,7 @@ class Qwen35Adapter(Adapter):
         readout = None if readout_key_dims is None else [int(d) for d in readout_key_dims]
         heads = head_config_fields(model, self, head_counts)
         param = next(model.parameters())
-        if len(set(dims)) == 1 and readout is None and not heads and not config.model_type.startswith(PRUNED_PREFIX):
+        if len(set(dims)) == 1 and readout is None and not heads and not is_pruned_type(config.model_type):
             config.linear_key_head_dim = dims[0]  # the family's own type, loadable without this project
             cls = type(model)
         else:

@@ -104,7 +104,7 @@ def bonus_by_shape(fla_fn):
 class RWKV7Adapter(Adapter):
     family = "rwkv7"
     label = "RWKV-7"
-    model_types = ("rwkv7", "pruned_rwkv7")
+    own_types = ("rwkv7",)
     gate = "channel"
     kernel = "rwkv7"
     entry_points = ("chunk_rwkv7", "fused_mul_recurrent_rwkv7")   # fla/layers/rwkv7.py

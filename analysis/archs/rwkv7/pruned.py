@@ -19,6 +19,8 @@ from fla.layers.rwkv7 import RWKV7Attention
 from fla.models import RWKV7Config, RWKV7ForCausalLM
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from analysis.archs.base import pruned_type
+
 
 def rwkv7_layers(model) -> list[RWKV7Attention]:
     """The RWKV-7 layers of a model, in block order (a hybrid's softmax blocks skipped)."""
@@ -46,7 +48,7 @@ def set_key_dim(attn: RWKV7Attention, head_k_dim: int) -> None:
 
 
 class PrunedRWKV7Config(RWKV7Config):
-    model_type = "pruned_rwkv7"
+    model_type = pruned_type("rwkv7")
 
     def __init__(self, head_k_dims: list[int] | None = None, **kwargs):
         super().__init__(**kwargs)
