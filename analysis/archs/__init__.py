@@ -16,10 +16,6 @@ from analysis.errors import AnalysisError
 # the families, each a folder analysis/archs/<family>/ exposing ADAPTER
 FAMILIES = ("kda", "delta_net", "gated_deltanet", "qwen3_5", "kimi_linear", "gla", "rwkv7", "mamba2")
 
-# model types that look close to a family but cannot be one: why, in words (the sentence adapter_for gives)
-_MAMBA1 = ("is a Mamba-1 model: its selective scan keeps a diagonal state per channel, with no per-head B/C split "
-           "into query/key channels, so it has no key dimension to measure or prune")
-UNSUPPORTED = {"mamba": _MAMBA1, "jamba": _MAMBA1, "falcon_mamba": _MAMBA1}
 
 # families `python -m analysis train` can build from scratch (their adapters implement `training_config`)
 TRAINABLE = ("delta_net", "gated_deltanet", "qwen3_5", "mamba2")
@@ -42,12 +38,17 @@ def get_adapter(family: str) -> Adapter:
     return importlib.import_module(f"analysis.archs.{family}").ADAPTER
 
 
+def refusal(model_type) -> str | None:
+    """Why a model type close to a family cannot be one, in words (a family's `refused_types`), else None."""
+    return next((r for f in FAMILIES if (r := get_adapter(f).refused_types.get(model_type))), None)
+
+
 def adapter_for(model_or_config) -> Adapter:
     """The adapter of a model, a config or a config dict; one sentence when no family handles it."""
     model_type = model_type_of(model_or_config)
     family = family_of(model_type)
-    if isinstance(model_type, str) and model_type in UNSUPPORTED:
-        raise AnalysisError(f"Model type {model_type!r} {UNSUPPORTED[model_type]}; pick a Mamba-2 or "
+    if isinstance(model_type, str) and (why := refusal(model_type)):
+        raise AnalysisError(f"Model type {model_type!r} {why}; pick a Mamba-2 or "
                             "linear-attention model instead.")
     if family is None:
         raise AnalysisError(f"No adapter handles model type {model_type!r}; supported families: "

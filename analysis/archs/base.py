@@ -97,6 +97,7 @@ class Adapter:
     label: str = ""                      # human label, e.g. "DeltaNet"
     own_types: tuple[str, ...] = ()      # the config.model_type values of the family itself (declared here only)
     prunable_types: tuple[str, ...] | None = None  # own types with a pruned_<type> of the project (None: all)
+    refused_types: dict[str, str] = {}   # types close to the family it cannot handle -> why, in words
     gate: str = "none"                   # one of GATES
     kernel: str = ""                     # the kernel `latency` times for this family, e.g. "gated_delta_rule"
     rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel

@@ -33,9 +33,9 @@ def validate_config(config, path: Path, supported=None) -> dict:
                             "re-save the model with save_pretrained.")
     model_type = config.get("model_type")
     supported = supported_model_types() if supported is None else list(supported)
-    from analysis.archs import UNSUPPORTED
-    if isinstance(model_type, str) and model_type in UNSUPPORTED:
-        raise AnalysisError(f"Model type {model_type!r} in {where} {UNSUPPORTED[model_type]}; pick a Mamba-2 or "
+    from analysis.archs import refusal
+    if isinstance(model_type, str) and (why := refusal(model_type)):
+        raise AnalysisError(f"Model type {model_type!r} in {where} {why}; pick a Mamba-2 or "
                             "linear-attention model instead.")
     if not isinstance(model_type, str) or model_type not in supported:
         families = "; ".join(f"{family} ({', '.join(get_adapter(family).own_types)})" for family in FAMILIES)

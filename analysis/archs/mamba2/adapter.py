@@ -17,7 +17,7 @@ Blocks, in order: each decoder layer's token mixers among `mixer` (Mamba-2, Nemo
 lists its shared transformer's attention, then its own Mamba-2 mixer (the shared block appears once per hybrid
 layer, as it keeps one KV cache per hybrid layer). Mamba-2 mixers are "linear", q/k/v attention "softmax", the rest
 (Nemotron-H's MLP and MoE layers) "other"; only linear ones are pruned. Mamba-1 models (`mamba`, `jamba`,
-`falcon_mamba`) are refused in one sentence (analysis.archs.UNSUPPORTED).
+`falcon_mamba`) are refused in one sentence (`refused_types`).
 """
 from __future__ import annotations
 
@@ -31,11 +31,15 @@ from analysis.archs.mamba2.layout import STATE_SIZE_KEYS, feed_forward_words, ki
 from analysis.archs.mamba2.routing import ENTRY_POINT
 from analysis.errors import AnalysisError
 
+MAMBA1 = ("is a Mamba-1 model: its selective scan keeps a diagonal state per channel, with no per-head B/C split "
+          "into query/key channels, so it has no key dimension to measure or prune")
+
 
 class Mamba2Adapter(Adapter):
     family = "mamba2"
     label = "Mamba-2 hybrids (Mamba-2 SSD + attention)"
     own_types = tuple(STATE_SIZE_KEYS)
+    refused_types = dict.fromkeys(("mamba", "jamba", "falcon_mamba"), MAMBA1)
     gate = "head"
     lora_projections = ("in_proj",)  # x|B|C|z|dt in one projection: B and C are the key/query rows
     kernel = "ssd"
@@ -243,8 +247,8 @@ class Mamba2Adapter(Adapter):
         registers its own Mamba2 (Triton-only norms and conv) under the same model type when imported."""
         from analysis.archs.mamba2 import pruned, routing
         routing.install()
-        pruned.register()
         reclaim_mamba2_type()
+        pruned.register()
 
 
 def reclaim_mamba2_type() -> None:

@@ -9,21 +9,17 @@ decoding with a cache is not supported for per-layer N (forwards without a cache
 from __future__ import annotations
 
 import copy
-import importlib
 import sys
 
 import torch
 import torch.nn as nn
 
-from analysis.archs.base import pruned_type
 from analysis.archs.heads import apply_head_counts
 from analysis.archs.mamba2.layout import STATE_SIZE_KEYS, is_mamba2_mixer, layers_of, mixers_in
+from analysis.archs.pruned_types import make_pruned_type
 
 KEY = "ssm_state_sizes"
-_BASES = {"mamba2": ("Mamba2Config", "Mamba2ForCausalLM"), "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM"),
-          "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
-          "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM"), "bamba": ("BambaConfig", "BambaForCausalLM"),
-          "zamba2": ("Zamba2Config", "Zamba2ForCausalLM")}
+
 
 
 def _mixers(model) -> list[nn.Module]:
@@ -80,15 +76,7 @@ def _apply_state_sizes(model) -> None:
 PRUNED_TYPES: dict[str, tuple[type, type]] = {}
 
 
-def _make(base: str):
-    module = importlib.import_module(f"transformers.models.{base}")
-    base_cfg, base_model = (getattr(module, name) for name in _BASES[base])
-    cfg_cls = type(f"Pruned{base_cfg.__name__}", (base_cfg,), {"model_type": pruned_type(base)})
-
-    def __init__(self, config):
-        base_model.__init__(self, config)
-        _apply_state_sizes(self)
-
+def _rebuild_mup_vectors_after_load(base_model: type) -> dict:
     def _initialize_missing_keys(self, *args, **kwargs):
         """After transformers' own init on load, which fills Falcon-H1's non-persistent mup_vector from the config's
         single N (or leaves it empty at another N), rebuild each layer's from its own N."""
@@ -98,22 +86,16 @@ def _make(base: str):
                 mup = _mup_vector(m, self.config, m.ssm_state_size)
                 if mup is not None:
                     m.mup_vector.copy_(mup)
-    model_cls = type(f"Pruned{base_model.__name__}", (base_model,),
-                     {"config_class": cfg_cls, "__init__": __init__,
-                      "_initialize_missing_keys": _initialize_missing_keys})
-    return cfg_cls, model_cls
+    return {"_initialize_missing_keys": _initialize_missing_keys}
 
 
 def register() -> None:
-    """Register pruned_<type> for every Mamba-2 family this transformers has (idempotent)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """Register pruned_<type> for every Mamba-2 family this transformers has (idempotent; after `mamba2` is
+    transformers' own type again: fla's import maps it to fla's classes)."""
     for base in STATE_SIZE_KEYS:
         if base in PRUNED_TYPES:
             continue
         try:
-            cfg_cls, model_cls = _make(base)
-        except (ImportError, AttributeError):   # an older transformers without this family
+            PRUNED_TYPES[base] = make_pruned_type(base, _apply_state_sizes, _rebuild_mup_vectors_after_load)
+        except (KeyError, ImportError, AttributeError):   # an older transformers without this family
             continue
-        AutoConfig.register(cfg_cls.model_type, cfg_cls, exist_ok=True)
-        AutoModelForCausalLM.register(cfg_cls, model_cls, exist_ok=True)
-        PRUNED_TYPES[base] = (cfg_cls, model_cls)

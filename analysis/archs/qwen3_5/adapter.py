@@ -24,25 +24,15 @@ import copy
 
 import torch
 import torch.nn as nn
-from transformers import AutoConfig, AutoModelForCausalLM
 
-from analysis.archs.base import (PRUNED_PREFIX, Adapter, Block, ChannelRows, HeadRows, head_blocks, is_pruned_type,
-                                 pruned_type)
+from analysis.archs.base import PRUNED_PREFIX, Adapter, Block, ChannelRows, HeadRows, head_blocks, is_pruned_type
 from analysis.archs.heads import apply_head_counts, head_config_fields
+from analysis.archs.pruned_types import make_pruned_type
 from analysis.archs.qwen3_5.routing import ENTRY_POINTS
 from analysis.errors import AnalysisError
 
-# base model_type -> (config class path, causal-LM class path); its pruned type is pruned_type(base)
-_BASES = {
-    "qwen3_5_text": ("transformers.models.qwen3_5:Qwen3_5TextConfig",
-                     "transformers.models.qwen3_5:Qwen3_5ForCausalLM"),
-    "qwen3_5_moe_text": ("transformers.models.qwen3_5_moe:Qwen3_5MoeTextConfig",
-                         "transformers.models.qwen3_5_moe:Qwen3_5MoeForCausalLM"),
-    "qwen3_next": ("transformers.models.qwen3_next:Qwen3NextConfig",
-                   "transformers.models.qwen3_next:Qwen3NextForCausalLM"),
-    "olmo_hybrid": ("transformers.models.olmo_hybrid:OlmoHybridConfig",
-                    "transformers.models.olmo_hybrid:OlmoHybridForCausalLM"),
-}
+# the text models (a multimodal wrapper is pruned through its text model), each with a pruned_<type>
+TEXT_TYPES = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmo_hybrid")
 
 
 def _decoder_layers(model) -> nn.ModuleList:
@@ -109,30 +99,14 @@ def _apply_key_dims(model) -> None:
             keep_readout_scale(layer, int(readout[i]))
 
 
-def _load(path: str):
-    import importlib
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def _register_pruned_types() -> dict[str, tuple[type, type]]:
     """pruned_<type>: the family's own classes plus per-linear-layer key dims and readout key dims."""
     types = {}
-    for base, (cfg_path, model_path) in _BASES.items():
+    for own in TEXT_TYPES:
         try:
-            base_cfg, base_model = _load(cfg_path), _load(model_path)
-        except (ImportError, AttributeError):  # an older transformers without this family
+            types[own] = make_pruned_type(own, _apply_key_dims)
+        except (KeyError, ImportError, AttributeError):  # an older transformers without this family
             continue
-        cfg_cls = type(f"Pruned{base_cfg.__name__}", (base_cfg,), {"model_type": pruned_type(base)})
-
-        def __init__(self, config, _base=base_model):
-            _base.__init__(self, config)
-            _apply_key_dims(self)
-        model_cls = type(f"Pruned{base_model.__name__}", (base_model,),
-                         {"config_class": cfg_cls, "__init__": __init__})
-        AutoConfig.register(cfg_cls.model_type, cfg_cls, exist_ok=True)
-        AutoModelForCausalLM.register(cfg_cls, model_cls, exist_ok=True)
-        types[base] = (cfg_cls, model_cls)
     return types
 
 
@@ -143,7 +117,7 @@ class Qwen35Adapter(Adapter):
     family = "qwen3_5"
     label = "Qwen3.5 / Qwen3-Next / OLMo-hybrid (Gated DeltaNet + attention)"
     own_types = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "olmo_hybrid")
-    prunable_types = tuple(_BASES)   # the text models: a multimodal wrapper is pruned through its text model
+    prunable_types = TEXT_TYPES
     gate = "head"
     # Qwen3.5 fuses q|k|v, Qwen3-Next q|k|v|z; OLMo-hybrid keeps separate q/k/v projections
     lora_projections = ("in_proj_qkv", "in_proj_qkvz", "q_proj", "k_proj", "v_proj")
