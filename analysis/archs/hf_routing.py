@@ -7,6 +7,8 @@ recurrence; on both devices the observer sees the prepared inputs.
 """
 from __future__ import annotations
 
+import importlib
+
 from analysis.runtime import backend
 
 
@@ -38,3 +40,17 @@ def route(module, names) -> None:
         routed.__wrapped__ = current
         return routed
     backend.route(module, names, wrap)
+
+
+def route_modules(paths, names, wrap=None) -> list:
+    """Route the entry points `names` of every importable modeling module in `paths` (idempotent) with `wrap`
+    (default: `route`'s); the modules routed (an older transformers lacks some families)."""
+    modules = []
+    for path in paths:
+        try:
+            module = importlib.import_module(path)
+        except ImportError:
+            continue
+        route(module, names) if wrap is None else backend.route(module, names, wrap)
+        modules.append(module)
+    return modules

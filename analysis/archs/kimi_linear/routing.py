@@ -2,7 +2,7 @@
 arguments, so they are routed like Qwen3.5's (`analysis.archs.hf_routing.route`)."""
 from __future__ import annotations
 
-import importlib
+from analysis.archs.hf_routing import route_modules
 
 MODELING = "transformers.models.kimi_linear.modeling_kimi_linear"
 ENTRY_POINTS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
@@ -10,10 +10,4 @@ ENTRY_POINTS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
 
 def install() -> bool:
     """Route the entry points by device (idempotent); False on an older transformers without Kimi Linear."""
-    from analysis.archs.hf_routing import route
-    try:
-        modeling = importlib.import_module(MODELING)
-    except ImportError:
-        return False
-    route(modeling, ENTRY_POINTS)
-    return True
+    return bool(route_modules((MODELING,), ENTRY_POINTS))

@@ -14,11 +14,10 @@ path (`mamba2_split_conv1d_scan_combined`, mamba_ssm only) are left alone: torch
 """
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.nn.functional as F
 
+from analysis.archs.hf_routing import route_modules
 from analysis.runtime import backend
 
 MODELING_MODULES = tuple(f"transformers.models.{m}.modeling_{m}" for m in
@@ -70,9 +69,4 @@ def routed(bound):
 
 def install() -> None:
     """Route every importable Mamba-2 modeling module once per process (idempotent)."""
-    for path in MODELING_MODULES:
-        try:
-            module = importlib.import_module(path)
-        except ImportError:  # an older transformers without this family
-            continue
-        backend.route(module, (ENTRY_POINT,), routed)
+    route_modules(MODELING_MODULES, (ENTRY_POINT,), routed)

@@ -11,9 +11,7 @@ value heads happens inside the kernel, and inside `analysis.runtime.backend.prep
 """
 from __future__ import annotations
 
-import importlib
-
-from analysis.archs.hf_routing import route
+from analysis.archs.hf_routing import route_modules
 
 MODELING_MODULES = ("transformers.models.qwen3_5.modeling_qwen3_5",
                     "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
@@ -24,9 +22,4 @@ ENTRY_POINTS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rul
 
 def install() -> None:
     """Route every importable Qwen GDN modeling module once per process (idempotent)."""
-    for path in MODELING_MODULES:
-        try:
-            module = importlib.import_module(path)
-        except ImportError:  # an older transformers without this family
-            continue
-        route(module, ENTRY_POINTS)
+    route_modules(MODELING_MODULES, ENTRY_POINTS)
