@@ -99,18 +99,18 @@ def _apply_key_dims(model) -> None:
             keep_readout_scale(layer, int(readout[i]))
 
 
-def _register_pruned_types() -> dict[str, tuple[type, type]]:
-    """pruned_<type>: the family's own classes plus per-linear-layer key dims and readout key dims."""
-    types = {}
+PRUNED_TYPES: dict[str, tuple[type, type]] = {}
+
+
+def register_pruned_types() -> None:
+    """pruned_<type>: the family's own classes plus per-linear-layer key dims and readout key dims (idempotent)."""
     for own in TEXT_TYPES:
+        if own in PRUNED_TYPES:
+            continue
         try:
-            types[own] = make_pruned_type(own, _apply_key_dims)
+            PRUNED_TYPES[own] = make_pruned_type(own, _apply_key_dims)
         except (KeyError, ImportError, AttributeError):  # an older transformers without this family
             continue
-    return types
-
-
-PRUNED_TYPES = _register_pruned_types()
 
 
 class Qwen35Adapter(Adapter):
@@ -224,6 +224,7 @@ class Qwen35Adapter(Adapter):
         if len(key_dims) != len(layers):
             raise AnalysisError(f"Got {len(key_dims)} key dims for {len(layers)} linear-attention layers; give one "
                                 "per linear layer.")
+        register_pruned_types()
         config = copy.deepcopy(model.config)
         base = config.model_type.removeprefix(PRUNED_PREFIX)
         if base not in PRUNED_TYPES:
@@ -274,8 +275,10 @@ class Qwen35Adapter(Adapter):
 
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
+        """Route the gated delta rule's entry points by device and register pruned_<type>."""
         from analysis.archs.qwen3_5 import routing
         routing.install()
+        register_pruned_types()
 
 
 ADAPTER = Qwen35Adapter()
