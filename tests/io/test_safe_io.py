@@ -40,7 +40,9 @@ def project_copy(tmp_path_factory):
     keep_samples = {"deltanet-small", "tokenizer", "data"}
 
     def ignore(folder, names):
-        skip = {".venv", ".git", "__pycache__", "artifacts", "docs", "outputs", "runs", ".cache"}
+        skip = {".venv", ".git", "__pycache__", "artifacts", ".cache"}
+        if Path(folder).resolve() == ROOT:  # the root's output folders, not the packages named alike (analysis/runs)
+            skip |= {"docs", "outputs", "runs"}
         if Path(folder).resolve() == ROOT / "sample_models":
             skip |= {n for n in names if n not in keep_samples}
         return skip & set(names)
