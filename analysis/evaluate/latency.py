@@ -23,7 +23,8 @@ from analysis.runtime.cpu_ops.gated_linear_attention import chunked_gated_linear
 from analysis.runtime.cpu_ops.linear_attention import chunked_linear_attention
 from analysis.models import limits
 from analysis.errors import AnalysisError
-from analysis.archs.kernels import KERNELS, TILE_ROWS, kernel_spec  # noqa: F401  (KERNELS re-exported)
+from analysis.archs.kernels import KERNELS, kernel_spec  # noqa: F401  (KERNELS re-exported)
+from analysis.models.key_plan import tiles_of
 
 NOISY_SPREAD = 0.2      # IQR / median above this: the measurement is flagged as noisy
 CPU_THREADS = 1         # default intra-op threads for CPU timings (stated with every number)
@@ -187,7 +188,7 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
             fn, path = _cpu_op(spec, x), "project torch chunked path"
         with torch.inference_mode():
             stats = time_call(fn, device, threads=threads, repeats=repeats, min_run_time=min_run_time)
-        yield {"key_dim": dk, "tiles": -(-dk // TILE_ROWS), **_labelled(stats, batch, tokens),
+        yield {"key_dim": dk, "tiles": tiles_of(dk), **_labelled(stats, batch, tokens),
                "timer": f"{stats['timer']} ({path})", "device": str(device),
                "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
                "dtype": str(dtype).replace("torch.", ""), "batch": batch, "tokens": tokens, "heads": heads,

@@ -65,6 +65,11 @@ def unchanged_plan(model, planned: list[int], ratio: float | None = None, ratios
             f"original; use {fix}.")
 
 
+def tiles_of(dk: int) -> int:
+    """64-row state tiles of one head with key dim dk in fla's chunk kernel (the one tile count)."""
+    return -(-dk // TILE_ROWS)
+
+
 def tiles(dims: list[int]) -> list[int]:
-    """64-row state tiles per head in fla's chunk kernel: the latency steps at multiples of 64."""
-    return [-(-d // TILE_ROWS) for d in dims]
+    """Tiles per head for each dim: the latency steps at multiples of 64."""
+    return [tiles_of(d) for d in dims]

@@ -13,6 +13,7 @@ from analysis.models import checkpoint, limits
 from analysis.models.stream import plan as stream_plan
 from analysis.models.stream.files import CheckpointFiles
 from analysis.archs import adapter_for, family_of, get_adapter, is_pruned_type
+from analysis.models.key_plan import tiles
 from analysis.models.layers import LinearLayer, attention_layers, linear_layers  # noqa: F401  (re-exported)
 from analysis.archs.kernels import TILE_ROWS  # noqa: F401  (re-exported: the pages draw tile boundaries)
 from analysis.errors import AnalysisError
@@ -352,7 +353,7 @@ def _describe(model) -> ArchitectureInfo:
         hidden_size=model.config.hidden_size, vocab_size=model.config.vocab_size,
         parameters=sum(p.numel() for p in model.parameters()),
         state_bytes_per_sequence=sum(b.state_bytes_per_sequence or 0 for b in blocks),
-        conv_state_bytes_per_sequence=conv, key_tiles_per_head=[-(-dk // TILE_ROWS) for dk in dks],
+        conv_state_bytes_per_sequence=conv, key_tiles_per_head=tiles(dks),
         device=str(param.device), dtype=str(param.dtype).replace("torch.", ""), family=adapter.family,
         kernel=adapter.kernel, blocks=blocks, kv_cache_bytes_per_token=sum(b.kv_cache_bytes_per_token or 0 for b in blocks),
         query_l2_normalised=adapter.qk_l2_normalised, value_heads_per_layer=[l.value_heads for l in layers],

@@ -26,10 +26,9 @@ from functools import reduce
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
-from analysis.models.load import TILE_ROWS
 from analysis.shrink.predict import predict
 from analysis.shrink.prune import prune
-from analysis.models.key_plan import ROUNDINGS, kept_dim, plan_key_dims
+from analysis.models.key_plan import ROUNDINGS, kept_dim, plan_key_dims, tiles_of
 from analysis.shrink.sensitivity import MapSettings, MapMeasure, calibration_for, paired_difference
 
 CHOICE_TOKEN_FACTOR = 4  # candidate plans are measured on 4× the map's tokens of its split (4,096 → 16,384)
@@ -69,7 +68,7 @@ class Allocation:
 def layer_cost(row: dict, dim: int, unit: str) -> int:
     if unit == "state_bytes":
         return row["heads"] * dim * row["value_dim"] * 4
-    return row["heads"] * -(-dim // TILE_ROWS)
+    return row["heads"] * tiles_of(dim)
 
 
 def options(smap: dict, round_to: int | None = None) -> list[list[Option]]:

@@ -15,8 +15,8 @@ import csv
 import io
 import json
 
-from analysis.models.key_plan import kept_dim
-from analysis.models.load import TILE_ROWS, describe
+from analysis.models.key_plan import kept_dim, tiles_of
+from analysis.models.load import describe
 
 FIELDS = ("id", "source", "label", "strategy", "head_k_dims", "original_head_k_dims", "ratios", "head_strategy",
           "value_heads", "state_bytes", "kernel_tiles", "metric", "value", "baseline", "delta", "measure")
@@ -29,7 +29,7 @@ def point(source: str, label: str, strategy: str, dims: list[int], original: lis
             "strategy": strategy, "head_k_dims": list(dims), "original_head_k_dims": list(original),
             "ratios": restoring_ratios(dims, original), "head_strategy": None, "value_heads": None,
             "state_bytes": int(state_bytes),
-            "kernel_tiles": None if heads is None else sum(h * -(-d // TILE_ROWS) for h, d in zip(heads, dims)),
+            "kernel_tiles": None if heads is None else sum(h * tiles_of(d) for h, d in zip(heads, dims)),
             "metric": metric, "value": value, "baseline": baseline,
             "delta": value / baseline - 1 if metric == "ppl" else value - baseline, "measure": measure}
 

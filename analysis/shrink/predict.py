@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from analysis.errors import AnalysisError
-from analysis.models.load import TILE_ROWS
+from analysis.models.key_plan import tiles, tiles_of
 
 # κ (a fraction of Σ|loss|), the floor σ₀ and λ (a fraction of the interpolation gap g), in the map's loss unit
 UNCERTAINTY = {"ppl": {"kappa": 0.02, "floor": 0.001, "interpolation": 0.25},
@@ -84,8 +84,8 @@ def plan_state(smap: dict, dims: list[int]) -> dict:
     rows = smap["layers"]
     return {"state_bytes": sum(r["heads"] * d * r["value_dim"] * 4 for r, d in zip(rows, dims)),
             "state_bytes_unpruned": sum(r["state_bytes"] for r in rows),
-            "tiles_per_head": [-(-d // TILE_ROWS) for d in dims],
-            "kernel_tiles": sum(r["heads"] * -(-d // TILE_ROWS) for r, d in zip(rows, dims))}
+            "tiles_per_head": tiles(dims),
+            "kernel_tiles": sum(r["heads"] * tiles_of(d) for r, d in zip(rows, dims))}
 
 
 def model_sigma(metric: str, losses: list[float], gaps: list[float], constants: dict | None = None) -> dict:
