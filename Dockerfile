@@ -20,5 +20,5 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
     CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://localhost:8501/_stcore/health').read()==b'ok' else 1)"
 # 0.0.0.0 inside the container: the port is reachable only where `docker run -p` publishes it
 # (`-p 127.0.0.1:8501:8501` keeps it on the host; the dashboard has no authentication).
-CMD ["python", "-m", "ui.launch", "--server.headless", "true", "--server.fileWatcherType", "none", \
+CMD ["python", "-m", "ui.shared.launch", "--server.headless", "true", "--server.fileWatcherType", "none", \
      "--server.address", "0.0.0.0", "--server.port", "8501"]

@@ -25,7 +25,7 @@ chromium:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 run: $(STAMP)
-	$(PY) -m ui.launch --server.headless true --server.address $(ADDRESS) --server.port $(PORT) \
+	$(PY) -m ui.shared.launch --server.headless true --server.address $(ADDRESS) --server.port $(PORT) \
 	    --server.fileWatcherType none
 
 test: $(STAMP) chromium

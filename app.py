@@ -7,7 +7,7 @@ import streamlit as st
 FAVICON = Path(__file__).resolve().parent / "ui" / "assets" / "favicon.png"
 st.set_page_config(page_title="State-rank dashboard", page_icon=str(FAVICON), layout="wide")
 
-from ui import frame, navigation, sidebar, style  # noqa: E402
+from ui.shared import frame, navigation, sidebar, style  # noqa: E402
 
 with frame.active():
     style.apply()

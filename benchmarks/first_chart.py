@@ -1,4 +1,4 @@
-"""Benchmark: dashboard server start → first chart, `python -m ui.launch` vs `streamlit run app.py`.
+"""Benchmark: dashboard server start → first chart, `python -m ui.shared.launch` vs `streamlit run app.py`.
 
 The launcher ("warm") imports torch, transformers and fla before the server listens; `streamlit run` ("cold")
 imports them when the first page runs. Each run is a fresh server on deltanet-small (CPU, one intra-op thread,
@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--arrive-after", type=float, default=10.0)
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
-    launches = {"warm (python -m ui.launch)": LAUNCH, "cold (streamlit run app.py)": COLD_LAUNCH}
+    launches = {"warm (python -m ui.shared.launch)": LAUNCH, "cold (streamlit run app.py)": COLD_LAUNCH}
     arrivals = {"at once": 0.0, f"after {args.arrive_after:g} s": args.arrive_after}
     times = {(l, a): [] for l in launches for a in arrivals}
     with sync_playwright() as p, tempfile.TemporaryDirectory() as tmp:

@@ -7,14 +7,16 @@ from analysis.data import corpus as data
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
 from analysis.models.key_plan import plan_key_dims
-from ui import frame, heads_view, importance_view, notice, shrink, shrink_figures, state
-from ui.batches import recall_label
-from ui.blocks import head_meaning
-from ui.choices import multi_choice
-from ui.context import current
-from ui.errors import guard
-from ui.explain import explainer
-from ui.labels import Provenance, caption
+from ui.shared import frame, notice, shrink, shrink_figures, state
+from ui.heads import heads_view
+from ui.importance import importance_view
+from ui.shared.batches import recall_label
+from ui.shared.blocks import head_meaning
+from ui.shared.choices import multi_choice
+from ui.shared.context import current
+from ui.shared.errors import guard
+from ui.shared.explain import explainer
+from ui.shared.labels import Provenance, caption
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

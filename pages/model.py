@@ -7,11 +7,12 @@ from analysis.archs.implementation import implementation
 from analysis.archs.recurrence_words import words
 from analysis.archs.kernels import kernel_spec
 from analysis.models.load import TILE_ROWS
-from ui import figures, frame, notice, report_export
-from ui.blocks import blocks_frame
-from ui.context import current
-from ui.explain import explainer
-from ui.navigation import PAGES
+from ui.shared import figures, frame, notice
+from ui.model import report_export
+from ui.shared.blocks import blocks_frame
+from ui.shared.context import current
+from ui.shared.explain import explainer
+from ui.shared.navigation import PAGES
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

@@ -4,10 +4,10 @@ import streamlit as st
 
 from analysis.shrink.head_prune import plan_head_counts, unchanged_heads
 from analysis.models.key_plan import plan_key_dims, unchanged_plan
-from ui import (cache, frame, plan_history, plan_view, prune_form, prune_run, prune_save, sensitivity_view,
-                shrink)
-from ui.context import current
-from ui.errors import guard
+from ui.shared import cache, frame, made_models, shrink
+from ui.prune import plan_history, plan_view, prune_form, prune_run, prune_save, sensitivity_view
+from ui.shared.context import current
+from ui.shared.errors import guard
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
@@ -38,10 +38,10 @@ ev = prune_form.evaluation(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)
 prune_run.prune_job(ctx, choice, planned, settings, ev, tok, heads)
 
-run = st.session_state.get(prune_run.SESSION)
+run = made_models.pruned_run()
 run = run if run and run["key"] == ctx.key else None
 if run:
-    prune_run.take_recovery(run)  # before the history draws, so a finished recovery is a point there
+    made_models.take_recovery(run)  # before the history draws, so a finished recovery is a point there
 plan_history.section(ctx, choice.strategy, plans)
 if not run:
     st.info("Set the ratios and press **Prune**: the before/after comparison, recovery and saving appear here.")

@@ -5,12 +5,14 @@ import time
 import streamlit as st
 
 from analysis.linalg.noise import VALIDITY_TOL
-from ui import cache, compare, compare_views, figures, frame, noise_tables, noise_view, notice, rank_card_view, state
-from ui.scales import TAU
-from ui.clicks import click, clicked_for
-from ui.context import current
-from ui.errors import guard
-from ui.labels import caption
+from ui.shared import cache, figures, frame, notice, rank_card_view, state
+from ui.compare import compare, compare_views
+from ui.query_noise import noise_tables, noise_view
+from ui.shared.scales import TAU
+from ui.shared.clicks import click, clicked_for
+from ui.shared.context import current
+from ui.shared.errors import guard
+from ui.shared.labels import caption
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

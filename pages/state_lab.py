@@ -4,14 +4,15 @@ import streamlit as st
 from analysis.inspect import state_lab as lab
 from analysis.archs import adapter_for
 from analysis.archs.recurrence_words import words
-from ui import frame, state
-from ui import state_lab_data as data
-from ui import state_lab_figures as figs
-from ui import state_lab_views as views
-from ui.context import current
-from ui.errors import guard
-from ui.explain import explainer
-from ui.progress import first_time
+from ui.heads import heads_view
+from ui.shared import frame, state
+from ui.state_lab import state_lab_data as data
+from ui.state_lab import state_lab_figures as figs
+from ui.state_lab import state_lab_views as views
+from ui.shared.context import current
+from ui.shared.errors import guard
+from ui.shared.explain import explainer
+from ui.shared.progress import first_time
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
@@ -106,6 +107,7 @@ COLORS = [figs.RULE_COLORS[r] for r in lab.RULES]  # one colour per rule on ever
 DASHED = [lab.RULES["delta"]]  # dashed, so the model's own rule stays visible where the two coincide (no gate)
 
 play = st.toggle("▶ Play (one token per second)", key="lab_play")
-picked_head = dict(ctx=ctx, text=text, layer=int(layer), head=int(head)) if mode == REAL else {}
+picked_head = dict(ctx=ctx, text=text, layer=int(layer), head=int(head),
+                   partner_of=heads_view.partner_head) if mode == REAL else {}
 view = views.LabView(x, traces, rule, tokens, where, COLORS, DASHED, real=mode == REAL, **picked_head)
 st.fragment(views.scrubber, run_every=1.0 if play else None)(view, play)  # Play reruns only the per-token views

@@ -34,7 +34,7 @@ def test_every_page_renders(monkeypatch, lm_dir, page):
         assert "Shakespeare" in at.caption[0].value and "256 tokens × 4 sequences" in at.caption[0].value
     if page == "pages/model.py":  # the key-dim bars' Notice, from the dks the page shows
         from analysis.models.load import TILE_ROWS
-        from ui import notice
+        from ui.shared import notice
         dks = [int(d) for d in at.table[0].value.loc["dk per head, by layer", "Value"].split(", ")]
         assert [c.value for c in at.caption if c.value.startswith("Notice:")] == [notice.key_dims(dks, TILE_ROWS)]
     if page == "pages/query_noise.py":  # more in tests/app/test_app_noise.py

@@ -17,8 +17,8 @@ from analysis.models.model_inputs import model_batch
 from analysis.models import load as models
 from analysis.inspect.states import collect_states
 from helpers.app import one_sentence, start
-from ui.keys import ModelKey
-from ui.prune_run import recovered_entry
+from ui.shared.keys import ModelKey
+from ui.prune.prune_run import recovered_entry
 from ui_fixtures import save_pruned_sample
 from family_cases.text_lm import tiny_config
 
@@ -40,7 +40,7 @@ def pruned(tmp_path_factory):
 @pytest.fixture(scope="module")
 def recovered(pruned):
     """The pruned model after a real 2-step recovery of its q/k rows, measured on a short test split, as the Prune
-    page's recovery job leaves it in the prune run (ui.prune_run.recovered_entry). qk at lr 1e-4: with these tiny
+    page's recovery job leaves it in the prune run (ui.prune.prune_run.recovered_entry). qk at lr 1e-4: with these tiny
     batches two LoRA steps (lora, lora-kd) do not improve validation, so recovery would keep step 0 (the pruned
     model itself) and the recovered column could not be told from the pruned one."""
     from analysis.shrink.prune_workflow import Evaluation, recover_and_measure
@@ -206,7 +206,7 @@ def test_rank_utilization_after_every_token_for_both_columns(monkeypatch, pruned
 
 
 def test_the_prune_pages_model_is_offered_and_compared(monkeypatch, pruned):
-    """The Prune page keeps its result in the session (ui.prune_run.SESSION); the picker offers it only then."""
+    """The Prune page keeps its result in the session (ui.shared.made_models); the picker offers it only then."""
     result, _ = pruned
     at = open_states(monkeypatch)
     assert at.selectbox(key="w:compare_with").options == ["none", "a saved model directory"]
@@ -234,7 +234,7 @@ def test_a_recovery_finished_while_away_from_the_prune_page_is_offered(monkeypat
     """The recovery job ended while the user was on States & rank: the picker moves its result into the prune run
     (as the Prune page's table would) and offers it; a recovery of another prune run is not taken."""
     from analysis.shrink.prune_workflow import Evaluation
-    from ui.jobs import Job
+    from ui.shared.jobs import Job
     result, _ = pruned
     original = models.load_model(str(SAMPLE), device="cpu")
     before = Evaluation("test", 32, 256, latency=False).measure(original, models.load_tokenizer(original))

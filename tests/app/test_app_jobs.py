@@ -8,7 +8,7 @@ import pytest
 
 from analysis.runtime.cancel import check
 from helpers.app import click, open_page, sensitivity_map, sensitivity_page, sweep_page, sweep_points
-from ui import jobs
+from ui.shared import jobs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "sweep_cache")
 

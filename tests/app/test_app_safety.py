@@ -19,7 +19,7 @@ def test_dashboard_binds_localhost_by_default_and_docker_exposes_it_deliberately
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["server"]["address"] == "127.0.0.1"
     run = subprocess.run(["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True)
-    assert re.search(r"-m ui.launch .*--server.address 127.0.0.1", run.stdout.replace("\\\n", " ")), run.stdout
+    assert re.search(r"-m ui.shared.launch .*--server.address 127.0.0.1", run.stdout.replace("\\\n", " ")), run.stdout
     run = subprocess.run(["make", "-n", "run", "ADDRESS=0.0.0.0"], cwd=ROOT, capture_output=True, text=True)
     assert "--server.address 0.0.0.0" in run.stdout
     for name in ("Dockerfile", "Dockerfile.cuda"):

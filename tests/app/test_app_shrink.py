@@ -3,7 +3,7 @@ import pytest
 
 import analysis.runs.sweep
 from helpers.app import charts, clean, click, open_page, sweep_page, sweep_points
-from ui import jobs
+from ui.shared import jobs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only", "sweep_cache")
 

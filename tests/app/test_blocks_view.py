@@ -1,7 +1,7 @@
 """Issue 12: a hybrid's Model page lists every block in order, softmax attention with its KV cache, no state."""
 from analysis.models.load import describe
 from family_cases.fla_hybrid import SOFTMAX_BLOCKS, make_model
-from ui.blocks import blocks_frame, hybrid_note
+from ui.shared.blocks import blocks_frame, hybrid_note
 
 
 def test_hybrid_blocks_table_and_note():

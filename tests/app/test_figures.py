@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from ui import figures
-from ui.labels import Provenance, caption, metric_title
-from ui.reduce import mean_std
+from ui.shared import figures
+from ui.shared.labels import Provenance, caption, metric_title
+from ui.shared.reduce import mean_std
 
 
 def test_key_dim_bars_mark_tile_boundaries():
@@ -96,12 +96,12 @@ def test_labels_and_reductions():
     ([], None, ("Local directory", "")),
 ])
 def test_default_model_choice(names, env, expected):
-    from ui.sidebar import default_choice
+    from ui.shared.sidebar import default_choice
     assert default_choice(names, env) == expected
 
 
 def test_default_model_choice_takes_a_directory(tmp_path):
-    from ui.sidebar import default_choice
+    from ui.shared.sidebar import default_choice
     assert default_choice(["a"], str(tmp_path)) == ("Local directory", str(tmp_path))
 
 

@@ -1,9 +1,9 @@
-"""`python -m ui.launch`: the dashboard server, with torch, transformers and fla imported before it serves."""
+"""`python -m ui.shared.launch`: the dashboard server, with torch, transformers and fla imported before it serves."""
 import subprocess
 import sys
 from pathlib import Path
 
-from ui import launch
+from ui.shared import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analysis.shrink.sensitivity import RESULTS_DIR, grid
-from ui import notice
+from ui.shared import notice
 
 
 def timed(dims, ms):
@@ -49,7 +49,7 @@ def measured(ppl: float, tokens: int = 2048) -> dict:
 
 
 def test_a_recovery_verdict_inside_its_noise_says_so():
-    from ui.shrink_report import recovery_verdict
+    from ui.shared.shrink_report import recovery_verdict
     change = {"delta_log_ppl": -0.0004, "se": 0.0012, "windows": 13, "tokens": 3328}
     tiny = recovery_verdict(measured(123.96), measured(123.95), change)
     assert tiny["verdict"] == "within noise" and "within noise" in tiny["text"] and "13 validation windows" in tiny["text"]
@@ -59,7 +59,7 @@ def test_a_recovery_verdict_inside_its_noise_says_so():
 
 
 def test_the_recovery_curve_does_not_zoom_into_noise():
-    from ui.recovery_view import loss_figure
+    from ui.prune.recovery_view import loss_figure
     train = [{"step": i, "loss": 4.8 - 0.001 * i, "ce": 4.8, "kd": None} for i in range(1, 5)]
     checks = [{"step": 0, "perplexity": 123.96}, {"step": 4, "perplexity": 123.90}]
     fig = loss_figure(train, checks)
@@ -108,7 +108,7 @@ def test_state_lab_series_are_drawn_only_where_valid_and_its_labels_cannot_colli
     """Item 7: the first- and second-order curves of the noise probe leave gaps outside their validity (as on the
     Query noise page), and the spectrum names τ·s₁ and the numerical rank in its legend, not as text on the plot
     (the two labels were drawn over each other)."""
-    from ui import state_lab_figures as figs
+    from ui.state_lab import state_lab_figures as figs
     x = [-10.0, 0.0, 10.0, 20.0]
     probe = {"snr_db": x, **{k: [1.0, 0.5, 0.1, 0.01] for k in ("mc_raw", "bound_raw", "mc_renorm", "first_order",
                                                                   "second_order")},

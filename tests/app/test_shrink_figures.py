@@ -5,10 +5,10 @@ import pytest
 
 from analysis.errors import AnalysisError
 from analysis.shrink.strategies import get_strategy
-from ui import shrink_figures as sf
-from ui.parse import number_list
-from ui.shrink_report import (KERNEL_ROW, before_after_table, latency_table, points_csv, points_json, recovery_verdict,
-                              sweep_table)
+from ui.shared import shrink_figures as sf
+from ui.shared.parse import number_list
+from ui.shared.shrink_report import (KERNEL_ROW, before_after_table, latency_table, points_csv, points_json,
+                                     recovery_verdict, sweep_table)
 
 
 def test_score_bars_split_kept_and_pruned_channels():

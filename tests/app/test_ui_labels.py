@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from analysis.inspect import noise_report
-from ui import noise_tables
+from ui.query_noise import noise_tables
 
 
 def test_closed_form_table_follows_the_direction_picker():
@@ -23,7 +23,7 @@ def test_closed_form_table_follows_the_direction_picker():
 
 
 def test_std_bands_are_clipped_at_the_metric_floor():
-    from ui import figures, scales
+    from ui.shared import figures, scales
     mean, std = [1.5, 3.0, 900.0], [200.0, 1.0, 300.0]  # κ: mean − std would reach −198.5
     fig = figures.metric_over_positions([0, 8, 16], mean, std, "κ", "t", bounds=scales.band_bounds("condition_number"))
     band = fig.data[0].y
@@ -33,13 +33,13 @@ def test_std_bands_are_clipped_at_the_metric_floor():
 
 
 def test_log_axes_label_decades_only():
-    from ui import figures
+    from ui.shared import figures
     fig = figures.singular_spectrum({"after token 7": [3.0, 0.5, 0.02]}, "t")
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1  # no bare "2"/"5" minor labels
 
 
 def test_many_legend_entries_grow_the_figure_instead_of_hiding():
-    from ui import figures
+    from ui.shared import figures
     curves = {f"after token {t}": [3.0, 1.0, 0.1] for t in range(6)}
     fig = figures.singular_spectrum(curves, "t", random_curves=curves)  # 12 entries
     assert fig.layout.legend.orientation == "v" and fig.layout.height >= figures.LEGEND_ROW_PX * 12
@@ -48,7 +48,7 @@ def test_many_legend_entries_grow_the_figure_instead_of_hiding():
 
 
 def test_a_local_directory_is_not_called_trained(tmp_path):
-    from ui.labels import weights_name
+    from ui.shared.labels import weights_name
     assert weights_name(str(tmp_path)) == "loaded weights"
     (tmp_path / "training.json").write_text("{}")
     assert weights_name(str(tmp_path)) == "trained"
@@ -56,7 +56,7 @@ def test_a_local_directory_is_not_called_trained(tmp_path):
 
 
 def test_spectrum_positions_snap_to_the_nearest_collected_position():
-    from ui.choices import snap_to
+    from ui.shared.choices import snap_to
     # stride 8 → 10 over 64 tokens: 8 and 32 move to 10 and 30 (not dropped, not 0); 63 stays the last token
     assert snap_to([8, 32, 63], [0, 10, 20, 30, 40, 50, 60, 63]) == ([10, 30, 63], [(8, 10), (32, 30)])
     # a shorter text: positions past its end become its last token, once
@@ -72,7 +72,7 @@ def test_a_short_text_is_read_whole_instead_of_refused():
 
 
 def test_positions_carry_their_tokens():
-    from ui import figures
+    from ui.shared import figures
     fig = figures.metric_over_positions([0, 1, 2], [0.1, 0.2, 0.3], [0, 0, 0], "u", "t", tokens=["The", " cat", "\n"])
     mean = fig.data[1]
     assert list(mean.text) == ["The", " cat", "'\\n'"] and "%{text}" in mean.hovertemplate
@@ -80,7 +80,7 @@ def test_positions_carry_their_tokens():
 
 
 def test_notice_lines_state_what_the_numbers_show():
-    from ui import notice
+    from ui.shared import notice
     m = 64
     one = np.full((2, 3), 1 / m)  # every head at u = 1/m, trained and random init alike (qwen35-hybrid-small's story)
     line = notice.rank_map("rank_utilization", "Rank utilization", one * 1.01, m, one)
@@ -97,14 +97,14 @@ def test_notice_lines_state_what_the_numbers_show():
 
 def test_head_meaning_only_where_value_and_key_heads_differ():
     from types import SimpleNamespace
-    from ui.blocks import head_meaning
+    from ui.shared.blocks import head_meaning
     hybrid = SimpleNamespace(heads=2, value_heads=4)
     assert "value head (0–3)" in head_meaning(hybrid, "value") and "key head (0–1)" in head_meaning(hybrid, "key")
     assert head_meaning(SimpleNamespace(heads=4, value_heads=4), "value") is None
 
 
 def test_importance_notices():
-    from ui import notice
+    from ui.shared import notice
     masks = {"L1": [1, 1, 0, 0], "Wanda": [1, 0, 1, 0]}
     assert "of the 2 channels each strategy keeps, 1 are kept by all 2; 3 of the 4" in notice.kept_masks(masks)
     line = notice.agreement(["A", "B", "C"], [[1, 0.5, 0.2], [0.5, 1, 0.3], [0.2, 0.3, 1]], 32, 64)
@@ -114,7 +114,7 @@ def test_importance_notices():
 
 
 def test_a_fixed_height_chart_with_many_entries_still_grows_its_legend():
-    from ui import state_lab_figures as figs
+    from ui.state_lab import state_lab_figures as figs
     x = [-10.0, 0.0, 10.0]
     probe = {"snr_db": x, **{k: [1.0, 0.3, 0.1] for k in ("mc_raw", "bound_raw", "mc_renorm", "first_order",
                                                            "second_order", "retrieval_raw")}, "first_valid": [True] * 3,
@@ -126,7 +126,7 @@ def test_a_fixed_height_chart_with_many_entries_still_grows_its_legend():
 
 def test_notice_lines_under_the_sweep_latency_and_sensitivity_charts():
     """Each Shrink chart gets its "Notice:" line from the numbers it shows (issue 23 item 5)."""
-    from ui import notice
+    from ui.shared import notice
     points = [{"strategy": "unpruned", "ratio": 0.0, "delta_vs_unpruned": 0.0},
               {"strategy": "l1", "ratio": 0.5, "delta_vs_unpruned": 0.002},
               {"strategy": "random", "ratio": 0.5, "delta_vs_unpruned": 0.68},
@@ -150,7 +150,7 @@ def test_notice_lines_under_the_sweep_latency_and_sensitivity_charts():
 
 def test_notice_under_the_key_dim_bars_counts_the_tiles_drawn():
     """Issue 20: the Model page's key-dim chart gets a Notice computed from the dks it draws."""
-    from ui import figures, notice
+    from ui.shared import figures, notice
     dks = [96, 128, 16]  # tiles of 64: 2, 2, 1; last tiles hold 32, 64, 16 rows
     line = notice.key_dims(dks, 64)
     drawn = sum(int(t.split()[0]) for t in figures.key_dim_bars(dks, 64).data[0].text)  # the bars' "N tiles" labels
@@ -167,7 +167,7 @@ def test_notice_under_the_key_dim_bars_counts_the_tiles_drawn():
 def test_notice_under_the_recovery_curve_reads_validation_and_loss():
     """Issue 20: the recovery curve's Notice: validation perplexity from step 0 to the best check (the one recover()
     keeps: strictly lower than every earlier check), and whether the training loss moved beyond its noise."""
-    from ui import notice
+    from ui.shared import notice
     checks = [{"step": 0, "perplexity": 40.0}, {"step": 10, "perplexity": 35.2}, {"step": 20, "perplexity": 36.0}]
     falling = [{"step": i + 1, "loss": 3 - 0.05 * i + 0.01 * (-1) ** i} for i in range(40)]
     line = notice.recovery(falling, checks)

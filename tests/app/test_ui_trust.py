@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from ui import memo, scales
+from ui.shared import memo, scales
 from ui_fixtures import save_tiny_lm
 
 
@@ -62,8 +62,8 @@ def test_the_sweep_takes_the_calibration_it_is_given(lm):
 
 
 def test_shared_calibration_is_the_one_the_other_pages_use(lm):
-    from ui import shrink
-    from ui.keys import ModelKey
+    from ui.shared import shrink
+    from ui.shared.keys import ModelKey
     key = ModelKey(str(lm), "cpu", "float32")
     steps = []
     first = shrink.calibration(key, shrink.CalibSettings(2, 256, 0), progress=lambda f, t: steps.append(t))
@@ -74,8 +74,8 @@ def test_shared_calibration_is_the_one_the_other_pages_use(lm):
 def test_shared_calibration_reports_its_passes_when_it_computes(lm):
     """The Sweep and Prune jobs see the calibration's per-layer progress on its first computation (big models
     spend minutes there), and nothing once it is stored."""
-    from ui import shrink
-    from ui.keys import ModelKey
+    from ui.shared import shrink
+    from ui.shared.keys import ModelKey
     key = ModelKey(str(lm), "cpu", "float32")
     steps = []
     shrink.shared_calibration(key, 3, seed=5, progress=lambda f, t: steps.append((f, t)))()
@@ -91,7 +91,7 @@ def test_a_rerun_requested_mid_computation_is_obeyed_only_after_the_work(monkeyp
     """A widget click during a long first computation must not throw the work away (it is stored first)."""
     from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
 
-    from ui import progress
+    from ui.shared import progress
     steps = progress.Steps("Collecting…")
 
     def rerun_requested(*_args, **_kwargs):

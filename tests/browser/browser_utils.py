@@ -18,7 +18,7 @@ IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 PAGES = [("Model", True), ("States & rank", True), ("Query noise", True), ("State lab", True), ("Channel importance", False),
          ("Prune", False), ("Sweep & latency", False)]  # (navigation label = page title, draws a chart)
 TIMEOUT_MS = 240_000
-LAUNCH = ("ui.launch",)  # `python -m ui.launch`, as `make run` and the Docker images start it
+LAUNCH = ("ui.shared.launch",)  # `python -m ui.shared.launch`, as `make run` and the Docker images start it
 COLD_LAUNCH = ("streamlit", "run", "app.py")  # no import warm-up (benchmarks/first_chart.py compares the two)
 
 

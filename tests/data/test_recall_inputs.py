@@ -38,8 +38,8 @@ def test_rank_on_deltanet_recall_runs_on_recall_sequences(capsys):
 
 def test_cli_and_dashboard_feed_the_same_recall_batch():
     """ui.batches (the dashboard) and the CLI go through model_inputs.model_batch: same ids, same label."""
-    from ui.batches import token_batch
-    from ui.keys import InputSpec
+    from ui.shared.batches import token_batch
+    from ui.shared.keys import InputSpec
     model = models.load_model("deltanet-recall")
     task = inputs.recall_task(model)
     ids, label = token_batch(model, None, InputSpec(kind="recall", sequences=3, seed=5), task)

@@ -197,7 +197,7 @@ def test_a_projection_onto_basis_rows_equals_keeping_those_channels(small):
 
 
 def test_lab_figures_mark_the_rank_the_token_and_label_log_axes_by_decade():
-    from ui import state_lab_figures as figs
+    from ui.state_lab import state_lab_figures as figs
     spec = figs.spectrum([4.0, 2.0, 1e-5, 0.0], 2, 1e-3, "t").to_plotly_json()
     assert spec["layout"]["yaxis"]["type"] == "log"
     rank = next(t for t in spec["data"] if t["name"] == "numerical rank 2")       # numerical rank 2, in the legend

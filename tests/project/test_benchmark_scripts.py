@@ -69,7 +69,7 @@ def test_gpu_check_scale_part_on_cuda():
 def test_first_chart_times_both_launches_and_prints_its_ratio_last():
     out = run("benchmarks/first_chart.py", "--repeats", "1", "--arrive-after", "0")
     rows = [line for line in out.splitlines() if line.startswith("  ")]
-    assert len(rows) == 4 and sum("warm (python -m ui.launch)" in r for r in rows) == 2, out
+    assert len(rows) == 4 and sum("warm (python -m ui.shared.launch)" in r for r in rows) == 2, out
     last = out.strip().splitlines()[-1]
     assert last.startswith("speedup_vs_reference: ") and float(last.split()[-1]) > 0
 

@@ -16,8 +16,8 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-# The dashboard's floors: analysis/ (the core) < ui/ (Streamlit-side helpers) < pages/ (one thin page per view)
-# < app.py. Every import anywhere in a file counts, function-local ones included.
+# The dashboard's floors: analysis/ (the core) < ui/ (Streamlit-side helpers, in rooms: see below) < pages/ (one
+# thin page per view) < app.py. Every import anywhere in a file counts, function-local ones included.
 DASHBOARD_FORBIDDEN = {"analysis": {"streamlit", "ui", "pages", "app"}, "ui": {"pages", "app"}, "pages": {"app"}}
 
 
@@ -25,6 +25,89 @@ def test_the_dashboard_imports_downwards_only():
     offenders = [f"{p.relative_to(ROOT)} imports {name}" for top, forbidden in DASHBOARD_FORBIDDEN.items()
                  for p in sorted((ROOT / top).rglob("*.py")) for name in sorted(imported_modules(p) & forbidden)]
     assert offenders == []
+
+
+# ui/ has rooms (issue 31): ui/<page>/ for each page of pages/ (what only that page draws), two rooms for features
+# that several pages show, and ui/shared/ for what every page uses. A room imports ui.shared and itself only;
+# ui.shared imports no room (ui.shared < ui.<room> < pages); a page imports ui.shared, its own room and the
+# features' rooms. Two rooms that need one thing take it from ui.shared (a model made on one page and read on
+# another goes through ui.shared.made_models).
+UI_SHARED = "shared"
+UI_FEATURE_ROOMS = {  # rooms beside the pages' own, and why each is one
+    "compare": '"Compare with": the loaded model beside a pruned version, on States & rank and on Query noise',
+    "heads": "the heads study: head groups on States & rank, the Heads view of Channel importance, the State "
+             "lab's partner head",
+}
+
+
+def ui_rooms(root: Path = ROOT) -> set[str]:
+    return {p.parent.name for p in (root / "ui").glob("*/*.py")}
+
+
+def ui_imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    """(line, module) for every ui module or package a file imports, function-local imports included; `from ui.x
+    import y` names ui.x.y, relative imports are resolved against the file's package."""
+    package = list(path.relative_to(root).parent.parts)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "ui"]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else node.module or ""
+            if base.split(".")[0] == "ui":
+                found += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+    return found
+
+
+def ui_room_offenders(root: Path = ROOT) -> list[str]:
+    """Every import from one ui room into another (ui.shared into any room included), and every page import
+    outside ui.shared, the page's own room and the feature rooms."""
+    offenders = []
+    checked = [(p, p.parent.name, {p.parent.name, UI_SHARED}) for p in sorted((root / "ui").glob("*/*.py"))]
+    checked += [(p, p.stem, {p.stem, UI_SHARED, *UI_FEATURE_ROOMS}) for p in sorted((root / "pages").glob("*.py"))]
+    for path, room, allowed in checked:
+        if room == UI_SHARED:
+            allowed = {UI_SHARED}
+        for line, module in ui_imports(path, root):
+            parts = module.split(".")
+            target = parts[1] if len(parts) > 1 else ""
+            if target not in allowed:
+                offenders.append(f"{path.relative_to(root)}:{line} imports {module} ({room} may import "
+                                 f"{', '.join(sorted(allowed))})")
+    return offenders
+
+
+def test_every_ui_module_lives_in_a_room():
+    assert sorted(p.name for p in (ROOT / "ui").glob("*.py")) == ["__init__.py"], "a ui module belongs in a room"
+    assert [p for p in (ROOT / "ui").glob("*/*/*.py")] == [], "a room is one folder of modules"
+    assert all((ROOT / "ui" / room / "__init__.py").exists() for room in ui_rooms())
+
+
+def test_the_ui_rooms_mirror_the_pages():
+    pages = {p.stem for p in (ROOT / "pages").glob("*.py")}
+    assert ui_rooms() == pages | set(UI_FEATURE_ROOMS) | {UI_SHARED}, "each page has its room in ui/"
+
+
+def test_no_ui_room_imports_another():
+    assert ui_room_offenders() == []
+
+
+def test_the_room_rule_catches_a_function_local_import(tmp_path):
+    """The checker itself: a function-local import of another room, a room imported by ui.shared, a relative
+    import out of a room and a page importing another page's room are all named; imports of ui.shared are not."""
+    files = {"ui/__init__.py": "", "ui/shared/__init__.py": "", "ui/shared/jobs.py": "from ui.prune import run\n",
+             "ui/prune/__init__.py": "", "ui/prune/run.py": "from ui.shared import jobs\nfrom . import run\n",
+             "ui/sweep/__init__.py": "", "ui/sweep/view.py": "def f():\n    import ui.prune.run\n",
+             "ui/states/__init__.py": "", "ui/states/view.py": "from ..prune import run\n",
+             "pages/sweep.py": "from ui.sweep import view\nfrom ui.prune import run\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = ui_room_offenders(tmp_path)
+    assert [f.split(" (")[0] for f in found] == [
+        "ui/shared/jobs.py:1 imports ui.prune.run", "ui/states/view.py:1 imports ui.prune.run",
+        "ui/sweep/view.py:2 imports ui.prune.run", "pages/sweep.py:2 imports ui.prune.run"], found
 
 
 # The core's floors, lowest first (issue 31): a package imports only packages on lower floors, never one beside it

@@ -146,7 +146,7 @@ def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
 @pytest.mark.usefixtures("one_torch_thread")
 def test_section_stops_and_resumes(monkeypatch, lm_dir):
     import analysis.shrink.sensitivity as core
-    from ui import jobs
+    from ui.shared import jobs
     real = core.sensitivity_points
     calls = []
 
@@ -247,7 +247,7 @@ def test_a_map_written_before_model_identity_is_still_matched_by_its_file_digest
 def test_map_cells_print_the_delta_the_colour_shows_with_its_paired_standard_error():
     """Issue 20: the cells printed perplexity while the colour was Δ nats/token."""
     from analysis.shrink.sensitivity import paired_difference
-    from ui.sensitivity_figure import sensitivity_heatmap
+    from ui.prune.sensitivity_figure import sensitivity_heatmap
     model, tok = build_tiny("delta_net"), data.load_tokenizer()
     s = MapSettings("l1", (0.5,), eval_tokens=256, context=64, calib_sequences=2, calib_tokens=64)
     points = list(sensitivity_points(model, tok, s))

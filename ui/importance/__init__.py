@@ -1,0 +1,1 @@
+"""The Channel importance page's views."""

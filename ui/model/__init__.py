@@ -1,0 +1,1 @@
+"""The Model page's parts (its report export)."""

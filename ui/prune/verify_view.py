@@ -1,0 +1,111 @@
+""""Verify and choose": a background job (named steps, Stop) that prunes with the plan in the inputs ("your plan")
+and, at its state bytes, the allocated, uniform and rank-suggested plans, measures each once on the map's split
+(the same tokens, paired standard errors over windows; measurements cached, so a new plan costs one), says
+which wins and whether by more than noise, and puts the winner into the per-layer inputs."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from analysis.errors import AnalysisError
+from analysis.shrink.allocate import allocate_and_choose, plans_beside
+from analysis.shrink.strategies import STRATEGIES
+from ui.shared import jobs, shrink
+from ui.prune import plan_history, plan_inputs
+from ui.shared.context import Context
+
+JOB = "verify"
+CHECK = "sensitivity_check"
+
+
+def signed(x) -> str:
+    """A loss cell: signed, or a dash with the reason (never a literal None)."""
+    return "— (a layer not on the map yet)" if x is None else f"{x:+.4f}"
+
+
+def section(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, round_to: int | None) -> None:
+    """plan: the inputs' plan {"ratios", "dims"}; smap: the map the section shows."""
+    key = json.dumps({"model": list(ctx.key), "strategy": smap["strategy"], "dims": plan["dims"], "round": round_to,
+                      "calib": list(calib), "map": smap["settings"]})
+    st.caption("**Verify and choose** prunes with your plan and, at its state bytes, the allocator's, the uniform "
+               "and the rank-suggested plans, and measures each on the map's split (validation; 4× its tokens).")
+    if jobs.controls(JOB, key, "Verify and choose", run_key="sens_verify"):
+        try:
+            _launch(ctx, calib, smap, plan, round_to, key)
+        except AnalysisError as exc:  # e.g. a plan the map cannot allocate around: one sentence, the page goes on
+            st.error(str(exc))
+    job = jobs.mine(JOB, key)
+    if job is not None and job.state == "done" and not job.taken:
+        choice = job.result["choice"]
+        st.session_state[CHECK] = {"key": ctx.key, "strategy": smap["strategy"], **choice, "report": job.result}
+        plan_history.record(ctx.key, plan_history.from_choice(job.result))
+        job.taken = True
+        plan_inputs.offer(choice["ratios"], ctx.key)
+        st.rerun()  # the inputs above take the chosen plan before they are drawn
+    if jobs.unsettled(job):
+        jobs.follow_in_status(job, f"Verify and choose: {job.label}…")
+    if job is not None and job.error:
+        st.error(job.error)
+    elif job is not None and job.state == "stopped":
+        st.info("Verify and choose was stopped; press it again to measure the plans (finished ones are cached).")
+    check = st.session_state.get(CHECK)
+    if check and check["key"] == ctx.key and check["strategy"] == smap["strategy"]:
+        _table(check)
+        st.download_button("Download allocation (JSON)", json.dumps(check["report"], indent=2),
+                           file_name=f"allocation-{smap['strategy']}.json", mime="application/json",
+                           on_click="ignore", key="verify_json")
+
+
+def _launch(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, round_to: int | None,
+            key: str) -> None:
+    """Resolved here in the script run (calibration, tokenizer, lock); the thread gets plain objects."""
+    use, strategy = shrink.using(ctx.key), smap["strategy"]
+    needs = STRATEGIES[strategy]
+    ms = smap["settings"]  # a recall map has no calib_tokens (the task fixes the length)
+    mine = ((calib.sequences, calib.seed) == (ms["calib_sequences"], ms["seed"])
+            and ms["calib_tokens"] in (None, calib.tokens))
+    # the shared calibration only when it is the map's own (else the core draws the map's, as the CLI does)
+    calibrated = shrink.calibration.bind(ctx.key, calib, _using=use) if needs.needs_calibration and mine else None
+    plans = plans_beside(smap, plan, round_to)[1]  # a plan the map cannot allocate around: one sentence, here
+    model, task = ctx.model, ctx.task
+
+    def work(job):
+        c = None
+        if calibrated is not None:
+            job.report(0.0, "calibrating…")
+            c = calibrated(progress=lambda f, text: job.report(0.0, f"calibrating: {text}"), cancel=job.cancelled)
+            if needs.needs_gradients:
+                with use.lock:
+                    c.gradients(cancel=job.cancelled)
+        with use.lock:  # the core's one allocate-and-choose workflow (the CLI's `prune --allocate` calls it too)
+            return allocate_and_choose(model, use.tokenizer, smap, None, round_to, task, c, progress=job.report,
+                                       cancel=job.cancelled, plan=plan)
+
+    jobs.launch(JOB, key, f"{len({tuple(p['dims']) for p in plans})} distinct plans of {ctx.name}", work)
+
+
+def _versus(c: dict) -> str:
+    d = c.get("paired_vs_chosen")
+    return "" if d is None else f"{d['delta_log_ppl']:+.4f} ± {d['se']:.4f}"
+
+
+def _table(check: dict) -> None:
+    rows = check["candidates"]
+    st.dataframe(pd.DataFrame({
+        "ratios": [", ".join(f"{r:.3g}" for r in c["ratios"]) for c in rows],
+        "dk'": [" ".join(map(str, c["dims"])) for c in rows],
+        "state bytes": [f"{c['state_bytes']:,}" for c in rows],
+        "predicted loss ± σ": [signed(c["predicted_loss"]) + (f" ± {c['predicted_uncertainty']:.4f}"
+                                                            if c["predicted_loss"] is not None else "") for c in rows],
+        "measured loss": [signed(c["measured_loss"]) for c in rows],
+        "vs chosen (paired)": [_versus(c) for c in rows],
+        "measured": [f"{c['measured_value']:.4f}" for c in rows],
+        "measured as": [c["same_as"] if c["same_as"] != c["name"] else "" for c in rows]},
+        index=pd.Index([c["name"] for c in rows], name="plan")), key="verify_table")
+    yours = f" {check['yours'][0].upper()}{check['yours'][1:]}." if check.get("yours") else ""
+    st.caption(f"{check['measure']} · unpruned {check['baseline_value']:.4f} · loss: Δ log perplexity (nats/token) or "
+               "drop in recall accuracy, against the unpruned model on the same tokens · vs chosen: paired difference "
+               "over windows, ± its standard error · plans with the same dk' are measured once (\"measured as\") · "
+               f"chosen: **{check['winner']}** ({check['reason']}); the per-layer inputs now hold it.{yours}")

@@ -1,0 +1,1 @@
+"""The Query noise page's views and tables."""

@@ -1,0 +1,86 @@
+"""`python -m ui.shared.launch [streamlit options]`: the dashboard server, with the core imported before it serves.
+
+Streamlit runs app.py only when a browser session connects, so under `streamlit run app.py` the first page
+waits for torch, transformers and fla to import (about 10 s on a laptop CPU, most of it fla). This launcher
+imports them first, then starts the server, which prints its URL when it listens: a page opened from that
+URL finds them done. They are imported in the main thread, before the server exists, on purpose: a
+background thread importing while a session's script imports the same packages can deadlock on Python's
+module locks, and on 2 cores it would only slow the page being served.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+
+
+def import_core() -> str:
+    """Import what every page needs; one sentence on how it went (a failure is left for the page to show)."""
+    start = time.perf_counter()
+    try:
+        import analysis
+        analysis.ready()  # torch, transformers, fla and the project's routing
+        import plotly.graph_objects  # noqa: F401  (the first chart's)
+    except Exception as error:  # noqa: BLE001  the page's own import shows it again, where the user looks
+        return f"Importing the analysis core failed ({type(error).__name__}: {error}); the dashboard will show why."
+    return f"Imported torch, transformers and fla in {time.perf_counter() - start:.1f} s."
+
+
+def main(argv: list[str]) -> int:
+    print("State-rank dashboard: importing torch, transformers and fla before the server starts "
+          "(about 10 s on a laptop CPU)…", file=sys.stderr, flush=True)
+    print(import_core(), file=sys.stderr, flush=True)
+    from streamlit.web import cli
+    sys.argv = ["streamlit", "run", str(APP), *argv]
+    try:
+        with jobs_told_at_once():
+            return cli.main()
+    finally:  # the server stopped (SIGTERM, Ctrl-C): end the background jobs before the interpreter does
+        stop_jobs()
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def jobs_told_at_once():
+    """While the server runs, SIGTERM and SIGINT first tell the running jobs to stop (their threads end within a
+    second, at the next window, batch or step), then reach the handler Streamlit installs: otherwise the jobs hear
+    of it only after Streamlit has shut its server down, seconds later on a loaded host."""
+    install = signal.signal
+
+    def chained(number, handler):
+        if number in STOP_SIGNALS and callable(handler):
+            def stop_jobs_first(signum, frame):
+                jobs = sys.modules.get("ui.shared.jobs")  # imported once a page ran: no jobs otherwise
+                if jobs is not None:  # in a thread: a handler that writes could interrupt a write of the main one
+                    threading.Thread(target=jobs.stop_all, args=(signal.Signals(signum).name,), daemon=True).start()
+                return handler(signum, frame)
+            return install(number, stop_jobs_first)
+        return install(number, handler)
+    signal.signal = chained
+    try:
+        yield
+    finally:
+        signal.signal = install
+
+
+def stop_jobs() -> None:
+    """Stop the dashboard's running jobs and wait for their threads (a Save runs in its script thread, which
+    the interpreter waits for anyway). Without this a job thread is killed inside a torch op at exit and the
+    process aborts with exit 134."""
+    jobs = sys.modules.get("ui.shared.jobs")  # imported only once a page ran: no jobs otherwise
+    if jobs is not None:
+        stopped = jobs.shutdown()
+        if stopped:
+            print(f"Stopped {stopped} running job{'s' if stopped != 1 else ''} before exiting.",
+                  file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

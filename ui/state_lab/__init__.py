@@ -1,0 +1,1 @@
+"""The State lab page: one head's state token by token."""

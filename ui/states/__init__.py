@@ -1,0 +1,1 @@
+"""The States & rank page's views."""

@@ -1,0 +1,1 @@
+"""The Sweep page: the perplexity sweep, the latency sweep and the equal-budget comparison."""
