@@ -8,8 +8,6 @@ from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
 from analysis.models.key_plan import plan_key_dims
 from ui.shared import frame, notice, shrink, shrink_figures, state
-from ui.heads import heads_view
-from ui.importance import importance_view
 from ui.shared.batches import recall_label
 from ui.shared.blocks import head_meaning
 from ui.shared.choices import multi_choice
@@ -17,6 +15,8 @@ from ui.shared.context import current
 from ui.shared.errors import guard
 from ui.shared.explain import explainer
 from ui.shared.labels import Provenance, caption
+from ui.heads import heads_view
+from ui.importance import importance_view
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

@@ -8,11 +8,11 @@ from analysis.archs.recurrence_words import words
 from analysis.archs.kernels import kernel_spec
 from analysis.models.load import TILE_ROWS
 from ui.shared import figures, frame, notice
-from ui.model import report_export
 from ui.shared.blocks import blocks_frame
 from ui.shared.context import current
 from ui.shared.explain import explainer
 from ui.shared.navigation import PAGES
+from ui.model import report_export
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

@@ -5,9 +5,9 @@ import streamlit as st
 from analysis.shrink.head_prune import plan_head_counts, unchanged_heads
 from analysis.models.key_plan import plan_key_dims, unchanged_plan
 from ui.shared import cache, frame, made_models, shrink
-from ui.prune import plan_history, plan_view, prune_form, prune_run, prune_save, sensitivity_view
 from ui.shared.context import current
 from ui.shared.errors import guard
+from ui.prune import plan_history, plan_view, prune_form, prune_run, prune_save, sensitivity_view
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

@@ -6,13 +6,13 @@ import streamlit as st
 
 from analysis.linalg.noise import VALIDITY_TOL
 from ui.shared import cache, figures, frame, notice, rank_card_view, state
-from ui.compare import compare, compare_views
-from ui.query_noise import noise_tables, noise_view
-from ui.shared.scales import TAU
 from ui.shared.clicks import click, clicked_for
 from ui.shared.context import current
 from ui.shared.errors import guard
 from ui.shared.labels import caption
+from ui.shared.scales import TAU
+from ui.compare import compare, compare_views
+from ui.query_noise import noise_tables, noise_view
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

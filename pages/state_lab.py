@@ -4,15 +4,15 @@ import streamlit as st
 from analysis.inspect import state_lab as lab
 from analysis.archs import adapter_for
 from analysis.archs.recurrence_words import words
-from ui.heads import heads_view
 from ui.shared import frame, state
-from ui.state_lab import state_lab_data as data
-from ui.state_lab import state_lab_figures as figs
-from ui.state_lab import state_lab_views as views
 from ui.shared.context import current
 from ui.shared.errors import guard
 from ui.shared.explain import explainer
 from ui.shared.progress import first_time
+from ui.heads import heads_view
+from ui.state_lab import state_lab_data as data
+from ui.state_lab import state_lab_figures as figs
+from ui.state_lab import state_lab_views as views
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

@@ -3,17 +3,17 @@ import streamlit as st
 
 from analysis.linalg.rank import METRIC_INFO
 from analysis.linalg.rank_card import HEADLINE
-from ui.compare import compare as side_by_side
-from ui.compare import compare_views
 from ui.shared import frame, scales, state
-from ui.heads import heads_view
-from ui.states import states_views
 from ui.shared.blocks import head_meaning, hybrid_note
 from ui.shared.context import current, traced
 from ui.shared.explain import explainer
 from ui.shared.reduce import mean_std
+from ui.compare import compare as side_by_side
+from ui.compare import compare_views
+from ui.heads import heads_view
+from ui.states import states_views
 
-TAU = scales.TAU  # the numerical-rank threshold of the collected metrics (ui.cache uses the core's default)
+TAU = scales.TAU  # the numerical-rank threshold of the collected metrics (ui.shared.cache uses the core's default)
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

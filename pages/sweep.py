@@ -2,9 +2,9 @@
 The page reads state, starts the jobs and draws; ui/sweep_view.py and ui/latency_view.py hold the parts."""
 import streamlit as st
 
-from ui.sweep import budget_view, latency_view, sweep_view
 from ui.shared import frame
 from ui.shared.context import current
+from ui.sweep import budget_view, latency_view, sweep_view
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 

@@ -33,7 +33,7 @@ def navigation_only(monkeypatch, request):
 
     AppTest re-detects the legacy pages/ directory before every run, so from the second run on it runs the
     current page file directly (legacy multipage mode, what a deep link does on a fresh server), and the
-    page has to re-enter app.py itself (ui.frame). One test keeps that mode; the others see the steady state.
+    page has to re-enter app.py itself (ui.shared.frame). One test keeps that mode; the others see the steady state.
     """
     if request.node.name == "test_legacy_pages_mode_still_renders_inside_the_frame":
         return
@@ -48,7 +48,7 @@ def navigation_only(monkeypatch, request):
 
 @pytest.fixture
 def caches_only_in_script_runs(monkeypatch):
-    """Any st.cache_data / st.cache_resource call (ui.memo's stores included) from a thread without a script
+    """Any st.cache_data / st.cache_resource call (ui.shared.memo's stores included) from a thread without a script
     run context fails, and is recorded (a job catches the error, so the test checks the record too)."""
     outside = []
     from streamlit.runtime.caching.cache_utils import CachedFunc

@@ -162,7 +162,7 @@ def test_latency_sweep_draws_points_with_tile_boundaries(monkeypatch, lm_dir):
     at.number_input(key="w:latency_tokens").set_value(64).run()
     click(at, "latency:run")
     [spec] = [s for s in charts(at) if "kernel time vs key dim" in s["layout"]["title"]["text"]]
-    title = spec["layout"]["title"]["text"].replace("<br>", " ")  # long titles wrap (ui.figures.wrap_title)
+    title = spec["layout"]["title"]["text"].replace("<br>", " ")  # long titles wrap (ui.shared.figures.wrap_title)
     assert spec["data"][0]["x"] == [16, 80] and "on CPU (float32, B1 T64" in title
     assert [s["x0"] for s in spec["layout"]["shapes"]] == [64]
     assert spec["layout"]["xaxis"]["title"]["text"] == "key dim dk per head (channels)"

@@ -1,4 +1,4 @@
-"""Issue 13 under AppTest: emptied multiselects stay empty (every page using ui.state), "All" refills them."""
+"""Issue 13 under AppTest: emptied multiselects stay empty (every page using ui.shared.state), "All" refills them."""
 import pytest
 
 from helpers.app import clean, open_page

@@ -37,7 +37,7 @@ def test_rank_on_deltanet_recall_runs_on_recall_sequences(capsys):
 
 
 def test_cli_and_dashboard_feed_the_same_recall_batch():
-    """ui.batches (the dashboard) and the CLI go through model_inputs.model_batch: same ids, same label."""
+    """ui.shared.batches (the dashboard) and the CLI go through model_inputs.model_batch: same ids, same label."""
     from ui.shared.batches import token_batch
     from ui.shared.keys import InputSpec
     model = models.load_model("deltanet-recall")

@@ -3,8 +3,8 @@ comparison model it resolves, its states on the loaded model's own token ids, an
 
 The comparison model is this session's result from the Prune page, or that result after the Prune page's
 recovery (both kept in the session, never shared, on the loaded model's device and dtype: pruning and recovery
-keep them), or a saved directory (loaded read-only through ui.cache on the loaded model's device and dtype).
-None is ever mutated: state collection only reads it, under ui.cache.compute_lock. Each has its own cache
+keep them), or a saved directory (loaded read-only through ui.shared.cache on the loaded model's device and dtype).
+None is ever mutated: state collection only reads it, under ui.shared.cache.compute_lock. Each has its own cache
 identity (Side.id), so the recovered model's states are never taken for the plain pruned model's.
 """
 from __future__ import annotations
@@ -20,13 +20,13 @@ from analysis.errors import AnalysisError
 from analysis.io.writes import show
 from ui.shared import cache, state
 from ui.shared.batches import display_name
-from ui.shared.made_models import pruned_run, take_recovery
-from ui.compare.compare_table import GAIN_SNR_DB, delta_table
 from ui.shared.context import Context, traced, traced_every_token
 from ui.shared.errors import guard
 from ui.shared.labels import Provenance, caption
+from ui.shared.made_models import pruned_run, take_recovery
 from ui.shared.progress import first_time
 from ui.shared.sides import Side
+from ui.compare.compare_table import GAIN_SNR_DB, delta_table
 
 NONE, PRUNED, RECOVERED, DIRECTORY = "none", "pruned", "recovered", "directory"
 CHOICE_LABELS = {NONE: "none", PRUNED: "the model pruned on the Prune page",

@@ -8,11 +8,11 @@ import streamlit as st
 from analysis.linalg.rank import METRIC_INFO
 from analysis.linalg.rank_card import HEADLINE, HEADLINE_NAME
 from ui.shared import figures, scales
-from ui.compare.compare import provenance, traced_side_every_token
 from ui.shared.context import Context
 from ui.shared.labels import caption, metric_title
 from ui.shared.reduce import mean_std
 from ui.shared.sides import Side
+from ui.compare.compare import provenance, traced_side_every_token
 
 
 def difference_map(ctx: Context, sides: tuple[Side, Side], data: dict, data_other: dict,

@@ -1,7 +1,7 @@
 """The heads study on the pages: head groups on States & rank, the Heads view of Channel importance, and the
 partner head of the State lab. Computed by the core's one workflow (analysis.runs.head_study) with the CLI's
 defaults (`python -m analysis heads MODEL`: three inputs, 4 × 256 tokens each, seed 0), so the page and the
-CLI's JSON show the same groups; stored once per server process (ui.memo) and shared read-only."""
+CLI's JSON show the same groups; stored once per server process (ui.shared.memo) and shared read-only."""
 from __future__ import annotations
 
 import pandas as pd
@@ -12,12 +12,12 @@ from analysis.runs.head_study import heads_study
 from analysis.shrink.head_importance import head_importance_report
 from analysis.shrink.head_strategies import get_head_strategy
 from ui.shared import cache, memo, shrink, shrink_figures, state
-from ui.heads import heads_figures
 from ui.shared.choices import multi_choice
 from ui.shared.context import Context
 from ui.shared.errors import guard
 from ui.shared.keys import ModelKey
 from ui.shared.progress import first_time
+from ui.heads import heads_figures
 
 TOKENS, SEQUENCES, SEED = 256, 4, 0   # the CLI's defaults
 

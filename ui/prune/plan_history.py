@@ -14,10 +14,10 @@ import streamlit as st
 
 from analysis.io import reads, writes
 from analysis.shrink import plan_points
-from ui.prune import plan_inputs
 from ui.shared import state
 from ui.shared.context import Context
 from ui.shared.keys import ModelKey
+from ui.prune import plan_inputs
 from ui.prune.plan_figure import history_figure
 
 HISTORY = "plan_history"         # model path -> {point id: point}, in the order measured
@@ -64,7 +64,7 @@ def gathered(ctx: Context) -> list[dict]:
     """This session's points of the model, its sweeps in this session, and its saved models."""
     points = list(st.session_state.get(HISTORY, {}).get(ctx.key.path, {}).values())
     here = (ctx.key.path, ctx.key.device, ctx.key.dtype)  # the model whatever its memory budget
-    for n, (key, sweep) in enumerate(st.session_state.get("sweep_results", {}).items()):  # ui.sweep_view's
+    for n, (key, sweep) in enumerate(st.session_state.get("sweep_results", {}).items()):  # ui.sweep.sweep_view's
         settings = json.loads(key)
         if sweep and (settings["path"], settings["device"], settings["dtype"]) == here:
             points += plan_points.from_sweep(sweep, f"sweep {n + 1}")

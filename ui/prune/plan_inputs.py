@@ -1,4 +1,4 @@
-"""The per-layer ratio inputs of the Prune page, remembered per model (ui.state scope = the model's path):
+"""The per-layer ratio inputs of the Prune page, remembered per model (ui.shared.state scope = the model's path):
 the Suggest, Allocate and Verify buttons fill them; a model never shows another model's plan."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def held(n_layers: int, key: ModelKey) -> list:
     return [state.get(name(i), scope=scope(key)) for i in range(n_layers)]
 
 
-MODE, PER_LAYER = "prune_mode", "Per layer"  # the Prune page's Uniform / Per layer radio (ui.prune_form)
+MODE, PER_LAYER = "prune_mode", "Per layer"  # the Prune page's Uniform / Per layer radio (ui.prune.prune_form)
 PENDING = "plan_inputs_pending"  # (scope, ratios) a job chose: applied before the inputs are drawn next
 
 
@@ -47,7 +47,7 @@ def restore(ratios, strategy: str, key: ModelKey) -> None:
     """A plan chosen on the history chart (from its click callback): its strategy, exact key dims (no rounding)
     and ratios into the inputs, in per-layer mode."""
     fill(ratios, key)
-    state.choose("prune_kind", "channels")  # ui.prune_form's Plan radio: key channels only
+    state.choose("prune_kind", "channels")  # ui.prune.prune_form's Plan radio: key channels only
     state.choose(MODE, PER_LAYER)
     state.choose("prune_strategy", strategy)
     state.choose("prune_round", 0)

@@ -14,10 +14,10 @@ from analysis.shrink.prune import usable_strategies
 from analysis.models.key_plan import ROUNDINGS, tiles
 from analysis.shrink.sensitivity import shipped_strategies
 from analysis.shrink.strategies import STRATEGIES
-from ui.prune import plan_inputs
 from ui.shared import shrink, shrink_figures, state, task_inputs
 from ui.shared.context import Context
 from ui.shared.explain import explainer
+from ui.prune import plan_inputs
 from ui.prune.ratios import per_layer_ratios
 
 

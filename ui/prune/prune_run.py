@@ -17,12 +17,12 @@ from analysis.shrink.head_prune import HeadPlan
 from analysis.shrink.head_strategies import get_head_strategy
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import jobs, made_models, notice, shrink, state
-from ui.prune import plan_history
 from ui.shared.context import Context
 from ui.shared.labels import readout_label
+from ui.shared.shrink_report import before_after_table, kernel_label, recovery_verdict
+from ui.prune import plan_history
 from ui.prune.prune_form import Choices, Evaluation
 from ui.prune.recovery_view import METHOD_LABELS, loss_figure
-from ui.shared.shrink_report import before_after_table, kernel_label, recovery_verdict
 
 
 def _record_recovery(run: dict) -> None:

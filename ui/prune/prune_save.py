@@ -10,11 +10,11 @@ from analysis.io import writes
 from analysis.io.export import carry_recall_task, model_zip
 from analysis.shrink.prune import pruning_metadata
 from analysis.io.model_dir import save_model
-from ui.prune import save_guard
 from ui.shared import state
 from ui.shared.context import Context
 from ui.shared.errors import guard
 from ui.shared.shrink_report import recovery_verdict
+from ui.prune import save_guard
 
 PRUNED, RECOVERED = "pruned", "recovered"
 

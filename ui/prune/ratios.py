@@ -7,10 +7,10 @@ import streamlit as st
 
 from analysis.errors import AnalysisError
 from analysis.shrink.suggest import suggest
-from ui.prune import plan_inputs
 from ui.shared import shrink, state
 from ui.shared.blocks import layer_name
 from ui.shared.context import Context
+from ui.prune import plan_inputs
 
 ERROR_KEY = "suggest_error"
 NOTE_KEY = "suggest_note"  # (note, unrounded ratios) when tile rounding changed the last suggestion
@@ -30,7 +30,7 @@ def _suggest(profile: list[float], round_to: int | None, dims: list[int], key) -
 
 
 def per_layer_ratios(ctx: Context, round_to: int | None, calib: shrink.CalibSettings) -> list[float]:
-    """One row per layer: its rank utilization (the one rank profile, ui.shrink.rank_profile) as a bar next to
+    """One row per layer: its rank utilization (the one rank profile, ui.shared.shrink.rank_profile) as a bar next to
     its ratio input; returns the ratios."""
     dims = ctx.info.head_k_dims
     profile = [math.nan if r["rank_utilization"] is None else r["rank_utilization"]

@@ -2,9 +2,9 @@
 
 The map's points live in session state per (model, settings); the bundled samples' maps ship in
 sample_models/results/ and are shown at once when the model and settings match. The "Allocate from
-sensitivity" button beside "Suggest from rank" (ui.ratios) calls `allocate_into_inputs`, which fills
+sensitivity" button beside "Suggest from rank" (ui.prune.ratios) calls `allocate_into_inputs`, which fills
 the per-layer ratio inputs from the current map; "Verify and choose" prunes with that allocation, the
-uniform plan and the rank-suggested plan (same budget) as a background job (ui.verify_view).
+uniform plan and the rank-suggested plan (same budget) as a background job (ui.prune.verify_view).
 """
 from __future__ import annotations
 
@@ -19,17 +19,17 @@ from analysis.shrink.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RE
                                   compute_map, grid, load_shipped, shipped_strategies)
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import jobs, notice, shrink, state
-from ui.prune import plan_inputs, verify_view
 from ui.shared.context import Context
 from ui.shared.parse import number_list
-from ui.prune.sensitivity_figure import sensitivity_heatmap
 from ui.shared.points import merged
+from ui.prune import plan_inputs, verify_view
+from ui.prune.sensitivity_figure import sensitivity_heatmap
 
 JOB = "sensitivity"
 RESULTS = "sensitivity_results"      # settings key -> {"points": [...], "profile": [...] | None, "source": str}
 CURRENT = "sensitivity_current"      # {"key": ModelKey, "map": dict}: what the Allocate button reads
 CHECK = verify_view.CHECK
-ERROR_KEY = "suggest_error"          # shared with ui.ratios: the error line under the two buttons
+ERROR_KEY = "suggest_error"          # shared with ui.prune.ratios: the error line under the two buttons
 EVIDENCE = RESULTS_DIR / "sensitivity-evidence.json"
 
 

@@ -13,8 +13,8 @@ from analysis.errors import AnalysisError
 from analysis.shrink.allocate import allocate_and_choose, plans_beside
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import jobs, shrink
-from ui.prune import plan_history, plan_inputs
 from ui.shared.context import Context
+from ui.prune import plan_history, plan_inputs
 
 JOB = "verify"
 CHECK = "sensitivity_check"

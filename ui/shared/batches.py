@@ -1,6 +1,6 @@
 """Token batches for an InputSpec: real text through the model's tokenizer, or synthetic recall sequences.
 
-No streamlit here; ui.cache wraps these. Recall models (trained by `python -m analysis train --task
+No streamlit here; ui.shared.cache wraps these. Recall models (trained by `python -m analysis train --task
 recall`) have no tokenizer: their training.json names the task, and they read recall sequences only.
 """
 from __future__ import annotations

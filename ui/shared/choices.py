@@ -1,4 +1,4 @@
-"""A multiselect that can be emptied, with "only" and "all" shortcuts, for a remembered choice (see ui.state).
+"""A multiselect that can be emptied, with "only" and "all" shortcuts, for a remembered choice (see ui.shared.state).
 
 Picking one strategy out of six takes one click on its "only" pill instead of five chip removals; "All"
 brings every option back. An empty selection stays empty (the page says what to pick) instead of

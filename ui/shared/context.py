@@ -32,7 +32,7 @@ def no_model_message() -> str:
 class Context:
     key: ModelKey
     name: str
-    model: object          # shared across sessions: never mutate (see ui.cache)
+    model: object          # shared across sessions: never mutate (see ui.shared.cache)
     info: models.ArchitectureInfo
     spec: InputSpec
     task: RecallTask | None  # set for recall models, which read synthetic sequences instead of text

@@ -1,8 +1,8 @@
 """Streamlit-side caches and controls shared by the Shrink pages (importance, prune, sweep).
 
 Calibration is computed once per (model, settings) and shared by every session, like the model itself
-(ui.memo, so its first run can show per-layer progress; read-only afterwards: the strategies only read it). Work on the shared model
-runs under ui.cache.compute_lock; pruning always builds a new model, so the shared one never changes.
+(ui.shared.memo, so its first run can show per-layer progress; read-only afterwards: the strategies only read it). Work on the shared model
+runs under ui.shared.cache.compute_lock; pruning always builds a new model, so the shared one never changes.
 A job's thread never calls Streamlit: the page resolves `using(key)` and `fn.bind(...)` in its script run
 and the thread works with those plain objects.
 """
@@ -38,7 +38,7 @@ class Using(NamedTuple):
     """The shared objects work on a model needs, resolved in a script run (st caches) for a job's thread."""
     model: object
     tokenizer: object  # None for a recall model
-    lock: object       # ui.cache.compute_lock()
+    lock: object       # ui.shared.cache.compute_lock()
 
 
 def using(key: ModelKey) -> Using:

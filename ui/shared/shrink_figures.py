@@ -1,6 +1,6 @@
 """Pure plotly builders for the Shrink pages (importance, prune, sweep): lists in, go.Figure out.
 
-Same conventions as ui.figures (no streamlit, no torch): every axis has a title with its unit, and PCA,
+Same conventions as ui.shared.figures (no streamlit, no torch): every axis has a title with its unit, and PCA,
 which rotates the channels instead of choosing some, is labelled "rotation, not axis-aligned" wherever
 it appears.
 """

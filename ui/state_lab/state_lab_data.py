@@ -1,6 +1,6 @@
 """The State lab's cached computations: one observation per (model, text), one trace per head, computed once per
-server process (ui.memo: shared, read-only), so a scrubber step only indexes them; and the prepared texts with the
-callbacks that keep the prepared-sentence box and the text box in step."""
+server process (ui.shared.memo: shared, read-only), so a scrubber step only indexes them; and the prepared texts
+with the callbacks that keep the prepared-sentence box and the text box in step."""
 from __future__ import annotations
 
 import streamlit as st

@@ -10,10 +10,10 @@ from analysis.inspect import state_lab as lab
 from analysis.archs import adapter_for
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import state
-from ui.state_lab import state_lab_data as data
-from ui.state_lab import state_lab_figures as figs
 from ui.shared.errors import guard
 from ui.shared.progress import first_time
+from ui.state_lab import state_lab_data as data
+from ui.state_lab import state_lab_figures as figs
 
 
 J_FOLLOWS = "lab_j_follows"  # the token t the probe's token j last followed

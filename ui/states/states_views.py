@@ -10,10 +10,10 @@ from analysis.linalg.rank import METRIC_INFO
 from analysis.linalg.rank_card import HEADLINE
 from ui.shared import figures, notice, rank_card_view, scales, state
 from ui.shared.choices import multi_choice, snap_to
-from ui.shared.sides import Side
 from ui.shared.context import Context, traced_every_token
 from ui.shared.labels import Provenance, caption, metric_title, weights_name
 from ui.shared.reduce import mean_std
+from ui.shared.sides import Side
 
 HEATMAP_KEY = "rank_heatmap"  # the clickable map's chart key: its selection is read on the next run
 

@@ -14,11 +14,11 @@ from analysis.runs.budget_sweep import budget_sweep, plans
 from analysis.shrink.head_strategies import get_head_strategy
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
-from ui.sweep.budget_figure import budget_chart
 from ui.shared import jobs, shrink, state
 from ui.shared.context import Context
 from ui.shared.errors import guard
 from ui.shared.parse import number_list
+from ui.sweep.budget_figure import budget_chart
 
 AXES = {"both": "dk, heads and mixed", "dk": "dk only", "heads": "heads only"}
 

@@ -10,8 +10,8 @@ from ui.shared import cache, jobs, notice, shrink, shrink_figures, state
 from ui.shared.context import Context
 from ui.shared.errors import guard
 from ui.shared.parse import number_list
-from ui.shared.shrink_report import latency_table
 from ui.shared.points import merged
+from ui.shared.shrink_report import latency_table
 from ui.sweep.sweep_view import downloads, styled
 
 LATENCY_FORMATS = {"median (ms)": "{:.3f}", "IQR (ms)": "{:.3f}", "min (ms)": "{:.3f}", "max (ms)": "{:.3f}"}

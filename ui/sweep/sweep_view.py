@@ -16,8 +16,8 @@ from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import jobs, notice, shrink, shrink_figures, state, task_inputs
 from ui.shared.context import Context
-from ui.shared.explain import explainer
 from ui.shared.errors import guard
+from ui.shared.explain import explainer
 from ui.shared.parse import number_list
 from ui.shared.points import merged
 from ui.shared.shrink_report import points_csv, points_json, sweep_table
