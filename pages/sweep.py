@@ -1,5 +1,5 @@
 """Sweep & latency: perplexity vs pruning ratio per strategy, and kernel latency vs key dim, drawn live.
-The page reads state, starts the jobs and draws; ui/sweep_view.py and ui/latency_view.py hold the parts."""
+The page reads state, starts the jobs and draws; ui/sweep/ holds the parts."""
 import streamlit as st
 
 from ui.shared import frame

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_core_is_imported_before_the_server_starts():
-    probe = ("import sys; from ui import launch; assert 'fla' not in sys.modules; print(launch.import_core()); "
+    probe = ("import sys; from ui.shared import launch; assert 'fla' not in sys.modules; print(launch.import_core()); "
              "import analysis.archs.install as r; "
              "print(all(m in sys.modules for m in ('torch', 'transformers', 'fla', 'plotly.graph_objects')), r._ready)")
     run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -1,7 +1,7 @@
 """The States & rank page's views: the final-state maps (one model, beside its random-init copy or a compared
 model), a heatmap click choosing the drill-in's head, the spectrum position picker that follows a new stride,
 and one model's drill-in (metric over positions | spectrum). The side-by-side drill-in and difference map live
-in ui/compare_views.py."""
+in ui/compare/compare_views.py."""
 from __future__ import annotations
 
 import streamlit as st
