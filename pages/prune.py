@@ -41,7 +41,7 @@ prune_run.prune_job(ctx, choice, planned, settings, ev, tok, heads)
 run = made_models.pruned_run()
 run = run if run and run["key"] == ctx.key else None
 if run:
-    made_models.take_recovery(run)  # before the history draws, so a finished recovery is a point there
+    prune_run.take_recovery(run)  # before the history draws, so a finished recovery is a point there
 plan_history.section(ctx, choice.strategy, plans)
 if not run:
     st.info("Set the ratios and press **Prune**: the before/after comparison, recovery and saving appear here.")

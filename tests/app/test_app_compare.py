@@ -250,6 +250,27 @@ def test_a_recovery_finished_while_away_from_the_prune_page_is_offered(monkeypat
     at.run()
     assert "pruned + qk recovery (2 steps)" in at.selectbox(key="w:compare_with").options
     assert job.taken and at.session_state["pruned"]["recovered"] is recovered
+    assert "plan_history" not in at.session_state  # Compare only takes it: the Prune page records its point
+
+    # the Prune page, asking for the recovery on each run, records it once in its history of plans
+    points = prune_page_history(at.session_state["pruned"])
+    assert [(p["source"], p["label"]) for p in points] == [("recovered", "recovery 1 (2 steps)")], points
+
+
+def prune_page_history(run: dict) -> list[dict]:
+    """The history of plans after the Prune page's take_recovery ran twice (two reruns) for `run`."""
+    from streamlit.testing.v1 import AppTest
+
+    def script():
+        import streamlit as st
+        from ui.prune import prune_run
+        for _ in range(2):
+            prune_run.take_recovery(st.session_state["pruned"])
+    at = AppTest.from_function(script)
+    at.session_state["pruned"] = run
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return [p for held in at.session_state["plan_history"].values() for p in held.values()]
 
 
 def final_utilization(model) -> np.ndarray:

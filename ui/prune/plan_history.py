@@ -26,6 +26,7 @@ CHART = "plan_history_chart"     # the chart's key: its selection is read by `_r
 GROUP = "plan_history_group"     # which measurement the chart shows
 SEEN = "plan_history_seen"       # points already shown: a new one switches the chart to its measurement
 RESTORED = "plan_history_restored"  # (sentence, restored?) a chart click leaves for the next run
+RECOVERIES = "plan_history_recoveries"  # ids of the recoveries recorded: each is one point
 SHOWN_PREDICTIONS = ("your plan", "sensitivity-allocated")  # predicted markers: the plan typed, the allocator's
 
 
@@ -53,8 +54,13 @@ def record_prune(key: ModelKey, run: dict) -> None:
 
 
 def record_recovery(key: ModelKey, run: dict) -> None:
-    """A finished recovery of a prune run (its measurement uses the prune's before as the unpruned model)."""
+    """A finished recovery of a prune run (its measurement uses the prune's before as the unpruned model); once
+    per recovery, however often the page asks."""
     rec, result = run["recovered"], run["result"]
+    recorded = st.session_state.setdefault(RECOVERIES, set())
+    if rec["id"] in recorded:
+        return
+    recorded.add(rec["id"])
     record(key, [plan_points.from_measures("recovered", f"{_label('recovery')} ({rec['steps']} steps)",
                                            result.strategy, run["before"], rec["measure"],
                                            head_strategy=(result.info.get("heads") or {}).get("strategy"))])

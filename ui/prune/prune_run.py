@@ -25,14 +25,6 @@ from ui.prune.prune_form import Choices, Evaluation
 from ui.prune.recovery_view import METHOD_LABELS, loss_figure
 
 
-def _record_recovery(run: dict) -> None:
-    """A recovery taken into the prune run (here or by a "Compare with" picker) is a point in the history of plans."""
-    plan_history.record_recovery(run["key"], run)
-
-
-made_models.on_recovery(_record_recovery)
-
-
 def core_evaluation(ev: Evaluation, pairs: tuple | None) -> CoreEvaluation:
     """The page's evaluation settings as the core workflow's (test split; recall pairs for a recall model)."""
     return CoreEvaluation("test", ev.context, ev.max_tokens, pairs, ev.recall_sequences, ev.timed, ev.tasks)
@@ -94,6 +86,15 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
         st.info(f"The prune of {job.label} was stopped before it finished; press **Prune** to run it again.")
 
 
+def take_recovery(run: dict) -> dict | None:
+    """A finished recovery of this prune run, moved into it (ui.shared.made_models), and a point in the history of
+    plans (once, whichever page took it: a "Compare with" picker takes it without recording it)."""
+    recovered = made_models.take_recovery(run)
+    if recovered is not None:
+        plan_history.record_recovery(run["key"], run)
+    return recovered
+
+
 def recovered_entry(run_id: str, done, settings: RecoverySettings) -> dict:
     """What a finished recovery leaves in the prune run (run["recovered"]): the recovered model (a new one, never
     shared), its measurement and how it was trained; `id` names it apart from the plain pruned model."""
@@ -106,7 +107,7 @@ def recovered_entry(run_id: str, done, settings: RecoverySettings) -> dict:
 
 def comparison(ctx: Context, run: dict) -> dict:
     """The before/after table (and after recovery); returns its columns for the saved metadata."""
-    made_models.take_recovery(run)
+    take_recovery(run)
     result = run["result"]
     heads = result.info.get("heads")
     st.subheader(f"Before and after: {shrink.strategy_label(result.strategy)}, dk {result.original_dims} → "

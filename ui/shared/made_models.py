@@ -1,10 +1,9 @@
 """Models made in this session, for the pages that did not make them: the Prune page keeps its prune run here (the
 pruned model, its measurements and, once the recovery job has finished, the recovered model), and "Compare with"
 (States & rank, Query noise) reads it, so no feature imports another. Session-bound: never cached, never shared
-between sessions; the models in it are never mutated."""
+between sessions; the models in it are never mutated. What the maker does with a recovery (the Prune page's
+history of plans) it does on its own page, whichever page took the recovery first."""
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import streamlit as st
 
@@ -12,8 +11,6 @@ from ui.shared import jobs
 
 PRUNED = "pruned"       # st.session_state key of the prune run: {"key", "id", "result", "before", "after", "recovered", …}
 RECOVERY = "recovery"   # the job whose result is a recovery of the prune run: {"for": the run's id, "id", "model", …}
-
-_ON_RECOVERY: dict[str, Callable[[dict], None]] = {}  # what the maker does with a recovery taken into its run
 
 
 def keep_pruned(run: dict) -> None:
@@ -25,18 +22,10 @@ def pruned_run() -> dict | None:
     return st.session_state.get(PRUNED)
 
 
-def on_recovery(hook: Callable[[dict], None]) -> None:
-    """hook(run) runs once for each recovery taken into its prune run, whichever page takes it (keyed by its
-    qualified name: a module imported again replaces its hook rather than adding one)."""
-    _ON_RECOVERY[f"{hook.__module__}.{hook.__qualname__}"] = hook
-
-
 def take_recovery(run: dict) -> dict | None:
     """A finished recovery of this prune run, moved into it (by whichever page runs first: the Prune page's
     table or a "Compare with" picker); run["recovered"], or None when there is none."""
     rec = jobs.get(RECOVERY)
     if rec is not None and rec.state == "done" and not rec.taken and rec.result["for"] == run["id"]:
         run["recovered"], rec.taken = rec.result, True
-        for hook in _ON_RECOVERY.values():
-            hook(run)
     return run["recovered"]
