@@ -4,7 +4,7 @@ import streamlit as st
 
 from analysis.shrink.head_prune import plan_head_counts, unchanged_heads
 from analysis.models.key_plan import plan_key_dims, unchanged_plan
-from ui.shared import cache, frame, made_models, shrink
+from ui.shared import cache, frame, made, shrink
 from ui.shared.context import current
 from ui.shared.errors import guard
 from ui.prune import plan_history, plan_view, prune_form, prune_run, prune_save, sensitivity_view
@@ -38,7 +38,7 @@ ev = prune_form.evaluation(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)
 prune_run.prune_job(ctx, choice, planned, settings, ev, tok, heads)
 
-run = made_models.pruned_run()
+run = made.pruned_run()
 run = run if run and run["key"] == ctx.key else None
 if run:
     prune_run.take_recovery(run)  # before the history draws, so a finished recovery is a point there

@@ -206,7 +206,7 @@ def test_rank_utilization_after_every_token_for_both_columns(monkeypatch, pruned
 
 
 def test_the_prune_pages_model_is_offered_and_compared(monkeypatch, pruned):
-    """The Prune page keeps its result in the session (ui.shared.made_models); the picker offers it only then."""
+    """The Prune page keeps its result in the session (ui.shared.made); the picker offers it only then."""
     result, _ = pruned
     at = open_states(monkeypatch)
     assert at.selectbox(key="w:compare_with").options == ["none", "a saved model directory"]

@@ -31,7 +31,7 @@ def test_the_dashboard_imports_downwards_only():
 # that several pages show, and ui/shared/ for what every page uses. A room imports ui.shared and itself only;
 # ui.shared imports no room (ui.shared < ui.<room> < pages); a page imports ui.shared, its own room and the
 # features' rooms. Two rooms that need one thing take it from ui.shared (a model made on one page and read on
-# another goes through ui.shared.made_models).
+# another goes through ui.shared.made).
 UI_SHARED = "shared"
 UI_FEATURE_ROOMS = {  # rooms beside the pages' own, and why each is one
     "compare": '"Compare with": the loaded model beside a pruned version, on States & rank and on Query noise',

@@ -23,7 +23,7 @@ from ui.shared.batches import display_name
 from ui.shared.context import Context, traced, traced_every_token
 from ui.shared.errors import guard
 from ui.shared.labels import Provenance, caption
-from ui.shared.made_models import pruned_run, take_recovery
+from ui.shared.made import pruned_run, take_recovery
 from ui.shared.progress import first_time
 from ui.shared.sides import Side
 from ui.compare.compare_table import GAIN_SNR_DB, delta_table

@@ -14,7 +14,7 @@ import streamlit as st
 
 from analysis.io import reads, writes
 from analysis.shrink import plan_points
-from ui.shared import state
+from ui.shared import made, state
 from ui.shared.context import Context
 from ui.shared.keys import ModelKey
 from ui.prune import plan_inputs
@@ -70,7 +70,7 @@ def gathered(ctx: Context) -> list[dict]:
     """This session's points of the model, its sweeps in this session, and its saved models."""
     points = list(st.session_state.get(HISTORY, {}).get(ctx.key.path, {}).values())
     here = (ctx.key.path, ctx.key.device, ctx.key.dtype)  # the model whatever its memory budget
-    for n, (key, sweep) in enumerate(st.session_state.get("sweep_results", {}).items()):  # ui.sweep.sweep_view's
+    for n, (key, sweep) in enumerate(made.sweeps().items()):  # the Sweep page's, in this session
         settings = json.loads(key)
         if sweep and (settings["path"], settings["device"], settings["dtype"]) == here:
             points += plan_points.from_sweep(sweep, f"sweep {n + 1}")

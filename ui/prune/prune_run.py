@@ -16,7 +16,7 @@ from analysis.io.recovery_state import has_state
 from analysis.shrink.head_prune import HeadPlan
 from analysis.shrink.head_strategies import get_head_strategy
 from analysis.shrink.strategies import STRATEGIES
-from ui.shared import jobs, made_models, notice, shrink, state
+from ui.shared import jobs, made, notice, shrink, state
 from ui.shared.context import Context
 from ui.shared.labels import readout_label
 from ui.shared.shrink_report import before_after_table, kernel_label, recovery_verdict
@@ -73,7 +73,7 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
         jobs.launch("prune", key, f"{ctx.name} with {what}", work)
     job = jobs.get("prune")
     if job is not None and job.state == "done" and not job.taken:
-        made_models.keep_pruned(job.result)
+        made.keep_pruned(job.result)
         job.taken = True
         plan_history.record_prune(job.result["key"], job.result)
     if jobs.unsettled(job):
@@ -87,9 +87,9 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
 
 
 def take_recovery(run: dict) -> dict | None:
-    """A finished recovery of this prune run, moved into it (ui.shared.made_models), and a point in the history of
+    """A finished recovery of this prune run, moved into it (ui.shared.made), and a point in the history of
     plans (once, whichever page took it: a "Compare with" picker takes it without recording it)."""
-    recovered = made_models.take_recovery(run)
+    recovered = made.take_recovery(run)
     if recovered is not None:
         plan_history.record_recovery(run["key"], run)
     return recovered
@@ -175,12 +175,12 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
     key = json.dumps({"prune": run["id"], **settings.record(), "context": ev.context, "tokens": ev.max_tokens})
     state_dir = output_root() / "recovery-state" / run["id"]  # where Stop saves a resumable state
     resume = False
-    previous = jobs.get(made_models.RECOVERY)
+    previous = jobs.get(made.RECOVERY)
     if has_state(state_dir) and not (previous is not None and previous.running):
         st.info("A stopped recovery of this pruned model is saved: **Resume** continues it (keep the settings it "
                 "was stopped with); **Run recovery** starts over and discards it.")
         resume = st.button("Resume", key="recover_resume")
-    if jobs.controls(made_models.RECOVERY, key, "Run recovery", run_key="recover_run") or resume:
+    if jobs.controls(made.RECOVERY, key, "Run recovery", run_key="recover_run") or resume:
         pruned_model, run_id, evaluation = run["result"].model, run["id"], core_evaluation(ev, None)
         teacher = LockedTeacher(ctx.model, shrink.using(ctx.key).lock)
 
@@ -196,8 +196,8 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
                                                                              f"perplexity after recovery: {f:.0%}"))
             return recovered_entry(run_id, done, settings)
 
-        jobs.launch(made_models.RECOVERY, key, f"{METHOD_LABELS[method]}: {steps} steps at learning rate {lr:g}", work)
-    job = jobs.get(made_models.RECOVERY)
+        jobs.launch(made.RECOVERY, key, f"{METHOD_LABELS[method]}: {steps} steps at learning rate {lr:g}", work)
+    job = jobs.get(made.RECOVERY)
     if jobs.unsettled(job):
         with st.status(f"Recovery: {job.label}…", expanded=True):
             bar, chart, drawn = st.progress(0.0), st.empty(), [0]

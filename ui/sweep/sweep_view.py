@@ -14,7 +14,7 @@ from analysis.io import point_cache
 from analysis.runs.ray_executor import EXECUTORS
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
-from ui.shared import jobs, notice, shrink, shrink_figures, state, task_inputs
+from ui.shared import jobs, made, notice, shrink, shrink_figures, state, task_inputs
 from ui.shared.context import Context
 from ui.shared.errors import guard
 from ui.shared.explain import explainer
@@ -122,7 +122,7 @@ def section(ctx: Context) -> None:
                 "seed": calib.seed, "device": ctx.key.device, "dtype": ctx.key.dtype,
                 "tasks": inp.tasks.record() if inp.tasks else None}
     key = json.dumps({**settings, "path": ctx.key.path}, sort_keys=True)  # the job belongs to these inputs
-    points = st.session_state.setdefault("sweep_results", {}).setdefault(key, [])
+    points = made.sweep_points(key)
     expected = 1 + len(inp.chosen) * len(inp.ratios)
     label = "Run sweep" if not points else "Resume sweep" if len(points) < expected else "Run again (cached)"
     if jobs.controls("sweep", key, label):
