@@ -210,11 +210,12 @@ def noise_predictions(key: ModelKey, spec: InputSpec, stride: int, layer: int, h
 @memo.memoized("noise_mc_step", max_entries=256)
 def noise_mc_step(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, snr_db: tuple,
                   probe: int | None, n_samples: int, renormalize: bool, compare: str = "", *, _inputs=None,
-                  progress: progress_ui.Report) -> dict:
+                  progress: progress_ui.Report, cancel=None) -> dict:
     """One Monte-Carlo step (one probe, raw or re-normalised query): per-sequence RMS and mean, seed 0. `_inputs`:
     the head's (final states, real keys) from `head_inputs`, resolved in the script run (a job's thread runs it)."""
     S, keys = _inputs
-    mc = noise_report.monte_carlo(S, _probe_keys(S, keys, probe), list(snr_db), n_samples, renormalize, seed=0)
+    mc = noise_report.monte_carlo(S, _probe_keys(S, keys, probe), list(snr_db), n_samples, renormalize, seed=0,
+                                  cancel=cancel)
     return {k: v.tolist() for k, v in mc.items()}
 
 

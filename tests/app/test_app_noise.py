@@ -143,14 +143,14 @@ def test_recall_curve_runs_only_after_its_button(monkeypatch, recall_dir, caches
     assert any("points done" in t for t in progress_texts(at))
 
 
-def stop_during_the_first_call(monkeypatch, module, name: str) -> list:
-    """`module.name` (a step's core call) presses Stop during its first call, as a real browser's click would; the
-    list records every call."""
+def stop_during_the_second_call(monkeypatch, module, name: str) -> list:
+    """`module.name` (a step's core call) presses Stop as its second call starts, as a real browser's click would:
+    the first step is stored, the second ends inside (the core checks the token); the list records every call."""
     real, calls = getattr(module, name), []
 
     def stopping(*args, **kwargs):
         calls.append(args)
-        if len(calls) == 1:
+        if len(calls) == 2:
             job_runner.this_job().stop()
         return real(*args, **kwargs)
     monkeypatch.setattr(module, name, stopping)
@@ -159,13 +159,13 @@ def stop_during_the_first_call(monkeypatch, module, name: str) -> list:
 
 def test_stop_ends_the_monte_carlo_in_one_sentence_and_a_second_click_finishes_it(monkeypatch, rank_one_dir):
     from analysis.inspect import noise_report
-    calls = stop_during_the_first_call(monkeypatch, noise_report, "monte_carlo")
+    calls = stop_during_the_second_call(monkeypatch, noise_report, "monte_carlo")
     at = open_noise(monkeypatch, rank_one_dir)
     at.selectbox(key="w:mc_samples").set_value(64).run()  # settings no other test runs: nothing stored yet
     steps = int(re.match(r"(\d+) steps:", [c.value for c in at.caption if " steps: each probe" in c.value][0])[1])
     at.button(key="noise_mc_run").click().run()
     assert_clean(at)
-    assert at.session_state["bgjob:noise_mc"].state == "stopped" and len(calls) == 1
+    assert at.session_state["bgjob:noise_mc"].state == "stopped" and len(calls) == 2
     assert [i.value for i in at.info if "stopped" in i.value] == [
         f"Monte Carlo stopped after 1 of {steps} steps; press **Run Monte Carlo** to finish it (the finished ones "
         "are kept)."]
@@ -176,13 +176,13 @@ def test_stop_ends_the_monte_carlo_in_one_sentence_and_a_second_click_finishes_i
     at.selectbox(key="w:sel_head").set_value(0).run()
     at.button(key="noise_mc_run").click().run()  # resumes: only the steps not stored yet run
     assert_clean(at)
-    assert at.session_state["bgjob:noise_mc"].state == "done" and len(calls) == steps
+    assert at.session_state["bgjob:noise_mc"].state == "done" and len(calls) == 1 + steps  # the stored one not again
     assert markers(charts(at)[0]) and at.button(key="noise_mc_run").label == "Run again (cached)"
 
 
 def test_stop_ends_the_recall_curve_in_one_sentence_and_a_second_click_finishes_it(monkeypatch, recall_dir):
     from ui import cache
-    calls = stop_during_the_first_call(monkeypatch, cache, "recall_accuracy_at")
+    calls = stop_during_the_second_call(monkeypatch, cache, "recall_accuracy_at")
     monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(recall_dir))
     at = AppTest.from_file(APP, default_timeout=180).run()
     at.switch_page(PAGE).run()
@@ -190,11 +190,11 @@ def test_stop_ends_the_recall_curve_in_one_sentence_and_a_second_click_finishes_
     at.number_input(key="w:snr_lo").set_value(30).run()  # clean, 30, 35 and 40 dB: 4 points
     at.button(key="recall_noise_run").click().run()
     assert_clean(at)
-    assert at.session_state["bgjob:recall_noise"].state == "stopped" and len(calls) == 1
+    assert at.session_state["bgjob:recall_noise"].state == "stopped" and len(calls) == 2
     assert [i.value for i in at.info if "stopped" in i.value] == [
-        "Recall stopped after 0 of 4 points; press **Run recall vs SNR** to finish it (the finished ones are kept)."]
+        "Recall stopped after 1 of 4 points; press **Run recall vs SNR** to finish it (the finished ones are kept)."]
     assert len(charts(at)) == 1 and at.button(key="recall_noise_run").label == "Run recall vs SNR"
     at.button(key="recall_noise_run").click().run()
     assert_clean(at)
-    assert at.session_state["bgjob:recall_noise"].state == "done" and len(calls) == 1 + 4
+    assert at.session_state["bgjob:recall_noise"].state == "done" and len(calls) == 2 + 3
     assert len(charts(at)) == 2 and any("4 of 4 points done" in t for t in progress_texts(at))
