@@ -161,7 +161,7 @@ def render() -> None:
         source = _model_source(samples)
         device, dtype = _device_and_dtype()
         max_memory = _max_memory()
-        budget.set_budget(max_memory)  # this rerun's size checks; jobs carry it into their threads (ui.jobs)
+        budget.set_budget(max_memory)  # this rerun's size checks; jobs carry it into their threads (ui.shared.job_runner)
         st.session_state["model_request"] = (source, device, dtype, max_memory)
         st.header("Inputs")
         st.session_state["input_spec"] = _inputs((source, device, dtype, max_memory))

@@ -1,0 +1,1 @@
+"""What every page of the dashboard uses."""
