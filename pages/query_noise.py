@@ -1,18 +1,15 @@
 """Query noise: how a head's final state amplifies noise in the query — analytic figures at once, Monte Carlo
-and the recall curve on request (buttons, with progress); optionally beside a pruned version (two columns)."""
-import time
-
+and the recall curve on request (jobs: progress, Stop); optionally beside a pruned version (two columns)."""
 import streamlit as st
 
 from analysis.linalg.noise import VALIDITY_TOL
 from ui.shared import cache, figures, frame, notice, rank_card_view, state
-from ui.shared.clicks import click, clicked_for
 from ui.shared.context import current
 from ui.shared.errors import guard
 from ui.shared.labels import caption
 from ui.shared.scales import TAU
 from ui.compare import compare, compare_views
-from ui.query_noise import noise_tables, noise_view
+from ui.query_noise import noise_jobs, noise_tables, noise_view
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
 
@@ -70,38 +67,11 @@ for side, b, prov, col in zip(sides, bounds, provs, cols):
                             traces[sides.index(side)]["singular_values"][layer][:, head, -1], TAU,
                             caption(prov, "the numerical rank above is one of these counts"), key=f"noise_card_{side.id}")
 
-# ---- Monte Carlo: on request, step by step ------------------------------------------------------------------
+# ---- Monte Carlo: on request, a job ------------------------------------------------------------------------
 with guard():
     preds = [cache.noise_predictions(ctx.key, ctx.spec, stride, layer, head, snr, p, s.id, _model=s.model)
              for s, p in zip(sides, probes)]
-settings = (ctx.key, ctx.spec, stride, layer, head, snr, tuple(probes), int(samples), tuple(s.id for s in sides))
-done = st.session_state.setdefault("noise_mc_done", {})  # settings whose Monte Carlo finished → its seconds
-clicked = clicked_for("noise_mc", settings)
-steps = [(i, p, renorm) for i in range(len(sides)) for p in probes[i] for renorm in (False, True)]
-left, right = st.columns([1, 3])
-left.button("Run Monte Carlo" if settings not in done else "Run again (cached)", key="noise_mc_run", type="primary",
-            on_click=click, args=("noise_mc", settings))
-right.caption(f"{len(steps)} steps: each probe with the raw and the re-normalised query"
-              + (", for both models" if other else "") + f", {samples} noise samples per key and SNR, {len(snr)} "
-              f"SNRs, {bounds[0]['sequences']} sequences."
-              + ("" if settings in done else " Until it runs, the plot shows the predictions only."))
-mc = [{} for _ in sides]
-if clicked or settings in done:
-    bar = st.progress(0.0, text="Monte Carlo: starting…")
-    t0 = time.perf_counter()
-    with guard():
-        for n, (i, p, renorm) in enumerate(steps):
-            label = (f"{names[p]}, {'re-normalised' if renorm else 'raw'} query"
-                     + (f", {sides[i].role}" if other else ""))
-            bar.progress(n / len(steps), text=f"Monte Carlo step {n + 1} of {len(steps)}: {label}…")
-            mc[i][p, renorm] = cache.noise_mc_step(ctx.key, ctx.spec, stride, layer, head, snr, p, int(samples), renorm,
-                                                   sides[i].id, _model=sides[i].model)
-    seconds = done.get(settings, time.perf_counter() - t0)
-    bar.progress(1.0, text=f"Monte Carlo: {len(steps)} of {len(steps)} steps done in {seconds:.1f} s "
-                           "(cached for these settings)")
-    if settings not in done:
-        done[settings] = seconds
-        st.rerun()  # redraw the button as "Run again (cached)"; every step comes back from the cache
+mc = noise_jobs.monte_carlo(ctx, sides, stride, layer, head, snr, probes, int(samples), names, bounds[0]["sequences"])
 
 for i, (side, b, prov, col) in enumerate(zip(sides, bounds, provs, cols)):
     summaries = [cache.noise_summary(names[p], snr, preds[i][p], mc[i].get((p, False)), mc[i].get((p, True)))
@@ -123,6 +93,6 @@ for i, (side, b, prov, col) in enumerate(zip(sides, bounds, provs, cols)):
 if other:
     compare.delta_section(ctx, sides, traces)
 
-# ---- recall accuracy under noise: on request, one SNR per step ---------------------------------------------
+# ---- recall accuracy under noise: on request, a job -------------------------------------------------------
 if ctx.task is not None:
-    noise_view.recall_section(ctx, snr)
+    noise_jobs.recall_section(ctx, snr)

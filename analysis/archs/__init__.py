@@ -43,13 +43,18 @@ def refusal(model_type) -> str | None:
     return next((r for f in FAMILIES if (r := get_adapter(f).refused_types.get(model_type))), None)
 
 
+def check_not_refused(model_type, where: str = "") -> None:
+    """One sentence for a model type close to a family that no adapter can handle (`where`: " in <file>")."""
+    if isinstance(model_type, str) and (why := refusal(model_type)):
+        raise AnalysisError(f"Model type {model_type!r}{where} {why}; pick a Mamba-2 or "
+                            "linear-attention model instead.")
+
+
 def adapter_for(model_or_config) -> Adapter:
     """The adapter of a model, a config or a config dict; one sentence when no family handles it."""
     model_type = model_type_of(model_or_config)
     family = family_of(model_type)
-    if isinstance(model_type, str) and (why := refusal(model_type)):
-        raise AnalysisError(f"Model type {model_type!r} {why}; pick a Mamba-2 or "
-                            "linear-attention model instead.")
+    check_not_refused(model_type)
     if family is None:
         raise AnalysisError(f"No adapter handles model type {model_type!r}; supported families: "
                             f"{', '.join(FAMILIES)} (model types {', '.join(supported_model_types())}).")

@@ -108,6 +108,8 @@ class Adapter:
                                          # (analysis.archs.recurrence_words) would not say it right (Mamba-2's SSD)
     entry_points: tuple[str, ...] = ()   # recurrence entry points (module globals of the layer's file) it routes
     lora_projections: tuple[str, ...] = ()  # linear sub-modules of a linear layer that recovery's LoRA adapts (q/k/v)
+    positive_config_fields: tuple[str, ...] = ("num_heads", "head_dim", "conv_size", "num_v_heads")
+                                         # the family's config fields that must be whole numbers ≥ 1 when present
 
     @property
     def pruned_types(self) -> tuple[str, ...]:
@@ -134,6 +136,10 @@ class Adapter:
         """The model's decoder layers in order: the units a streamed model reads one at a time (each holds one or
         more of the blocks above); the model's own forward calls each exactly once per pass."""
         return model.model.layers
+
+    def mlp_width(self, config) -> int:
+        """The MLP's hidden width of a block (for activation-memory estimates)."""
+        return int(getattr(config, "intermediate_size", None) or 4 * int(config.hidden_size))
 
     def block_labels(self, model) -> list[str]:
         """What each block of `blocks(model)` is, in words (the Model page's block list)."""

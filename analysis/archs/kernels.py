@@ -95,6 +95,14 @@ TILE_ROWS = 64   # every fla chunk kernel above (the one number the pages draw a
 assert all(spec.tile_rows == TILE_ROWS for spec in KERNELS.values())
 
 
+def dtype_words() -> str:
+    """The dtypes the GPU kernels default to and refuse, in words (the sidebar's dtype help)."""
+    defaults = sorted({spec.gpu_dtypes[0] for spec in KERNELS.values()})
+    refusals = [f"fla's {spec.label} kernel refuses {', '.join(d for d in GPU_DTYPES if d not in spec.gpu_dtypes)}"
+                for spec in KERNELS.values() if set(GPU_DTYPES) - set(spec.gpu_dtypes)]
+    return f"on a GPU the family kernel's default ({' or '.join(defaults)}" + "".join(f"; {r}" for r in refusals) + ")"
+
+
 def kernel_spec(name: str) -> KernelSpec:
     if name not in KERNELS:
         raise AnalysisError(f"No latency kernel named {name!r}; known: {', '.join(KERNELS)}.")

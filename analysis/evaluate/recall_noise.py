@@ -22,6 +22,7 @@ from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
 from analysis.models.load import attention_layers, linear_layers
 from analysis.data.recall import RecallTask, recall_batch
+from analysis.runtime.cancel import Token, check
 
 
 def query_positions(labels: torch.Tensor) -> torch.Tensor:
@@ -77,11 +78,12 @@ def _noisy_queries(model, mask: torch.Tensor, snr_db: float | None, seed: int):
 
 @torch.no_grad()
 def _accuracy(model, task: RecallTask, snr_db: float | None, n_sequences: int, seed: int, batch: int,
-              noise_seed: int) -> tuple[float, int]:
+              noise_seed: int, cancel: Token = None) -> tuple[float, int]:
     gen = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     correct = total = 0
     for index, start in enumerate(range(0, n_sequences, batch)):
+        check(cancel)
         ids, labels = recall_batch(task, min(batch, n_sequences - start), gen)
         mask = query_positions(labels)
         with _noisy_queries(model, mask, snr_db, noise_seed + index) as calls:
@@ -105,17 +107,18 @@ def _check_request(model, task: RecallTask, n_sequences: int, batch: int) -> Non
 
 
 def recall_accuracy_at(model, task: RecallTask, snr_db: float | None, n_sequences: int = 256, seed: int = 1234,
-                       batch: int = 64, noise_seed: int = 0) -> dict:
+                       batch: int = 64, noise_seed: int = 0, cancel: Token = None) -> dict:
     """Recall accuracy at one SNR (dB; None: clean queries), one step of `recall_accuracy_under_noise`.
 
     The same sequences (seed) and standard-normal draws (noise_seed) at every SNR, so points computed one
     at a time (to show progress) equal those of the whole curve. Returns {"accuracy": float, "queries": int}.
+    `cancel` (analysis.runtime.cancel) is checked before each batch.
     """
     if snr_db is not None and not math.isfinite(float(snr_db)):
         raise AnalysisError(f"The SNR must be a finite number of dB, got {snr_db!r}.")
     _check_request(model, task, n_sequences, batch)
     accuracy, total = _accuracy(model, task, None if snr_db is None else float(snr_db), n_sequences, seed, batch,
-                                noise_seed)
+                                noise_seed, cancel)
     return {"accuracy": accuracy, "queries": total}
 
 

@@ -13,6 +13,7 @@ import torch
 from analysis.linalg import noise
 from analysis.inspect.report import number, numbers
 from analysis.inspect.states import StateTrace
+from analysis.runtime.cancel import Token, check
 
 DIRECTIONS = (0, 1, 2)  # top singular directions probed by the CLI's Monte Carlo (0-based), within the rank
 TAU = 1e-3  # relative threshold of the numerical rank, as in analysis.linalg.rank
@@ -106,11 +107,13 @@ def predictions(S: torch.Tensor, keys: torch.Tensor, snr_db) -> dict:
             "second_valid_from": a["renorm2_valid_from_snr_db"].double().amax(-1)}
 
 
-def monte_carlo(S: torch.Tensor, keys: torch.Tensor, snr_db, n_samples: int, renormalize: bool, seed: int) -> dict:
+def monte_carlo(S: torch.Tensor, keys: torch.Tensor, snr_db, n_samples: int, renormalize: bool, seed: int,
+                cancel: Token = None) -> dict:
     """Per-sequence Monte-Carlo RMS and mean relative error [B, n_snr] of a probe; a fresh generator per call,
-    so a probe's numbers do not depend on which probes ran before it."""
+    so a probe's numbers do not depend on which probes ran before it. `cancel` is checked before each chunk."""
     mc = noise.monte_carlo_retrieval_error(S, keys, list(snr_db), n_samples, renormalize=renormalize,
-                                           generator=torch.Generator().manual_seed(seed))
+                                           generator=torch.Generator().manual_seed(seed),
+                                           before_chunk=lambda: check(cancel))
     return {"rms": mc["mean_sq"].double().mean(1).sqrt(), "mean": mc["mean"].double().mean(1)}
 
 

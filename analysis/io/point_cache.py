@@ -1,4 +1,6 @@
-"""The one on-disk cache of computed points (sweep points and sensitivity-map points alike).
+"""The one on-disk cache of computed points (sweep points and sensitivity-map points alike): each costs minutes,
+so it outlives the process and is shared by the CLI and the dashboard (the dashboard's in-memory caches:
+ui/shared/cache.py).
 
 An entry is believed only if it proves itself (README, "What we promise about your files"): a regular file of sane
 size (checked before a byte is read, opened without following links or waiting on a FIFO), JSON that

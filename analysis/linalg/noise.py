@@ -29,7 +29,7 @@ Sᵀk = 0 are reported as inf (the key cannot be read back at all).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -264,7 +264,8 @@ def analytic_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
 def monte_carlo_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
                                 snr_db: float | Sequence[float] | torch.Tensor, n_samples: int = 256,
                                 renormalize: bool = False,
-                                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+                                generator: torch.Generator | None = None,
+                                before_chunk: Callable[[], None] | None = None) -> dict[str, torch.Tensor]:
     """Monte-Carlo relative retrieval error ‖Sᵀq − Sᵀk‖/‖Sᵀk‖ per key and SNR.
 
     keys [..., n_keys, dk] (leading dims broadcast with S's). Without `renormalize`, q = k + ε on the
@@ -272,7 +273,8 @@ def monte_carlo_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
     standard noise per (key, sample) is reused across SNRs (common random numbers: smooth curves).
     Returns [..., n_keys, n_snr] tensors `mean`, `std` (over samples), `mean_sq`, `rms` = sqrt(mean_sq) (to
     compare with the analytic RMS errors: like with like, not the mean), `rms_se` (its standard error, from
-    the spread of the squared errors), `sigma`, and `snr_db` [n_snr].
+    the spread of the squared errors), `sigma`, and `snr_db` [n_snr]. `before_chunk` is called before each chunk of
+    (state, key) pairs (about 200 MiB of work): a caller's cancel check raises there, so a stop ends a long call.
     """
     S = check_state(S)
     keys = _check_keys(S, keys)
@@ -300,6 +302,8 @@ def monte_carlo_retrieval_error(S: torch.Tensor, keys: torch.Tensor,
     gen_dev = generator.device if generator is not None else dev
     mean, std, mean_sq, sq_std = (torch.empty(P, n_snr, dtype=torch.float64, device=dev) for _ in range(4))
     for a in range(0, P, chunk):
+        if before_chunk is not None:
+            before_chunk()
         b = min(P, a + chunk)
         Xc, kc, sc = X[state_of[a:b]], K[a:b], sigma[a:b]
         z = torch.randn(b - a, n_samples, dk, generator=generator, dtype=torch.float64, device=gen_dev).to(dev)

@@ -17,9 +17,9 @@ from analysis.io import reads
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors itself refuses larger headers; checked before one byte is read
 
-# config fields that must be whole numbers ≥ 1 when present (None means "use fla's default")
-POSITIVE_FIELDS = ("num_hidden_layers", "hidden_size", "num_heads", "vocab_size", "head_dim", "conv_size",
-                   "num_v_heads", "intermediate_size")
+# config fields of every family that must be whole numbers ≥ 1 when present (None: the library's default); each
+# adapter adds its own (Adapter.positive_config_fields)
+POSITIVE_FIELDS = ("num_hidden_layers", "hidden_size", "vocab_size", "intermediate_size")
 
 
 def validate_config(config, path: Path, supported=None) -> dict:
@@ -33,25 +33,24 @@ def validate_config(config, path: Path, supported=None) -> dict:
                             "re-save the model with save_pretrained.")
     model_type = config.get("model_type")
     supported = supported_model_types() if supported is None else list(supported)
-    from analysis.archs import refusal
-    if isinstance(model_type, str) and (why := refusal(model_type)):
-        raise AnalysisError(f"Model type {model_type!r} in {where} {why}; pick a Mamba-2 or "
-                            "linear-attention model instead.")
+    from analysis.archs import check_not_refused
+    check_not_refused(model_type, f" in {where}")
     if not isinstance(model_type, str) or model_type not in supported:
         families = "; ".join(f"{family} ({', '.join(get_adapter(family).own_types)})" for family in FAMILIES)
         raise AnalysisError(f"Architecture {model_type!r} in {where} is not supported: no family adapter handles "
                             f"it; supported families (model types, plus the project's {PRUNED_PREFIX} types): "
                             f"{families}.")
     from analysis.archs import adapter_for
-    config = adapter_for(config).complete_config(config)
-    for name in POSITIVE_FIELDS:
+    adapter = adapter_for(config)
+    config = adapter.complete_config(config)
+    for name in (*POSITIVE_FIELDS, *adapter.positive_config_fields):
         value = config.get(name)
         if value is None and name != "num_hidden_layers":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise AnalysisError(f"{name} in {where} must be a whole number ≥ 1, not {value!r}; "
                                 "fix the config or re-save the model.")
-    for key in (adapter_for(config).key_dims_config_key, "readout_key_dims"):  # the pruned types' per-layer lists
+    for key in (adapter.key_dims_config_key, "readout_key_dims"):  # the pruned types' per-layer lists
         dims = config.get(key)
         if dims is not None and not (isinstance(dims, list) and 1 <= len(dims) <= config["num_hidden_layers"]
                                      and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)):

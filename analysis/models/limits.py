@@ -133,7 +133,8 @@ def check_model_fits(params: int, dtype: torch.dtype, device, where: str) -> Non
 def _shape(model) -> dict:
     cfg = model.config
     hidden = int(cfg.hidden_size)
-    inter = getattr(cfg, "intermediate_size", None) or int(hidden * getattr(cfg, "hidden_ratio", 4) or 4)
+    from analysis.archs import adapter_for
+    inter = adapter_for(model).mlp_width(cfg)
     from analysis.models.layers import linear_layers
     layers = linear_layers(model)
     return dict(hidden=hidden, inter=int(inter), vocab=int(cfg.vocab_size), layers=len(layers),

@@ -81,7 +81,7 @@ def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l
     gate with lower_bound·sigmoid(e^{A_log}(g + dt_bias)) when a lower bound is set (A_log may then be None),
     −e^{A_log}·softplus(g + dt_bias) otherwise."""
     if gk is not None or gv is not None:
-        raise NotImplementedError("per-channel gates (gk/gv) are not used by DeltaNet/Gated DeltaNet")
+        raise NotImplementedError("per-channel gates (gk/gv) are not taken by the delta-rule ops this prepares")
     H, HV = q.shape[2], v.shape[2]
     q_raw, k_raw = q, k
     if use_qk_l2norm_in_kernel:
@@ -90,7 +90,7 @@ def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l
         q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
     beta = torch.ones_like(v[..., 0], dtype=torch.float32) if beta is None else beta.float()
     if beta.dim() == v.dim():
-        raise NotImplementedError("per-channel beta is not used by DeltaNet/Gated DeltaNet")
+        raise NotImplementedError("per-channel beta is not taken by the delta-rule ops this prepares")
     if use_beta_sigmoid_in_kernel:
         beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
     if g is not None:

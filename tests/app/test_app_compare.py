@@ -234,7 +234,7 @@ def test_a_recovery_finished_while_away_from_the_prune_page_is_offered(monkeypat
     """The recovery job ended while the user was on States & rank: the picker moves its result into the prune run
     (as the Prune page's table would) and offers it; a recovery of another prune run is not taken."""
     from analysis.shrink.prune_workflow import Evaluation
-    from ui.shared.jobs import Job
+    from ui.shared.job_runner import Job
     result, _ = pruned
     original = models.load_model(str(SAMPLE), device="cpu")
     before = Evaluation("test", 32, 256, latency=False).measure(original, models.load_tokenizer(original))

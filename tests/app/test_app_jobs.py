@@ -1,14 +1,13 @@
 """Dashboard jobs (issue 25 defect 9, issue 20 item 7): a job's thread gets plain objects and never calls a
 Streamlit cache; the server caps its running jobs; a job whose session ended, or of a server that stops, ends
 within about a second."""
-import threading
 import time
 
 import pytest
 
 from analysis.runtime.cancel import check
 from helpers.app import click, open_page, sensitivity_map, sensitivity_page, sweep_page, sweep_points
-from ui.shared import jobs
+from ui.shared import job_runner
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "sweep_cache")
 
@@ -39,49 +38,49 @@ def test_sensitivity_map_is_a_job_that_calls_no_streamlit_cache_from_its_thread(
 
 
 def test_a_busy_server_refuses_another_job_in_one_line(monkeypatch, lm_dir):
-    monkeypatch.setenv(jobs.MAX_JOBS_ENV, "1")
-    other = jobs.Job("sweep", "another session's", "a long sweep")
-    monkeypatch.setattr(jobs, "_running", {other})
+    monkeypatch.setenv(job_runner.MAX_JOBS_ENV, "1")
     at = open_page(monkeypatch, lm_dir, "pages/prune.py")
-    at.button(key="prune_run").click().run()
+    other = _spinning_job("another session's")
+    try:
+        at.button(key="prune_run").click().run()
+    finally:
+        other.stop()
+        other.thread.join(5)
     assert [e.value for e in at.error] == ["The server is busy: 1 job is running; try again when one ends."]
-    assert jobs.busy_message(2) == "The server is busy: 2 jobs are running; try again when one ends."
-    assert jobs.max_jobs() == 1
+    assert job_runner.busy_message(2) == "The server is busy: 2 jobs are running; try again when one ends."
+    assert job_runner.max_jobs() == 1
 
 
-def _spinning_job(session_id: str | None) -> jobs.Job:
+def _spinning_job(session_id: str | None) -> job_runner.Job:
     """A job whose work checks its cancel token as the core's loops do, until cancelled."""
-    job = jobs.Job("test", "k", "spins until cancelled", session_id)
+    job = job_runner.Job("test", "k", "spins until cancelled", session_id)
 
     def work(j):
         while True:
             check(j.cancelled)
             time.sleep(0.01)
-    with jobs._running_lock:
-        jobs._running.add(job)
-    job._thread = threading.Thread(target=job._run, args=(work,), daemon=True)
-    job._thread.start()
+    assert job_runner.start(job, work)
     return job
 
 
 def test_a_job_stops_within_a_second_once_its_session_ended(monkeypatch):
     ended = {"gone"}
-    monkeypatch.setattr(jobs, "_session_alive", lambda sid: sid not in ended)
+    monkeypatch.setattr(job_runner, "session_alive", job_runner.session_alive)  # restored after the test
     mine, others = _spinning_job("gone"), _spinning_job("still here")
     start = time.monotonic()
-    jobs._start_watchdog()
-    mine._thread.join(5)
+    job_runner.watch_sessions(lambda sid: sid not in ended)
+    mine.thread.join(5)
     assert mine.state == "stopped" and time.monotonic() - start < 1.5
     assert others.running  # another session's job goes on
     others.stop()
-    others._thread.join(5)
-    assert jobs.running_jobs() == []
+    others.thread.join(5)
+    assert job_runner.running_jobs() == []
 
 
 def test_shutdown_stops_every_job_and_waits_for_its_thread():
     running = [_spinning_job(None), _spinning_job(None)]
-    assert jobs.shutdown(timeout=5) == 2
-    assert all(j.state == "stopped" and not j._thread.is_alive() for j in running)
+    assert job_runner.shutdown(timeout=5) == 2
+    assert all(j.state == "stopped" and not j.thread.is_alive() for j in running)
 
 
 def test_overwrite_refuses_a_folder_another_session_saved_since_the_page_showed_it(monkeypatch, lm_dir, tmp_path):

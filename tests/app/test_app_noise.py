@@ -1,6 +1,8 @@
-"""The Query noise page under AppTest: closed forms at once, Monte Carlo and the recall curve only on a click (with
-progress), directions only within the numerical rank, predictions only inside their validity range."""
+"""The Query noise page under AppTest: closed forms at once, Monte Carlo and the recall curve only on a click (jobs,
+with progress; Stop ends them in one sentence and a second click finishes them), directions only within the numerical
+rank, predictions only inside their validity range."""
 import json
+import re
 
 import pytest
 import torch
@@ -8,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from family_cases.text_lm import build_tiny
 from helpers.app import APP, assert_clean, charts
+from ui.shared import job_runner
 
 PAGE = "pages/query_noise.py"
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only")
@@ -51,7 +54,7 @@ def progress_texts(at) -> list[str]:
     return [json.loads(json.dumps(p.proto.text)) for p in at.get("progress")]
 
 
-def test_monte_carlo_runs_only_after_the_click_with_progress(monkeypatch, rank_one_dir):
+def test_monte_carlo_runs_only_after_the_click_with_progress(monkeypatch, rank_one_dir, caches_only_in_script_runs):
     at = open_noise(monkeypatch, rank_one_dir)
     assert all("theorem text is not available" not in m.value for m in at.markdown)
     assert any("standard results" in m.value for m in at.markdown)
@@ -60,8 +63,9 @@ def test_monte_carlo_runs_only_after_the_click_with_progress(monkeypatch, rank_o
     assert any("Until it runs" in c.value for c in at.caption)
     assert any(c.value.startswith("Notice:") and "10× less per 20 dB" in c.value for c in at.caption)
     assert spec["layout"]["yaxis"]["type"] == "log"
-    at.button(key="noise_mc_run").click().run()
+    at.button(key="noise_mc_run").click().run()  # the run follows the job to its end, then reruns
     assert_clean(at)
+    assert at.session_state["bgjob:noise_mc"].state == "done"  # a job (its thread called no Streamlit cache)
     [done] = progress_texts(at)
     assert "steps done" in done
     assert not any("Until it runs" in c.value for c in at.caption)  # it ran: the plot shows the Monte Carlo too
@@ -123,7 +127,7 @@ def test_predictions_outside_their_validity_range_are_labelled_not_drawn(monkeyp
             assert "valid" in trace["name"]
 
 
-def test_recall_curve_runs_only_after_its_button(monkeypatch, recall_dir):
+def test_recall_curve_runs_only_after_its_button(monkeypatch, recall_dir, caches_only_in_script_runs):
     monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(recall_dir))
     at = AppTest.from_file(APP, default_timeout=180).run()
     at.switch_page(PAGE).run()
@@ -133,6 +137,64 @@ def test_recall_curve_runs_only_after_its_button(monkeypatch, recall_dir):
     at.number_input(key="w:snr_lo").set_value(30).run()
     at.button(key="recall_noise_run").click().run()
     assert_clean(at)
+    assert at.session_state["bgjob:recall_noise"].state == "done"
     specs = charts(at)
     assert len(specs) == 2 and "recall accuracy" in specs[1]["layout"]["yaxis"]["title"]["text"]
     assert any("points done" in t for t in progress_texts(at))
+
+
+def stop_during_the_second_call(monkeypatch, module, name: str) -> list:
+    """`module.name` (a step's core call) presses Stop as its second call starts, as a real browser's click would:
+    the first step is stored, the second ends inside (the core checks the token); the list records every call."""
+    real, calls = getattr(module, name), []
+
+    def stopping(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            job_runner.this_job().stop()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, stopping)
+    return calls
+
+
+def test_stop_ends_the_monte_carlo_in_one_sentence_and_a_second_click_finishes_it(monkeypatch, rank_one_dir):
+    from analysis.inspect import noise_report
+    calls = stop_during_the_second_call(monkeypatch, noise_report, "monte_carlo")
+    at = open_noise(monkeypatch, rank_one_dir)
+    at.selectbox(key="w:mc_samples").set_value(64).run()  # settings no other test runs: nothing stored yet
+    steps = int(re.match(r"(\d+) steps:", [c.value for c in at.caption if " steps: each probe" in c.value][0])[1])
+    at.button(key="noise_mc_run").click().run()
+    assert_clean(at)
+    assert at.session_state["bgjob:noise_mc"].state == "stopped" and len(calls) == 2
+    assert [i.value for i in at.info if "stopped" in i.value] == [
+        f"Monte Carlo stopped after 1 of {steps} steps; press **Run Monte Carlo** to finish it (the finished ones "
+        "are kept)."]
+    assert not markers(charts(at)[0]) and at.button(key="noise_mc_run").label == "Run Monte Carlo"
+    assert at.button(key="noise_mc:stop").disabled  # nothing runs: Stop is off
+    at.selectbox(key="w:sel_head").set_value(1).run()  # the page keeps working
+    assert_clean(at)
+    at.selectbox(key="w:sel_head").set_value(0).run()
+    at.button(key="noise_mc_run").click().run()  # resumes: only the steps not stored yet run
+    assert_clean(at)
+    assert at.session_state["bgjob:noise_mc"].state == "done" and len(calls) == 1 + steps  # the stored one not again
+    assert markers(charts(at)[0]) and at.button(key="noise_mc_run").label == "Run again (cached)"
+
+
+def test_stop_ends_the_recall_curve_in_one_sentence_and_a_second_click_finishes_it(monkeypatch, recall_dir):
+    from ui.shared import cache
+    calls = stop_during_the_second_call(monkeypatch, cache, "recall_accuracy_at")
+    monkeypatch.setenv("STATE_RANK_DEFAULT_MODEL", str(recall_dir))
+    at = AppTest.from_file(APP, default_timeout=180).run()
+    at.switch_page(PAGE).run()
+    at.number_input(key="w:recall_eval").set_value(32).run()  # settings no other test runs: nothing stored yet
+    at.number_input(key="w:snr_lo").set_value(30).run()  # clean, 30, 35 and 40 dB: 4 points
+    at.button(key="recall_noise_run").click().run()
+    assert_clean(at)
+    assert at.session_state["bgjob:recall_noise"].state == "stopped" and len(calls) == 2
+    assert [i.value for i in at.info if "stopped" in i.value] == [
+        "Recall stopped after 1 of 4 points; press **Run recall vs SNR** to finish it (the finished ones are kept)."]
+    assert len(charts(at)) == 1 and at.button(key="recall_noise_run").label == "Run recall vs SNR"
+    at.button(key="recall_noise_run").click().run()
+    assert_clean(at)
+    assert at.session_state["bgjob:recall_noise"].state == "done" and len(calls) == 2 + 3
+    assert len(charts(at)) == 2 and any("4 of 4 points done" in t for t in progress_texts(at))

@@ -3,7 +3,7 @@ import pytest
 
 import analysis.runs.sweep
 from helpers.app import charts, clean, click, open_page, sweep_page, sweep_points
-from ui.shared import jobs
+from ui.shared import job_runner
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only", "sweep_cache")
 
@@ -123,7 +123,7 @@ def test_stopped_sweep_resumes_from_the_cache(monkeypatch, lm_dir):
         for n, point in enumerate(real(*args, **kwargs)):
             calls.append(point["cached"])
             if n == 1 and len(calls) == 2:  # the Stop click of a real browser, once, between points
-                jobs.this_job().stop()
+                job_runner.this_job().stop()
             yield point
     monkeypatch.setattr(analysis.runs.sweep, "sweep", stop_after_first_pruned_point)
     at = sweep_page(monkeypatch, lm_dir)

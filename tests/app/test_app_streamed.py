@@ -51,7 +51,7 @@ def test_a_job_shows_the_blocks_of_a_streamed_pass_and_stops_at_the_next_one(dee
     from analysis.models import load as models
     from analysis.models.stream.model import reporting_blocks
     from analysis.runtime.cancel import Cancelled
-    from ui.shared.jobs import Job
+    from ui.shared.job_runner import Job
     with budget.budget_scope(4 << 20):
         model = models.load_model(str(deep_lm), device="cpu")
     job = Job("states", "key", "label")

@@ -1,6 +1,6 @@
 """Query noise in a real browser on gated-deltanet-small (whose layer-0 head-0 states are rank 1 in some sequences):
 no singular direction beyond the numerical rank is shown as a result, and the Monte Carlo runs only after its
-button is clicked, with step progress."""
+button is clicked, as a background job with step progress and a Stop button."""
 import re
 
 import pytest
@@ -52,7 +52,7 @@ def test_query_noise_directions_within_rank_and_monte_carlo_on_click(server):
         full_screenshot(page, ARTIFACTS / "query_noise_before_monte_carlo.png")
 
         page.get_by_role("button", name="Run Monte Carlo").click()
-        monte_carlo_bars.first.wait_for(timeout=TIMEOUT_MS)  # progress while it runs
+        monte_carlo_bars.first.wait_for(timeout=TIMEOUT_MS)  # progress while the job runs
         page.get_by_text(re.compile(r"Monte Carlo: \d+ of \d+ steps done")).first.wait_for(timeout=TIMEOUT_MS)
         idle(page)
         no_exception(page)

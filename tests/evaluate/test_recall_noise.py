@@ -54,3 +54,20 @@ def test_bad_requests_are_one_sentence_errors():
         recall_accuracy_under_noise(model, TASK, [])
     with pytest.raises(AnalysisError, match="vocabulary"):
         recall_accuracy_under_noise(model, RecallTask(n_keys=128, n_values=128), [10.0], n_sequences=4)
+
+
+def test_a_point_stops_at_the_next_batch_and_a_token_that_never_fires_changes_nothing():
+    """The dashboard's recall job passes its cancel token: checked before each batch of 64 sequences."""
+    from analysis.evaluate.recall_noise import recall_accuracy_at
+    from analysis.runtime.cancel import Cancelled
+    model = build_tiny("delta_net", vocab_size=TASK.vocab_size)
+    plain = recall_accuracy_at(model, TASK, 10.0, n_sequences=96)
+    assert recall_accuracy_at(model, TASK, 10.0, n_sequences=96, cancel=lambda: False) == plain
+    asked = []
+
+    def after_one_batch():
+        asked.append(1)
+        return len(asked) > 1
+    with pytest.raises(Cancelled):
+        recall_accuracy_at(model, TASK, 10.0, n_sequences=96, cancel=after_one_batch)
+    assert len(asked) == 2  # the second of two batches never ran

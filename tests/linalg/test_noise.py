@@ -129,6 +129,28 @@ def test_shapes_broadcasting_and_chunking(monkeypatch):
     assert monte_carlo_retrieval_error(S[0, 0], keys, [1.0], n_samples=2)["mean"].shape == (2, 3, 4, 1)
 
 
+def test_a_call_checked_before_each_chunk_stops_there_and_is_otherwise_unchanged(monkeypatch):
+    """The dashboard's Monte-Carlo job passes a cancel check: called once per chunk; a check that never raises changes
+    no number (the same draws, in the same order)."""
+    S, keys = state(3, 8, 5, seed=10), torch.randn(3, 4, 8, dtype=torch.float64)
+    monkeypatch.setattr(noise, "_CHUNK_BYTES", 1)  # one (state, key) pair per chunk: 12 chunks
+    run = lambda check=None: monte_carlo_retrieval_error(S, keys, [0, 10], n_samples=16, renormalize=True,  # noqa: E731
+                                                         generator=torch.Generator().manual_seed(3), before_chunk=check)
+    checks = []
+    checked = run(lambda: checks.append(1))
+    assert len(checks) == 12 and all(torch.equal(checked[k], v) for k, v in run().items())
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_the_third():
+        checks.append(1)
+        if len(checks) == 12 + 3:
+            raise Stop
+    with pytest.raises(Stop):
+        run(stop_at_the_third)
+
+
 def test_keys_that_the_state_cannot_read_are_inf():
     S = torch.diag(torch.tensor([1.0, 0.0], dtype=torch.float64))
     keys = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)

@@ -1,5 +1,6 @@
 """Project rules that code review would otherwise have to catch."""
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,6 +218,85 @@ def test_family_knowledge_lives_in_the_adapters():
                     offenders.append(f"{where}:{node.lineno} compares model_type")
                 offenders += [f"{where}:{node.lineno} compares with strategy {p.value!r}" for p in parts
                               if isinstance(p, ast.Constant) and p.value in STRATEGIES]
+    assert offenders == []
+
+
+def family_names() -> set[str]:
+    """How the families are called in words: each adapter's label cut at " (", " / ", " + ", and the label's
+    words that are names (with a digit or an inner capital: DeltaNet, Mamba-2, Qwen3.5, RWKV-7)."""
+    from analysis.archs import FAMILIES, get_adapter
+    names = set()
+    for family in FAMILIES:
+        for part in re.split(r" \(| / | \+ |\)", get_adapter(family).label):
+            names |= {part.strip()} | {w for w in part.split() if re.search(r"\d|[a-z][A-Z]", w)}
+    return {n for n in names if n[:1].isupper()} | set(FAMILIES)   # not the generic "attention" of a hybrid
+
+
+def string_constants(tree: ast.AST):
+    """Every string constant of a module except docstrings (f-string parts included)."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings]
+
+
+# the train command's options that apply to one trainable arch say which (the CLI builds `--arch` without
+# importing the families: analysis.archs.TRAINABLE)
+WORDING_EXCEPTIONS = {"analysis/cli/commands/train_cmds.py"}
+
+
+def test_family_names_live_in_the_adapters():
+    """Issue 31: no sentence outside analysis/archs/ names a family ("Mamba-2 does not l2-normalise C and B" told
+    every model without l2-normalised q/k); say what the model has, from its adapter. Sample model names
+    (deltanet-small) are names of files, not of families."""
+    samples = {p.name for p in (ROOT / "sample_models").iterdir() if p.is_dir()}
+    pattern = re.compile("|".join(rf"(?<![\w-]){re.escape(n)}(?![\w-])" for n in sorted(family_names(), key=len,
+                                                                                         reverse=True)), re.I)
+    offenders = []
+    for path in outside_archs():
+        where = str(path.relative_to(ROOT))
+        if where in WORDING_EXCEPTIONS:
+            continue
+        for node in string_constants(ast.parse(path.read_text())):
+            text = re.sub("|".join(map(re.escape, samples)), "", node.value)
+            if match := pattern.search(text):
+                offenders.append(f"{where}:{node.lineno} {match.group()!r} in {node.value[:60]!r}")
+    assert offenders == []
+
+
+# config fields every transformers language model has, and the project's own words that share a name with some
+# family's config field (TrainConfig's settings, the pruned types' per-layer key dims, latency's value_dim)
+GENERIC_CONFIG_FIELDS = {"vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "hidden_act",
+                         "max_position_embeddings", "initializer_range", "use_cache", "tie_word_embeddings",
+                         "bos_token_id", "eos_token_id", "pad_token_id", "text_config", "value_dim"}
+
+
+def family_config_fields() -> set[str]:
+    """Config fields that belong to some family's config class, not to every language model's."""
+    from dataclasses import fields
+    from transformers import AutoConfig, PretrainedConfig
+    from analysis.archs import FAMILIES, get_adapter
+    from analysis.archs.install import ready
+    from analysis.train.trainer import TrainConfig
+    ready()
+    own = {t for family in FAMILIES for t in get_adapter(family).own_types}
+    found = set().union(*(AutoConfig.for_model(t).to_dict() for t in own))
+    project = {f.name for f in fields(TrainConfig)} | {get_adapter(f).key_dims_config_key for f in FAMILIES}
+    return found - set(PretrainedConfig().to_dict()) - GENERIC_CONFIG_FIELDS - project - {"readout_key_dims"}
+
+
+def test_config_field_names_live_in_the_adapters():
+    """Issue 31: no family config field (hidden_ratio, conv_size, num_v_heads, linear_key_head_dim …) is read or
+    named outside analysis/archs/: a model's shape comes from its adapter (models/checkpoint.py listed fla's names)."""
+    family_fields = family_config_fields()
+    offenders = []
+    for path in outside_archs():
+        where = str(path.relative_to(ROOT))
+        tree = ast.parse(path.read_text())
+        offenders += [f"{where}:{n.lineno} {n.value!r}" for n in string_constants(tree) if n.value in family_fields]
+        offenders += [f"{where}:{n.lineno} .{n.attr}" for n in ast.walk(tree)
+                      if isinstance(n, ast.Attribute) and n.attr in family_fields and "config" in ast.unparse(n.value)]
     assert offenders == []
 
 

@@ -146,7 +146,7 @@ def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
 @pytest.mark.usefixtures("one_torch_thread")
 def test_section_stops_and_resumes(monkeypatch, lm_dir):
     import analysis.shrink.sensitivity as core
-    from ui.shared import jobs
+    from ui.shared import job_runner
     real = core.sensitivity_points
     calls = []
 
@@ -154,7 +154,7 @@ def test_section_stops_and_resumes(monkeypatch, lm_dir):
         for point in real(*args, **kwargs):
             calls.append(point["cached"])
             if len(calls) == 2:
-                jobs.this_job().stop()  # the Stop click of a real browser, between points
+                job_runner.this_job().stop()  # the Stop click of a real browser, between points
             yield point
     monkeypatch.setattr(core, "sensitivity_points", stop_after_first_point)  # under compute_map
     at = sensitivity_page(monkeypatch, lm_dir)

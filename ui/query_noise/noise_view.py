@@ -1,5 +1,5 @@
-"""The Query noise page's parts: its explainer and the recall-accuracy-under-noise section (on request,
-one SNR per step, cached)."""
+"""The Query noise page's explanations: its explainer and which of its figures describe the loaded model (its long
+works, the Monte Carlo and the recall curve, are jobs: ui.query_noise.noise_jobs)."""
 from __future__ import annotations
 
 import streamlit as st
@@ -8,13 +8,8 @@ from analysis.archs import adapter_for
 from analysis.archs.recurrence_words import words
 from analysis.linalg.noise import VALIDITY_TOL
 from analysis.inspect.noise_report import bounds
-from ui.shared import cache, figures, state
-from ui.shared.batches import recall_label
-from ui.shared.clicks import click, clicked_for
 from ui.shared.context import Context
-from ui.shared.errors import guard
 from ui.shared.explain import explainer
-from ui.shared.labels import Provenance, caption
 
 
 def explain(ctx: Context) -> None:
@@ -68,40 +63,3 @@ def bounds_note(ctx: Context) -> bool:
         st.info(f"{labels['note']} Figures that apply: the table below, “raw query: exact” and “raw: Monte Carlo”; "
                 "columns and curves marked “(comparison only)” do not describe this model.")
     return bool(labels["comparison_only"])
-
-
-def recall_section(ctx: Context, snr: tuple) -> None:
-    """Recall accuracy of a recall-trained model with noisy queries (every layer), against the SNR."""
-    st.subheader("Recall accuracy under query noise")
-    st.markdown("Gaussian noise at the given SNR is added to every layer's query (the output of its short convolution, "
-                "before the kernel's l2 norm) at the positions where the model must name a queried value; "
-                "the same sequences and noise draws are used at every SNR (`analysis.evaluate.recall_noise`).")
-    n_eval = int(state.field(st.number_input, "Evaluation sequences", "recall_eval", 256, 16, 2048, step=16))
-    recall_settings = (ctx.key, ctx.task, snr, n_eval)
-    recall_done = st.session_state.setdefault("recall_noise_done", set())
-    recall_clicked = clicked_for("recall_noise", recall_settings)
-    points = [None, *snr]
-    st.button("Run recall vs SNR" if recall_settings not in recall_done else "Run again (cached)",
-              key="recall_noise_run", type="primary", on_click=click, args=("recall_noise", recall_settings))
-    if recall_clicked or recall_settings in recall_done:
-        bar = st.progress(0.0, text="Recall: starting…")
-        results = {}
-        with guard():
-            for i, x in enumerate(points):
-                bar.progress(i / len(points), text=f"Recall step {i + 1} of {len(points)}: "
-                                                    + ("clean queries" if x is None else f"SNR {x:g} dB") + "…")
-                results[x] = cache.recall_noise_point(ctx.key, ctx.task, x, n_eval)
-        bar.progress(1.0, text=f"Recall: {len(points)} of {len(points)} points done (cached for these settings)")
-        if recall_settings not in recall_done:
-            recall_done.add(recall_settings)
-            st.rerun()
-        clean = results[None]["accuracy"]
-        st.plotly_chart(figures.recall_accuracy_vs_snr(list(snr), [results[x]["accuracy"] for x in snr], clean,
-                                                       "Recall accuracy vs query SNR", chance=1 / ctx.task.n_values),
-                        key="recall_vs_snr")
-        rprov = Provenance(ctx.name, recall_label(ctx.task, 1234), ctx.task.seq_len, n_eval, ctx.key.device,
-                           ctx.key.dtype)
-        st.caption(caption(rprov, f"{results[None]['queries']} scored queries; noise seed 0; all layers"))
-    else:
-        st.caption(f"{len(points)} steps (clean queries, then each SNR), {n_eval} sequences each; it runs only "
-                   "when asked.")

@@ -1,14 +1,21 @@
-"""Streamlit caches over the core: shared models (cache_resource) and computed results (cache_data).
+"""The dashboard's caches over the core: which one holds what, and why (README, "Caches").
 
-The model returned by `shared_model` is ONE object for every session of this server process: it is
-NEVER mutated. Code that changes weights (pruning, fine-tuning) must `copy.deepcopy` it first and keep
-the copy in its own session. Forward hooks are a mutation too: every forward pass on a shared model
-(state collection registers hooks, recall noise injects through hooks) runs under `compute_lock`, so
-two sessions never interleave their hooks on the same modules (and GPU timings stay meaningful).
+- Streamlit's `st.cache_resource`: the objects every session shares: the loaded models (`shared_model`,
+  `random_init_model`), tokenizers, the one `compute_lock`, and ui.shared.memo's stores.
+- Streamlit's `st.cache_data`: quick results computed in a script run (`resolve`, `noise_bounds`,
+  `noise_predictions`); Streamlit copies each value out, so a caller cannot change what is stored.
+- ui.shared.memo, the one in-process memo of our own: long results that show named-step progress the first time or
+  run in a job's thread (state collections, calibration, the Query-noise Monte-Carlo and recall steps); neither is
+  possible inside an st cache. Its values are shared and read-only.
+- On disk, analysis.io.point_cache: sweep and sensitivity points, which cost minutes each, outlive the server and
+  are shared with the CLI; each entry proves itself before it is believed.
 
-Computed results are plain numpy arrays / lists / dicts keyed by (ModelKey, InputSpec, settings):
-st.cache_data for the quick ones, ui.memo for the long state collections (so their first run can show
-named-step progress); revisiting a page only looks them up.
+The model returned by `shared_model` is ONE object for every session of this server process: it is NEVER mutated.
+Code that changes weights (pruning, fine-tuning) builds a new model (or `copy.deepcopy`s it first) and keeps it in
+its own session. Forward hooks are a mutation too: every forward pass on a shared model (state collection registers
+hooks, recall noise injects through hooks) runs under `compute_lock`, so two sessions never interleave their hooks
+on the same modules (and GPU timings stay meaningful). Computed results are plain numpy arrays / lists / dicts keyed
+by (ModelKey, InputSpec, settings); revisiting a page only looks them up.
 """
 from __future__ import annotations
 
@@ -93,7 +100,7 @@ def trace_data(key: ModelKey, spec: InputSpec, stride: int, random_init: bool = 
 
     metrics[name]: [L, B, H, P]; singular_values, final_states, keys: one array per layer (key dims may
     differ per layer) of shapes [B, H, P, m], [B, H, dk, dv], [B, H, n, dk]. Computed once per process
-    (ui.memo: shared, read-only), reporting its steps to `progress` the first time.
+    (ui.shared.memo: shared, read-only), reporting its steps to `progress` the first time.
     """
     progress(0.0, "loading the random-init copy (seed 0)" if random_init else "tokenizing the inputs")
     model = random_init_model(key) if random_init else shared_model(key)
@@ -157,9 +164,9 @@ def _every_token(model, ids: torch.Tensor, progress: progress_ui.Report) -> dict
     return {"rank_utilization": np.stack([layer["rank_utilization"].numpy() for layer in layers]), "how": how}
 
 
-def _head_inputs(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, compare: str = "", model=None):
+def head_inputs(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, compare: str = "", model=None):
     """One head's final states and last real keys: of the loaded model, or (`compare` set) of the comparison
-    model `model` on the same inputs."""
+    model `model` on the same inputs (resolve them in a script run: the trace is a memo whose store is an st cache)."""
     trace = compare_trace_data(key, spec, stride, compare, _model=model) if compare else trace_data(key, spec, stride)
     S = torch.from_numpy(trace["final_states"][layer][:, head])            # [B, dk, dv]
     keys = torch.from_numpy(trace["keys"][layer][:, head])                 # [B, n, dk]
@@ -180,7 +187,7 @@ def noise_bounds(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: 
                  _model=None) -> dict:
     """The closed-form figures per sequence (instant) and the singular directions within every sequence's
     numerical rank (1-based), with the sentence that says why the others are not offered."""
-    S, keys = _head_inputs(key, spec, stride, layer, head, compare, _model)
+    S, keys = head_inputs(key, spec, stride, layer, head, compare, _model)
     ranks = noise.analytic_noise(S, tau=noise_report.TAU)["numerical_rank"]
     candidates = range(min(8, *S.shape[-2:]))
     offered, skipped = noise_report.directions_within_rank(ranks, candidates)
@@ -192,7 +199,7 @@ def noise_bounds(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: 
 def noise_predictions(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, snr_db: tuple,
                       probes: tuple, compare: str = "", _model=None) -> dict:
     """Per-sequence analytic predictions (lists) per probe (0-based direction, None: the real keys)."""
-    S, keys = _head_inputs(key, spec, stride, layer, head, compare, _model)
+    S, keys = head_inputs(key, spec, stride, layer, head, compare, _model)
     out = {}
     for probe in probes:
         per_seq = noise_report.predictions(S, _probe_keys(S, keys, probe), list(snr_db))
@@ -200,12 +207,15 @@ def noise_predictions(key: ModelKey, spec: InputSpec, stride: int, layer: int, h
     return out
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
+@memo.memoized("noise_mc_step", max_entries=256)
 def noise_mc_step(key: ModelKey, spec: InputSpec, stride: int, layer: int, head: int, snr_db: tuple,
-                  probe: int | None, n_samples: int, renormalize: bool, compare: str = "", _model=None) -> dict:
-    """One Monte-Carlo step (one probe, raw or re-normalised query): per-sequence RMS and mean, seed 0."""
-    S, keys = _head_inputs(key, spec, stride, layer, head, compare, _model)
-    mc = noise_report.monte_carlo(S, _probe_keys(S, keys, probe), list(snr_db), n_samples, renormalize, seed=0)
+                  probe: int | None, n_samples: int, renormalize: bool, compare: str = "", *, _inputs=None,
+                  progress: progress_ui.Report, cancel=None) -> dict:
+    """One Monte-Carlo step (one probe, raw or re-normalised query): per-sequence RMS and mean, seed 0. `_inputs`:
+    the head's (final states, real keys) from `head_inputs`, resolved in the script run (a job's thread runs it)."""
+    S, keys = _inputs
+    mc = noise_report.monte_carlo(S, _probe_keys(S, keys, probe), list(snr_db), n_samples, renormalize, seed=0,
+                                  cancel=cancel)
     return {k: v.tolist() for k, v in mc.items()}
 
 
@@ -215,8 +225,10 @@ def noise_summary(name: str, snr_db, pred: dict, mc_raw: dict | None = None, mc_
     return noise_report.summarize_probe(name, list(snr_db), as_tensors(pred), as_tensors(mc_raw), as_tensors(mc_renorm))
 
 
-@st.cache_data(max_entries=128, show_spinner=False)
-def recall_noise_point(key: ModelKey, task: RecallTask, snr_db: float | None, n_sequences: int) -> dict:
-    """Recall accuracy at one SNR (None: clean), on the shared model under the lock; one progress step."""
-    with compute_lock():
-        return recall_accuracy_at(shared_model(key), task, snr_db, n_sequences=n_sequences)
+@memo.memoized("recall_noise_point", max_entries=128)
+def recall_noise_point(key: ModelKey, task: RecallTask, snr_db: float | None, n_sequences: int, *, _model=None,
+                       _lock=None, progress: progress_ui.Report, cancel=None) -> dict:
+    """Recall accuracy at one SNR (None: clean) of the shared model `_model` (`shared_model(key)`) under its lock
+    `_lock` (`compute_lock()`), both resolved in the script run (a job's thread runs it); one progress step."""
+    with _lock:
+        return recall_accuracy_at(_model, task, snr_db, n_sequences=n_sequences, cancel=cancel)

@@ -57,7 +57,7 @@ def jobs_told_at_once():
     def chained(number, handler):
         if number in STOP_SIGNALS and callable(handler):
             def stop_jobs_first(signum, frame):
-                jobs = sys.modules.get("ui.shared.jobs")  # imported once a page ran: no jobs otherwise
+                jobs = sys.modules.get("ui.shared.job_runner")  # imported once a page ran: no jobs otherwise
                 if jobs is not None:  # in a thread: a handler that writes could interrupt a write of the main one
                     threading.Thread(target=jobs.stop_all, args=(signal.Signals(signum).name,), daemon=True).start()
                 return handler(signum, frame)
@@ -74,7 +74,7 @@ def stop_jobs() -> None:
     """Stop the dashboard's running jobs and wait for their threads (a Save runs in its script thread, which
     the interpreter waits for anyway). Without this a job thread is killed inside a torch op at exit and the
     process aborts with exit 134."""
-    jobs = sys.modules.get("ui.shared.jobs")  # imported only once a page ran: no jobs otherwise
+    jobs = sys.modules.get("ui.shared.job_runner")  # imported only once a page ran: no jobs otherwise
     if jobs is not None:
         stopped = jobs.shutdown()
         if stopped:

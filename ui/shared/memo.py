@@ -1,10 +1,12 @@
-"""Results computed once per server process and shared by every session, with room for live progress.
+"""The dashboard's one in-process memo: results computed once per server process and shared by every session,
+with room for live progress and for job threads (the other caches and their purposes: ui.shared.cache's docstring).
 
-st.cache_data / st.cache_resource record every st call made inside the cached function and replay it on
-a hit (and fail on a hit when that call drew into a placeholder made outside), so a progress bar cannot
-be drawn from inside them. Here the work runs outside any st cache, reporting to the caller's progress
-callback, and only the finished result is stored: an LRU of `max_entries` per store.
-Stored results are shared: callers must not mutate them.
+Why not st.cache_data: it records every st call made inside the cached function and replays it on a hit (and fails
+on a hit when that call drew into a placeholder made outside), so a progress bar cannot be drawn from inside it; and
+a job's thread must not call Streamlit at all. Here the work runs outside any st cache, reporting to the caller's
+progress callback, and only the finished result is stored: an LRU of `max_entries` per store (the stores themselves
+are an st.cache_resource, so Streamlit's "Clear caches" clears them too). A failed or stopped computation stores
+nothing. Stored results are shared: callers must not mutate them.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ class Store:
             if key in self._data:
                 self._data.move_to_end(key)
                 return self._data[key]
-        # computed without holding a lock: callers take ui.cache.compute_lock inside, and a key lock taken
+        # computed without holding a lock: callers take ui.shared.cache.compute_lock inside, and a key lock taken
         # around it could deadlock against a job that already holds compute_lock (two sessions racing for
         # one key may both compute it; the second result simply replaces the first)
         value = compute()  # an exception stores nothing: the next call tries again

@@ -11,6 +11,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
+from analysis.archs.kernels import dtype_words
 from analysis.data import corpus as data, inputs
 from analysis.models import budget, load as models
 from analysis.errors import AnalysisError
@@ -70,8 +71,7 @@ def _device_and_dtype() -> tuple[str, str]:
         st.caption("GPU unavailable: torch.cuda.is_available() is False here (CPU-only torch build or no "
                    "driver), so the project's pure-torch path runs the model on CPU.")
     dtype = state_field(st.selectbox, "dtype", "dtype", "auto", options=DTYPES,
-                        help="auto: float32 on CPU; on a GPU the family kernel's default (bfloat16; fla's DeltaNet "
-                             "chunk kernel refuses float32).")
+                        help=f"auto: float32 on CPU; {dtype_words()}.")
     return DEVICES[label], dtype
 
 
@@ -161,7 +161,7 @@ def render() -> None:
         source = _model_source(samples)
         device, dtype = _device_and_dtype()
         max_memory = _max_memory()
-        budget.set_budget(max_memory)  # this rerun's size checks; jobs carry it into their threads (ui.shared.jobs)
+        budget.set_budget(max_memory)  # this rerun's size checks; jobs carry it into their threads (ui.shared.job_runner)
         st.session_state["model_request"] = (source, device, dtype, max_memory)
         st.header("Inputs")
         st.session_state["input_spec"] = _inputs((source, device, dtype, max_memory))

@@ -43,6 +43,11 @@ class FlaAdapter(Adapter):
     def linear_class(self) -> type:
         raise NotImplementedError
 
+    def mlp_width(self, config) -> int:
+        """fla's blocks size the MLP by intermediate_size, else hidden_ratio × hidden (fla's default ratio 4)."""
+        hidden = int(config.hidden_size)
+        return int(getattr(config, "intermediate_size", None) or hidden * (getattr(config, "hidden_ratio", None) or 4))
+
     def pruned_config_class(self) -> type:
         raise NotImplementedError
 

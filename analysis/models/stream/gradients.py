@@ -45,8 +45,8 @@ def parameter_gradients(model, batches, names: list[str], cancel=None, hidden_li
     sk = model.skeleton
     if model.shape.carried:
         raise AnalysisError("Gradient scores of a model read one block at a time are computed layer by layer, and "
-                            "this model's layers hand a second tensor on to each other (RWKV-7's first-layer "
-                            "values), whose gradient that pass does not follow yet; pick another strategy or raise "
+                            "this model's layers hand a second tensor on to each other (values carried from the "
+                            "first layer), whose gradient that pass does not follow yet; pick another strategy or raise "
                             "--max-memory so that the model loads whole.")
     runner = Runner(sk, model.shape, hidden_limit, 0)
     layers, units = sk.layers, sk.block_units()
