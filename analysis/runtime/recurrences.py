@@ -73,6 +73,7 @@ class Recurrence:
     decay = "none"                  # the log-decay g: absent, one per (token, head), one per (token, head, key channel)
     takes = ("q", "k", "v")         # the tensors its ops take, in order, before scale and the initial state
     writes = ""                     # what a write does beyond "each token writes its value v at its key k"
+    correction = 0.0                # the spectral tracker's u = β(v − correction·g·Sᵀk): 1 delta rule, 0 linear attention
     chunked_op = staticmethod(chunked_linear_attention)     # the project's chunked CPU op (cpu_ops)
     loop_op = staticmethod(recurrent_linear_attention)      # its token-by-token reference
 
@@ -140,8 +141,6 @@ class Recurrence:
             x["a"] = (-removal).to(device, dtype)
             x["b"] = (removal * torch.rand(B, T, H, dk, generator=gen)).to(device, dtype)
         return x
-
-    correction = 0.0   # the spectral tracker's u = β(v − correction·g·Sᵀk): 1 for a delta rule, 0 for linear attention
 
     def tracker_inputs(self, r: RecurrenceInputs) -> tuple | None:
         """(k, v, β, decay, correction) as float32 numpy for analysis.linalg.spectral_tracker, which follows a scalar
