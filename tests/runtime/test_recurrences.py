@@ -24,7 +24,7 @@ from analysis.runtime.recurrences import RECURRENCES, RecurrenceInputs
 from helpers.state_sink import Sink
 
 ROOT = Path(__file__).resolve().parents[2]
-B, T, H, DK, DV = 2, 70, 2, 8, 6    # T crosses one 64-token chunk with a ragged end
+B, H, DK, DV = 2, 2, 8, 6
 TOL = 1e-5
 
 
@@ -32,7 +32,7 @@ def rel(a, b):
     return float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
 
 
-def prepared(recurrence, seed=0) -> RecurrenceInputs:
+def prepared(recurrence, T, seed=0) -> RecurrenceInputs:
     """`latency`'s random inputs for this kind, with a readout scale and an initial state, as prepared inputs."""
     gen = torch.Generator().manual_seed(seed)
     x = recurrence.latency_inputs(B, T, H, DK, DV, "cpu", torch.float32, gen)
@@ -41,10 +41,11 @@ def prepared(recurrence, seed=0) -> RecurrenceInputs:
                             recurrence=recurrence, a=x.get("a"), b=x.get("b"))
 
 
+@pytest.mark.parametrize("T", [1, 70])   # one token; one 64-token chunk and a ragged end
 @pytest.mark.parametrize("name", list(RECURRENCES))
-def test_chunked_op_equals_the_token_loop_and_step(name):
+def test_chunked_op_equals_the_token_loop_and_step(name, T):
     recurrence = RECURRENCES[name]
-    r = prepared(recurrence)
+    r = prepared(recurrence, T)
     sink = Sink(list(range(T)))
     o, S = recurrence.chunked(r, sink)
     o_loop, states = recurrence.loop(r, return_all_states=True)
