@@ -63,10 +63,10 @@ def reference_trace(r) -> np.ndarray:
 
 def forward_tokens_per_s(model, ids, token_loop: bool = False) -> float:
     """Best of 3 no-grad forwards; `token_loop` swaps the chunked recurrence for the per-token loop."""
-    from analysis.runtime import backend
-    from analysis.runtime.cpu_ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
-    backend.chunked_delta_rule = (lambda *a, sink=None, **k: recurrent_delta_rule(*a, **k)) if token_loop \
-        else chunked_delta_rule
+    from analysis.runtime.recurrences import RECURRENCES
+    if token_loop:   # every kind runs its token-by-token reference instead of its chunked op
+        for rec in RECURRENCES.values():
+            rec.chunked = lambda r, sink=None, rec=rec: rec.loop(r)
     try:
         best = float("inf")
         for _ in range(3):
@@ -75,7 +75,8 @@ def forward_tokens_per_s(model, ids, token_loop: bool = False) -> float:
                 model(ids, use_cache=False)
             best = min(best, time.perf_counter() - t0)
     finally:
-        backend.chunked_delta_rule = chunked_delta_rule
+        for rec in RECURRENCES.values():
+            rec.__dict__.pop("chunked", None)
     return ids.numel() / best
 
 

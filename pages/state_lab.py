@@ -98,7 +98,7 @@ else:
     where = f"{x.label} · no model · device cpu · dtype float32"
 
 x, traces = result["inputs"], result["traces"]
-if mode == REAL and x.g is None:
+if mode == REAL and lab.model_rule_is_delta(x):
     st.caption("This layer has no gate, so the model's own rule *is* the delta rule (their curves coincide).")
 rule = st.radio("Update rule shown in the heatmap, spectrum and noise probe", list(lab.RULES), horizontal=True,
                 format_func=lab.RULES.get, key=state.remembered("lab_rule", "model", list(lab.RULES)))

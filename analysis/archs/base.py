@@ -1,6 +1,6 @@
 """What the core needs to know about one family of linear-attention models: the adapter interface.
 
-Everything family-specific (module and parameter names, head grouping, gates, fused projections, how a
+Everything family-specific (module and parameter names, head grouping, its kernel, fused projections, how a
 config says its key dim, which kernel to time, which kernel entry points to route to CPU) lives in one
 adapter per family under `analysis/archs/`. The core (states, calibration, strategies, prune, measure,
 sweep, CLI, pages) asks the adapter and nothing else.
@@ -25,7 +25,6 @@ from analysis.errors import AnalysisError
 if TYPE_CHECKING:  # annotations only: the registry and the kernel specs import no torch (fast `--help`)
     import torch.nn as nn
 
-GATES = ("none", "head", "channel")   # log-decay g: absent, one per (token, head), one per (token, head, key channel)
 KINDS = ("linear", "softmax", "other")
 BLOCK_WORDS = {"linear": "linear attention", "softmax": "softmax attention", "other": "other mixer"}
 PRUNED_PREFIX = "pruned_"   # every family saves a per-layer prune as the registered type pruned_<its own type>
@@ -98,8 +97,8 @@ class Adapter:
     own_types: tuple[str, ...] = ()      # the config.model_type values of the family itself (declared here only)
     prunable_types: tuple[str, ...] | None = None  # own types with a pruned_<type> of the project (None: all)
     refused_types: dict[str, str] = {}   # types close to the family it cannot handle -> why, in words
-    gate: str = "none"                   # one of GATES
-    kernel: str = ""                     # the kernel `latency` times for this family, e.g. "gated_delta_rule"
+    kernel: str = ""                     # its kernel (analysis.archs.kernels), e.g. "gated_delta_rule": what `latency`
+                                         # times and, through it, the kind of recurrence (kernel_spec.recurrence)
     rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel
     key_dims_config_key: str = "head_k_dims"   # where a pruned config lists one key dim per linear layer
     qk_l2_normalised: bool = True        # the kernel l2-normalises q and k (False: Mamba-2's B and C enter raw)

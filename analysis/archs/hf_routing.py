@@ -32,25 +32,25 @@ def torch_fallback(module, name: str):
     return fn
 
 
-def route(module, names) -> None:
-    """Replace the entry points `names` of a transformers modeling module by device-routed versions
-    (idempotent); Qwen3.5's gated delta rule and Kimi Linear's KDA entry points take the same arguments."""
+def by_device_named(recurrence):
+    """A `backend.route` wrap for a transformers entry point taking the (gated) delta rule's arguments (Qwen3.5's
+    gated delta rule, Kimi Linear's KDA): device-routed with `recurrence`'s `prepare` under fla's argument names."""
     def wrap(current):
-        routed = backend.by_device(fla_named(current))
+        routed = backend.by_device(fla_named(current), recurrence.prepare)
         routed.__wrapped__ = current
         return routed
-    backend.route(module, names, wrap)
+    return wrap
 
 
-def route_modules(paths, names, wrap=None) -> list:
-    """Route the entry points `names` of every importable modeling module in `paths` (idempotent) with `wrap`
-    (default: `route`'s); the modules routed (an older transformers lacks some families)."""
+def route_modules(paths, names, wrap) -> list:
+    """Route the entry points `names` of every importable modeling module in `paths` (idempotent) with `wrap`;
+    the modules routed (an older transformers lacks some families)."""
     modules = []
     for path in paths:
         try:
             module = importlib.import_module(path)
         except ImportError:
             continue
-        route(module, names) if wrap is None else backend.route(module, names, wrap)
+        backend.route(module, names, wrap)
         modules.append(module)
     return modules

@@ -4,8 +4,9 @@ Every adapter names its recurrence entry points (`Adapter.entry_points`): module
 file that its `install_routing` replaces by device-routed versions (`analysis.runtime.backend.route`). A routed entry point
 keeps what the family bound for CUDA as `__wrapped__`; transformers' `use_kernel_func_from_hub_with_fallback`
 binds, in turn, the package kernel it found at import (fla, mamba_ssm) or its own torch code. On CPU a routed entry
-point runs the project's chunked op the kernel spec names (`cpu_op`: the delta rule, linear attention with a decay per
-head or per key channel, or RWKV-7's diagonal-plus-low-rank rule, as `analysis.runtime.backend` picks). So the sentence below is what will run, not a per-family text.
+point runs the chunked op of the recurrence the kernel spec names (`analysis.runtime.recurrences`: the delta rule,
+linear attention with a decay per head or per key channel, or RWKV-7's diagonal-plus-low-rank rule). So the
+sentence below is what will run, not a per-family text.
 """
 from __future__ import annotations
 
@@ -77,8 +78,8 @@ def implementation(model) -> Implementation:
     adapter = adapter_for(model)
     spec = adapter.kernel_spec
     layers = adapter.linear_layers(model)
-    module, name = spec.cpu_op
-    cpu_text = f"the project's chunked op `{name}` ({module.replace('.', '/')}.py, fp32 inside)"
+    op = spec.recurrence.chunked_op
+    cpu_text = f"the project's chunked op `{op.__name__}` ({op.__module__.replace('.', '/')}.py, fp32 inside)"
     routed, cuda = True, []
     for name in adapter.entry_points:
         fn = next((f for f in (_entry(type(layer), name) for layer in layers) if f is not None), None)

@@ -1,7 +1,8 @@
 """What each family's GPU kernel accepts: the one place for key-dim limits, tile rows and GPU dtypes.
 
 An adapter names its kernel (`Adapter.kernel`); `kernel_spec(name)` gives the spec that `latency` times,
-`prune` checks a plan against, and `models` uses to pick (or refuse) a dtype on a GPU. On CPU the project's
+`prune` checks a plan against, and `models` uses to pick (or refuse) a dtype on a GPU; `spec.recurrence` is the kind
+of recurrence the kernel runs (analysis.runtime.recurrences: the CPU op, equations, inputs). On CPU the project's
 chunked torch path runs every key dim and dtype, so the limits below apply to CUDA only, except the maximum,
 which every saved model keeps so that it still runs on a GPU later.
 """
@@ -18,18 +19,22 @@ GPU_DTYPES = ("bfloat16", "float16", "float32")
 class KernelSpec:
     name: str                              # what adapters name in `Adapter.kernel`
     label: str                             # for people: "gated delta rule"
-    gate: str                              # decay-gate shape it takes (analysis.archs.base.GATES)
+    recurrence_name: str                   # the kind of recurrence it runs (analysis.runtime.recurrences)
     cuda_op: tuple[str, str]               # fla's CUDA entry point (module, function)
-    cpu_op: tuple[str, str]                # the project's chunked torch op CPU tensors take (module, function)
     min_key_dim: int = 1                   # smallest key dim the CUDA kernel runs
     max_key_dim: int = 256                 # fla's chunk kernels assert K <= 256
     tile_rows: int = 64                    # the chunk kernel holds the state in tiles of this many key rows
     gpu_dtypes: tuple[str, ...] = GPU_DTYPES   # dtypes its CUDA kernel accepts; the first is the GPU default
     min_reason: str = ""                   # why min_key_dim, for the sentence that refuses below it
-    delta: bool = True                     # a delta rule (takes β); False: plain linear attention with a decay
-    low_rank: bool = False                 # a diagonal-plus-low-rank transition (takes a, b: RWKV-7), not β
     cuda_names: tuple = ()                 # (ours, the CUDA op's) argument names where they differ (q, k, v, g, beta, a, b)
     cuda_settings: tuple = ()              # fixed (keyword, value) pairs the family's layer passes to the CUDA op
+
+    @property
+    def recurrence(self):
+        """The Recurrence it runs: its CPU op, reference loop, preparation, equations and latency inputs. Imported on
+        first use: the kernel specs import no torch (the CLI's --help)."""
+        from analysis.runtime.recurrences import recurrence_named
+        return recurrence_named(self.recurrence_name)
 
     def key_dim_problem(self, dk: int, device_type: str) -> str | None:
         if not 1 <= dk <= self.max_key_dim:
@@ -61,34 +66,30 @@ class KernelSpec:
         return dtype if device_type != "cuda" or dtype in self.gpu_dtypes else self.gpu_dtypes[0]
 
 
-CPU_OPS = "analysis.runtime.cpu_ops"
-DELTA_RULE = (f"{CPU_OPS}.delta_rule", "chunked_delta_rule")
 KERNELS = {spec.name: spec for spec in (
-    KernelSpec("delta_rule", "delta rule", "none", ("fla.ops.delta_rule", "chunk_delta_rule"), DELTA_RULE,
+    KernelSpec("delta_rule", "delta rule", "delta_rule", ("fla.ops.delta_rule", "chunk_delta_rule"),
                gpu_dtypes=("bfloat16", "float16")),  # ChunkDeltaRuleFunction asserts dtype != float32
-    KernelSpec("gated_delta_rule", "gated delta rule", "head",
-               ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"), DELTA_RULE),
+    KernelSpec("gated_delta_rule", "gated delta rule", "gated_delta_rule",
+               ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule")),
     # chunk_intra.py feeds BK = next_power_of_2(K), with no floor of 16, into tl.dot (which needs >= 16): K <= 8 fails
-    KernelSpec("kda", "Kimi delta attention (per-channel gated delta rule)", "channel", ("fla.ops.kda", "chunk_kda"),
-               DELTA_RULE, min_key_dim=9, min_reason="its intra-chunk kernel needs a key block of at least 16"),
+    KernelSpec("kda", "Kimi delta attention (per-channel gated delta rule)", "per_channel_delta_rule",
+               ("fla.ops.kda", "chunk_kda"),
+               min_key_dim=9, min_reason="its intra-chunk kernel needs a key block of at least 16"),
     # GLA: per-key-channel decay, no delta rule; fla's chunk kernels tile K in blocks of 32/64 (masked), no minimum
-    KernelSpec("gla", "gated linear attention (per-channel decay, no delta rule)", "channel",
-               ("fla.ops.gla", "chunk_gla"), (f"{CPU_OPS}.gated_linear_attention", "chunked_gated_linear_attention"),
-               delta=False),
+    KernelSpec("gla", "gated linear attention (per-channel decay, no delta rule)", "gated_linear_attention",
+               ("fla.ops.gla", "chunk_gla")),
     # RWKV-7: the DPLR generalised delta rule (per-channel decay plus a rank-one term a, b); its chunk kernels pad K
     # to at least 16 (BK = max(next_power_of_2(K), 16)), so no minimum either
-    KernelSpec("rwkv7", "RWKV-7 generalised delta rule (per-channel decay + rank-one transition)", "channel",
-               ("fla.ops.rwkv7", "chunk_rwkv7"), (f"{CPU_OPS}.dplr_delta_rule", "chunked_dplr_delta_rule"),
-               delta=False, low_rank=True, cuda_names=(("q", "r"), ("g", "w")),
+    KernelSpec("rwkv7", "RWKV-7 generalised delta rule (per-channel decay + rank-one transition)", "dplr_delta_rule",
+               ("fla.ops.rwkv7", "chunk_rwkv7"), cuda_names=(("q", "r"), ("g", "w")),
                cuda_settings=(("scale", 1.0), ("safe_gate", True), ("lower_bound", -0.6065306597126334),
                               ("chunk_size", 64))),   # as fla/layers/rwkv7.py calls it
     # Mamba-2's SSD scan is scalar-decay linear attention with dk = N (q = C, k = B, v = dt·x, g = A·dt). The models
     # run mamba_ssm's mamba_chunk_scan_combined on CUDA when it is installed (the project does not install it), else
     # transformers' torch SSD; `latency` times fla's chunk_simple_gla, the same recurrence, on CUDA (not verified on
     # a GPU here) and the project's chunked linear attention on CPU. mamba_ssm pads N to max(16, next power of 2).
-    KernelSpec("ssd", "Mamba-2 SSD scan (scalar-decay linear attention)", "head",
-               ("fla.ops.simple_gla", "chunk_simple_gla"),
-               (f"{CPU_OPS}.linear_attention", "chunked_linear_attention"), delta=False),
+    KernelSpec("ssd", "Mamba-2 SSD scan (scalar-decay linear attention)", "linear_attention",
+               ("fla.ops.simple_gla", "chunk_simple_gla")),
 )}
 MAX_KEY_DIM = max(spec.max_key_dim for spec in KERNELS.values())   # the widest any family's kernel runs
 TILE_ROWS = 64   # every fla chunk kernel above (the one number the pages draw as tile boundaries)

@@ -15,12 +15,7 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
-from analysis.runtime.cpu_ops.delta_rule import chunked_delta_rule
-from analysis.runtime.cpu_ops.dplr_delta_rule import chunked_dplr_delta_rule
-from analysis.runtime.cpu_ops.gated_linear_attention import chunked_gated_linear_attention
-from analysis.runtime.cpu_ops.linear_attention import chunked_linear_attention
 from analysis.models import limits
 from analysis.errors import AnalysisError
 from analysis.archs.kernels import KERNELS, kernel_spec  # noqa: F401  (KERNELS re-exported)
@@ -116,33 +111,8 @@ def time_call(fn, device: str | torch.device = "cpu", threads: int | None = None
 
 
 def kernel_inputs(B, T, H, dk, dv, device, dtype, spec, gen) -> dict:
-    """Random recurrence inputs of the shapes `spec`'s kernel takes: q, k, v, and β (delta rules), a log-decay g
-    (per head or per key channel), a, b (a diagonal-plus-low-rank transition: a = −κ̂, b = κ̂ ⊙ α as RWKV-7 forms them)."""
-    q = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(device, dtype)
-    k = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(device, dtype)
-    v = torch.randn(B, T, H, dv, generator=gen).to(device, dtype)
-    x = {"q": q, "k": k, "v": v}
-    if spec.delta:
-        x["beta"] = torch.rand(B, T, H, generator=gen).to(device, dtype)
-    shape = {"none": None, "head": (B, T, H), "channel": (B, T, H, dk)}[spec.gate]
-    if shape is not None:   # in (−0.1, 0): inside every kernel's safe gate range
-        x["g"] = (-(torch.rand(*shape, generator=gen) * 0.099 + 0.001)).to(device, torch.float32)
-    if spec.low_rank:
-        removal = F.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1)
-        x["a"], x["b"] = (-removal).to(device, dtype), (removal * torch.rand(B, T, H, dk, generator=gen)).to(device, dtype)
-    return x
-
-
-def _cpu_op(spec, x: dict):
-    """The project's chunked op for `spec`'s recurrence on inputs `x` (what CPU tensors run)."""
-    g = x.get("g")
-    if spec.low_rank:
-        return lambda: chunked_dplr_delta_rule(x["q"], x["k"], x["v"], x["a"], x["b"], g)
-    if spec.delta:
-        return lambda: chunked_delta_rule(x["q"], x["k"], x["v"], x["beta"], g)
-    if g is not None and g.dim() == 4:
-        return lambda: chunked_gated_linear_attention(x["q"], x["k"], x["v"], g)
-    return lambda: chunked_linear_attention(x["q"], x["k"], x["v"], g)
+    """Random inputs of the shapes `spec`'s kernel takes (its recurrence's `latency_inputs`)."""
+    return spec.recurrence.latency_inputs(B, T, H, dk, dv, device, dtype, gen)
 
 
 def cuda_arguments(spec, x: dict, dtype) -> dict:
@@ -185,7 +155,7 @@ def kernel_latency(key_dims: list[int], batch: int = 4, tokens: int = 1024, head
         if device.type == "cuda":
             fn, path = _cuda_op(spec, x, dtype), "fla Triton chunk kernel"
         else:
-            fn, path = _cpu_op(spec, x), "project torch chunked path"
+            fn, path = (lambda: spec.recurrence.run(x)), "project torch chunked path"
         with torch.inference_mode():
             stats = time_call(fn, device, threads=threads, repeats=repeats, min_run_time=min_run_time)
         yield {"key_dim": dk, "tiles": tiles_of(dk), **_labelled(stats, batch, tokens),

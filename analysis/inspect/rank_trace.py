@@ -7,24 +7,20 @@ stored. Ritz values never exceed s1², so the tracker can only over-estimate u; 
 at which it stops, by residual-based estimates (tests and the benchmark compare against numpy's SVD).
 
 The tracker needs each token to scale the state by one number and add a rank-one write (its Gram matrix then
-changes by a rank-two update). A decay per key channel (KDA, GLA) or a diagonal-plus-low-rank transition (RWKV-7)
-breaks that; those layers' states come from the recurrence itself, chunk by chunk, and s1 from an SVD of each
-(exact, slower; never more than one chunk's states at a time).
+changes by a rank-two update); the recurrence says whether it does (`Recurrence.tracker_inputs`). A decay per key
+channel (KDA, GLA) or a diagonal-plus-low-rank transition (RWKV-7) does not; those layers' states come from the
+recurrence itself, chunk by chunk, and s1 from an SVD of each (exact, slower; never more than one chunk's states at
+a time).
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from analysis.runtime.backend import RecurrenceInputs, observe_recurrences, run_recurrence
+from analysis.runtime.backend import observe_recurrences, run_recurrence
+from analysis.runtime.recurrences import RecurrenceInputs
 from analysis.errors import AnalysisError
 from analysis.models.load import attention_layers
 from analysis.linalg.spectral_tracker import DEFAULT_TOL, track_top_singular
-
-
-def _array(x: torch.Tensor) -> np.ndarray:
-    """A float32 numpy view (no copy for the float32 CPU tensors the recurrence receives)."""
-    return x.detach().float().cpu().numpy()
 
 
 def utilization_trace(r: RecurrenceInputs, tol: float = DEFAULT_TOL, threads: int | None = None
@@ -34,13 +30,12 @@ def utilization_trace(r: RecurrenceInputs, tol: float = DEFAULT_TOL, threads: in
         raise AnalysisError("The dense rank trace needs whole, unpadded sequences without a prior cache.")
     B, T, H, dk = r.k.shape
     dv = r.v.shape[-1]
-    if r.a is not None or (r.g is not None and r.g.dim() == 4):
+    tracked = r.recurrence.tracker_inputs(r)
+    if tracked is None:
         return _svd_trace(r)
-    # the gate in numpy, not torch: torch's OpenMP workers would keep spinning on the tracker's cores
-    beta = _array(r.beta)
-    decay = np.ones_like(beta) if r.g is None else np.exp(_array(r.g))
-    fro2, top2, steps = track_top_singular(_array(r.k), _array(r.v), beta, decay,
-                                           tol=tol, threads=threads or torch.get_num_threads(), delta=r.delta)
+    k, v, beta, decay, correction = tracked
+    fro2, top2, steps = track_top_singular(k, v, beta, decay, tol=tol, threads=threads or torch.get_num_threads(),
+                                           correction=correction)
     fro2, top2 = torch.from_numpy(fro2), torch.from_numpy(top2)
     u = torch.where(top2 > 0, fro2 / top2.clamp(min=1e-300), fro2 * 0) / min(dk, dv)  # 0 for a zero state
     return {"rank_utilization": u.float(), "fro_norm_sq": fro2.float(), "spectral_norm_sq": top2.float(),

@@ -358,10 +358,11 @@ def _track(k, v, beta, decay, correction, tol, max_steps, lo, hi, fro2, top2, ri
 
 def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np.ndarray, *,
                        tol: float = DEFAULT_TOL, max_steps: int = 8,
-                       threads: int = 1, delta: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       threads: int = 1, correction: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """‖S_t‖_F², s1(S_t)² and the number of Rayleigh–Ritz steps after every token, for k [B,T,H,dk], v [B,T,H,dv],
     beta [B,T,H] and decay [B,T,H] (the multiplicative gate, 1 for DeltaNet), in the layout the
-    recurrence kernels take; delta=False: plain linear attention S_t = g S_{t−1} + β k vᵀ (Mamba-2).
+    recurrence kernels take; correction 1: the delta rule, 0: plain linear attention S_t = g S_{t−1} + β k vᵀ
+    (Mamba-2), as the caller's recurrence says (analysis.runtime.recurrences).
     Returns three [B, H, T] arrays."""
     k, v, beta, decay = (np.ascontiguousarray(x, np.float32) for x in (k, v, beta, decay))
     B, T, H = beta.shape
@@ -372,7 +373,7 @@ def track_top_singular(k: np.ndarray, v: np.ndarray, beta: np.ndarray, decay: np
     bounds = np.linspace(0, B * H, min(B * H, 4 * threads) + 1).astype(int)
 
     def run(lo: int, hi: int) -> None:
-        _track(k, v, beta, decay, np.float32(1.0 if delta else 0.0), tol, max_steps, lo, hi, fro2, top2, steps)
+        _track(k, v, beta, decay, np.float32(correction), tol, max_steps, lo, hi, fro2, top2, steps)
     if threads == 1:
         run(0, B * H)
     else:

@@ -2,9 +2,9 @@
 
 fla 0.6.0 cannot run a single op on CPU, so `install()` wraps, once per process, fla's shared modules
 (ShortConvolution, RMSNorm, FusedRMSNormGated, LayerNorm, GroupNorm, SwiGLU and the fused cross-entropy), and each family's
-adapter routes its own recurrence entry points with `route(module, names)` (`by_device`; `conv_by_device`
-for a fused-qkv conv). Each wrapper checks the tensor's device and
-calls fla's untouched original for CUDA. An optional observer sees the prepared recurrence inputs on
+adapter routes its own recurrence entry points with `route_recurrence(module, names, recurrence)` (`by_device`
+with the recurrence's `prepare`, analysis.runtime.recurrences; `conv_by_device` for a fused-qkv conv). Each wrapper
+checks the tensor's device and calls fla's untouched original for CUDA. An optional observer sees the prepared recurrence inputs on
 both devices, which is how `analysis.inspect.states` collects per-token states: an observer that returns a
 `StateSink` gets the states at the positions it asks for, then `finish(final_state)`. On CPU they come
 from the forward's own chunked recurrence (one pass); on CUDA, where fla's kernel runs the forward and
@@ -16,40 +16,14 @@ import contextlib
 import contextvars
 import dataclasses
 import inspect
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from analysis.runtime.cpu_ops import conv as conv_ops
 from analysis.runtime.cpu_ops import norms
-from analysis.runtime.cpu_ops.delta_rule import StateSink, chunked_delta_rule
-from analysis.runtime.cpu_ops.dplr_delta_rule import chunked_dplr_delta_rule
-from analysis.runtime.cpu_ops.gated_linear_attention import chunked_gated_linear_attention
-from analysis.runtime.cpu_ops.linear_attention import chunked_linear_attention
-
-L2_EPS = 1e-6  # fla's in-kernel l2norm: x / sqrt(Σx² + 1e-6)
-
-
-@dataclass
-class RecurrenceInputs:
-    """What enters the recurrence, prepared as the kernel prepares it; state layout K-first."""
-    q: torch.Tensor                    # [B,T,H,dk], l2-normalised if the layer asks for it
-    k: torch.Tensor                    # [B,T,H,dk]
-    v: torch.Tensor                    # [B,T,H,dv]
-    beta: torch.Tensor                 # [B,T,H], after sigmoid (and ×2 with negative eigenvalues)
-    g: torch.Tensor | None             # log-decay: [B,T,H] per head, [B,T,H,dk] per key channel (KDA), None
-    scale: float
-    initial_state: torch.Tensor | None  # [N,H,dk,dv]
-    cu_seqlens: torch.Tensor | None
-    q_raw: torch.Tensor | None = None   # [B,T,H_qk,dk] what the layer passed in: post-conv, pre-l2norm
-    k_raw: torch.Tensor | None = None
-    delta: bool = True                  # False: plain linear attention S_t = e^{g_t} S_{t−1} + k_t v_tᵀ
-                                        # (β unused), e.g. Mamba-2's SSD (its adapter folds dt into v), GLA
-    a: torch.Tensor | None = None       # [B,T,H,dk] with b: the low-rank part of a diagonal-plus-low-rank
-    b: torch.Tensor | None = None       # transition S_t = (Diag(e^{g_t}) + b_t a_tᵀ) S_{t−1} + k_t v_tᵀ (RWKV-7;
-                                        # delta False, β unused)
-
+from analysis.runtime.cpu_ops.delta_rule import StateSink
+from analysis.runtime.recurrences import RecurrenceInputs
 
 _observer: contextvars.ContextVar[Callable[[RecurrenceInputs], object] | None] = \
     contextvars.ContextVar("recurrence_observer", default=None)
@@ -66,76 +40,13 @@ def observe_recurrences(callback: Callable[[RecurrenceInputs], object]):
         _observer.reset(token)
 
 
-def l2_norm(x: torch.Tensor) -> torch.Tensor:
-    x = x.float()
-    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + L2_EPS)
-
-
-def prepare(q, k, v, beta=None, g=None, scale=None, initial_state=None, use_qk_l2norm_in_kernel=False,
-            use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
-            allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, gk=None, gv=None, lower_bound=None,
-            **_unused) -> RecurrenceInputs:
-    """Apply the kernel-side preprocessing of fla's (gated) delta-rule and KDA ops, in fp32.
-
-    KDA's g is per value head and key channel [B,T,HV,dk] with A_log [HV] and dt_bias [HV·dk]; its kernels
-    gate with lower_bound·sigmoid(e^{A_log}(g + dt_bias)) when a lower bound is set (A_log may then be None),
-    −e^{A_log}·softplus(g + dt_bias) otherwise."""
-    if gk is not None or gv is not None:
-        raise NotImplementedError("per-channel gates (gk/gv) are not taken by the delta-rule ops this prepares")
-    H, HV = q.shape[2], v.shape[2]
-    q_raw, k_raw = q, k
-    if use_qk_l2norm_in_kernel:
-        q, k = l2_norm(q), l2_norm(k)
-    if HV != H:  # grouped value attention: each q/k head serves HV/H value heads
-        q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
-    beta = torch.ones_like(v[..., 0], dtype=torch.float32) if beta is None else beta.float()
-    if beta.dim() == v.dim():
-        raise NotImplementedError("per-channel beta is not taken by the delta-rule ops this prepares")
-    if use_beta_sigmoid_in_kernel:
-        beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
-    if g is not None:
-        g = g.float()
-        if use_gate_in_kernel and g.dim() == v.dim():  # per key channel (KDA)
-            g = _kda_gate(g, A_log, dt_bias, lower_bound)
-        elif use_gate_in_kernel:
-            g = g + dt_bias.float() if dt_bias is not None else g
-            g = -A_log.float().exp() * torch.nn.functional.softplus(g)
-    if initial_state is not None and state_v_first:
-        initial_state = initial_state.transpose(-1, -2)
-    return RecurrenceInputs(q=q.float(), k=k.float(), v=v.float(), beta=beta, g=g,
-                            scale=q.shape[-1] ** -0.5 if scale is None else scale,
-                            initial_state=initial_state, cu_seqlens=cu_seqlens, q_raw=q_raw, k_raw=k_raw)
-
-
-def _kda_gate(g, A_log, dt_bias, lower_bound) -> torch.Tensor:
-    """fla's in-kernel KDA gate (kda_gate_chunk_cumsum / fused_recurrent_kda), fp32: g [..., HV, dk]."""
-    heads, dk = g.shape[-2:]
-    if dt_bias is not None:
-        g = g + dt_bias.float().view(heads, dk)
-    if lower_bound is not None:
-        scaled = g if A_log is None else A_log.float().view(heads, 1).exp() * g
-        return lower_bound * torch.sigmoid(scaled)
-    return -A_log.float().view(heads, 1).exp() * torch.nn.functional.softplus(g)
-
-
-def _chunked(r: RecurrenceInputs, sink=None):
-    """The project's chunked op for the kind of recurrence `r` holds (see RecurrenceInputs)."""
-    if r.a is not None:
-        return chunked_dplr_delta_rule(r.q, r.k, r.v, r.a, r.b, r.g, r.scale, r.initial_state, sink=sink)
-    if r.delta:
-        return chunked_delta_rule(r.q, r.k, r.v, r.beta, r.g, r.scale, r.initial_state, sink=sink)
-    if r.g is not None and r.g.dim() == 4:
-        return chunked_gated_linear_attention(r.q, r.k, r.v, r.g, r.scale, r.initial_state, sink=sink)
-    return chunked_linear_attention(r.q, r.k, r.v, r.g, r.scale, r.initial_state, sink=sink)
-
-
 PER_TOKEN = ("q", "k", "v", "beta", "g", "a", "b")   # RecurrenceInputs fields with a token axis (dim 1)
 
 
 def run_recurrence(r: RecurrenceInputs, sink: StateSink | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Chunked recurrence over prepared inputs; packed sequences (cu_seqlens) run one by one (no sink)."""
     if r.cu_seqlens is None:
-        return _chunked(r, sink)
+        return r.recurrence.chunked(r, sink)
     if sink is not None:
         raise ValueError("per-token states of packed sequences (cu_seqlens) are not supported")
     outs, finals = [], []
@@ -143,7 +54,7 @@ def run_recurrence(r: RecurrenceInputs, sink: StateSink | None = None) -> tuple[
     for n, (s, e) in enumerate(zip(bounds[:-1], bounds[1:])):
         cut = {f: getattr(r, f)[:, s:e] for f in PER_TOKEN if getattr(r, f) is not None}
         h0 = None if r.initial_state is None else r.initial_state[n:n + 1]
-        o, S = _chunked(dataclasses.replace(r, **cut, initial_state=h0, cu_seqlens=None))
+        o, S = r.recurrence.chunked(dataclasses.replace(r, **cut, initial_state=h0, cu_seqlens=None))
         outs.append(o)
         finals.append(S)
     return torch.cat(outs, dim=1), torch.cat(finals)
@@ -166,8 +77,8 @@ def _notify(r: RecurrenceInputs) -> StateSink | None:
     if callback is None:
         return None
     with torch.no_grad():
-        sink = callback(RecurrenceInputs(**{f: (getattr(r, f).detach() if torch.is_tensor(getattr(r, f))
-                                                else getattr(r, f)) for f in r.__dataclass_fields__}))
+        sink = callback(dataclasses.replace(r, **{f: getattr(r, f).detach() for f in r.__dataclass_fields__
+                                                  if torch.is_tensor(getattr(r, f))}))
     return sink if hasattr(sink, "wanted") else None
 
 
@@ -179,7 +90,7 @@ def _replay(r: RecurrenceInputs, sink: StateSink) -> None:
 
 
 def observed(r: RecurrenceInputs, compute: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Tell the observer about prepared inputs a family's own routing formed (not through `prepare`).
+    """Tell the observer about prepared inputs a family's own routing formed (not through `by_device`).
     compute=True (CPU): run the torch recurrence, feeding the observer's sink, and return (o, final state);
     compute=False (the family's CUDA kernel runs the forward): replay for the sink only when it wants states."""
     sink = _notify(r)
@@ -193,11 +104,11 @@ def observed(r: RecurrenceInputs, compute: bool) -> tuple[torch.Tensor, torch.Te
     return o, S
 
 
-def by_device(fla_op, prepare_inputs=prepare):
+def by_device(fla_op, prepare_inputs):
     """A recurrence op that keeps fla's kernel on CUDA (telling the observer) and runs torch elsewhere.
 
-    `prepare_inputs(**arguments)` forms the RecurrenceInputs from the op's own arguments: `prepare` for fla's (gated)
-    delta-rule and KDA ops; a family whose op takes other arguments (GLA's gk, RWKV-7's r/w/a/b) passes its own."""
+    `prepare_inputs(**arguments)` forms the RecurrenceInputs from the op's own arguments: the `prepare` of the
+    recurrence the op runs (analysis.runtime.recurrences)."""
     signature = inspect.signature(fla_op)
 
     def op(*args, **kwargs):
@@ -266,7 +177,7 @@ def torch_on_cpu(torch_fn):
     return wrap
 
 
-def route(module, names, wrap=by_device) -> None:
+def route(module, names, wrap) -> None:
     """Replace the entry points `names` that a layer file looks up as module globals at call time by their
     device-routed versions (`wrap`), once (idempotent)."""
     for name in names:
@@ -276,6 +187,11 @@ def route(module, names, wrap=by_device) -> None:
         routed = wrap(current)
         routed._analysis_routed = True
         setattr(module, name, routed)
+
+
+def route_recurrence(module, names, recurrence) -> None:
+    """`route` for recurrence entry points taking `recurrence`'s op arguments: CUDA keeps fla's op, CPU runs ours."""
+    route(module, names, lambda op: by_device(op, recurrence.prepare))
 
 
 def _rms(self, x, residual=None, prenorm=False, residual_in_fp32=False):
@@ -316,7 +232,7 @@ _installed = False
 
 def install() -> None:
     """Patch fla's shared modules once per process (idempotent); each family's adapter routes its own
-    recurrence entry points (`route`). Imports fla, so call it lazily."""
+    recurrence entry points (`route_recurrence`). Imports fla, so call it lazily."""
     global _installed
     if _installed:
         return

@@ -1,11 +1,12 @@
 """The Model page's implementation line (analysis.archs.implementation) tells the truth: the CPU op it names is the
-one a forward calls (counted through analysis.runtime.backend), and the CUDA op is what the routed entry point binds."""
+one a forward calls (counted on the recurrences' chunked ops, analysis.runtime.recurrences), and the CUDA op is what
+the routed entry point binds."""
 import importlib.util
 
 import pytest
 import torch
 
-from analysis.runtime import backend
+from analysis.runtime.recurrences import RECURRENCES
 from analysis.archs.implementation import implementation
 from family_cases.text_lm import build_tiny
 from family_cases.mamba2 import make_model as make_mamba2
@@ -14,13 +15,16 @@ from family_cases.mamba2 import make_model as make_mamba2
 def _calls(monkeypatch, model) -> dict:
     """Which of the project's two chunked CPU ops a forward of `model` calls, and how often."""
     counts = {"chunked_delta_rule": 0, "chunked_linear_attention": 0}
-    for name in counts:
-        original = getattr(backend, name)
+    owners = {next(c for c in type(r).__mro__ if "chunked_op" in c.__dict__) for r in RECURRENCES.values()}
+    for owner in owners:   # the classes that define an op (the gated kinds inherit the delta rule's)
+        original = owner.__dict__["chunked_op"].__func__
+        if original.__name__ not in counts:
+            continue
 
-        def counted(*args, _original=original, _name=name, **kwargs):
-            counts[_name] += 1
+        def counted(*args, _original=original, **kwargs):
+            counts[_original.__name__] += 1
             return _original(*args, **kwargs)
-        monkeypatch.setattr(backend, name, counted)
+        monkeypatch.setattr(owner, "chunked_op", staticmethod(counted))
     with torch.no_grad():
         model(torch.randint(1, 90, (1, 12)))
     return counts

@@ -236,7 +236,7 @@ def test_adapter_structure_and_channel_rows():
         ("f_proj.1.weight", "gate"), ("dt_bias", "gate")]
     for r in rows:
         assert params[r.param].shape[0] == (Hv if r.role == "gate" else Hk) * dk
-    assert ADAPTER.gate == "channel" and ADAPTER.kernel == "kda" and not ADAPTER.rotations
+    assert ADAPTER.kernel_spec.recurrence.decay == "channel" and ADAPTER.kernel == "kda" and not ADAPTER.rotations
     assert ADAPTER.readout_key_dims(model) == [32, 32]
 
 

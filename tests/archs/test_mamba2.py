@@ -91,7 +91,7 @@ def test_dense_rank_trace_follows_plain_linear_attention():
     g = -torch.rand(B, T, H, generator=gen)
     _, states = recurrent_linear_attention(k, k, v, g, return_all_states=True)      # [B,T,H,dk,dv]
     fro2, top2, _ = track_top_singular(k.numpy(), v.numpy(), torch.ones(B, T, H).numpy(), g.exp().numpy(),
-                                       tol=1e-7, delta=False)
+                                       tol=1e-7, correction=0.0)
     s = torch.linalg.svdvals(states.double()).permute(0, 2, 1, 3)                 # [B,H,T,m]
     assert_close(torch.from_numpy(fro2), s.square().sum(-1), 1e-4)
     assert_close(torch.from_numpy(top2), s[..., 0].square(), 1e-3)

@@ -18,6 +18,11 @@ from analysis.shrink.head_selection import head_selection
 from family_cases import CASE_MODULES
 
 TOKENS = 70  # crosses one 64-token chunk of the model's own chunked recurrence
+DELTA_KINDS = {"delta_rule", "gated_delta_rule", "per_channel_delta_rule"}   # the recurrences whose update is a delta rule (β, erase)
+
+
+def delta_rule(x):
+    return x.recurrence.name in DELTA_KINDS
 
 
 def close(a, b, tol=1e-4):
@@ -46,7 +51,7 @@ def oracle_states(rule, x):
                 if x.a is not None:  # RWKV-7: (Diag(e^g) + b aᵀ) S_{t−1}
                     D = D.double() + torch.outer(x.b[t].double(), x.a[t].double())
                 S = D.double() @ S
-            if rule == "model" and not x.delta:  # Mamba-2, GLA, RWKV-7: decay, then S += k vᵀ (no delta, no β)
+            if rule == "model" and not delta_rule(x):  # Mamba-2, GLA, RWKV-7: decay, then S += k vᵀ (no delta, no β)
                 S = S + torch.outer(k, v)
             else:
                 S = (torch.eye(dk, dtype=torch.float64) - b * torch.outer(k, k)) @ S + b * torch.outer(k, v)
@@ -61,7 +66,7 @@ def oracle_errors(rule, x, states):
     for t in range(T):
         for j in range(t + 1):
             k, v = _keys(rule, x)[j], x.v[j].double()
-            plain = rule == "linear" or (rule == "model" and not x.delta)
+            plain = rule == "linear" or (rule == "model" and not delta_rule(x))
             w = k.dot(k) * v * (1.0 if plain else float(x.beta[j]))
             E[t, j] = (states[t].T @ k - w).norm() / w.norm()
     return E
@@ -102,14 +107,16 @@ def test_lab_states_rules_and_retrieval_match_the_definitions(family):
     # keeping every key channel reproduces the head: k_raw, its key head and the re-normalisation are right
     kept_all = lab.pruned_inputs(x, torch.arange(x.dims[0]), "all channels kept")
     assert close(lab.run_rule("model", kept_all), traces["model"].states)
+    assert lab.model_rule_is_delta(x) == (x.g is None)   # what the page's caption says
     if x.g is None:  # no gate: the model's own rule is the delta rule
         assert close(traces["model"].states, traces["delta"].states, 1e-6)
     # the page's explainer shows the rule the adapter declares: it must be the rule these inputs run
     from analysis.archs import adapter_for
+    from analysis.archs.recurrence_words import words
     a = adapter_for(model)
-    assert (a.gate, a.kernel_spec.delta) == lab.rule_form(x) and a.kernel_spec.low_rank == (x.a is not None)
-    shown = lab.model_rule_latex(a.gate, a.kernel_spec.delta, a.kernel_spec.low_rank)
-    assert ("\\beta_t" in shown) == x.delta and ("Diag" in shown) == (x.g is not None and x.g.dim() == 2)
+    assert a.kernel_spec.recurrence is x.recurrence   # the routed op prepared inputs of the kind the adapter declares
+    shown = words(a).update
+    assert ("\\beta_t" in shown) == delta_rule(x) and ("Diag" in shown) == (x.g is not None and x.g.dim() == 2)
     assert ("b_t a_t^\\top" in shown) == (x.a is not None)
 
 

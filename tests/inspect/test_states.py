@@ -60,13 +60,13 @@ def test_positions_and_stride_validation():
 @pytest.mark.parametrize("kind", ["delta_net", "gated_deltanet"])
 def test_cpu_collection_runs_the_recurrence_once_and_forms_only_requested_states(kind, monkeypatch):
     """On CPU the forward's own recurrence hands the states over (no replay), and only the asked-for ones."""
-    from analysis.runtime import backend
     from analysis.runtime.cpu_ops import delta_rule
+    from analysis.runtime.recurrences import DeltaRule
     model = build_tiny(kind)
     ids = torch.randint(0, 8192, (1, 150), generator=torch.Generator().manual_seed(3))
     runs, formed = [], []
-    real_rule, real_states_at = backend.chunked_delta_rule, delta_rule.states_at
-    monkeypatch.setattr(backend, "chunked_delta_rule", lambda *a, **k: runs.append(1) or real_rule(*a, **k))
+    real_rule, real_states_at = DeltaRule.chunked_op, delta_rule.states_at
+    monkeypatch.setattr(DeltaRule, "chunked_op", staticmethod(lambda *a, **k: runs.append(1) or real_rule(*a, **k)))
     monkeypatch.setattr(delta_rule, "states_at", lambda *a: formed.append(len(a[-1])) or real_states_at(*a))
     trace = collect_states(model, ids, stride=64, keep_states=True)
     n_layers = len(trace.layers)
@@ -81,14 +81,14 @@ def test_cpu_collection_runs_the_recurrence_once_and_forms_only_requested_states
 def test_every_token_trace_comes_from_the_same_single_pass(monkeypatch):
     """`rank --every-token` needs one forward: the dense trace rides on collect_states' pass and equals
     collect_utilization_trace's own."""
-    from analysis.runtime import backend
     from analysis.inspect.rank_trace import collect_utilization_trace
+    from analysis.runtime.recurrences import DeltaRule
     model = build_tiny("gated_deltanet")
     ids = torch.randint(0, 8192, (2, 90), generator=torch.Generator().manual_seed(4))
     alone = collect_utilization_trace(model, ids)
     runs = []
-    real_rule = backend.chunked_delta_rule
-    monkeypatch.setattr(backend, "chunked_delta_rule", lambda *a, **k: runs.append(1) or real_rule(*a, **k))
+    real_rule = DeltaRule.chunked_op
+    monkeypatch.setattr(DeltaRule, "chunked_op", staticmethod(lambda *a, **k: runs.append(1) or real_rule(*a, **k)))
     trace = collect_states(model, ids, stride=30, every_token=True)
     assert len(runs) == len(trace.layers)
     for layer, ref in zip(trace.layers, alone):

@@ -8,7 +8,6 @@ class DeltaNetAdapter(FlaAdapter):
     family = "delta_net"
     label = "DeltaNet"
     own_types = ("delta_net",)
-    gate = "none"
     kernel = "delta_rule"
     entry_points = ("chunk_delta_rule", "fused_recurrent_delta_rule")   # fla/layers/delta_net.py
 
@@ -30,7 +29,7 @@ class DeltaNetAdapter(FlaAdapter):
         from analysis.archs.fla_shared import pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
         from analysis.runtime import backend
         import fla.layers.delta_net as layer_file
-        backend.route(layer_file, self.entry_points)
+        backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):
         """DeltaNet's key dim is hidden_size·expand_k / num_heads: expressible when that rounds back exactly."""

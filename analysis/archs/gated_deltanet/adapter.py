@@ -10,7 +10,6 @@ class GatedDeltaNetAdapter(FlaAdapter):
     family = "gated_deltanet"
     label = "Gated DeltaNet"
     own_types = ("gated_deltanet",)
-    gate = "head"
     kernel = "gated_delta_rule"
     entry_points = ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")   # fla/layers/gated_deltanet.py
 
@@ -31,7 +30,7 @@ class GatedDeltaNetAdapter(FlaAdapter):
         from analysis.archs.fla_shared import pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
         from analysis.runtime import backend
         import fla.layers.gated_deltanet as layer_file
-        backend.route(layer_file, self.entry_points)
+        backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
         backend.route(layer_file, ("causal_conv1d",), wrap=backend.conv_by_device)  # its fused q|k|v conv path
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):

@@ -21,28 +21,10 @@ from analysis.archs.fla_shared.adapter import FlaAdapter, fla_blocks
 from analysis.errors import AnalysisError
 
 
-def recurrence_inputs(q, k, v, gk=None, g=None, scale=None, initial_state=None, state_v_first=False,
-                      cu_seqlens=None, gv=None, reverse=False, **_unused):
-    """fla's `fused_recurrent_gla(q, k, v, gk, …)` / `chunk_gla(q, k, v, g, …)` arguments as the project's inputs."""
-    import torch
-
-    from analysis.runtime.backend import RecurrenceInputs
-    if gv is not None or reverse:
-        raise NotImplementedError("GLA's value gate (gv) and reverse scans are not used by fla's GLA layer")
-    gate = (gk if gk is not None else g).float()
-    h0 = initial_state
-    if h0 is not None and state_v_first:
-        h0 = h0.transpose(-1, -2)
-    return RecurrenceInputs(q=q.float(), k=k.float(), v=v.float(), beta=torch.ones_like(v[..., 0], dtype=torch.float32),
-                            g=gate, scale=q.shape[-1] ** -0.5 if scale is None else scale, initial_state=h0,
-                            cu_seqlens=cu_seqlens, q_raw=q, k_raw=k, delta=False)
-
-
 class GLAAdapter(FlaAdapter):
     family = "gla"
     label = "Gated Linear Attention"
     own_types = ("gla",)
-    gate = "channel"
     kernel = "gla"
     entry_points = ("chunk_gla", "fused_recurrent_gla")   # fla/layers/gla.py
     rotations = False
@@ -100,7 +82,7 @@ class GLAAdapter(FlaAdapter):
 
         from analysis.archs.gla import pruned  # noqa: F401  (registers pruned_gla with transformers)
         from analysis.runtime import backend
-        backend.route(layer_file, self.entry_points, wrap=lambda op: backend.by_device(op, recurrence_inputs))
+        backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
 
 
 ADAPTER = GLAAdapter()

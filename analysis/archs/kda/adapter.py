@@ -26,7 +26,6 @@ class KDAAdapter(Adapter):
     family = "kda"
     label = "Kimi Delta Attention"
     own_types = ("kda",)
-    gate = "channel"
     lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
     kernel = "kda"
     entry_points = ("chunk_kda", "fused_recurrent_kda")   # fla/layers/kda.py
@@ -145,7 +144,7 @@ class KDAAdapter(Adapter):
 
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
-        """chunk_kda / fused_recurrent_kda, as fla/layers/kda.py looks them up, go through backend.by_device.
+        """chunk_kda / fused_recurrent_kda, as fla/layers/kda.py looks them up, go through backend.route_recurrence.
 
         The layer's other ops (ShortConvolution, FusedRMSNormGated with sigmoid, RMSNorm, SwiGLU, fused
         cross-entropy) are the ones analysis.runtime.backend.install() already routes."""
@@ -153,7 +152,7 @@ class KDAAdapter(Adapter):
         from analysis.archs.kda import pruned  # noqa: F401  (registers pruned_kda with transformers)
         backend.install()
         import fla.layers.kda as kda_layer
-        backend.route(kda_layer, self.entry_points)
+        backend.route_recurrence(kda_layer, self.entry_points, self.kernel_spec.recurrence)
 
 
 ADAPTER = KDAAdapter()

@@ -39,7 +39,6 @@ class KimiLinearAdapter(Adapter):
     family = "kimi_linear"
     label = "Kimi Linear (Kimi Delta Attention + MLA)"
     own_types = ("kimi_linear",)
-    gate = "channel"
     lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
     kernel = "kda"
     entry_points = ENTRY_POINTS
@@ -142,7 +141,7 @@ class KimiLinearAdapter(Adapter):
     def install_routing(self) -> None:
         """Route transformers' two KDA entry points by device (idempotent); registers pruned_kimi_linear."""
         from analysis.archs.kimi_linear import routing
-        if routing.install():  # an older transformers without Kimi Linear has nothing to route or register
+        if routing.install(self.kernel_spec.recurrence):  # an older transformers without Kimi Linear has nothing to route or register
             from analysis.archs.kimi_linear import pruned  # noqa: F401  (registers pruned_kimi_linear)
 
 

@@ -40,7 +40,6 @@ class Mamba2Adapter(Adapter):
     label = "Mamba-2 hybrids (Mamba-2 SSD + attention)"
     own_types = tuple(STATE_SIZE_KEYS)
     refused_types = dict.fromkeys(("mamba", "jamba", "falcon_mamba"), MAMBA1)
-    gate = "head"
     lora_projections = ("in_proj",)  # x|B|C|z|dt in one projection: B and C are the key/query rows
     kernel = "ssd"
     entry_points = (ENTRY_POINT,)   # what mamba2/routing.py routes

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from analysis.archs.hf_routing import route_modules
 from analysis.runtime import backend
+from analysis.runtime.recurrences import LINEAR_ATTENTION, RecurrenceInputs
 
 MODELING_MODULES = tuple(f"transformers.models.{m}.modeling_{m}" for m in
                          ("mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba", "zamba2"))
@@ -26,7 +27,7 @@ ENTRY_POINT = "mamba2_chunk_scan"
 
 
 def recurrence_inputs(x, dt, A, B, C, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
-                      initial_states=None) -> backend.RecurrenceInputs:
+                      initial_states=None) -> RecurrenceInputs:
     """The SSD scan's arguments as the project's linear-attention inputs, fp32 (see the module doc)."""
     heads, groups = x.shape[2], B.shape[2]
     dt = dt.float()
@@ -37,9 +38,9 @@ def recurrence_inputs(x, dt, A, B, C, dt_bias=None, dt_softplus=False, dt_limit=
     dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
     q, k = (z.float().repeat_interleave(heads // groups, dim=2) for z in (C, B))
     h0 = None if initial_states is None else initial_states.float().transpose(-1, -2)
-    return backend.RecurrenceInputs(
+    return RecurrenceInputs(
         q=q, k=k, v=x.float() * dt[..., None], beta=torch.ones_like(dt), g=A.float() * dt, scale=1.0,
-        initial_state=h0, cu_seqlens=None, q_raw=C, k_raw=B, delta=False)
+        initial_state=h0, cu_seqlens=None, recurrence=LINEAR_ATTENTION, q_raw=C, k_raw=B)
 
 
 def routed(bound):

@@ -118,7 +118,6 @@ class Qwen35Adapter(Adapter):
     label = "Qwen3.5 / Qwen3-Next / OLMo-hybrid (Gated DeltaNet + attention)"
     own_types = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "olmo_hybrid")
     prunable_types = TEXT_TYPES
-    gate = "head"
     # Qwen3.5 fuses q|k|v, Qwen3-Next q|k|v|z; OLMo-hybrid keeps separate q/k/v projections
     lora_projections = ("in_proj_qkv", "in_proj_qkvz", "q_proj", "k_proj", "v_proj")
     kernel = "gated_delta_rule"
@@ -277,7 +276,7 @@ class Qwen35Adapter(Adapter):
     def install_routing(self) -> None:
         """Route the gated delta rule's entry points by device and register pruned_<type>."""
         from analysis.archs.qwen3_5 import routing
-        routing.install()
+        routing.install(self.kernel_spec.recurrence)
         register_pruned_types()
 
 

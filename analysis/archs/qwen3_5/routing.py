@@ -7,11 +7,12 @@ through the `kernels` hub or `causal_conv1d`, neither of which this project inst
 torch. We replace the two recurrence globals: CUDA tensors keep transformers' bound kernel (fla), CPU tensors
 take `analysis.runtime.backend`'s torch recurrence; on both devices the observer sees the prepared inputs, with
 q_raw/k_raw per KEY head (transformers hands the kernel Hk key heads and Hv value heads; the repeat to the
-value heads happens inside the kernel, and inside `analysis.runtime.backend.prepare`).
+value heads happens inside the kernel, and inside the recurrence's `prepare`,
+`analysis.runtime.recurrences`).
 """
 from __future__ import annotations
 
-from analysis.archs.hf_routing import route_modules
+from analysis.archs.hf_routing import by_device_named, route_modules
 
 MODELING_MODULES = ("transformers.models.qwen3_5.modeling_qwen3_5",
                     "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
@@ -20,6 +21,6 @@ MODELING_MODULES = ("transformers.models.qwen3_5.modeling_qwen3_5",
 ENTRY_POINTS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
 
 
-def install() -> None:
-    """Route every importable Qwen GDN modeling module once per process (idempotent)."""
-    route_modules(MODELING_MODULES, ENTRY_POINTS)
+def install(recurrence) -> None:
+    """Route every importable Qwen GDN modeling module once per process (idempotent) to `recurrence`."""
+    route_modules(MODELING_MODULES, ENTRY_POINTS, by_device_named(recurrence))

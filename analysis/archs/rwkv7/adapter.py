@@ -34,21 +34,6 @@ from analysis.errors import AnalysisError
 LAYER_FILE, MODEL_FILE = "fla.layers.rwkv7", "fla.models.rwkv7.modeling_rwkv7"
 
 
-def recurrence_inputs(r, w, k, v, a, b=None, kk=None, scale=1.0, initial_state=None, cu_seqlens=None,
-                      reverse=False, **_unused):
-    """`chunk_rwkv7(r, w, k, v, a, b, …)` / `fused_mul_recurrent_rwkv7(r, w, k, v, kk, a, …)` (there `a` is the
-    in-context rate α, the transition's a = −κ̂ and b = κ̂ ⊙ α) as the project's inputs, fp32."""
-    from analysis.runtime.backend import RecurrenceInputs
-    if reverse:
-        raise NotImplementedError("reverse RWKV-7 scans are not used by fla's RWKV-7 layer")
-    if kk is not None:
-        a, b = -kk, kk * a
-    return RecurrenceInputs(q=r.float(), k=k.float(), v=v.float(), beta=torch.ones_like(v[..., 0], dtype=torch.float32),
-                            g=w.float(), scale=r.shape[-1] ** -0.5 if scale is None else scale,
-                            initial_state=initial_state, cu_seqlens=cu_seqlens, q_raw=r, k_raw=k, delta=False,
-                            a=a.float(), b=b.float())
-
-
 def token_shift(x, cu_seqlens=None, cache=None, output_cache=False, chunk_indices=None):
     """fla's token_shift in torch: δ_t = x_{t−1} − x_t (x_{−1} = the cache [N, D], else 0); the new cache is each
     sequence's last x."""
@@ -105,7 +90,6 @@ class RWKV7Adapter(Adapter):
     family = "rwkv7"
     label = "RWKV-7"
     own_types = ("rwkv7",)
-    gate = "channel"
     kernel = "rwkv7"
     entry_points = ("chunk_rwkv7", "fused_mul_recurrent_rwkv7")   # fla/layers/rwkv7.py
     rotations = False
@@ -180,7 +164,7 @@ class RWKV7Adapter(Adapter):
         from analysis.runtime import backend
         install_fla_routing()   # fla's shared modules (LayerNorm, GroupNorm, cross-entropy) and softmax attention
         layer_file, model_file = (importlib.import_module(m) for m in (LAYER_FILE, MODEL_FILE))
-        backend.route(layer_file, self.entry_points, wrap=lambda op: backend.by_device(op, recurrence_inputs))
+        backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
         for module in (layer_file, model_file):
             backend.route(module, ("token_shift",), wrap=backend.torch_on_cpu(token_shift))
         for name, torch_fn in (("fused_addcmul_rwkv7", torch_addcmul_rwkv7), ("fused_k_rwkv7", _k_update),

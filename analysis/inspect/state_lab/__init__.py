@@ -6,13 +6,13 @@ Nothing here imports streamlit; the page (pages/state_lab.py) caches `observe` p
 """
 from analysis.inspect.state_lab.observe import MAX_TOKENS, Observation, head_inputs, key_head_of, observe, text_ids
 from analysis.inspect.state_lab.probe import noise_probe, validity_label
-from analysis.inspect.state_lab.rules import (RULES, HeadInputs, model_rule_latex, readout_latex, retrieval_errors,
-                                             rule_form, rule_inputs, run_rule, step, written_values)
+from analysis.inspect.state_lab.rules import (RULES, HeadInputs, model_rule_is_delta, retrieval_errors, rule_inputs,
+                                             rule_recurrence, run_rule, written_values)
 from analysis.inspect.state_lab.shrink import pruned_inputs
 from analysis.inspect.state_lab.synthetic import PATTERNS, synthetic_inputs
 from analysis.inspect.state_lab.trace import TAU, RuleTrace, trace_head, trace_rule
 
 __all__ = ["MAX_TOKENS", "PATTERNS", "RULES", "TAU", "HeadInputs", "Observation", "RuleTrace", "head_inputs",
-           "key_head_of", "model_rule_latex", "noise_probe", "observe", "pruned_inputs",
-           "readout_latex", "retrieval_errors", "rule_form", "rule_inputs", "run_rule", "step", "synthetic_inputs", "text_ids", "trace_head", "trace_rule",
+           "key_head_of", "model_rule_is_delta", "noise_probe", "observe", "pruned_inputs", "retrieval_errors",
+           "rule_inputs", "rule_recurrence", "run_rule", "synthetic_inputs", "text_ids", "trace_head", "trace_rule",
            "validity_label", "written_values"]

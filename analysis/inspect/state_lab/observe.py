@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from analysis.runtime.backend import L2_EPS, RecurrenceInputs, observe_recurrences
+from analysis.runtime.backend import observe_recurrences
+from analysis.runtime.recurrences import L2_EPS, RecurrenceInputs
 from analysis.data.corpus import encode
 from analysis.errors import AnalysisError, count
 from analysis.models.layers import attention_layers
@@ -102,9 +103,9 @@ def head_inputs(obs: Observation, layer: int, head: int, label: str = "") -> Hea
     # the keys are the l2 norm of k_raw (in the kernel or the layer): a pruned key must be re-normalised the same way
     unit = k_raw is not None and bool(torch.allclose(k, l2_normalise(k_raw), rtol=1e-4, atol=1e-6))
     return HeadInputs(q=r.q[0, :, head], k=k, v=r.v[0, :, head], beta=r.beta[0, :, head], g=g, scale=float(r.scale),
-                      k_raw=k_raw,
+                      recurrence=r.recurrence, k_raw=k_raw,
                       q_raw=None if r.q_raw is None else r.q_raw[0, :, kh],
-                      unit_keys=unit, delta=r.delta, label=label or f"layer {layer}, head {head}",
+                      unit_keys=unit, label=label or f"layer {layer}, head {head}",
                       a=None if r.a is None else r.a[0, :, head], b=None if r.b is None else r.b[0, :, head])
 
 

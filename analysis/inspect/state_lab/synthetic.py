@@ -6,7 +6,8 @@ Patterns (unit keys, e_i the basis vectors, token t):
                      readouts interfere while the delta rule corrects them
     repeated         k_t = e_{t mod ⌈dk/2⌉}: each key is written twice with different values, so the delta rule
                      overwrites the old association and linear attention sums both
-Values are one-hot, v_t = e_{t mod dv}; the "model" rule is the delta rule with a constant decay α (α = 1: none).
+Values are one-hot, v_t = e_{t mod dv}; the "model" rule is the gated delta rule with a constant decay α (α = 1:
+none, g absent).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 
 from analysis.errors import AnalysisError
 from analysis.inspect.state_lab.rules import HeadInputs
+from analysis.runtime.recurrences import GATED_DELTA_RULE
 
 PATTERNS = ("orthogonal", "nearly parallel", "repeated")
 
@@ -50,6 +52,6 @@ def synthetic_inputs(pattern: str = "orthogonal", dk: int = 6, n_tokens: int | N
     v = torch.eye(dk)[torch.arange(n_tokens) % dk]
     g = None if decay == 1.0 else torch.full((n_tokens,), math.log(decay))
     return HeadInputs(q=k.clone(), k=k, v=v, beta=torch.full((n_tokens,), float(beta)), g=g, scale=dk ** -0.5,
-                      k_raw=k.clone(), q_raw=k.clone(), unit_keys=True,
+                      recurrence=GATED_DELTA_RULE, k_raw=k.clone(), q_raw=k.clone(), unit_keys=True,
                       label=f"synthetic: {pattern} keys{f' (c = {overlap:g})' if pattern == 'nearly parallel' else ''}, "
                             f"dk = dv = {dk}, β = {beta:g}, α = {decay:g}")

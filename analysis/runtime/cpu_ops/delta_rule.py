@@ -5,7 +5,7 @@ Recurrence per head, K-first state S ∈ R^{dk×dv} (fla's convention):
 with the decay D_t = α_t = exp(g_t) per head (Gated DeltaNet, g [B,T,H]) or D_t = Diag(exp(g_t)) per key
 channel (Kimi Delta Attention, g [B,T,H,dk]; fla's naive_recurrent_kda also decays first, then updates).
 DeltaNet is the case g ≡ 0. Inputs here are already prepared (l2-normalised q/k, β after sigmoid, g as
-log-decay); `analysis.runtime.backend` does that preparation exactly as fla's kernels do.
+log-decay); the recurrence's `prepare` (analysis.runtime.recurrences) does that exactly as fla's kernels do.
 
 Chunk form (chunk of C tokens, G_i = Σ_{j≤i} g_j inside the chunk, Γ_ij = exp(G_i − G_j) for j ≤ i):
     u_i = β_i (v_i − e^{G_i} S_0ᵀ k_i − Σ_{j<i} Γ_ij (k_iᵀ k_j) u_j)
