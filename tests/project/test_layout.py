@@ -29,8 +29,8 @@ def test_the_dashboard_imports_downwards_only():
 
 
 # ui/ has rooms (issue 31): ui/<page>/ for each page of pages/ (what only that page draws), two rooms for features
-# that several pages show, and ui/shared/ for what every page uses. A room imports ui.shared and itself only;
-# ui.shared imports no room (ui.shared < ui.<room> < pages); a page imports ui.shared, its own room and the
+# that several pages show, and ui/shared/ for what more than one room uses. A room imports ui.shared and itself
+# only; ui.shared imports no room (ui.shared < ui.<room> < pages); a page imports ui.shared, its own room and the
 # features' rooms. Two rooms that need one thing take it from ui.shared (a model made on one page and read on
 # another goes through ui.shared.made).
 UI_SHARED = "shared"
@@ -92,6 +92,22 @@ def test_the_ui_rooms_mirror_the_pages():
 
 def test_no_ui_room_imports_another():
     assert ui_room_offenders() == []
+
+
+def test_ui_shared_holds_only_what_two_rooms_use():
+    """A ui.shared module that one room alone uses (its page counted with it) belongs in that room. app.py's frame
+    counts as a user of its own; a module only other shared modules use is part of them; launch.py is the entry
+    point (`python -m ui.shared.launch`)."""
+    users: dict[str, set[str]] = {}
+    for path in [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "ui").glob("*/*.py"))]:
+        who = "app" if path.name == "app.py" else path.stem if path.parent.name == "pages" else path.parent.name
+        for _, module in ui_imports(path):
+            parts = module.split(".")
+            if len(parts) > 2 and parts[1] == UI_SHARED and who != UI_SHARED:
+                users.setdefault(parts[2], set()).add(who)
+    lonely = {p.stem: sorted(users[p.stem]) for p in (ROOT / "ui" / UI_SHARED).glob("*.py")
+              if len(users.get(p.stem, ())) == 1 and users[p.stem] != {"app"}}
+    assert lonely == {}, f"move each into its room: {lonely}"
 
 
 def test_the_room_rule_catches_a_function_local_import(tmp_path):
