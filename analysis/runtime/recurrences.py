@@ -205,7 +205,7 @@ class DeltaRule(Recurrence):
         """The kernel-side preprocessing of fla's chunk_delta_rule / chunk_gated_delta_rule / chunk_kda (and
         transformers' entry points called with fla's names), in fp32."""
         if gk is not None or gv is not None:
-            raise NotImplementedError("per-channel gates (gk/gv) are not used by DeltaNet/Gated DeltaNet")
+            raise NotImplementedError("per-channel gates (gk/gv) are not taken by the delta-rule ops this prepares")
         H, HV = q.shape[2], v.shape[2]
         q_raw, k_raw = q, k
         if use_qk_l2norm_in_kernel:
@@ -214,7 +214,7 @@ class DeltaRule(Recurrence):
             q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
         beta = torch.ones_like(v[..., 0], dtype=torch.float32) if beta is None else beta.float()
         if beta.dim() == v.dim():
-            raise NotImplementedError("per-channel beta is not used by DeltaNet/Gated DeltaNet")
+            raise NotImplementedError("per-channel beta is not taken by the delta-rule ops this prepares")
         if use_beta_sigmoid_in_kernel:
             beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
         if g is not None:
@@ -277,7 +277,7 @@ class GatedLinearAttention(Recurrence):
                 cu_seqlens=None, gv=None, reverse=False, **_unused) -> RecurrenceInputs:
         """fla's `fused_recurrent_gla(q, k, v, gk, …)` / `chunk_gla(q, k, v, g, …)` arguments, fp32."""
         if gv is not None or reverse:
-            raise NotImplementedError("GLA's value gate (gv) and reverse scans are not used by fla's GLA layer")
+            raise NotImplementedError("value gates (gv) and reverse scans are not taken by the gated-linear-attention ops this prepares")
         if initial_state is not None and state_v_first:
             initial_state = initial_state.transpose(-1, -2)
         return super().prepare(q, k, v, gk if gk is not None else g, scale, initial_state, cu_seqlens)
@@ -306,7 +306,7 @@ class DPLRDeltaRule(Recurrence):
         """`chunk_rwkv7(r, w, k, v, a, b, …)` / `fused_mul_recurrent_rwkv7(r, w, k, v, kk, a, …)` (there `a` is the
         in-context rate α, the transition's a = −κ̂ and b = κ̂ ⊙ α) as prepared inputs, fp32."""
         if reverse:
-            raise NotImplementedError("reverse RWKV-7 scans are not used by fla's RWKV-7 layer")
+            raise NotImplementedError("reverse scans are not taken by the DPLR ops this prepares")
         if kk is not None:
             a, b = -kk, kk * a
         return replace(super().prepare(r, k, v, w, scale, initial_state, cu_seqlens), a=a.float(), b=b.float())
