@@ -146,6 +146,18 @@ def test_the_sweep_the_map_and_the_allocator_prune_through_the_one_entry(lm, ent
     assert entry_calls[1][2] == Evaluation("validation", 32, 4 * 64, latency=False, per_window=True)  # 4× the tokens
 
 
+def test_prune_and_measure_and_the_budget_sweep_prune_through_the_one_entry(lm, entry_calls):
+    from analysis.runs.budget_sweep import budget_sweep
+    from analysis.shrink.prune_workflow import Evaluation, prune_and_measure
+    model, tok = lm
+    evaluation = Evaluation(context=32, max_tokens=64, latency=False)       # the CLI's `prune`, the Prune page
+    run = prune_and_measure(model, tok, "l1", [16, 16], None, evaluation)
+    assert entry_calls == [("l1", [16, 16], evaluation)] and run.after["head_k_dims"] == [16, 16]
+    entry_calls.clear()
+    list(budget_sweep(model, tok, "dk", ["l1"], [], [0.5], context=32, eval_tokens=64))
+    assert entry_calls == [("l1", [16, 16], Evaluation("test", 32, 64, latency=False, per_window=True))]
+
+
 def test_nothing_outside_the_entry_prunes():
     """A static check beside the spy: prune() and prune_with_heads() are called in prune_workflow.py only."""
     import re
