@@ -14,14 +14,15 @@ from analysis.evaluate.perplexity import perplexity
 from analysis.evaluate.latency import kernel_latency
 from analysis.models.load import describe
 from analysis.models.key_plan import tiles
-from analysis.evaluate.recall_eval import recall_report
+from analysis.evaluate.recall_eval import RECALL_SEED, recall_report
 
 LATENCY_SHAPE = dict(batch=2, tokens=512)  # as the sweep times it, so the two pages agree
 
 
 def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_tokens: int | None = 4096,
             recall_pairs: tuple[int, ...] | None = None, recall_sequences: int = 64, latency: bool = True,
-            progress=None, cancel=None, per_window: bool = False, tasks=None, yes: bool = False) -> dict:
+            progress=None, cancel=None, per_window: bool = False, tasks=None, yes: bool = False,
+            recall_seed: int = RECALL_SEED) -> dict:
     """Architecture figures plus perplexity (or recall accuracy when `recall_pairs` is given) and latency.
 
     The one measuring path of the workflows (prune, sweep point, sensitivity point, allocate-and-choose):
@@ -34,7 +35,7 @@ def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_
            "state_bytes_per_sequence": info.state_bytes_per_sequence, "device": info.device, "dtype": info.dtype}
     half = (lambda f: progress(f / 2)) if progress is not None and tasks is not None else progress  # text, then tasks
     if recall_pairs is not None:
-        out["recall"] = recall_report(model, pairs=tuple(recall_pairs), n_sequences=recall_sequences)
+        out["recall"] = recall_report(model, pairs=tuple(recall_pairs), n_sequences=recall_sequences, seed=recall_seed)
     else:
         out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=half,
                                        per_window=per_window, cancel=cancel)

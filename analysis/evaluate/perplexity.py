@@ -116,3 +116,11 @@ def unigram_baseline(tokenizer, split: str = "test", max_tokens: int | None = No
     return {"perplexity": math.exp(nats / len(ids)), "bits_per_byte": nats / math.log(2) / n_bytes,
             "dataset": data.dataset_label(split), "split": split, "tokens": len(ids), "bytes": n_bytes,
             "model": "unigram (train-split counts, add-one smoothing)"}
+
+
+def paired_difference(a: list[float], b: list[float]) -> dict:
+    """Mean and standard error of b − a over paired windows (the same tokens scored by two models)."""
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    mean = sum(d) / len(d)
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else math.inf
+    return {"delta_log_ppl": mean, "se": se, "windows": len(d)}

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 import torch
 
-from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
-from analysis.models.load import attention_layers, linear_layers
+from analysis.models.channel_group import channel_groups
+from analysis.models.load import attention_layers
 from analysis.data.recall import RecallTask, recall_batch
 from analysis.runtime.cancel import Token, check
 
@@ -39,17 +39,14 @@ def _noisy_queries(model, mask: torch.Tensor, snr_db: float | None, seed: int):
     calls = {"n": 0}
     hooks = []
     gen = torch.Generator().manual_seed(seed)
-    adapter = adapter_for(model)
-    for layer in linear_layers(model):
-        rows = next((r for r in adapter.channel_rows(layer.module)
-                     if r.conv and r.role == "q" and r.param.endswith("weight")), None)
+    for layer in channel_groups(model):
+        rows = next((r for r in layer.rows if r.conv and r.role == "q" and r.param.endswith("weight")), None)
         if rows is None:
             raise AnalysisError("Query-noise injection needs a model with short convolutions (use_short_conv=True); "
                                 "this model has none.")
         conv = layer.module.get_submodule(rows.param.rsplit(".", 1)[0])
         heads, dk = layer.key_heads, layer.key_dim
-        stride = getattr(rows, "head_stride", 0) or dk
-        channels = ((rows.start + stride * torch.arange(heads))[:, None] + torch.arange(dk)).flatten()
+        channels = layer.head_index(rows).flatten()
         # one standard-normal draw per layer, reused across SNRs (common random numbers: smooth curves)
         z = torch.randn(*mask.shape, heads, dk, generator=gen)
 

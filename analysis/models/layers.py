@@ -1,4 +1,5 @@
-"""The linear-attention layers of a model as its adapter sees them: heads, key/value dims, q/k rows.
+"""The linear-attention layers of a model as its adapter sees them: heads and key/value dims (where the q/k rows
+are: analysis.models.channel_group).
 
 Below `models`, `limits`, `calibration` and the strategies (it asks only the adapter registry), so each of
 them can read a model's geometry without importing the others.
@@ -57,15 +58,3 @@ def attention_layers(model) -> list:
     """The linear-attention modules, in order (kept name: the core hooks these)."""
     return [layer.module for layer in linear_layers(model)]
 
-
-def qk_rows(model) -> list[tuple]:
-    """Per linear layer (layer, ChannelRows of the query projection, ChannelRows of the key projection)."""
-    adapter = adapter_for(model)
-    out = []
-    for layer in linear_layers(model):
-        found = {}
-        for rows in adapter.channel_rows(layer.module):
-            if not rows.conv and rows.role in ("q", "k") and rows.param.endswith("weight"):
-                found.setdefault(rows.role, rows)
-        out.append((layer, found["q"], found["k"]))
-    return out

@@ -13,6 +13,7 @@ from analysis.models import checkpoint, limits
 from analysis.models.stream import plan as stream_plan
 from analysis.models.stream.files import CheckpointFiles
 from analysis.archs import adapter_for, family_of, get_adapter, is_pruned_type
+from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.key_plan import tiles
 from analysis.models.layers import LinearLayer, attention_layers, linear_layers  # noqa: F401  (re-exported)
 from analysis.archs.kernels import TILE_ROWS  # noqa: F401  (re-exported: the pages draw tile boundaries)
@@ -333,7 +334,7 @@ def _describe(model) -> ArchitectureInfo:
         if layer is not None:
             blocks.append(BlockInfo(block.index, block.kind, layer.index, layer.key_dim, layer.key_heads,
                                     layer.value_heads, layer.value_dim,
-                                    layer.value_heads * layer.key_dim * layer.value_dim * 4, label=label))
+                                    fp32_state_bytes(layer.value_heads, layer.key_dim, layer.value_dim), label=label))
         elif block.kind == "softmax":
             blocks.append(BlockInfo(block.index, block.kind, None, kv_cache_bytes_per_token=adapter.softmax_cache_bytes(
                 block.module, 1, param.element_size()), label=label,

@@ -9,16 +9,16 @@ state bytes it really keeps, so plans sit on one state-bytes axis. Points go thr
 """
 from __future__ import annotations
 
-from analysis.evaluate.measure import measure
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
 from analysis.runtime.cancel import check
 from analysis.shrink.budget_plans import KINDS, budget_plan
 from analysis.shrink.calibration import calibrate
-from analysis.shrink.head_prune import HeadPlan, prune_with_heads
+from analysis.shrink.head_prune import HeadPlan
 from analysis.shrink.head_strategies import get_head_strategy
-from analysis.shrink.prune import check_rescale, prune
-from analysis.shrink.sensitivity import paired_difference
+from analysis.shrink.prune import check_rescale
+from analysis.shrink.prune_workflow import Evaluation, prune_then_measure
+from analysis.evaluate.perplexity import paired_difference
 from analysis.shrink.strategies import get_strategy
 
 AXES = {"dk": ("dk",), "heads": ("heads",), "both": KINDS}   # `sweep --axis`: which kinds of plan
@@ -69,13 +69,10 @@ def budget_sweep(model, tokenizer, axis: str, strategies: list[str], head_strate
     settings = {"model": model_identity(model), "study": "equal state budget", "split": split, "context": context,
                 "eval_tokens": eval_tokens, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
                 "seed": seed, "device": str(next(model.parameters()).device), "rescale": rescale}
-
-    def score(pruned) -> dict:
-        return measure(pruned, tokenizer, split, context, eval_tokens, latency=False, per_window=True, cancel=cancel)
-
+    evaluation = Evaluation(split, context, eval_tokens, latency=False, per_window=True)
     base_key = {**settings, "point": "unpruned"}
-    baseline = point_cache.cached(base_key, use_cache, lambda: _result(score(model), "unpruned", "-", "-", 1.0, None),
-                                  FIELDS)
+    baseline = point_cache.cached(base_key, use_cache, lambda: _result(
+        evaluation.measure(model, tokenizer, cancel=cancel), "unpruned", "-", "-", 1.0, None), FIELDS)
     yield baseline
     calib = None
     for kind, strategy, head_strategy, budget in plans(axis, strategies, head_strategies, budgets):
@@ -88,13 +85,10 @@ def budget_sweep(model, tokenizer, axis: str, strategies: list[str], head_strate
             if calib is None and needs:
                 calib = calibrate(model, tokenizer, calib_sequences, calib_tokens, seed, cancel=cancel)
             plan = budget_plan(model, kind, budget)
-            if kind == "dk":
-                pruned = prune(model, strategy, plan["dims"], calib, seed=seed, rescale=rescale).model
-            else:
-                pruned = prune_with_heads(model, None if strategy == "-" else strategy, plan["dims"],
-                                          HeadPlan(head_strategy, tuple(plan["head_counts"])), calib, seed=seed,
-                                          rescale=rescale).model
-            return _result(score(pruned), kind, strategy, head_strategy, budget, baseline)
+            heads = None if kind == "dk" else HeadPlan(head_strategy, tuple(plan["head_counts"]))
+            run = prune_then_measure(model, tokenizer, None if strategy == "-" else strategy, plan["dims"], calib,
+                                     evaluation, seed=seed, rescale=rescale, heads=heads, cancel=cancel)
+            return _result(run.measured, kind, strategy, head_strategy, budget, baseline)
         key = {**settings, "kind": kind, "strategy": strategy, "head_strategy": head_strategy, "budget": budget}
         yield point_cache.cached(key, use_cache, compute, {**FIELDS, **PAIRED},
                                  {"kind": kind, "strategy": strategy, "head_strategy": head_strategy})

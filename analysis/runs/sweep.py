@@ -12,6 +12,8 @@ entries under the same keys, so either resumes what the other started.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from analysis.runs import ray_executor
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
@@ -19,9 +21,9 @@ from analysis.archs import adapter_for
 from analysis.shrink.calibration import calibrate
 from analysis.runtime.cancel import check
 from analysis.evaluate.latency import kernel_latency
-from analysis.evaluate.measure import measure
 from analysis.models.load import describe
-from analysis.shrink.prune import check_rescale, prune, readout_label
+from analysis.shrink.prune import check_rescale, readout_label
+from analysis.shrink.prune_workflow import Evaluation, prune_then_measure
 from analysis.models.key_plan import plan_key_dims
 from analysis.shrink.recovery import RecoverySettings, recover
 from analysis.shrink.strategies import get_strategy
@@ -95,8 +97,7 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
         yield from _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts)  # a token cannot travel to Ray
         return
     opts["task_plan"] = plan  # loaded once here; a Ray worker loads its own from opts["tasks"]
-    baseline = _cached(base_key, use_cache, lambda: _evaluate(model, tokenizer, "unpruned", 0.0, split, context,
-                                                              eval_tokens, latency, None, cancel, plan))
+    baseline = _cached(base_key, use_cache, lambda: _evaluate(model, tokenizer, "unpruned", 0.0, opts, None, cancel))
     yield baseline
     calib = None
     for key, name, ratio in points:
@@ -138,23 +139,30 @@ def _check_size(model, points: int, context: int, eval_tokens: int, recover_step
                           "or recovery steps", yes, say)
 
 
+def _evaluation(opts: dict) -> Evaluation:
+    """A point's measurement: perplexity of the split's first tokens (and the tasks); the sweep times the kernel
+    itself, at the layer-0 key dim (`_result`). A task evaluation's time is in the sweep's estimate, confirmed there.
+    Tasks: a TaskPlan loaded once (in-process) or the TaskSettings (a Ray worker loads them itself)."""
+    return Evaluation(opts["split"], opts["context"], opts["eval_tokens"], latency=False,
+                      tasks=opts.get("task_plan") or opts.get("tasks"), confirmed=True)
+
+
 def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio: float) -> dict:
     """One (strategy, ratio) point: prune, score (and recover): the same function in-process and on Ray."""
     strategy = get_strategy(name)
-    split, context, eval_tokens, seed, rescale = (opts[k] for k in ("split", "context", "eval_tokens", "seed",
-                                                                    "rescale"))
+    seed, rescale, cancel = opts["seed"], opts["rescale"], opts.get("cancel")
     dims = plan_key_dims(model, ratio=ratio)
-    pruned = prune(model, name, dims, calib if strategy.needs_calibration else None, seed=seed, rescale=rescale).model
-    cancel = opts.get("cancel")
-    check(cancel)
-    result = _evaluate(pruned, tokenizer, name, ratio, split, context, eval_tokens, opts["latency"], baseline,
-                       cancel, opts.get("task_plan") or opts.get("tasks"))
+    evaluation = _evaluation(opts)
+    run = prune_then_measure(model, tokenizer, name, dims, calib if strategy.needs_calibration else None, evaluation,
+                             seed=seed, rescale=rescale, cancel=cancel)
+    pruned = run.pruned.model
+    result = _result(pruned, run.measured, name, ratio, opts, baseline, cancel)
     result["rescale"], result["readout"] = rescale, readout_label(model, rescale)
     result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
     if opts["recover_steps"]:
         recovered = recover(pruned, tokenizer, RecoverySettings(method="qk", steps=opts["recover_steps"], seed=seed),
                             cancel=cancel, yes=opts.get("confirmed", False)).model  # estimated up front
-        after = measure(recovered, tokenizer, split, context, eval_tokens, latency=False, cancel=cancel)["perplexity"]
+        after = replace(evaluation, tasks=None).measure(recovered, tokenizer, cancel=cancel)["perplexity"]
         result["recovered_perplexity"] = after["perplexity"]
         result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1
     return result
@@ -195,8 +203,7 @@ def _worker_setup() -> None:
 
 def _baseline_task(model, tokenizer, opts):
     _worker_setup()
-    return _evaluate(model, tokenizer, "unpruned", 0.0, opts["split"], opts["context"], opts["eval_tokens"],
-                     opts["latency"], None, tasks=opts.get("tasks"))
+    return _evaluate(model, tokenizer, "unpruned", 0.0, opts, None)
 
 
 def _point_task(model, tokenizer, calib, baseline, opts, name, ratio):
@@ -217,21 +224,26 @@ def _cached(key: dict, use_cache: bool, compute) -> dict:
     return point_cache.cached(key, use_cache, compute, *_checks(key))
 
 
-def _evaluate(model, tokenizer, strategy, ratio, split, context, eval_tokens, latency, baseline, cancel=None,
-              tasks=None) -> dict:
-    # the one path; a task evaluation's time is in the sweep's estimate, confirmed there
-    got = measure(model, tokenizer, split, context, eval_tokens, latency=False, cancel=cancel, tasks=tasks, yes=True)
+def _evaluate(model, tokenizer, strategy, ratio, opts: dict, baseline, cancel=None) -> dict:
+    """The unpruned model's point (a pruned one is measured by prune_then_measure, then summed up by `_result`)."""
+    return _result(model, _evaluation(opts).measure(model, tokenizer, cancel=cancel), strategy, ratio, opts, baseline,
+                   cancel)
+
+
+def _result(model, got: dict, strategy, ratio, opts: dict, baseline, cancel=None) -> dict:
+    """A point from its measure() dict: perplexity and its labels, Δ vs the unpruned model, and (with latency) the
+    kernel timed at the layer-0 key dim."""
     ppl = got["perplexity"]
     result = {"strategy": strategy, "ratio": ratio, "head_k_dims": got["head_k_dims"], "tiles": got["tiles"],
               "perplexity": ppl["perplexity"], "bits_per_byte": ppl["bits_per_byte"], "dataset": ppl["dataset"],
-              "split": split, "context": context, "stride": ppl["stride"], "tokens": ppl["tokens"],
+              "split": opts["split"], "context": opts["context"], "stride": ppl["stride"], "tokens": ppl["tokens"],
               "parameters": got["parameters"], "state_bytes_per_sequence": got["state_bytes_per_sequence"],
               "device": got["device"], "dtype": got["dtype"]}
     if baseline is not None:
         result["delta_vs_unpruned"] = ppl["perplexity"] / baseline["perplexity"] - 1
-    if "tasks" in got:  # tasks: a TaskPlan (in-process) or the TaskSettings (a Ray worker loads them itself)
+    if "tasks" in got:
         result["harness"], result["tasks"] = got["harness"], got["tasks"]
-    if latency:
+    if opts["latency"]:
         check(cancel)
         info = describe(model)
         point = next(kernel_latency([info.head_k_dims[0]], batch=2, tokens=512, heads=info.value_heads,

@@ -27,9 +27,11 @@ from analysis.errors import AnalysisError
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
 from analysis.shrink.predict import predict
-from analysis.shrink.prune import prune
+from analysis.shrink.prune_workflow import prune_then_measure
+from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.key_plan import ROUNDINGS, kept_dim, plan_key_dims, tiles_of
-from analysis.shrink.sensitivity import MapSettings, MapMeasure, calibration_for, paired_difference
+from analysis.evaluate.perplexity import paired_difference
+from analysis.shrink.sensitivity import MapSettings, MapMeasure, calibration_for
 
 CHOICE_TOKEN_FACTOR = 4  # candidate plans are measured on 4× the map's tokens of its split (4,096 → 16,384)
 SIGNIFICANCE = 2.0       # paired standard errors by which a plan must beat uniform to replace it
@@ -67,7 +69,7 @@ class Allocation:
 
 def layer_cost(row: dict, dim: int, unit: str) -> int:
     if unit == "state_bytes":
-        return row["heads"] * dim * row["value_dim"] * 4
+        return fp32_state_bytes(row["heads"], dim, row["value_dim"])
     return row["heads"] * tiles_of(dim)
 
 
@@ -207,11 +209,11 @@ def measure_plan(model, tokenizer, smap: dict, ratios: list[float], strategy: st
     dims = plan_key_dims(model, ratios=ratios)
     if calibration is None and _needs_calibration(strategy):
         calibration = calibration_for(model, tokenizer, s, task)
-    pruned = prune(model, strategy, dims, calibration, seed=s.seed).model
     measure = MapMeasure(tokenizer, s, task)
-    value = measure(pruned)["value"]
+    run = prune_then_measure(model, tokenizer, strategy, dims, calibration, measure.evaluation(), seed=s.seed)
+    value = measure.read(run.measured)["value"]
     return {"value": value, "loss": measure.loss(value, baseline), "measure": measure.label(), "dims": dims,
-            "model": pruned}
+            "model": run.pruned.model}
 
 
 def candidates(smap: dict, alloc: Allocation, round_to: int | None = None,
@@ -306,19 +308,21 @@ def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, 
             held[0] = calibration_for(model, tokenizer, s, task, cancel)
         return held[0]
 
-    def measured(m) -> dict:
-        got = measure(m, per_window=True)
+    def kept(got: dict) -> dict:
         return {k: got[k] for k in ("value", "tokens", "windows") if k in got}
     say(0.05, "measuring the unpruned model…")
-    base = point_cache.cached({**key, "point": "unpruned"}, use_cache, lambda: measured(model), fields)
+    base = point_cache.cached({**key, "point": "unpruned"}, use_cache, lambda: kept(measure(model, per_window=True)),
+                              fields)
     done = []
 
     def evaluate(plan):
         say(0.1 + 0.9 * len(done) / distinct, f"pruning and measuring the {plan['name']} plan "
                                                f"({len(done) + 1} of {distinct})…")
         got = point_cache.cached({**key, "strategy": strategy, "dims": list(plan["dims"])}, use_cache,
-                                 lambda: measured(prune(model, strategy, list(plan["dims"]), calibrated(),
-                                                        seed=s.seed).model), fields)
+                                 lambda: kept(measure.read(prune_then_measure(
+                                     model, tokenizer, strategy, list(plan["dims"]), calibrated(),
+                                     measure.evaluation(per_window=True), seed=s.seed, cancel=cancel).measured)),
+                                 fields)
         done.append(plan["name"])
         return {"value": got["value"], "loss": measure.loss(got["value"], base["value"]), "windows": got.get("windows")}
     return {**choose(plans, evaluate), "measure": measure.label(base.get("tokens")), "baseline_value": base["value"]}

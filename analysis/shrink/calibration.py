@@ -21,7 +21,8 @@ from analysis.runtime.cancel import check
 from analysis.errors import AnalysisError
 from analysis.models import limits
 from analysis.models.forward import is_streamed, run_batches
-from analysis.models.layers import attention_layers, linear_layers, qk_rows
+from analysis.models.channel_group import qk_rows
+from analysis.models.layers import attention_layers, linear_layers
 
 DRRQR_ROWS = 5000  # sampled rows of [A_q; A_k] per head, as in the reference method
 
@@ -47,7 +48,7 @@ class Calibration:
     def gradients(self, cancel=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """∇ w.r.t. (the parameter holding the query rows, the one holding the key rows), per linear layer, of
         Σ over calibration sequences of each sequence's mean next-token loss (every sequence weighs the same).
-        Whole parameters: slice them with strategies.base.key_head_block (a fused q|k|v is the same twice)."""
+        Whole parameters: slice them with the layer's ChannelGroup.blocks (a fused q|k|v is the same twice)."""
         if self._grads is None:
             self._grads = _qk_gradients(self._model, self.input_ids, cancel)
         return self._grads

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 
 from analysis.errors import AnalysisError
+from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.key_plan import tiles, tiles_of
 
 # κ (a fraction of Σ|loss|), the floor σ₀ and λ (a fraction of the interpolation gap g), in the map's loss unit
@@ -82,7 +83,7 @@ def layer_loss(points: list[tuple], dk: int, dim: int) -> dict:
 def plan_state(smap: dict, dims: list[int]) -> dict:
     """fp32 state bytes per sequence and kernel tiles (64 key rows, per head) of key dims `dims`."""
     rows = smap["layers"]
-    return {"state_bytes": sum(r["heads"] * d * r["value_dim"] * 4 for r, d in zip(rows, dims)),
+    return {"state_bytes": sum(fp32_state_bytes(r["heads"], d, r["value_dim"]) for r, d in zip(rows, dims)),
             "state_bytes_unpruned": sum(r["state_bytes"] for r in rows),
             "tiles_per_head": tiles(dims),
             "kernel_tiles": sum(r["heads"] * tiles_of(d) for r, d in zip(rows, dims))}

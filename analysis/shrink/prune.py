@@ -18,8 +18,8 @@ from analysis.defaults import RESCALES  # defined there: the CLI's --help stays 
 from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
 from analysis.models.forward import is_streamed
+from analysis.models.channel_group import channel_groups
 from analysis.models.key_plan import key_dims, tiles
-from analysis.models.load import linear_layers
 from analysis.shrink.strategies import STRATEGIES, Selection, get_strategy
 
 @dataclass
@@ -92,7 +92,7 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
     """
     check_rescale(rescale)
     adapter = adapter_for(model)
-    layers = linear_layers(model)
+    layers = channel_groups(model)
     dims = [s.kept for s in selections]
     if len(selections) != len(layers):
         raise AnalysisError(f"Got {len(selections)} selections for {len(layers)} linear-attention layers.")
@@ -103,7 +103,7 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
     for layer, sel in zip(layers, selections):
         prefix = module_names[id(layer.module)] + "."
         by_param: dict[str, list] = {}
-        for rows in adapter.channel_rows(layer.module):
+        for rows in layer.rows:
             by_param.setdefault(rows.param, []).append(rows)
         for param, entries in by_param.items():
             edits[prefix + param] = partial(reduce_param, entries=entries, layer=layer, sel=sel)
@@ -134,31 +134,19 @@ def reduce_param(tensor: torch.Tensor, entries: list, layer, sel: Selection) -> 
     return reduce_rows(tensor, entries, layer, sel)
 
 
-def _head_blocks(rows, layer, sel: Selection):
-    """(heads, first row of each head's dk block, per-head selection) of one ChannelRows entry.
-
-    Decay rows ("gate") are per value head: value head j keeps the channels of key head j // (Hv/Hk)."""
-    dk = layer.key_dim
-    heads, chosen = layer.key_heads, (sel.indices if sel.indices is not None else sel.projection)
-    if rows.role == "gate":
-        if sel.indices is None:
-            raise AnalysisError("Per-channel decay rows cannot follow a rotation (PCA); use an axis-aligned strategy.")
-        group = layer.value_heads // layer.key_heads
-        heads, chosen = layer.value_heads, chosen.repeat_interleave(group, dim=0)
-    stride = getattr(rows, "head_stride", 0) or dk
-    return heads, [rows.start + h * stride for h in range(heads)], chosen
-
-
 def reduce_rows(tensor: torch.Tensor, entries: list, layer, sel: Selection) -> torch.Tensor:
-    """Keep the selected channels (or their PCA projection) of every dk-row head block the entries name."""
+    """Keep the selected channels (or their PCA projection) of every dk-row head block the entries name
+    (layer: its ChannelGroup, which says where the blocks are)."""
     dk = layer.key_dim
     pieces = []  # (first row, past-the-end row, replacement rows)
     for rows in entries:
-        heads, starts, chosen = _head_blocks(rows, layer, sel)
-        idx = torch.tensor(starts, device=tensor.device)[:, None] + torch.arange(dk, device=tensor.device)
-        per_head = tensor[idx]                                               # [H, dk, ...]
+        if rows.role == "gate" and sel.indices is None:
+            raise AnalysisError("Per-channel decay rows cannot follow a rotation (PCA); use an axis-aligned strategy.")
+        chosen = layer.per_block(rows, sel.indices if sel.indices is not None else sel.projection)
+        starts = layer.head_starts(rows)
+        per_head = tensor[layer.head_index(rows, tensor.device)]           # [H, dk, ...]
         if sel.indices is not None:
-            picked = chosen.to(tensor.device).reshape(heads, -1, *([1] * (tensor.dim() - 1)))
+            picked = chosen.to(tensor.device).reshape(len(starts), -1, *([1] * (tensor.dim() - 1)))
             out = per_head.gather(1, picked.expand(-1, -1, *per_head.shape[2:]))
         else:
             T = chosen.to(tensor.device, torch.float32)                      # [H, k, dk]

@@ -1,10 +1,12 @@
-"""Prune-and-measure and recover-and-measure: the one workflow of each action, for the CLI's `prune` (and its
-`--recover-steps`) and the Prune page's jobs.
+"""Prune-then-measure, prune-and-measure and recover-and-measure: the one workflow of each action.
 
-Both measure through analysis.evaluate.measure.measure with one set of settings (Evaluation): test-split perplexity at a
-stated context and token count for a language model, recall accuracy by pair count for a recall model, and
-optionally the whole model's kernel time. The unpruned model's measurement may be passed in (the page caches
-it per setting); otherwise it is measured here with the same settings as the pruned one.
+`prune_then_measure` is the one entry that prunes a new model and measures it: the CLI's `prune` and the Prune page
+(through `prune_and_measure`, which adds the unpruned model's measurement), the sweep's points, the sensitivity
+map's points, the allocator's `verify` and Verify-and-choose all call it, each with its own `Evaluation`: the one
+type of evaluation settings, core and dashboard alike (split, context, tokens, per-window losses, recall pairs and
+sequences, kernel timing, lm-evaluation-harness tasks). Every measurement goes through
+analysis.evaluate.measure.measure. The unpruned model's measurement may be passed in (the page caches it per
+setting); otherwise it is measured here with the same settings as the pruned one.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass, replace
 from analysis.runtime.cancel import check
 from analysis.errors import AnalysisError
 from analysis.evaluate.measure import measure
+from analysis.evaluate.recall_eval import RECALL_SEED
 from analysis.shrink.prune import PruneResult, prune
 
 RECALL_PAIRS = (4, 8, 16, 32)  # pair counts for recall accuracy (those above the task's key count are skipped)
@@ -28,7 +31,7 @@ def recall_pairs(task) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """How before, after and recovered are measured (the same for all three)."""
+    """How a model is measured (before, after and recovered alike; a sweep point, a map point, a candidate plan)."""
     split: str = "test"
     context: int = 256
     max_tokens: int | None = 4096
@@ -37,18 +40,26 @@ class Evaluation:
     latency: bool = True                          # time the kernel at every layer's key dim
     tasks: object = None                          # lm-evaluation-harness tasks: a TaskSettings (or its loaded plan)
     confirmed: bool = False                       # run a task evaluation estimated at over an hour (--yes)
+    per_window: bool = False                      # keep each window's mean loss (paired comparisons)
+    recall_seed: int = RECALL_SEED                # the recall sequences' seed (the sensitivity map has its own)
 
     def measure(self, model, tokenizer, progress=None, cancel=None, latency: bool | None = None) -> dict:
         recall = self.recall_pairs is not None
         return measure(model, None if recall else tokenizer, self.split, self.context, self.max_tokens,
                        recall_pairs=self.recall_pairs, recall_sequences=self.recall_sequences,
                        latency=self.latency if latency is None else latency, progress=progress, cancel=cancel,
-                       tasks=self.tasks, yes=self.confirmed)
+                       per_window=self.per_window, tasks=self.tasks, yes=self.confirmed, recall_seed=self.recall_seed)
 
     def loaded(self) -> Evaluation:
         """These settings with the tasks loaded once (names and data checked), for several measurements."""
         from analysis.evaluate.harness import TaskSettings, prepare
         return replace(self, tasks=prepare(self.tasks)) if isinstance(self.tasks, TaskSettings) else self
+
+
+@dataclass
+class Measured:
+    pruned: PruneResult   # the new model (the input model is never changed) and its plan
+    measured: dict        # analysis.evaluate.measure.measure of the new model
 
 
 @dataclass
@@ -71,20 +82,16 @@ def _span(progress, lo: float, hi: float, text: str):
     return lambda f: progress(lo + (hi - lo) * f, f"{text}: {f:.0%}")
 
 
-def prune_and_measure(model, tokenizer, strategy: str | None, dims: list[int], calibration, evaluation: Evaluation, *,
-                      seed: int = 0, rescale: str = "original", before=None, lock=None, cancel=None,
-                      progress=None, heads=None) -> Pruned:
-    """Prune `model` to `dims` with `strategy` into a new model, and measure it and the unpruned one.
+def prune_then_measure(model, tokenizer, strategy: str | None, dims: list[int], calibration, evaluation: Evaluation,
+                       *, seed: int = 0, rescale: str = "original", heads=None, lock=None, cancel=None,
+                       progress=None) -> Measured:
+    """Prune `model` to `dims` with `strategy` into a new model and measure it with `evaluation`: the one entry.
 
     heads: an analysis.shrink.head_prune.HeadPlan that also removes whole heads (strategy may then be None when
-    `dims` keeps every key channel).
-    before: None (measured here), a measure() dict, or a callable(progress=, cancel=) returning one (a cache).
-    lock: held while the (possibly shared) unpruned model is read. progress(fraction, text)."""
-    lock = lock if lock is not None else nullcontext()
+    `dims` keeps every key channel). lock: held while the (possibly shared) unpruned model is read; the new model
+    is this call's own. progress(fraction) of the measurement."""
     evaluation = evaluation.loaded()
-    if progress:
-        progress(0.0, "choosing channels and building a new model (the input model is not changed)")
-    with lock:
+    with lock if lock is not None else nullcontext():
         if heads is None:
             result = prune(model, strategy, dims, calibration, seed=seed, rescale=rescale)
         else:
@@ -93,18 +100,34 @@ def prune_and_measure(model, tokenizer, strategy: str | None, dims: list[int], c
     # recall models find their task beside the source; the pruned copy reads the same one
     result.model.analysis_source = getattr(model, "analysis_source", None)
     check(cancel)
+    return Measured(result, evaluation.measure(result.model, tokenizer, progress, cancel))
+
+
+def prune_and_measure(model, tokenizer, strategy: str | None, dims: list[int], calibration, evaluation: Evaluation, *,
+                      seed: int = 0, rescale: str = "original", before=None, lock=None, cancel=None,
+                      progress=None, heads=None) -> Pruned:
+    """`prune_then_measure`, then the unpruned model measured with the same settings (the CLI's `prune`, the Prune
+    page's job). The prune comes first, so a plan the model cannot take is refused before any measurement.
+
+    before: None (measured here), a measure() dict, or a callable(progress=, cancel=) returning one (a cache).
+    lock: held while the (possibly shared) unpruned model is read. progress(fraction, text)."""
+    lock = lock if lock is not None else nullcontext()
+    evaluation = evaluation.loaded()  # the tasks loaded once for both measurements
+    if progress:
+        progress(0.0, "choosing channels and building a new model (the input model is not changed)")
+    run = prune_then_measure(model, tokenizer, strategy, dims, calibration, evaluation, seed=seed, rescale=rescale,
+                             heads=heads, lock=lock, cancel=cancel,
+                             progress=_span(progress, 0.1, 0.5, "measuring the pruned model"))
     if before is None:
         with lock:
-            before = evaluation.measure(model, tokenizer, _span(progress, 0.1, 0.5, "measuring the unpruned model"),
+            before = evaluation.measure(model, tokenizer, _span(progress, 0.5, 1.0, "measuring the unpruned model"),
                                         cancel)
     elif callable(before):
         if progress:
-            progress(0.1, "measuring the unpruned model (cached per setting)")
-        before = before(progress=(lambda f, text: progress(0.1 + 0.4 * f, text)) if progress else None,
+            progress(0.5, "measuring the unpruned model (cached per setting)")
+        before = before(progress=(lambda f, text: progress(0.5 + 0.5 * f, text)) if progress else None,
                         cancel=cancel)
-    after = evaluation.measure(result.model, tokenizer, _span(progress, 0.5, 1.0, "measuring the pruned model"),
-                               cancel)
-    return Pruned(result, before, after)
+    return Pruned(run.pruned, before, run.measured)
 
 
 def recover_and_measure(pruned_model, tokenizer, settings, evaluation: Evaluation, *, teacher=None, cancel=None,

@@ -103,7 +103,7 @@ class RecoveryResult:
     def validation_change(self) -> dict | None:
         """The kept step against step 0 on the same validation windows: {"delta_log_ppl", "se", "windows",
         "tokens"} (paired over windows); None without per-window losses (a state saved before they were kept)."""
-        from analysis.shrink.sensitivity import paired_difference
+        from analysis.evaluate.perplexity import paired_difference
         start = self.validation[0] if self.validation else {}
         kept = next((v for v in self.validation if v["step"] == self.kept_step), {})
         if not start.get("windows") or len(kept.get("windows") or []) != len(start["windows"]):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
+from analysis.models.channel_group import channel_groups
 from analysis.models.load import attention_layers
 
 LORA_METHODS = ("lora", "lora-kd")
@@ -38,10 +39,9 @@ def check_lora(model, rank: int) -> None:
 def qk_trainable(work) -> list:
     """Turn on the gradients of the parameters holding the pruned q/k rows; returns them (each once)."""
     params = []
-    adapter = adapter_for(work)
-    for attn in attention_layers(work):
-        for rows in adapter.channel_rows(attn):
-            p = attn.get_parameter(rows.param)
+    for group in channel_groups(work):
+        for rows in group.rows:
+            p = group.module.get_parameter(rows.param)
             if not any(p is seen for seen in params):
                 p.requires_grad_(True)
                 params.append(p)

@@ -26,11 +26,12 @@ from analysis.defaults import SENSITIVITY_EVAL_TOKENS, SENSITIVITY_RATIOS
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
-from analysis.evaluate.measure import measure
+from analysis.evaluate.perplexity import paired_difference  # noqa: F401  (re-exported: the map's paired SE)
+from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.load import REPO_ROOT, describe, linear_layers
-from analysis.shrink.prune import prune
+from analysis.shrink.prune_workflow import Evaluation, prune_then_measure
 from analysis.models.key_plan import key_dims, plan_key_dims
-from analysis.data.recall import RecallTask, recall_accuracy, recall_batch
+from analysis.data.recall import RecallTask, recall_batch
 from analysis.shrink.strategies import get_strategy
 
 METRICS = ("ppl", "recall")
@@ -135,17 +136,17 @@ def layer_profile(model, input_ids: torch.Tensor) -> list[dict]:
     trace = collect_states(model, input_ids, positions=[input_ids.shape[1] - 1])
     rows = []
     for layer, (info, lt) in enumerate(zip(linear_layers(model), trace.layers)):
-        heads = info.value_heads
         u = lt.metrics["rank_utilization"].double()
         u = u[torch.isfinite(u)]
-        rows.append({"layer": layer, "head_k_dim": info.key_dim, "heads": heads, "value_dim": info.value_dim,
-                     "state_bytes": heads * info.key_dim * info.value_dim * 4,
+        rows.append({"layer": layer, "head_k_dim": info.key_dim, "heads": info.value_heads, "value_dim": info.value_dim,
+                     "state_bytes": fp32_state_bytes(info.value_heads, info.key_dim, info.value_dim),
                      "rank_utilization": float(u.mean()) if u.numel() else None})
     return rows
 
 
 class MapMeasure:
-    """The map's quality measurement: perplexity of the split's first tokens, or recall accuracy."""
+    """The map's quality measurement: perplexity of the split's first tokens, or recall accuracy (`evaluation`:
+    as the workflows' one Evaluation), read as the map's value."""
 
     def __init__(self, tokenizer, s: MapSettings, task: RecallTask | None, cancel=None):
         self.tokenizer, self.s, self.cancel = tokenizer, s, cancel
@@ -153,19 +154,28 @@ class MapMeasure:
         self.task = None if task is None else RecallTask(task.n_keys, task.n_values, s.recall_pairs or task.n_pairs,
                                                          s.recall_pairs or task.n_pairs)
 
-    def __call__(self, model, per_window: bool = False) -> dict:
-        """per_window (perplexity only) adds `windows`: each window's mean log-loss, for paired comparisons."""
+    def evaluation(self, per_window: bool = False) -> Evaluation:
+        """per_window (perplexity only) keeps each window's mean log-loss, for paired comparisons."""
         if self.task is not None:
-            acc = recall_accuracy(model, self.task, self.s.recall_sequences, seed=MAP_RECALL_SEED)
+            return Evaluation(recall_pairs=(self.task.n_pairs,), recall_sequences=self.s.recall_sequences,
+                              latency=False, recall_seed=MAP_RECALL_SEED)
+        return Evaluation(self.s.split, self.s.context, self.s.eval_tokens, latency=False, per_window=per_window)
+
+    def read(self, got: dict) -> dict:
+        """The map's value of one measure() dict (and with per-window losses, `windows`)."""
+        if self.task is not None:
+            acc = got["recall"]["by_pairs"][0]["accuracy"]
             return {"value": acc, "recall_accuracy": acc}
-        ppl = measure(model, self.tokenizer, self.s.split, self.s.context, self.s.eval_tokens, latency=False,
-                      per_window=per_window, cancel=self.cancel)["perplexity"]  # the workflows' one measuring path
+        ppl = got["perplexity"]
         self.scored = ppl["tokens"]
         out = {"value": ppl["perplexity"], "perplexity": ppl["perplexity"], "dataset": ppl["dataset"],
                "tokens": ppl["tokens"], "stride": ppl["stride"]}
-        if per_window:
+        if "window_losses" in ppl:
             out["windows"] = ppl["window_losses"]
         return out
+
+    def __call__(self, model, per_window: bool = False) -> dict:
+        return self.read(self.evaluation(per_window).measure(model, self.tokenizer, cancel=self.cancel))
 
     def loss(self, value: float, base: float) -> float:
         """Additive loss: Δ log perplexity (nats/token), or the drop in recall accuracy."""
@@ -182,14 +192,6 @@ class MapMeasure:
         if scored is not None and scored < self.s.eval_tokens:
             tokens = f"the whole split ({scored:,} tokens scored; {self.s.eval_tokens:,} asked)"
         return f"perplexity, {dataset_label(self.s.split)}, {tokens}, context {self.s.context}"
-
-
-def paired_difference(a: list[float], b: list[float]) -> dict:
-    """Mean and standard error of b − a over paired windows (the same tokens scored by two models)."""
-    d = [y - x for x, y in zip(a, b, strict=True)]
-    mean = sum(d) / len(d)
-    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else math.inf
-    return {"delta_log_ppl": mean, "se": se, "windows": len(d)}
 
 
 def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None, cancel=None):
@@ -232,8 +234,9 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                 if calib is None and get_strategy(s.strategy).needs_calibration:
                     calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task, cancel)
                 dims = plan_key_dims(model, ratios=[ratio if i == layer else 0.0 for i in range(n_layers)])
-                pruned = prune(model, s.strategy, dims, calib, seed=s.seed).model
-                out = measure(pruned, per_window=True)
+                run = prune_then_measure(model, tokenizer, s.strategy, dims, calib, measure.evaluation(per_window=True),
+                                         seed=s.seed, cancel=cancel)
+                out = measure.read(run.measured)
                 paired = out.pop("windows", None), baseline.get("windows")
                 # the paired standard error of Δ (same windows, both models) tells a cell's signal from noise
                 se = ({"se": paired_difference(*paired[::-1])["se"]}

@@ -220,9 +220,9 @@ def test_choose_plan_measures_an_allocation_equal_to_uniform_once_and_names_its_
     from analysis.data import corpus as data
     from family_cases.text_lm import build_tiny
     pruned, steps = [], []
-    real = analysis.shrink.allocate.prune
-    monkeypatch.setattr(analysis.shrink.allocate, "prune", lambda model, strategy, dims, *a, **k: (
-        pruned.append(list(dims)), real(model, strategy, dims, *a, **k))[1])
+    real = analysis.shrink.allocate.prune_then_measure
+    monkeypatch.setattr(analysis.shrink.allocate, "prune_then_measure", lambda model, tok, strategy, dims, *a, **k: (
+        pruned.append(list(dims)), real(model, tok, strategy, dims, *a, **k))[1])
     s = MapSettings("l1", (0.5,), eval_tokens=128, context=64, calib_sequences=2, calib_tokens=64)
     same = {"ratios": [0.5, 0.5], "dims": [16, 16], "predicted_loss": None, "cost": 1}
     plans = [{"name": "sensitivity-allocated", **same}, {"name": "uniform", **same}]

@@ -9,8 +9,10 @@ import streamlit as st
 
 from analysis.archs import adapter_for
 from analysis.archs.recurrence_words import words
+from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.load import TILE_ROWS
 from analysis.shrink.prune import usable_strategies
+from analysis.shrink.prune_workflow import Evaluation
 from analysis.models.key_plan import ROUNDINGS, tiles
 from analysis.shrink.sensitivity import shipped_strategies
 from analysis.shrink.strategies import STRATEGIES
@@ -32,14 +34,6 @@ class Choices(NamedTuple):
 
 
 KINDS = {"channels": "Key channels (dk)", "heads": "Heads", "both": "Both"}
-
-
-class Evaluation(NamedTuple):
-    context: int
-    max_tokens: int
-    recall_sequences: int
-    timed: bool
-    tasks: object = None   # analysis.evaluate.harness.TaskSettings: lm-evaluation-harness accuracy before and after
 
 
 def explain(ctx: Context) -> None:
@@ -127,7 +121,7 @@ def plan_table(ctx: Context, choice: Choices, planned: list[int], heads: list[in
                              "tiles now": tiles(dims), "tiles after": tiles(planned), "heads": before_heads,
                              "heads after": heads}, index=pd.Index(range(n_layers), name="layer"))
         st.table(plan.style.format({"ρ": "{:.3f}"}))
-        after = sum(h * d * ctx.info.head_v_dim * 4 for h, d in zip(heads, planned))
+        after = sum(fp32_state_bytes(h, d, ctx.info.head_v_dim) for h, d in zip(heads, planned))
         st.caption(f"{ctx.name} · fp32 state bytes per sequence {ctx.info.state_bytes_per_sequence:,} → {after:,} · "
                    f"kernel tiles of {TILE_ROWS} key rows per head · device {ctx.key.device} · dtype {ctx.key.dtype}")
     with right:
@@ -135,6 +129,8 @@ def plan_table(ctx: Context, choice: Choices, planned: list[int], heads: list[in
 
 
 def evaluation(ctx: Context) -> Evaluation:
+    """The page's evaluation settings as the core's one Evaluation (test split; recall pairs for a recall model;
+    tasks: lm-evaluation-harness accuracy before and after)."""
     with st.expander("Evaluation settings (test split; kernel timing)", key="prune_evaluation_settings"):  # open across reruns
         e1, e2, e3 = st.columns(3)
         if ctx.task is None:
@@ -149,4 +145,5 @@ def evaluation(ctx: Context) -> Evaluation:
         if ctx.task is None:  # a typed value outside a field's range is shown in red and not applied: say what is used
             st.caption(f"In use: context {context}, {tokens:,} tokens to score (a field accepts context 16–4,096 "
                        "and 64–1,000,000 tokens; a red value outside that is not applied).")
-    return Evaluation(context, tokens, recall, timed, task_inputs.controls(ctx, "prune"))
+    return Evaluation("test", context, tokens, shrink.recall_pairs(ctx), recall, timed,
+                      task_inputs.controls(ctx, "prune"))

@@ -10,7 +10,7 @@ import streamlit as st
 
 from analysis.archs import adapter_for
 from analysis.io.writes import output_root
-from analysis.shrink.prune_workflow import Evaluation as CoreEvaluation, prune_and_measure, recover_and_measure
+from analysis.shrink.prune_workflow import Evaluation, prune_and_measure, recover_and_measure
 from analysis.shrink.recovery import METHODS, RecoverySettings
 from analysis.io.recovery_state import has_state
 from analysis.shrink.head_prune import HeadPlan
@@ -21,32 +21,25 @@ from ui.shared.context import Context
 from ui.shared.labels import readout_label
 from ui.shared.shrink_report import before_after_table, kernel_label, recovery_verdict
 from ui.prune import plan_history
-from ui.prune.prune_form import Choices, Evaluation
+from ui.prune.prune_form import Choices
 from ui.prune.recovery_view import METHOD_LABELS, loss_figure
-
-
-def core_evaluation(ev: Evaluation, pairs: tuple | None) -> CoreEvaluation:
-    """The page's evaluation settings as the core workflow's (test split; recall pairs for a recall model)."""
-    return CoreEvaluation("test", ev.context, ev.max_tokens, pairs, ev.recall_sequences, ev.timed, ev.tasks)
 
 
 def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrink.CalibSettings, ev: Evaluation,
               tok, heads: list[int] | None = None) -> None:
     """Prune and Stop; a click starts the job for these inputs; the page follows it and takes its result.
     heads: value heads kept per layer (a Heads or Both plan, by choice.head_strategy)."""
-    pairs = shrink.recall_pairs(ctx)
-    evaluation = core_evaluation(ev, pairs)
     key = json.dumps({"model": list(ctx.key), "strategy": choice.strategy, "dims": planned,
-                      "calibration": list(settings), "context": ev.context, "tokens": ev.max_tokens, "pairs": pairs,
-                      "recall": ev.recall_sequences, "timed": ev.timed, "rescale": choice.rescale,
+                      "calibration": list(settings), "context": ev.context, "tokens": ev.max_tokens,
+                      "pairs": ev.recall_pairs,
+                      "recall": ev.recall_sequences, "timed": ev.latency, "rescale": choice.rescale,
                       "tasks": ev.tasks and ev.tasks.record(), "heads": heads, "head_strategy": choice.head_strategy})
     head_plan = HeadPlan(choice.head_strategy, tuple(heads)) if heads is not None else None
     if jobs.controls("prune", key, "Prune", run_key="prune_run"):
         model, mkey, use = ctx.model, ctx.key, shrink.using(ctx.key)
         needs = STRATEGIES[choice.strategy] if choice.strategy else get_head_strategy(choice.head_strategy)
         calibrated = shrink.calibration.bind(mkey, settings, _using=use)
-        measured_before = shrink.baseline.bind(mkey, ev.context, ev.max_tokens, pairs, ev.recall_sequences, ev.timed,
-                                               ev.tasks, _using=use)
+        measured_before = shrink.baseline.bind(mkey, ev, _using=use)
 
         def work(job):
             calib = None
@@ -59,7 +52,7 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
                     job.report(0.15, "backward pass: gradients of the query/key projections for the Taylor scores…")
                     with use.lock:
                         calib.gradients(cancel=job.cancelled)  # kept on the shared calibration, as the memo did
-            run = prune_and_measure(model, tok, choice.strategy, planned, calib, evaluation, seed=settings.seed,
+            run = prune_and_measure(model, tok, choice.strategy, planned, calib, ev, seed=settings.seed,
                                     rescale=choice.rescale, before=measured_before, lock=use.lock,
                                     cancel=job.cancelled, progress=lambda f, text: job.report(0.25 + 0.75 * f, text),
                                     heads=head_plan)
@@ -181,7 +174,7 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
                 "was stopped with); **Run recovery** starts over and discards it.")
         resume = st.button("Resume", key="recover_resume")
     if jobs.controls(made.RECOVERY, key, "Run recovery", run_key="recover_run") or resume:
-        pruned_model, run_id, evaluation = run["result"].model, run["id"], core_evaluation(ev, None)
+        pruned_model, run_id = run["result"].model, run["id"]
         teacher = LockedTeacher(ctx.model, shrink.using(ctx.key).lock)
 
         def work(job):
@@ -190,7 +183,7 @@ def recovery(ctx: Context, run: dict, ev: Evaluation, seed: int, tok) -> None:
                 if event["kind"] == "train":
                     job.report(0.8 * event["step"] / event["steps"],
                                f"step {event['step']}/{event['steps']}, loss {event['loss']:.3f}")
-            done = recover_and_measure(pruned_model, tok, settings, evaluation, teacher=teacher, cancel=job.cancelled,
+            done = recover_and_measure(pruned_model, tok, settings, ev, teacher=teacher, cancel=job.cancelled,
                                        progress=progress, state_dir=state_dir, resume=resume,
                                        measure_progress=lambda f: job.report(0.8 + 0.2 * f,
                                                                              f"perplexity after recovery: {f:.0%}"))

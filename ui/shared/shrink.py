@@ -163,13 +163,11 @@ def recall_pairs(ctx: Context) -> tuple[int, ...] | None:
 
 
 @memo.memoized("baseline", max_entries=16)
-def baseline(key: ModelKey, context: int, max_tokens: int, pairs: tuple | None, recall_sequences: int,
-             latency: bool, tasks=None, *, progress: progress_ui.Report, _using: Using | None = None,
+def baseline(key: ModelKey, evaluation: Evaluation, *, progress: progress_ui.Report, _using: Using | None = None,
              cancel=None) -> dict:
-    """The unpruned model measured once per setting (test split; `tasks`: a TaskSettings, lm-evaluation-harness
-    accuracy too); shared: callers must not mutate it."""
+    """The unpruned model measured once per evaluation setting (the Prune page's, as prune_and_measure measures the
+    pruned one); shared: callers must not mutate it."""
     model, tok, lock = _using or using(key)
-    evaluation = Evaluation("test", context, max_tokens, pairs, recall_sequences, latency, tasks)  # as prune_and_measure's
     with lock:
         return evaluation.measure(model, tok, cancel=cancel,
                                   progress=lambda f: progress(f, f"perplexity of the unpruned model: {f:.0%}"))

@@ -13,7 +13,7 @@ import torch
 
 from analysis.shrink.calibration import Calibration
 from analysis.models.forward import weights_of
-from analysis.models.layers import qk_rows  # noqa: F401  (re-exported for the strategies)
+from analysis.models.channel_group import qk_rows  # noqa: F401  (re-exported for the strategies)
 
 
 @dataclass
@@ -47,18 +47,11 @@ class Strategy:
                 for s, k in zip(self.scores(model, calib, seed), dims)]
 
 
-def key_head_block(tensor: torch.Tensor, rows, layer) -> torch.Tensor:
-    """The [Hk, dk, ...] fp32 copy of the key-head blocks one ChannelRows entry names inside `tensor`."""
-    stride = getattr(rows, "head_stride", 0) or layer.key_dim
-    idx = (rows.start + stride * torch.arange(layer.key_heads))[:, None] + torch.arange(layer.key_dim)
-    return tensor.detach().float()[idx.to(tensor.device)]
-
-
 def qk_weights(model):
     """Per linear layer (Wq, Wk) as [Hk, dk, hidden] fp32 copies (the rows the adapter names), one layer at a
     time: a streamed model reads that layer's weights for it and releases them before the next one."""
     for layer, q, k in qk_rows(model):
         with weights_of(model, layer.module):
-            pair = (key_head_block(layer.module.get_parameter(q.param), q, layer),
-                    key_head_block(layer.module.get_parameter(k.param), k, layer))
+            pair = (layer.blocks(layer.module.get_parameter(q.param), q),
+                    layer.blocks(layer.module.get_parameter(k.param), k))
         yield pair

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from analysis.models.load import linear_layers
-from analysis.shrink.strategies.base import Strategy, key_head_block, qk_rows, qk_weights
+from analysis.shrink.strategies.base import Strategy, qk_rows, qk_weights
 
 
 class RandomStrategy(Strategy):
@@ -47,6 +47,5 @@ class GradientStrategy(Strategy):
     def scores(self, model, calib, seed=0):
         out = []
         for (layer, q, k), (wq, wk), (gq, gk) in zip(qk_rows(model), qk_weights(model), calib.gradients()):
-            out.append((wq * key_head_block(gq, q, layer)).abs().sum(-1)
-                       + (wk * key_head_block(gk, k, layer)).abs().sum(-1))
+            out.append((wq * layer.blocks(gq, q)).abs().sum(-1) + (wk * layer.blocks(gk, k)).abs().sum(-1))
         return out
