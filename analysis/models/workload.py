@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 
 import torch
 
@@ -18,7 +19,8 @@ MAX_S = 3600.0        # longer work needs --yes
 ANNOUNCE_S = 60.0     # shorter work starts without a word
 MEASURE_FROM = 16     # fewer forwards than this: not worth a timing forward, and never near MAX_S on its own
 TRAIN_STEP = 3        # a training step ≈ forward + backward ≈ three forwards
-_timed: dict = {}
+_forwards: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(device, batch, tokens): s}
+_rates: dict = {}     # device -> fp32 matmul rate
 
 
 def duration(seconds: float) -> str:
@@ -37,8 +39,11 @@ def duration(seconds: float) -> str:
 def forward_seconds(model, batch: int, tokens: int) -> float:
     """Seconds of one no-grad forward over [batch, tokens] on the model's device, timed once per shape."""
     param = next(model.parameters())
-    key = (id(model), param.device, int(batch), int(tokens))
-    if key not in _timed:
+    # keyed by the model object itself (weakly), not id(model): a new model that reuses a freed one's id must not
+    # inherit its time, and a freed model's timings go with it
+    timed = _forwards.setdefault(model, {})
+    key = (param.device, int(batch), int(tokens))
+    if key not in timed:
         ids = torch.zeros(int(batch), int(tokens), dtype=torch.long, device=param.device)
         sync = torch.cuda.synchronize if param.device.type == "cuda" else (lambda: None)
         model(ids[:, :1], use_cache=False)  # first-call costs (kernel selection, lazy init) are not the work's
@@ -46,8 +51,8 @@ def forward_seconds(model, batch: int, tokens: int) -> float:
         start = time.perf_counter()
         model(ids, use_cache=False)
         sync()
-        _timed[key] = time.perf_counter() - start
-    return _timed[key]
+        timed[key] = time.perf_counter() - start
+    return timed[key]
 
 
 def check(what: str, forwards: int, model, batch: int, tokens: int, advice: str, yes: bool = False, say=None,
@@ -91,8 +96,8 @@ def check_points(what: str, points: int, model, parts: list[tuple[int, int, int,
 @torch.no_grad()
 def flops_per_second(device: str = "cpu") -> float:
     """This machine's fp32 matmul rate now (one 512³ product after a warm-up): the basis of modelled times."""
-    key = ("flops", str(device))
-    if key not in _timed:
+    key = str(device)
+    if key not in _rates:
         a = torch.randn(512, 512, device=device)
         a @ a
         sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
@@ -100,8 +105,8 @@ def flops_per_second(device: str = "cpu") -> float:
         start = time.perf_counter()
         a @ a
         sync()
-        _timed[key] = 2 * 512**3 / max(time.perf_counter() - start, 1e-9)
-    return _timed[key]
+        _rates[key] = 2 * 512**3 / max(time.perf_counter() - start, 1e-9)
+    return _rates[key]
 
 
 def check_modelled(what: str, steps: int, flops_per_step: float, advice: str, yes: bool = False, say=None,

@@ -103,6 +103,25 @@ def test_forward_seconds_is_measured_once_per_shape(monkeypatch):
     assert workload.forward_seconds(model, 1, 16) == first  # cached: no second timing
 
 
+def test_a_new_model_is_timed_afresh_and_a_freed_ones_timings_go(monkeypatch):
+    """Timings are held by the model object, not id(model): a new model that reuses a freed one's id must not
+    inherit its time (the old key was (id(model), …))."""
+    import gc
+    from family_cases.text_lm import build_tiny
+    monkeypatch.undo()
+    model = build_tiny("delta_net")
+    workload.forward_seconds(model, 1, 16)
+    assert model in workload._forwards
+    held = len(workload._forwards)
+    del model
+    gc.collect()
+    assert len(workload._forwards) == held - 1
+    other = build_tiny("delta_net")
+    assert other not in workload._forwards
+    workload.forward_seconds(other, 1, 16)
+    assert (next(other.parameters()).device, 1, 16) in workload._forwards[other]
+
+
 def test_calibration_estimate_grows_with_the_kept_activations():
     from family_cases.text_lm import build_tiny
     model = build_tiny("delta_net")
