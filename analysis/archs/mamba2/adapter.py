@@ -28,7 +28,7 @@ import torch
 from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, PRUNED_PREFIX, head_blocks, is_pruned_type
 from analysis.archs.heads import head_config_fields
 from analysis.archs.mamba2.layout import STATE_SIZE_KEYS, feed_forward_words, kind, layers_of, mixers_in
-from analysis.archs.mamba2.routing import ENTRY_POINT
+from analysis.archs.mamba2.routing import ENTRY_POINT, KERNEL
 from analysis.errors import AnalysisError
 
 MAMBA1 = ("is a Mamba-1 model: its selective scan keeps a diagonal state per channel, with no per-head B/C split "
@@ -41,7 +41,7 @@ class Mamba2Adapter(Adapter):
     own_types = tuple(STATE_SIZE_KEYS)
     refused_types = dict.fromkeys(("mamba", "jamba", "falcon_mamba"), MAMBA1)
     lora_projections = ("in_proj",)  # x|B|C|z|dt in one projection: B and C are the key/query rows
-    kernel = "ssd"
+    kernel = KERNEL
     entry_points = (ENTRY_POINT,)   # what mamba2/routing.py routes
     key_dims_config_key = "ssm_state_sizes"
     readout_scaled = False     # y = C_tᵀ S_t: removing a channel needs no readout correction

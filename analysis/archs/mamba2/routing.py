@@ -18,12 +18,14 @@ import torch
 import torch.nn.functional as F
 
 from analysis.archs.hf_routing import route_modules
+from analysis.archs.kernels import kernel_spec
 from analysis.runtime import backend
-from analysis.runtime.recurrences import LINEAR_ATTENTION, RecurrenceInputs
+from analysis.runtime.recurrences import RecurrenceInputs
 
 MODELING_MODULES = tuple(f"transformers.models.{m}.modeling_{m}" for m in
                          ("mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "bamba", "zamba2"))
 ENTRY_POINT = "mamba2_chunk_scan"
+KERNEL = "ssd"   # the adapter's kernel: its spec names the recurrence the scan is (decaying linear attention)
 
 
 def recurrence_inputs(x, dt, A, B, C, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
@@ -40,7 +42,7 @@ def recurrence_inputs(x, dt, A, B, C, dt_bias=None, dt_softplus=False, dt_limit=
     h0 = None if initial_states is None else initial_states.float().transpose(-1, -2)
     return RecurrenceInputs(
         q=q, k=k, v=x.float() * dt[..., None], beta=torch.ones_like(dt), g=A.float() * dt, scale=1.0,
-        initial_state=h0, cu_seqlens=None, recurrence=LINEAR_ATTENTION, q_raw=C, k_raw=B)
+        initial_state=h0, cu_seqlens=None, recurrence=kernel_spec(KERNEL).recurrence, q_raw=C, k_raw=B)
 
 
 def routed(bound):
