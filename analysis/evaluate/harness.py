@@ -18,10 +18,11 @@ import copy
 import logging
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 
 from analysis.errors import AnalysisError
-from analysis.evaluate import harness_tasks
+from analysis.evaluate import harness_tasks, task_yaml
 from analysis.runtime.cancel import check
 
 HEADLINE = ("acc", "acc_norm", "exact_match")   # the accuracy a chart shows for a task, first one present
@@ -38,6 +39,7 @@ class TaskSettings:
     batch_size: int = DEFAULT_BATCH
     include_path: str | None = None
     bootstrap_iters: int = BOOTSTRAP_ITERS
+    allow_task_code: bool = False     # run the `!function` Python files of the include path's task YAMLs
 
     def __post_init__(self):
         if not self.tasks or any(not str(t).strip() for t in self.tasks):
@@ -93,11 +95,19 @@ class TaskPlan:
         return {n: local[n].recall_keys for n in self.leaves if n in local and local[n].recall_keys}
 
 
-def prepare(settings: TaskSettings) -> TaskPlan:
-    """Check the names, read every task's data (offline-capable), refuse a few-shot count a task cannot give."""
+def prepare(settings: TaskSettings, say=None) -> TaskPlan:
+    """Check the names, read every task's data (offline-capable), refuse a few-shot count a task cannot give.
+
+    The Python files that the include path's task YAMLs name (`!function`) are refused unless
+    `settings.allow_task_code`, and then each is named through `say` (default: stderr) before it runs."""
     _quiet()
     names = tuple(dict.fromkeys(t.strip() for t in settings.tasks))
     manager = harness_tasks.task_manager(names, settings.include_path)
+    code = harness_tasks.task_code(manager, names) if settings.include_path else []
+    if not settings.allow_task_code:
+        task_yaml.refuse_code(code, names)
+    for line in task_yaml.announce_code(code):
+        (say or _stderr)(line)
     local = harness_tasks.local_tasks()
     reachable = all(n in local for n in names) or harness_tasks.hub_reachable()
     objects = [harness_tasks.load_one(manager, name, reachable) for name in names]
@@ -111,6 +121,10 @@ def prepare(settings: TaskSettings) -> TaskPlan:
     plan = TaskPlan(settings, manager, objects, leaves)
     plan.data_hash = {n: harness_tasks.docs_hash(t, settings.num_fewshot) for n, t in leaves.items()}
     return plan
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _quiet() -> None:
@@ -198,7 +212,7 @@ def _row(name: str, results: dict, plan: TaskPlan) -> dict:
            "docs": int(results["n-samples"][name]["effective"]),
            "docs_total": int(results["n-samples"][name]["original"]),
            "num_fewshot": int(results["n-shot"].get(name) or 0),
-           "dataset": f"local: sample_models/tasks/{name}.jsonl" if local else str(config.dataset_path),
+           "dataset": f"local: sample_models/tasks/{name}.jsonl" if local else harness_tasks.dataset_label(config),
            "split": str(split), "data_sha256": plan.data_hash[name], "local": local is not None}
     if local is not None:
         row.update(chance=local.chance, chance_note=local.chance_note)

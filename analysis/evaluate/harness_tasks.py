@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.errors import AnalysisError
+from analysis.evaluate import task_yaml
 
 LOCAL_DIR = Path(__file__).resolve().parents[2] / "sample_models" / "tasks"
 MANIFEST = "tasks.json"
@@ -75,10 +76,12 @@ def check_include_path(path: str | None) -> Path | None:
 
 
 def task_manager(names: tuple[str, ...], include_path: str | None = None):
-    """lm-eval's TaskManager over the local tasks (+ the user's folder); the harness's own registry (about 15,000
-    YAML files, several seconds to index) only when a name is in neither."""
+    """lm-eval's TaskManager over the local tasks (+ the user's folder, whose YAMLs must all parse); the harness's
+    own registry (about 15,000 YAML files, several seconds to index) only when a name is in neither."""
     from lm_eval.tasks import TaskManager
     folder = check_include_path(include_path)
+    if folder is not None:
+        task_yaml.check_folder(folder)  # lm-eval would skip a broken YAML silently: its task would be "unknown"
     paths = [str(LOCAL_DIR)] + ([str(folder)] if folder is not None else [])
     manager = TaskManager(include_path=paths, include_defaults=False)
     if any(name not in manager.all_tasks for name in names):
@@ -123,9 +126,25 @@ def cache_only():
             datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = before
 
 
+def trusted_folders() -> tuple[Path, ...]:
+    """Task YAMLs whose `!function`s are code the user installed: the local tasks and the harness's own."""
+    import lm_eval
+    return LOCAL_DIR.resolve(), Path(lm_eval.__file__).resolve().parent
+
+
+def task_code(manager, names) -> list:
+    """The `!function`s of the user's task YAMLs that loading `names` would run (analysis.evaluate.task_yaml)."""
+    return task_yaml.requested_code(manager, names, trusted_folders())
+
+
 def load_one(manager, name: str, reachable: bool):
     """The harness object a name builds (a Task, a Group, or a tag's list of Tasks), its data read."""
     local = name in local_tasks()
+    entry = manager.task_index.get(name)
+    if not local and entry is not None and entry.cfg:
+        missing = task_yaml.missing_data(name, entry.cfg, entry.yaml_path)
+        if missing:  # before the datasets library mistakes it for a data set the hub would have
+            raise AnalysisError(missing)
     try:
         with contextlib.nullcontext() if local or reachable else cache_only():
             loaded = manager.load([name])
@@ -133,9 +152,13 @@ def load_one(manager, name: str, reachable: bool):
         raise
     except Exception as exc:  # the harness and datasets raise many types; each becomes one sentence
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        entry = manager.task_index.get(name)
         data = (entry.cfg or {}).get("dataset_path") if entry is not None else None
         where = f" ({data})" if data else ""
+        gone = task_yaml.missing_file_in(exc)
+        if gone is not None:
+            yaml_at = f", named by {entry.yaml_path}" if entry is not None and entry.yaml_path else ""
+            raise AnalysisError(f"Task {name} cannot read its data: the file {gone} is missing{yaml_at}; put it "
+                                "there or correct the task's YAML (or its loader).") from None
         if not local and (not reachable or _is_network_error(exc)):
             raise AnalysisError(f"The data set of task {name}{where} is not in the local Hugging Face cache and the "
                                 "hub cannot be reached from here; run it once where the hub is reachable (it is cached "
@@ -143,6 +166,24 @@ def load_one(manager, name: str, reachable: bool):
         raise AnalysisError(f"lm-evaluation-harness could not build task {name}{where} ({type(exc).__name__}: "
                             f"{first}); check the task's YAML and data.") from None
     return loaded["groups"].get(name) or loaded["tasks"].get(name) or list(loaded["tasks"].values())
+
+
+def dataset_label(config) -> str:
+    """What a task's docs are read from, by name: the data set (and its subset and local files), or for a
+    `custom_dataset` the Python function that builds them, its file and its arguments."""
+    kwargs = config.dataset_kwargs if isinstance(config.dataset_kwargs, dict) else {}
+    builder = config.custom_dataset
+    if callable(builder):
+        import inspect
+        try:
+            where = inspect.getsourcefile(builder) or "?"
+        except TypeError:
+            where = getattr(builder, "__module__", "?")
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        return f"custom_dataset {getattr(builder, '__name__', builder)}({args}) from {where}"
+    label = str(config.dataset_path) + (f"/{config.dataset_name}" if config.dataset_name else "")
+    files = task_yaml.local_files(kwargs.get("data_files"))
+    return label + (f" ({', '.join(files)})" if files else "")
 
 
 def _is_network_error(exc: BaseException) -> bool:

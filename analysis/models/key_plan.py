@@ -65,6 +65,18 @@ def unchanged_plan(model, planned: list[int], ratio: float | None = None, ratios
             f"original; use {fix}.")
 
 
+def pruning_key_dims(model, ratio: float | None = None, ratios: list[float] | None = None,
+                     round_to: int | None = None) -> list[int]:
+    """plan_key_dims for a plan that is to prune: refused (unchanged_plan's sentence) when it asked to prune and its
+    rounding keeps every key channel. `plan` and `prune` both plan through here, so neither shows or saves as a
+    prune what the other refuses."""
+    dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=round_to)
+    unchanged = unchanged_plan(model, dims, ratio, ratios, round_to)
+    if unchanged:  # refused, not warned: a plan predicted at +0.0000, or a "pruned" copy equal to the original
+        raise AnalysisError(unchanged)
+    return dims
+
+
 def tiles_of(dk: int) -> int:
     """64-row state tiles of one head with key dim dk in fla's chunk kernel (the one tile count)."""
     return -(-dk // TILE_ROWS)

@@ -220,6 +220,7 @@ def load_model(source: str, device: str = "auto", dtype=None):
         model = stream_plan.open_streamed(path, config, streamed, adapter, dt, dev)
         model.analysis_source = str(path)
         model.analysis_name = Path(source).name if (SAMPLES_DIR / str(source)).exists() else str(source)
+        model.analysis_arg = command_arg(source)
         return model
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, use_safetensors=True,
@@ -233,7 +234,24 @@ def load_model(source: str, device: str = "auto", dtype=None):
     adapter.check_key_dims([adapter.key_dim(layer) for layer in adapter.linear_layers(model)], dev.type)
     model.analysis_source = str(path)
     model.analysis_name = Path(source).name if (SAMPLES_DIR / str(source)).exists() else str(source)
+    model.analysis_arg = command_arg(source)
     return model
+
+
+def command_arg(source) -> str:
+    """How a printed command (a hint) names the model `source` named, so that it runs from any directory: a
+    bundled sample's name or a hub id as given, a local folder by its absolute path; quoted for a shell."""
+    import shlex
+    source = str(source).strip()
+    if _is_sample_name(source) or not Path(source).expanduser().exists():
+        return shlex.quote(source)
+    return shlex.quote(os.path.abspath(os.path.expanduser(source)))
+
+
+def command_name(model) -> str:
+    """command_arg of a loaded model (its source folder for one built in memory)."""
+    arg = getattr(model, "analysis_arg", None)
+    return arg if arg is not None else command_arg(getattr(model, "analysis_source", None) or "MODEL")
 
 
 def load_tokenizer(source_or_model):

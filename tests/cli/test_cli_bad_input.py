@@ -146,7 +146,7 @@ PROBES = [
     ("sweep on a recall model", ["sweep", "{recall}"], r"`sweep` \(which reads text\) cannot run on it"),
     ("rank on a recall model with --text", ["rank", "{recall}", "--text", "{latin1}"],
      r"associative-recall model without a tokenizer: it reads its own recall sequences, not text"),
-    ("ppl on deltanet-recall", ["ppl", "deltanet-recall"], r"`ppl deltanet-recall --split recall`"),
+    ("ppl on deltanet-recall", ["ppl", "deltanet-recall"], r"`python -m analysis ppl deltanet-recall --split recall`"),
 ]
 
 

@@ -69,6 +69,7 @@ def require_text_model(model, tokenizer, command: str) -> None:
     if len(tokenizer) <= model.config.vocab_size:
         return
     from analysis.data.recall import task_of
+    from analysis.models.load import command_name
     name = model.analysis_name
     try:
         task_of(model)
@@ -77,8 +78,8 @@ def require_text_model(model, tokenizer, command: str) -> None:
                             f"{len(tokenizer)} ids, so `{command}` cannot feed it text; save the model with the "
                             "tokenizer it was trained with.") from None
     raise AnalysisError(f"{name} is an associative-recall model without a tokenizer, so `{command}` (which reads "
-                        f"text) cannot run on it; use `ppl {name} --split recall` for its recall accuracy, "
-                        "`latency`, or the dashboard's pages, which feed it recall sequences.")
+                        f"text) cannot run on it; use `python -m analysis ppl {command_name(model)} --split recall` "
+                        "for its recall accuracy, `latency`, or the dashboard's pages, which feed it recall sequences.")
 
 
 def emit(args, payload: dict, human: str) -> None:

@@ -36,19 +36,22 @@ def add_task_args(p, *, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}batch-size", dest="task_batch", type=whole(1, 4096), default=8, metavar="B",
                    help="sequences per forward pass of the harness")
     p.add_argument("--include-path", metavar="DIR", help="a folder of your own lm-eval task YAMLs")
+    p.add_argument("--allow-task-code", action="store_true",
+                   help="run the Python files that your --include-path task YAMLs name with `!function` (refused "
+                        "without it; each file is named on stderr before it runs)")
 
 
 def task_settings(args):
     """The TaskSettings the arguments name, or None when no --tasks were given."""
     if not getattr(args, "tasks", None):
-        if args.include_path or args.task_limit or args.task_fewshot is not None:
+        if args.include_path or args.allow_task_code or args.task_limit or args.task_fewshot is not None:
             from analysis.errors import AnalysisError
-            raise AnalysisError("The task options (limit, few-shot, --include-path) apply to --tasks; name the tasks "
-                                "with --tasks T1,T2 or drop them.")
+            raise AnalysisError("The task options (limit, few-shot, --include-path, --allow-task-code) apply to "
+                                "--tasks; name the tasks with --tasks T1,T2 or drop them.")
         return None
     from analysis.evaluate.harness import TaskSettings
     return TaskSettings(args.tasks, limit=args.task_limit, num_fewshot=args.task_fewshot, batch_size=args.task_batch,
-                        include_path=args.include_path)
+                        include_path=args.include_path, allow_task_code=args.allow_task_code)
 
 
 def _setup_eval(p):

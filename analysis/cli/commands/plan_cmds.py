@@ -22,6 +22,7 @@ def _setup_plan(p):
 def plan_map(args, model) -> dict:
     """--map (checked against the model and --strategy), else the shipped map at the default map settings."""
     from analysis.cli.commands.sensitivity_cmds import read_map
+    from analysis.models.load import command_name
     from analysis.shrink.sensitivity import DEFAULT_RATIOS, MapSettings, load_shipped, recall_task
     if args.map:
         return read_map(args.map, args.strategy, model, "predict")
@@ -34,18 +35,18 @@ def plan_map(args, model) -> dict:
     smap = load_shipped(model, model.analysis_name, settings)
     if smap is None:
         raise AnalysisError(f"No shipped {strategy} sensitivity map for {model.analysis_name} at these map "
-                            "settings; " + MAP_HINT.format(model=model.analysis_name, strategy=strategy) + ".")
+                            "settings; " + MAP_HINT.format(model=command_name(model), strategy=strategy) + ".")
     return smap
 
 
 def run_plan(args) -> None:
     from analysis.shrink.predict import predict, summary
-    from analysis.models.key_plan import plan_key_dims
+    from analysis.models.key_plan import pruning_key_dims
     if (args.ratio is None) == (args.ratios is None):
         raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer).")
     model, _tokenizer, meta = load(args)
+    dims = pruning_key_dims(model, ratio=args.ratio, ratios=args.ratios, round_to=args.round_to)  # as `prune`
     smap = plan_map(args, model)
-    dims = plan_key_dims(model, ratio=args.ratio, ratios=args.ratios, round_to=args.round_to)
     pred = predict(smap, dims, smap["strategy"])
     lines = [f"{meta['model']}: plan dk' {dims} with the {smap['strategy']} map ({smap['measure']}; unpruned "
              f"{smap['baseline']:.4f})", "layer  dk'   ρ (effective)  loss        ± se      how"]

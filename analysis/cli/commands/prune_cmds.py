@@ -100,7 +100,7 @@ def run_prune(args) -> None:
     from analysis.data import inputs
     from analysis.shrink.calibration import calibrate
     from analysis.shrink.prune import pruning_metadata, readout_label
-    from analysis.models.key_plan import plan_key_dims, tiles, unchanged_plan
+    from analysis.models.key_plan import pruning_key_dims, tiles
     from analysis.io.model_dir import save_model
     from analysis.shrink.prune_workflow import Evaluation, prune_and_measure, recall_pairs
     from analysis.io.export import carry_recall_task
@@ -127,10 +127,7 @@ def run_prune(args) -> None:
         from analysis.cli.commands.sensitivity_cmds import allocation_for, allocation_report
         allocation = allocation_for(args, model, tokenizer)
         ratio, ratios = None, allocation[2]["ratios"]  # the plan that measured best (validation split)
-    dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
-    unchanged = unchanged_plan(model, dims, ratio, ratios, args.round_to)
-    if unchanged:  # refused, not warned: a saved copy labelled "pruned" would mislead whoever loads it
-        raise AnalysisError(unchanged)
+    dims = pruning_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)  # as `plan` refuses
     evaluation = Evaluation("test", args.eval_context, args.eval_tokens, recall_pairs(task), args.recall_sequences,
                             latency=args.time_kernel, tasks=task_settings(args), confirmed=args.yes)
     evaluation = evaluation.loaded()  # task names and data checked before the prune

@@ -118,6 +118,7 @@ def parse_budget(text: str | None) -> dict:
 
 def read_map(path: str, strategy: str | None, model, verb: str) -> dict:
     """A sensitivity map JSON from `path`, checked: a map, of `strategy` (any when None), of this model's weights."""
+    from analysis.shrink.map_check import check_map
     from analysis.shrink.sensitivity import same_weights
     hint = "write one with `sensitivity --json`"
     try:  # a regular file of sane size (a FIFO would hang, /dev/zero never ends), any nesting refused
@@ -127,6 +128,7 @@ def read_map(path: str, strategy: str | None, model, verb: str) -> dict:
         raise AnalysisError(f"--map {path} cannot be read as a sensitivity map JSON ({exc}).") from None
     if not isinstance(smap, dict) or smap.get("kind") != "sensitivity-map":
         raise AnalysisError(f"--map {path} is not a sensitivity map; write one with `sensitivity --json`.")
+    check_map(smap, f"--map {path}")  # NaN, inf or absurd losses: one sentence here, not a fit's traceback
     if strategy is not None and smap.get("strategy") != strategy:
         raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {show(strategy, 60)!r}; "
                             f"{verb} with the map's strategy or measure a map for this one.")
