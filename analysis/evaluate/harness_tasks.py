@@ -15,6 +15,7 @@ import difflib
 import functools
 import hashlib
 import json
+import os
 import socket
 import threading
 from dataclasses import dataclass
@@ -183,6 +184,8 @@ def dataset_label(config) -> str:
         return f"custom_dataset {getattr(builder, '__name__', builder)}({args}) from {where}"
     label = str(config.dataset_path) + (f"/{config.dataset_name}" if config.dataset_name else "")
     files = task_yaml.local_files(kwargs.get("data_files"))
+    if task_yaml.is_file_builder(str(config.dataset_path)):  # read from the working directory: say which file
+        files = [os.path.abspath(os.path.expanduser(f)) for f in files]
     return label + (f" ({', '.join(files)})" if files else "")
 
 

@@ -177,15 +177,30 @@ def local_files(data_files) -> list[str]:
     return [f for f in _data_files(data_files) if _local(f)]
 
 
+def is_file_builder(name: str) -> bool:
+    """Is `name` one of the datasets library's file builders (json, csv, parquet, text, …)?"""
+    try:
+        from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES
+    except ImportError:  # a datasets release that moved it: the common ones
+        return name in ("json", "csv", "parquet", "text", "arrow", "pandas", "webdataset", "xml")
+    return name in _PACKAGED_DATASETS_MODULES
+
+
 def missing_data(name: str, cfg: dict, yaml_path) -> str | None:
-    """One sentence when a task's YAML names a local data file (`dataset_kwargs: data_files`) or a local
-    `dataset_path` folder that is not there (relative paths: from the working directory, as the datasets library
-    reads them); None otherwise."""
+    """One sentence when a task's YAML names a local data file that is not there: a local `dataset_path` folder, or
+    the `dataset_kwargs: data_files` of a file builder (json, csv, …; relative paths from the working directory, as
+    the datasets library reads them) or of a local folder (relative to it); None otherwise (a hub data set's
+    data_files are paths inside its repository)."""
     kwargs = cfg.get("dataset_kwargs") if isinstance(cfg.get("dataset_kwargs"), dict) else {}
-    named = local_files(kwargs.get("data_files"))
     dataset_path = cfg.get("dataset_path")
-    if isinstance(dataset_path, str) and dataset_path.startswith(("/", "./", "../", "~")):
+    if not isinstance(dataset_path, str):
+        return None
+    named, base = [], None
+    if dataset_path.startswith(("/", "./", "../", "~")):
         named.append(dataset_path)
+        base = os.path.expanduser(dataset_path)
+    if base is not None or is_file_builder(dataset_path):
+        named += [os.path.join(base, f) if base else f for f in local_files(kwargs.get("data_files"))]
     where = f" (named in {yaml_path})" if yaml_path else ""
     for f in named:
         full = os.path.abspath(os.path.expanduser(f))
@@ -194,6 +209,14 @@ def missing_data(name: str, cfg: dict, yaml_path) -> str | None:
             return (f"The data file {full} of task {name}{where} is missing; put it there or correct the path in the "
                     "task's YAML (a relative path is read from the working directory).")
     return None
+
+
+def _in_hf_cache(path: str) -> bool:
+    """Is `path` inside the Hugging Face caches (a hub data set's files, not one the user's YAML named)?"""
+    import datasets
+    from huggingface_hub import constants
+    caches = (datasets.config.HF_DATASETS_CACHE, constants.HF_HUB_CACHE, constants.HF_HOME)
+    return any(Path(path).is_relative_to(Path(c).expanduser()) for c in caches if c)
 
 
 def missing_file_in(exc: BaseException) -> str | None:
@@ -205,7 +228,7 @@ def missing_file_in(exc: BaseException) -> str | None:
             if exc.filename:
                 return os.path.abspath(str(exc.filename))
             quoted = str(exc).split("'")
-            if len(quoted) >= 3 and os.path.isabs(quoted[1]):
+            if len(quoted) >= 3 and os.path.isabs(quoted[1]) and not _in_hf_cache(quoted[1]):
                 return quoted[1]
         exc = exc.__cause__ or exc.__context__
     return None

@@ -193,7 +193,7 @@ def test_a_users_own_task_yaml_reads_its_local_data_with_the_hub_unreachable(tmp
     monkeypatch.setattr(harness_tasks, "hub_reachable", lambda timeout=0: False)
     model = load_model("deltanet-small", device="cpu")
     row = evaluate_tasks(model, load_tokenizer(model), TaskSettings(("mine",), include_path=str(tmp_path / "tasks")))
-    assert row["tasks"]["mine"]["docs"] == 2 and row["tasks"]["mine"]["dataset"] == "json"
+    assert row["tasks"]["mine"]["docs"] == 2 and row["tasks"]["mine"]["dataset"] == f"json ({docs})"
     assert not row["tasks"]["mine"]["local"] and "chance" not in row["tasks"]["mine"]
 
 

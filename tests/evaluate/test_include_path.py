@@ -150,3 +150,23 @@ def test_a_yaml_that_does_not_parse_is_shown_with_its_file_and_line(tmp_path, ca
     (folder / "my_bad_task.yaml").write_text("- just\n- a list\n")
     err = one_sentence(*eval_cli(capsys, folder, "my_bad_task")[::2])
     assert str(bad) in err and "not a task's settings" in err, err
+
+
+def test_relative_data_files_are_read_from_the_working_directory_and_hub_data_files_are_not_local(
+        tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    monkeypatch.chdir(tmp_path)
+    (folder / "rel.yaml").write_text(f"task: rel_task\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+                                     f"    test: data/docs.jsonl\n{MC}")
+    (folder / "hub.yaml").write_text(f"task: hub_files_task\ndataset_path: state-rank-tests/never-cached\n"
+                                     f"dataset_kwargs:\n  data_files:\n    test: data/docs.jsonl\n{MC}")
+    err = one_sentence(*eval_cli(capsys, folder, "rel_task")[::2])
+    assert str(tmp_path / "data" / "docs.jsonl") in err and "missing" in err, err
+    err = one_sentence(*eval_cli(capsys, folder, "hub_files_task")[::2])  # a path inside the hub repository
+    assert "not in the local Hugging Face cache" in err and "missing" not in err, err
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", tmp_path / "hf-cache")  # its arrow cache: ours
+    code, out, err = eval_cli(capsys, folder, "rel_task")
+    assert code == 0 and f"json ({tmp_path / 'data' / 'docs.jsonl'})" in out, err
