@@ -30,10 +30,9 @@ def _whole(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def check_map(smap: dict, where: str) -> None:
+def check_map(smap: dict, where: str, redo: str = "measure the map again with `sensitivity --json`") -> None:
     """One sentence (AnalysisError) when the map `where` names has a structure the prediction cannot read, or a
-    non-finite or absurd number; returns None for a sound map."""
-    redo = "measure the map again with `sensitivity --json` (the project never writes such a value)"
+    non-finite or absurd number, ending with `redo` (what to do); returns None for a sound map."""
 
     def refuse(what: str) -> None:
         raise AnalysisError(f"{where} {what}; {redo}.")

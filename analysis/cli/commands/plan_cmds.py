@@ -5,8 +5,6 @@ from analysis.cli.commands.checks import number_list, real
 from analysis.cli.commands.common import add_calib_args, emit, load
 from analysis.errors import AnalysisError
 
-MAP_HINT = ("measure one with `python -m analysis sensitivity {model} --strategy {strategy} --ratios "
-            "0.25,0.5,0.75,0.875 --json map.json` and pass --map map.json")
 
 
 def _setup_plan(p):
@@ -21,8 +19,7 @@ def _setup_plan(p):
 
 def plan_map(args, model) -> dict:
     """--map (checked against the model and --strategy), else the shipped map at the default map settings."""
-    from analysis.cli.commands.sensitivity_cmds import read_map
-    from analysis.models.load import command_name
+    from analysis.cli.commands.sensitivity_cmds import map_command, read_map
     from analysis.shrink.sensitivity import DEFAULT_RATIOS, MapSettings, load_shipped, recall_task
     if args.map:
         return read_map(args.map, args.strategy, model, "predict")
@@ -35,7 +32,7 @@ def plan_map(args, model) -> dict:
     smap = load_shipped(model, model.analysis_name, settings)
     if smap is None:
         raise AnalysisError(f"No shipped {strategy} sensitivity map for {model.analysis_name} at these map "
-                            "settings; " + MAP_HINT.format(model=command_name(model), strategy=strategy) + ".")
+                            f"settings; measure one with {map_command(model, strategy)} and pass --map map.json.")
     return smap
 
 

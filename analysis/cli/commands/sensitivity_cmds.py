@@ -116,24 +116,38 @@ def parse_budget(text: str | None) -> dict:
     return {"state_bytes": int(number)} if kind == "bytes" else {"tiles": int(number)}
 
 
+def map_command(model, strategy: str) -> str:
+    """The `sensitivity` command that measures a map of `model` (named so that it runs from any directory)."""
+    import shlex
+
+    from analysis.defaults import SENSITIVITY_RATIOS
+    from analysis.models.load import command_name
+    return (f"`python -m analysis sensitivity {command_name(model)} --strategy {shlex.quote(strategy)} --ratios "
+            f"{','.join(map(str, SENSITIVITY_RATIOS))} --json map.json`")
+
+
 def read_map(path: str, strategy: str | None, model, verb: str) -> dict:
-    """A sensitivity map JSON from `path`, checked: a map, of `strategy` (any when None), of this model's weights."""
+    """A sensitivity map JSON from `path`, checked: a map, of `strategy` (any when None), of this model's weights,
+    its numbers sound (analysis.shrink.map_check)."""
     from analysis.shrink.map_check import check_map
     from analysis.shrink.sensitivity import same_weights
-    hint = "write one with `sensitivity --json`"
+    command = map_command(model, strategy or "l1")
+    hint = f"write one with {command}"
     try:  # a regular file of sane size (a FIFO would hang, /dev/zero never ends), any nesting refused
         raw = reads.read_bytes(Path(path).expanduser(), MAX_MAP_BYTES, "--map", hint)
         smap = reads.loads(raw.decode("utf-8"), f"--map {path}", hint)
     except (OSError, ValueError) as exc:  # also JSONDecodeError and UnicodeDecodeError
         raise AnalysisError(f"--map {path} cannot be read as a sensitivity map JSON ({exc}).") from None
     if not isinstance(smap, dict) or smap.get("kind") != "sensitivity-map":
-        raise AnalysisError(f"--map {path} is not a sensitivity map; write one with `sensitivity --json`.")
-    check_map(smap, f"--map {path}")  # NaN, inf or absurd losses: one sentence here, not a fit's traceback
+        raise AnalysisError(f"--map {path} is not a sensitivity map; {hint}.")
+    # NaN, inf or absurd losses: one sentence here, not a fit's traceback
+    check_map(smap, f"--map {path}", f"measure the map again with {map_command(model, str(smap.get('strategy')))}")
     if strategy is not None and smap.get("strategy") != strategy:
         raise AnalysisError(f"The map was measured with {smap.get('strategy')!r}, not {show(strategy, 60)!r}; "
                             f"{verb} with the map's strategy or measure a map for this one.")
     if not same_weights(smap, model):
-        raise AnalysisError("The map was measured on other weights than this model's; measure a map for it.")
+        raise AnalysisError(f"The map was measured on other weights than this model's; measure a map for it with "
+                            f"{map_command(model, strategy or str(smap.get('strategy')))}.")
     return smap
 
 
