@@ -6,7 +6,6 @@ from analysis.cli.commands.common import add_calib_args, emit, load
 from analysis.errors import AnalysisError
 
 
-
 def _setup_plan(p):
     p.add_argument("--ratio", type=real(0, 1, hi_open=True), help="one ratio for all layers")
     p.add_argument("--ratios", type=number_list(0, 1, hi_open=True), help="comma-separated ratio per layer")
