@@ -27,7 +27,8 @@ from analysis.io.point_identity import code_hash
 
 FORMAT = 1
 MAX_ENTRY_BYTES = 1 << 20   # a point is a few KiB; anything bigger is not an entry this tool wrote
-CACHE_DIR = Path(os.environ.get("STATE_RANK_CACHE", writes.REPO_ROOT / ".cache" / "sweeps"))
+CACHE_DIR = Path(os.environ.get("STATE_RANK_CACHE", writes.REPO_ROOT / ".cache" / "sweeps" if writes.CHECKOUT
+                               else writes.HOME_DIR / "cache" / "sweeps"))
 NUMBER, INT, TEXT, INT_LIST, OPTIONAL_INT, DICT = "number", "int", "text", "int list", "int or null", "mapping"
 NUMBER_LIST = "number list"
 
