@@ -150,7 +150,7 @@ def test_states_side_by_side_matches_the_core_for_both_models(monkeypatch, prune
             np.testing.assert_allclose(np.array(curve["y"], dtype=float), want, rtol=1e-5, atol=1e-9)
         over = chart(at, key.replace("spectrum", "rank_over_positions"))
         mean = next(t for t in over["data"] if t["name"].endswith("(mean)"))
-        want = ref.layers[3].metrics["rank_utilization"][:, 0].double().mean(0).numpy()
+        want = ref.layers[3].metrics["effective_rank"][:, 0].double().mean(0).numpy()   # the default metric
         np.testing.assert_allclose(np.array(mean["y"], dtype=float), want, rtol=1e-5, atol=1e-7)
     assert len(chart(at, "spectrum_other")["data"][0]["y"]) == 16  # min(dk′, dv) singular values
     assert any("device cpu · dtype float32" in c.value and f"{TOKENS} tokens × {SEQUENCES} sequences" in c.value
