@@ -3,8 +3,11 @@ from pathlib import Path
 
 import streamlit as st
 
+import ui
+
 # A local image, served by this server: a material icon or emoji favicon is fetched from a CDN (fails offline).
-FAVICON = Path(__file__).resolve().parent / "ui" / "assets" / "favicon.png"
+# Found through the ui package: an installed copy keeps this file in ui/shell/, a checkout at the top.
+FAVICON = Path(ui.__file__).resolve().parent / "assets" / "favicon.png"
 st.set_page_config(page_title="State-rank dashboard", page_icon=str(FAVICON), layout="wide")
 
 from ui.shared import frame, navigation, sidebar, style  # noqa: E402

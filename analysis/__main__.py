@@ -1,4 +1,5 @@
-"""`python -m analysis`: Ctrl-C prints `interrupted` and exits 130 from the first line on.
+"""`python -m analysis` (and the installed `state-rank` command): Ctrl-C prints `interrupted` and exits 130 from
+the first line on.
 
 analysis/__init__.py already ended the process on Ctrl-C while the package itself was imported; here the
 same holds through the heavy imports (torch, transformers, fla), then Ctrl-C raises KeyboardInterrupt as
@@ -10,13 +11,20 @@ import sys
 
 from analysis.runtime.interrupt import exit_interrupted
 
-signal.signal(signal.SIGINT, exit_interrupted)  # before any heavy import
-try:
-    from analysis.cli.main import main
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    code = main()
-except KeyboardInterrupt:  # one that arrived outside the CLI's own try (while the parser was built)
+
+def main() -> int:
+    """The CLI's exit status (the `state-rank` console command calls this)."""
+    signal.signal(signal.SIGINT, exit_interrupted)  # before any heavy import
+    try:
+        from analysis.cli.main import main as cli_main
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        code = cli_main()
+    except KeyboardInterrupt:  # one that arrived outside the CLI's own try (while the parser was built)
+        signal.signal(signal.SIGINT, exit_interrupted)
+        exit_interrupted()
     signal.signal(signal.SIGINT, exit_interrupted)
-    exit_interrupted()
-signal.signal(signal.SIGINT, exit_interrupted)
-sys.exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

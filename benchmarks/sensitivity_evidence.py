@@ -174,7 +174,7 @@ def _paired(alloc: dict, uniform: dict) -> str:
 
 
 def markdown(path: Path = OUT) -> str:
-    """The README table from the evidence JSON: `python benchmarks/sensitivity_evidence.py --markdown`."""
+    """The table of docs/sensitivity.md from the evidence JSON: `python benchmarks/sensitivity_evidence.py --markdown`."""
     e = json.loads(path.read_text())
     fmt = lambda v: f"{v:.2f}" if v > 1.5 else f"{v:.4f}"  # noqa: E731  perplexity or recall accuracy
     lines = ["| model (unpruned) | mean ρ | strategy | uniform | rank-suggested | allocated (chosen) | chosen plan, "

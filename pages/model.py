@@ -11,12 +11,14 @@ from ui.shared import figures, frame, notice
 from ui.shared.blocks import blocks_frame
 from ui.shared.context import current
 from ui.shared.explain import explainer
-from ui.shared.navigation import PAGES
+from ui.shared.navigation import PAGES, PURPOSE
 from ui.model import report_export
 
 frame.ensure()  # a deep link may arrive before app.py ran: render inside its frame
+KERNELS = "What the kernels will do: key tiles, what runs each layer, GPU limits"
 
 st.title("Model")
+st.markdown(PURPOSE)
 ctx = current()
 recurrence = words(adapter_for(ctx.model))  # this family's own rule, readout and inputs: never assume the delta rule
 explainer(
@@ -61,22 +63,22 @@ with left:
                     "state and are analysed and pruned; softmax attention keeps a KV cache that grows with the context)")
         st.table(blocks_frame(info))
 with right:
-    st.subheader("What the kernels will do")
-    tiles = ", ".join(f"layer {i}: {t}" for i, t in enumerate(info.key_tiles_per_head))
-    total = sum(t * h for t, h in zip(info.key_tiles_per_head, info.value_heads_per_layer))
-    st.markdown(f"- Key tiles of {TILE_ROWS} rows per head ({tiles}); each sequence's state is {total} tiles "
-                "across all heads and layers.")
-    for line in implementation(ctx.model).lines():  # read from the adapter's routed entry points
-        st.markdown(f"- {line}")
-    spec = kernel_spec(info.kernel)
-    if "float32" not in spec.gpu_dtypes:
-        st.markdown(f"- fla's {spec.label} GPU kernel needs {' or '.join(spec.gpu_dtypes)}: it refuses float32 "
-                    "(loading in float32 on a GPU is refused in one sentence; the CPU path is exact in float32).")
-    if spec.min_key_dim > 1:
-        st.markdown(f"- fla's {spec.label} GPU kernel runs key dims of at least {spec.min_key_dim} "
-                    f"({spec.min_reason}); a smaller pruned key dim is refused on a GPU, never a kernel crash.")
     st.plotly_chart(figures.key_dim_bars(info.head_k_dims, TILE_ROWS), key="dk_bars")
     st.caption(f"{ctx.name} · architecture read from the loaded modules · device {info.device} · dtype {info.dtype}")
     st.caption(notice.key_dims(info.head_k_dims, TILE_ROWS))
+    with st.expander(KERNELS):
+        tiles = ", ".join(f"layer {i}: {t}" for i, t in enumerate(info.key_tiles_per_head))
+        total = sum(t * h for t, h in zip(info.key_tiles_per_head, info.value_heads_per_layer))
+        st.markdown(f"- Key tiles of {TILE_ROWS} rows per head ({tiles}); each sequence's state is {total} tiles "
+                    "across all heads and layers.")
+        for line in implementation(ctx.model).lines():  # read from the adapter's routed entry points
+            st.markdown(f"- {line}")
+        spec = kernel_spec(info.kernel)
+        if "float32" not in spec.gpu_dtypes:
+            st.markdown(f"- fla's {spec.label} GPU kernel needs {' or '.join(spec.gpu_dtypes)}: it refuses float32 "
+                        "(loading in float32 on a GPU is refused in one sentence; the CPU path is exact in float32).")
+        if spec.min_key_dim > 1:
+            st.markdown(f"- fla's {spec.label} GPU kernel runs key dims of at least {spec.min_key_dim} "
+                        f"({spec.min_reason}); a smaller pruned key dim is refused on a GPU, never a kernel crash.")
 
 report_export.section(ctx)

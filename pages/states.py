@@ -40,7 +40,7 @@ if ctx.task is not None:
 
 other = side_by_side.picker(ctx)  # a pruned version beside the loaded model, or None
 c1, c2, c3, c4 = st.columns([2, 1, 1.3, 1.5])
-metric = state.field(c1.selectbox, "Metric", "metric", "rank_utilization", options=list(METRIC_INFO),
+metric = state.field(c1.selectbox, "Metric", "metric", HEADLINE, options=list(METRIC_INFO),
                      format_func=lambda k: METRIC_INFO[k].label + (" — directions used" if k == HEADLINE else ""))
 stride = state.field(c2.number_input, "Stride (tokens)", "stride", 8, 1, 1024, step=1,
                      help="Collect the state every `stride` tokens (plus after the last token).")

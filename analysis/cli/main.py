@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from analysis.errors import AnalysisError
 
@@ -31,7 +32,8 @@ def add_memory_arg(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from analysis.cli import commands
-    parser = _Parser(prog="python -m analysis", description=(
+    installed = Path(sys.argv[0]).name == "state-rank"   # the console command `pip install .` makes
+    parser = _Parser(prog="state-rank" if installed else "python -m analysis", description=(
         "State-rank analysis of linear-attention and state-space language models (fla and transformers "
         "families): recurrent-state rank, query-noise amplification, channel importance, pruning, perplexity "
         "and latency."))

@@ -128,5 +128,5 @@ def notice(layers: list[dict], texts: int) -> list[str]:
         strength = "clear" if min(gaps) >= CLEAR_GAP else "weak"
         lines.append(f"layer {row['layer']}: {low_all} of {heads} heads low-rank and {high_all} high-rank on all "
                      f"{texts} texts; {strength} split (groups ×{math.exp(min(gaps)):.2f}–×{math.exp(max(gaps)):.2f} "
-                     f"apart in effective rank); agreement {row['agreement']:.0%}, mean κ {kappa}")
+                     f"apart in effective rank); agreement {row['agreement']:.0%}, chance-corrected agreement a {kappa}")
     return lines

@@ -1,4 +1,4 @@
-"""Everything the project writes goes through this package (README, "What we promise about your files").
+"""Everything the project writes goes through this package (docs/guarantees.md).
 
 - `writes`: atomic file and model-directory writes, the marker that says what the tool wrote, refusals.
 - `json_out`: the CLI's JSON (non-finite numbers become null, written atomically).

@@ -1,4 +1,4 @@
-"""Where `python -m analysis card` may write README.md and card.json (README, "What we promise about your files").
+"""Where `python -m analysis card` may write README.md and card.json (docs/guarantees.md).
 
 Into the model's own directory only when it carries the tool's marker, and then only card files the
 marker lists or new ones (recorded in it); never through a symbolic link (a Hugging Face cache snapshot is

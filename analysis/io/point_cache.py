@@ -2,7 +2,7 @@
 so it outlives the process and is shared by the CLI and the dashboard (the dashboard's in-memory caches:
 ui/shared/cache.py).
 
-An entry is believed only if it proves itself (README, "What we promise about your files"): a regular file of sane
+An entry is believed only if it proves itself (docs/guarantees.md): a regular file of sane
 size (checked before a byte is read, opened without following links or waiting on a FIFO), JSON that
 parses, a checksum that matches, its own key equal to the key asked for (model identity, code hash,
 settings, point), and fields of the expected types that agree with the point. Anything else is one
@@ -27,7 +27,8 @@ from analysis.io.point_identity import code_hash
 
 FORMAT = 1
 MAX_ENTRY_BYTES = 1 << 20   # a point is a few KiB; anything bigger is not an entry this tool wrote
-CACHE_DIR = Path(os.environ.get("STATE_RANK_CACHE", writes.REPO_ROOT / ".cache" / "sweeps"))
+CACHE_DIR = Path(os.environ.get("STATE_RANK_CACHE", writes.REPO_ROOT / ".cache" / "sweeps" if writes.CHECKOUT
+                               else writes.HOME_DIR / "cache" / "sweeps"))
 NUMBER, INT, TEXT, INT_LIST, OPTIONAL_INT, DICT = "number", "int", "text", "int list", "int or null", "mapping"
 NUMBER_LIST = "number list"
 

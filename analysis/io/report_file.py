@@ -1,4 +1,4 @@
-"""Where `python -m analysis report --out FILE` may write its HTML (README, "What we promise about your files").
+"""Where `python -m analysis report --out FILE` may write its HTML (docs/guarantees.md).
 
 A new file in an existing folder, or a report this tool wrote before (its first bytes carry the tool's
 generator stamp); never a directory, a link, a FIFO or device, or any other existing file. Checked before

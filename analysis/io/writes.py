@@ -40,11 +40,14 @@ from analysis.errors import AnalysisError
 from analysis.io.marker import (MARKER, REQUIRED, TMP_FILE_SUFFIX, WRITER, kind_of,  # noqa: F401  (re-exported)
                                 marker_record, show)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLES_DIR = REPO_ROOT / "sample_models"
+REPO_ROOT = Path(__file__).resolve().parents[2]   # a checkout, or the site-packages of an installed copy
+SAMPLES_DIR = REPO_ROOT / "sample_models"          # `pip install .` puts the samples beside the packages too
+# A checkout keeps outputs/ and .cache/ inside it; an installed copy never writes into site-packages.
+CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file()
+HOME_DIR = Path("~/state-rank").expanduser()       # an installed copy's outputs/ and cache/
 NAME_MAX = 255     # bytes per path component (Linux)
 PATH_MAX = 4095    # bytes per whole path, without the final NUL
-OUTPUT_ROOT_ENV = "STATE_RANK_OUTPUT_ROOT"   # where the dashboard saves (default <repo>/outputs)
+OUTPUT_ROOT_ENV = "STATE_RANK_OUTPUT_ROOT"   # where the dashboard saves (default <repo>/outputs, ~/state-rank/outputs)
 LOCAL_ENV = "STATE_RANK_LOCAL"               # 1: the dashboard may save to any local path
 
 _REASONS = {
@@ -409,8 +412,10 @@ def write_text(destination, text: str, label: str = "--json") -> Path:
 
 
 def output_root() -> Path:
-    """The one folder the dashboard saves under (env STATE_RANK_OUTPUT_ROOT, default <repo>/outputs)."""
-    return Path(os.environ.get(OUTPUT_ROOT_ENV) or REPO_ROOT / "outputs").expanduser().absolute()
+    """The one folder the dashboard saves under (env STATE_RANK_OUTPUT_ROOT, default <repo>/outputs in a checkout,
+    ~/state-rank/outputs for an installed copy)."""
+    default = (REPO_ROOT if CHECKOUT else HOME_DIR) / "outputs"
+    return Path(os.environ.get(OUTPUT_ROOT_ENV) or default).expanduser().absolute()
 
 
 def local_paths_allowed() -> bool:

@@ -223,7 +223,7 @@ def heads_section(report: dict) -> str:
             rows.append([layer["layer"], head["head"], head["key_head"], *[t["group"] for t in head["texts"]],
                          "yes" if head["same_on_all_texts"] else "no", f"{layer['agreement']:.0%}", kappa])
     header = ["layer", "value head", "key head", *[t.split(" (")[0] for t in h["texts"]], "same on all",
-              "layer agreement", "layer mean κ"]
+              "layer agreement", "layer agreement a (chance-corrected)"]
     return ("<h2>Head groups (state-rank stratification)</h2><p>Each layer's heads cut into a low-rank and a "
             f"high-rank group at the largest gap of {esc(h['summary'])}, on each input; the same group on every input "
             "means the group belongs to the head, not to the text.</p>" + table(header, rows, "heads")

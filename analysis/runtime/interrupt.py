@@ -8,8 +8,11 @@ import sys
 
 
 def cli_run() -> bool:
-    """True when this process is `python -m analysis …` (not a library user, not the dashboard)."""
+    """True when this process is `python -m analysis …` or the installed `state-rank` command (not a library user,
+    not the dashboard)."""
     argv = getattr(sys, "orig_argv", [])
+    if len(argv) > 1 and os.path.basename(argv[1]) == "state-rank":
+        return True
     return "-m" in argv[:-1] and argv[argv.index("-m") + 1] in ("analysis", "analysis.__main__")
 
 

@@ -11,6 +11,12 @@ def test_first_open_shows_the_default_model_with_a_chart(monkeypatch, lm_dir):
     at = start(monkeypatch, lm_dir)
     assert_clean(at)
     assert at.title[0].value == "Model"
+    # issue 43: the first screen says what the tool is for, in one sentence, before anything else; the kernels'
+    # details wait behind an expander
+    from ui.shared.navigation import PURPOSE
+    assert at.main.markdown[0].value == PURPOSE and one_sentence(PURPOSE) and "prunes" in PURPOSE
+    [kernels] = [e for e in at.expander if e.label.startswith("What the kernels will do")]
+    assert any(m.value.startswith("- Key tiles of 64 rows per head") for m in kernels.markdown)
     assert at.text_input(key="w:model_dir").value == str(lm_dir)
     [spec] = charts(at)
     assert spec["data"][0]["type"] == "bar" and spec["layout"]["xaxis"]["title"]["text"] == "layer"
@@ -30,7 +36,7 @@ def test_every_page_renders(monkeypatch, lm_dir, page):
     if page == "pages/states.py":
         specs = charts(at)
         assert [s["data"][0]["type"] for s in specs] == ["heatmap", "scatter", "scatter"]
-        assert at.selectbox(key="w:metric").value == "rank_utilization"
+        assert at.selectbox(key="w:metric").value == "effective_rank"   # the headline rank (issue 43)
         assert "Shakespeare" in at.caption[0].value and "256 tokens × 4 sequences" in at.caption[0].value
     if page == "pages/model.py":  # the key-dim bars' Notice, from the dks the page shows
         from analysis.models.load import TILE_ROWS
@@ -48,13 +54,13 @@ def test_every_page_renders(monkeypatch, lm_dir, page):
 def test_states_metric_choice_click_free_drill_in_and_random_init(monkeypatch, lm_dir):
     at = start(monkeypatch, lm_dir)
     at.switch_page("pages/states.py").run()
-    at.selectbox(key="w:metric").set_value("effective_rank").run()
+    at.selectbox(key="w:metric").set_value("stable_rank").run()   # not the default (effective rank)
     at.selectbox(key="w:sel_layer").set_value(1).run()
     at.toggle(key="w:compare_random").set_value(True).run()
     assert_clean(at)
     specs = charts(at)
     assert [s["data"][0]["type"] for s in specs] == ["heatmap", "heatmap", "scatter", "scatter"]
-    assert "Effective rank" in specs[0]["layout"]["title"]["text"]
+    assert "Stable rank" in specs[0]["layout"]["title"]["text"]
     # a bare local directory may hold random-init weights: never titled "(trained)" beside the random-init copy
     assert "(trained)" not in specs[0]["layout"]["title"]["text"]
     assert "loaded weights" in specs[0]["layout"]["title"]["text"].replace("<br>", " ")
@@ -65,12 +71,13 @@ def test_states_metric_choice_click_free_drill_in_and_random_init(monkeypatch, l
     # the choices survive a trip to another page and back
     at.switch_page("pages/model.py").run()
     at.switch_page("pages/states.py").run()
-    assert at.selectbox(key="w:metric").value == "effective_rank" and at.selectbox(key="w:sel_layer").value == 1
+    assert at.selectbox(key="w:metric").value == "stable_rank" and at.selectbox(key="w:sel_layer").value == 1
 
 
 def test_states_rank_utilization_after_every_token(monkeypatch, lm_dir):
     at = start(monkeypatch, lm_dir)
     at.switch_page("pages/states.py").run()
+    at.selectbox(key="w:metric").set_value("rank_utilization").run()   # the every-token toggle belongs to it
     strided = next(s for s in charts(at) if "layer 0, head 0" in s["layout"]["title"]["text"])
     at.toggle(key="w:every_token").set_value(True).run()
     assert_clean(at)

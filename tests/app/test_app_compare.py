@@ -104,8 +104,8 @@ def test_states_side_by_side_matches_the_core_for_both_models(monkeypatch, prune
     clean(at)
     ref_a, _ = reference(SAMPLE)
     ref_b, _ = reference(directory)
-    for key, ref in (("rank_heatmap", ref_a), ("rank_heatmap_compare", ref_b)):  # rank utilization, the default
-        want = ref.metric("rank_utilization")[..., -1].double().mean(1).numpy()
+    for key, ref in (("rank_heatmap", ref_a), ("rank_heatmap_compare", ref_b)):  # effective rank, the default
+        want = ref.metric("effective_rank")[..., -1].double().mean(1).numpy()
         np.testing.assert_allclose(heat(at, key), want, rtol=1e-5, atol=1e-7)
     # issue 29: the Δ map is in directions (Δ effective rank, absolute), not Δ of a ratio whose denominator
     # min(dk′, dv) pruning changed: the very figures of the table's Δ column
@@ -150,7 +150,7 @@ def test_states_side_by_side_matches_the_core_for_both_models(monkeypatch, prune
             np.testing.assert_allclose(np.array(curve["y"], dtype=float), want, rtol=1e-5, atol=1e-9)
         over = chart(at, key.replace("spectrum", "rank_over_positions"))
         mean = next(t for t in over["data"] if t["name"].endswith("(mean)"))
-        want = ref.layers[3].metrics["rank_utilization"][:, 0].double().mean(0).numpy()
+        want = ref.layers[3].metrics["effective_rank"][:, 0].double().mean(0).numpy()   # the default metric
         np.testing.assert_allclose(np.array(mean["y"], dtype=float), want, rtol=1e-5, atol=1e-7)
     assert len(chart(at, "spectrum_other")["data"][0]["y"]) == 16  # min(dk′, dv) singular values
     assert any("device cpu · dtype float32" in c.value and f"{TOKENS} tokens × {SEQUENCES} sequences" in c.value
@@ -194,6 +194,7 @@ def test_rank_utilization_after_every_token_for_both_columns(monkeypatch, pruned
     from analysis.inspect.rank_trace import collect_utilization_trace
     _, directory = pruned
     at = compare_with_directory(open_states(monkeypatch), directory)
+    at.selectbox(key="w:metric").set_value("rank_utilization").run()   # the toggle belongs to this metric
     at.toggle(key="w:every_token").set_value(True).run()
     clean(at)
     for key, source in (("rank_over_positions_original", SAMPLE), ("rank_over_positions_other", directory)):
@@ -216,7 +217,7 @@ def test_the_prune_pages_model_is_offered_and_compared(monkeypatch, pruned):
     assert "the model pruned on the Prune page" in at.selectbox(key="w:compare_with").options
     at.selectbox(key="w:compare_with").set_value("pruned").run()
     clean(at)
-    want = reference(result.model)[0].metric("rank_utilization")[..., -1].double().mean(1).numpy()
+    want = reference(result.model)[0].metric("effective_rank")[..., -1].double().mean(1).numpy()
     np.testing.assert_allclose(heat(at, "rank_heatmap_compare"), want, rtol=1e-5, atol=1e-7)
     title = chart(at, "rank_heatmap_compare")["layout"]["title"]["text"].replace("<br>", " ")
     assert "pruned on the Prune page" in title
@@ -273,9 +274,10 @@ def prune_page_history(run: dict) -> list[dict]:
     return [p for held in at.session_state["plan_history"].values() for p in held.values()]
 
 
-def final_utilization(model) -> np.ndarray:
-    """The core's rank utilization of `model`'s final states on the page's ids, mean over sequences: [L, H]."""
-    return reference(model)[0].metric("rank_utilization")[..., -1].double().mean(1).numpy()
+def final_headline(model) -> np.ndarray:
+    """The core's effective rank (the map's default) of `model`'s final states on the page's ids, mean over
+    sequences: [L, H]."""
+    return reference(model)[0].metric("effective_rank")[..., -1].double().mean(1).numpy()
 
 
 def test_the_recovered_model_is_offered_and_compared_apart_from_the_pruned_one(monkeypatch, pruned, recovered):
@@ -295,7 +297,7 @@ def test_the_recovered_model_is_offered_and_compared_apart_from_the_pruned_one(m
     assert at.selectbox(key="w:compare_with").options == [
         "none", "the model pruned on the Prune page", "pruned + qk recovery (2 steps)", "a saved model directory"]
 
-    want_recovered, want_pruned = final_utilization(recovered["model"]), final_utilization(result.model)
+    want_recovered, want_pruned = final_headline(recovered["model"]), final_headline(result.model)
     # the two models' states differ by more than the tolerance, so a column showing the pruned one fails below
     assert not np.allclose(want_recovered, want_pruned, rtol=1e-5, atol=1e-7)
     at.selectbox(key="w:compare_with").set_value("pruned").run()  # the pruned model's states are computed first

@@ -33,8 +33,12 @@ def test_head_groups_on_the_states_page_equal_the_cli(monkeypatch, lm_dir, tmp_p
         for t, (_, got) in enumerate(table.iterrows()):
             low = [str(h["head"]) for h in row["heads"] if h["texts"][t]["group"] == "low"]
             assert got["low-rank heads"] == ", ".join(low)
-        [agreement] = [m.value for m in at.metric if m.label == "Heads with the same group on every input"]
-        assert agreement == f"{row['agreement']:.0%}"
+        [metric] = [m for m in at.metric if m.label == "Heads with the same group on every input"]
+        assert metric.value == f"{row['agreement']:.0%}"
+        # issue 43: κ on this page is the condition number; the groups' chance-corrected score is "agreement a"
+        kappa = "n/a" if row["kappa"] is None else f"{row['kappa']:.2f}"
+        assert metric.help.startswith("Agreement a: ") and metric.help.endswith(kappa) and "κ" not in metric.help
+        assert "κ" not in report["notice"][layer] and "agreement a" in report["notice"][layer]
         assert f"Notice: {report['notice'][layer]}." in [c.value for c in at.caption]
     spec = [s for s in charts(at) if "effective rank of each head" in s["layout"]["title"]["text"]][0]
     assert len(spec["data"]) == len(report["texts"]) * len(report["layers"][0]["heads"])

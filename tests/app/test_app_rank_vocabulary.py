@@ -22,6 +22,9 @@ def test_a_rank_card_beside_the_maps_with_the_headline_they_show(monkeypatch, lm
     at = start(monkeypatch, lm_dir)
     at.switch_page("pages/states.py").run()
     assert_clean(at)
+    assert at.selectbox(key="w:metric").value == "effective_rank"   # issue 43: the headline is the default
+    at.selectbox(key="w:metric").set_value("rank_utilization").run()
+    assert_clean(at)
     frame = card(at, "layer 0, head 0")
     assert list(frame["measure"]) == MEASURES and frame["definition"].str.len().min() > 10
     notices = [c.value for c in at.caption if c.value.startswith("Notice: Rank utilization")]

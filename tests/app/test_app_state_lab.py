@@ -50,7 +50,7 @@ def test_state_lab_opens_on_deltanet_small_and_the_scrubber_moves_the_state(lab_
     assert max(abs(a - b) for ra, rb in zip(before, after) for a, b in zip(ra, rb)) > 1e-6
     assert "<mark>" in next(m.value for m in at.markdown if "<mark>" in m.value)
     # the rank curves of the three rules are on one chart; the plain linear-attention one differs
-    util = {d["name"]: d["y"] for d in chart(at, "lab_utilization")["data"]}
+    util = {d["name"]: d["y"] for d in chart(at, "lab_rank")["data"]}   # effective rank, the headline (issue 43)
     assert set(util) == set(["the model's own rule", "delta rule, no gate", "plain linear attention"])
     assert util["plain linear attention"] != util["the model's own rule"]
 

@@ -30,7 +30,7 @@ def test_mamba2_hybrid_blocks_name_their_mixers_and_feed_forwards():
 
 
 def test_kimi_mla_blocks_are_labelled_with_their_latent_cache():
-    """The README: Kimi's MLA blocks are labelled (cache: latent + rope key per token), not as plain K/V."""
+    """docs/families.md: Kimi's MLA blocks are labelled (cache: latent + rope key per token), not as plain K/V."""
     from family_cases.kimi_linear import CASE
     model = CASE.make_model()
     info = describe(model)

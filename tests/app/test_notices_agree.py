@@ -29,7 +29,7 @@ def test_the_latency_notice_says_steps_only_where_the_times_step():
 
 def test_the_sensitivity_notice_charges_what_the_allocator_charges():
     """granite-h-small's shipped map: its negative one-layer losses are clamped to 0 by the allocator, so they
-    cannot make a "real choice"; the README says the allocator has nothing to choose there."""
+    cannot make a "real choice"; docs/results.md says the allocator has nothing to choose there."""
     from analysis.shrink.allocate import options
     smap = json.loads((RESULTS_DIR / "sensitivity-granite-h-small-l1.json").read_text())
     ratios, g = smap["settings"]["ratios"], grid(smap)
@@ -39,8 +39,8 @@ def test_the_sensitivity_notice_charges_what_the_allocator_charges():
     # the figure it names is the allocator's own charge for that layer at that ratio
     charged_by_allocator = {o.ratio: o.loss for o in options(smap)[3]}
     assert f"charges {charged_by_allocator[ratios[-1]]:+.4f}" in line
-    readme = (RESULTS_DIR.parents[1] / "README.md").read_text()
-    assert "the allocator has nothing to choose between layers on this sample" in readme
+    results = (RESULTS_DIR.parents[1] / "docs" / "results.md").read_text()
+    assert "the allocator has nothing to choose between layers on this sample" in results
 
 
 def measured(ppl: float, tokens: int = 2048) -> dict:

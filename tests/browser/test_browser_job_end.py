@@ -2,7 +2,7 @@
 tab during a long prune, and SIGTERM during a job. In each the server's own CPU time (/proc/<pid>/stat) falls
 to idle within a few seconds, nothing reaches the sweep cache after the click, and SIGTERM exits 0.
 Issue 29: on the server's side, each job ends within a second of the stop's arrival (its own log lines say when
-the stop was received and how long after it the work ended); the figures the README quotes are these tests' own."""
+the stop was received and how long after it the work ended); the figures docs/dashboard.md quotes are these tests' own."""
 import os
 import re
 import signal

@@ -37,6 +37,8 @@ def main_text(page) -> str:
 
 def check_pages(page, blocks: list[str], layers: int, cls: str) -> None:
     open_page(page, "Model")
+    page.locator("[data-testid='stExpander'] summary", has_text="What the kernels will do").click()  # issue 43
+    page.wait_for_timeout(300)
     full_screenshot(page, ARTIFACTS / f"model-{cls}.png")
     text = main_text(page)
     assert f"Loaded as transformers' {cls}" in text

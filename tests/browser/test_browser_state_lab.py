@@ -68,7 +68,7 @@ def test_type_scrub_switch_rule_and_snr(server):
         assert plotly_value(chart(page, "lab_spectrum"), Y, until=lambda y: y != spectrum_before) != spectrum_before
 
         # three rules on one rank chart: plain linear attention's curve is not the model's
-        util = plotly_value(chart(page, "lab_utilization"), "gd => gd.data.map(t => t.y)")
+        util = plotly_value(chart(page, "lab_rank"), "gd => gd.data.map(t => t.y)")
         assert util[0] != util[2]
         model_spectrum = plotly_value(chart(page, "lab_spectrum"), Y)
         page.locator("[data-testid='stRadio'] label", has_text="plain linear attention").click()

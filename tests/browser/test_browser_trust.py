@@ -82,6 +82,9 @@ def test_first_visits_show_named_steps_and_calibration_is_computed_once(page):
     assert any(re.search(r"layer 1 of 2: recurrence", t) for t in texts), texts
     assert any("Recurrent states of" in t and "collected" in t for t in texts), texts
 
+    page.locator("[data-testid='stSelectbox']").filter(has_text="Metric").first.click()   # issue 43: not the default
+    page.get_by_role("option", name="Rank utilization", exact=True).click()
+    idle(page)
     page.get_by_label("Rank utilization after every token", exact=True).check(force=True)
     texts = seen(page, until="tracked after every token")
     no_exception(page)

@@ -45,7 +45,7 @@ def test_the_notice_is_computed_from_the_numbers():
     row = {"layer": 3, "splits": splits, **stability([s["labels"] for s in splits])}
     line = notice([row], 3)[0]
     assert line.startswith("layer 3: 1 of 3 heads low-rank and 2 high-rank on all 3 texts; clear split")
-    assert f"×{math.exp(1.8):.2f}–×{math.exp(2.4):.2f}" in line and "agreement 100%, mean κ 1.00" in line
+    assert f"×{math.exp(1.8):.2f}–×{math.exp(2.4):.2f}" in line and "agreement 100%, chance-corrected agreement a 1.00" in line
 
 
 def test_positions_are_bounded_and_end_at_the_last_token():

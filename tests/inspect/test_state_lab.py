@@ -104,6 +104,9 @@ def test_lab_states_rules_and_retrieval_match_the_definitions(family):
         sv = torch.linalg.svdvals(want[-1])
         assert torch.allclose(tr.singular_values[-1].double(), sv[:m], rtol=1e-3, atol=1e-5 * float(sv[0]))
         assert tr.numerical_rank[-1] == float((sv > lab.TAU * sv[0]).sum())  # small ints, no BLAS rounding at stake
+        p = sv[:m] / sv[:m].sum()   # the page's headline curve: exp of the entropy of the normalised singular values
+        erank = torch.exp(-(p[p > 0] * p[p > 0].log()).sum())
+        assert float(tr.effective_rank[-1]) == pytest.approx(float(erank), rel=1e-3), rule
     # keeping every key channel reproduces the head: k_raw, its key head and the re-normalisation are right
     kept_all = lab.pruned_inputs(x, torch.arange(x.dims[0]), "all channels kept")
     assert close(lab.run_rule("model", kept_all), traces["model"].states)

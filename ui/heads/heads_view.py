@@ -56,7 +56,9 @@ def states_section(ctx: Context, layer: int) -> None:
     with right:
         st.table(split_table(row, data["texts"]))
         st.metric("Heads with the same group on every input", f"{row['agreement']:.0%}",
-                  help="Mean pairwise Cohen's κ: " + ("n/a" if row["kappa"] is None else f"{row['kappa']:.2f}"))
+                  help="Agreement a: Cohen's chance-corrected agreement of the groups, mean over pairs of inputs (1: the same "
+                       "groups on every input; 0: no more alike than chance): "
+                       + ("n/a" if row["kappa"] is None else f"{row['kappa']:.2f}"))
     st.caption(f"{ctx.name} · inputs: {'; '.join(data['texts'])} · {data['sequences']} × {data['tokens']} tokens each "
                f"· line dash = input, colour = group on that input · device {ctx.key.device} · dtype "
                f"{ctx.key.dtype} · as `python -m analysis heads` computes it")

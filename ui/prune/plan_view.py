@@ -72,8 +72,8 @@ def section(ctx: Context, strategy: str, ratios: list[float], dims: list[int], r
                                "state bytes": [f"{p['state_bytes']:,}" for p in plans]},
                               index=pd.Index([p["name"] for p in plans], name="plan")), key="plan_prediction_table")
     st.caption(f"Your plan: {summary(pred)}. Between the map's ratios: {pred['interpolation']}. σ: the map cells' "
-               "paired noise and the additivity error, calibrated on random plans of the bundled samples (README, "
-               f"*Predicted vs measured*). Map: {smap['measure']}. The other rows: at your plan's state bytes.")
+               "paired noise and the additivity error, calibrated on random plans of the bundled samples "
+               f"(docs/sensitivity.md, *A prediction for every plan*). Map: {smap['measure']}. The other rows: at your plan's state bytes.")
     mine, others = plans[0], plans[1:]
     close = [p["name"] for p in others if tuple(p["dims"]) != tuple(mine["dims"]) and indistinguishable(mine, p)]
     if close:

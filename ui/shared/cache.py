@@ -1,4 +1,4 @@
-"""The dashboard's caches over the core: which one holds what, and why (README, "Caches").
+"""The dashboard's caches over the core: which one holds what, and why (docs/dashboard.md, "Caches").
 
 - Streamlit's `st.cache_resource`: the objects every session shares: the loaded models (`shared_model`,
   `random_init_model`), tokenizers, the one `compute_lock`, and ui.shared.memo's stores.

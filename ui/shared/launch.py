@@ -16,7 +16,10 @@ import threading
 import time
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[2] / "app.py"
+UI = Path(__file__).resolve().parents[1]
+# A checkout runs <repo>/app.py; `pip install .` installs app.py and pages/ as the package ui.shell (pyproject.toml).
+APP = next((p for p in (UI.parent / "app.py", UI / "shell" / "app.py") if p.is_file()), UI.parent / "app.py")
+CONFIG = APP.parent / ".streamlit" / "config.toml"   # the checkout's settings, installed beside app.py too
 
 
 def import_core() -> str:
@@ -80,6 +83,33 @@ def stop_jobs() -> None:
         if stopped:
             print(f"Stopped {stopped} running job{'s' if stopped != 1 else ''} before exiting.",
                   file=sys.stderr, flush=True)
+
+
+def config_flags(config: Path, given: list[str]) -> list[str]:
+    """CONFIG as command-line flags (`--server.address 127.0.0.1` …), leaving out the options in `given`: Streamlit
+    reads .streamlit/config.toml only from the working directory, which for an installed command is anywhere."""
+    import tomllib
+    try:
+        sections = tomllib.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        sections = {}
+    settings = {"server": {"address": "127.0.0.1"}}   # never open to the network by default, config or not
+    for section, options in sections.items():
+        settings.setdefault(section, {}).update(options)
+    named = {arg.split("=", 1)[0] for arg in given if arg.startswith("--")}
+    flags = []
+    for section, options in settings.items():
+        for option, value in options.items():
+            if f"--{section}.{option}" not in named:
+                flags += [f"--{section}.{option}", str(value).lower() if isinstance(value, bool) else str(value)]
+    return flags
+
+
+def console() -> int:
+    """The `state-rank-dashboard` command: the server on 127.0.0.1:8501 with the checkout's settings; any Streamlit
+    option given on the command line wins (`state-rank-dashboard --server.port 8600`)."""
+    given = sys.argv[1:]
+    return main(config_flags(CONFIG, given) + given)
 
 
 if __name__ == "__main__":

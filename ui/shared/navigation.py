@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
+# The first screen's first sentence (the Model page, the app's home), before any table.
+PURPOSE = ("This tool shows how many directions each head's recurrent state really uses in a linear-attention or "
+           "state-space language model, and prunes the query/key channels or heads it does not need, measuring what "
+           "the model loses.")
+
+
 class PageEntry(NamedTuple):
     path: str
     title: str

@@ -74,10 +74,10 @@ def scrubber(v: LabView, play: bool) -> None:
         st.caption(f"{v.where} · {lab.RULES[v.rule]}. Notice: values below τ·s₁ do not count as rank.")
     left, right = st.columns(2)
     with left:
-        util = {name: v.traces[r].rank_utilization.tolist() for r, name in lab.RULES.items()}
-        st.plotly_chart(figs.over_tokens(util, t, v.tokens, "Rank utilization u(S_t) by rule", "stable rank / min(dk, dv)",
-                                         colors=v.colors, dashed=v.dashed),
-                        key="lab_utilization")
+        erank = {name: v.traces[r].effective_rank.tolist() for r, name in lab.RULES.items()}
+        st.plotly_chart(figs.over_tokens(erank, t, v.tokens, "Effective rank erank(S_t) by rule",
+                                         "effective rank (directions)", colors=v.colors, dashed=v.dashed),
+                        key="lab_rank")
         st.caption(f"{v.where}. Notice: plain linear attention piles every write onto the same few directions.")
     with right:
         errors = {name: v.traces[r].retrieval_error[t, :t + 1].tolist() for r, name in lab.RULES.items()}
@@ -183,12 +183,12 @@ def pruned_view(v: LabView, t: int) -> None:
                         key="lab_pruned_spectrum")
     left, right = st.columns(2)
     with left:
-        curves = {f"{v.rule} dk = {v.x.dims[0]}": v.tr.numerical_rank.tolist(),
-                  f"{v.rule} dk′ = {dk_p}": pt.numerical_rank.tolist()}
-        st.plotly_chart(figs.over_tokens(curves, t, v.tokens, f"Numerical rank, original vs pruned ({strategy})",
-                                         "numerical rank (directions)", dashed=[f"{v.rule} dk′ = {dk_p}"],
+        curves = {f"{v.rule} dk = {v.x.dims[0]}": v.tr.effective_rank.tolist(),
+                  f"{v.rule} dk′ = {dk_p}": pt.effective_rank.tolist()}
+        st.plotly_chart(figs.over_tokens(curves, t, v.tokens, f"Effective rank, original vs pruned ({strategy})",
+                                         "effective rank (directions)", dashed=[f"{v.rule} dk′ = {dk_p}"],
                                          colors=[figs.RULE_COLORS[v.rule]] * 2),
-                        key="lab_pruned_utilization")
+                        key="lab_pruned_rank")
     with right:
         errs = {f"{v.rule} dk = {v.x.dims[0]}": v.tr.retrieval_error[t, :t + 1].tolist(),
                 f"{v.rule} dk′ = {dk_p}": pt.retrieval_error[t, :t + 1].tolist()}

@@ -40,7 +40,7 @@ def run_heads(args) -> None:
         groups = " ".join(f"{h['head']}:{h['group']}{'' if h['same_on_all_texts'] else '*'}" for h in layer["heads"])
         kappa = "n/a" if layer["kappa"] is None else f"{layer['kappa']:.2f}"
         lines.append(f"layer {layer['layer']} (block {layer['block']}): {groups}  agreement "
-                     f"{layer['agreement']:.0%}, κ {kappa}")
+                     f"{layer['agreement']:.0%}, chance-corrected agreement a {kappa}")
         if "removal" in layer["heads"][0]:
             lines.append("  removed alone, Δ nats/token ± SE: " + ", ".join(
                 f"{h['head']}: {h['removal']['delta']:+.4f} ± {h['removal']['se'] or 0:.4f}" for h in layer["heads"]))

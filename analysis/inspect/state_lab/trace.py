@@ -18,6 +18,7 @@ class RuleTrace:
     singular_values: torch.Tensor    # [T, m]
     numerical_rank: torch.Tensor     # [T]
     rank_utilization: torch.Tensor   # [T]: stable rank / m
+    effective_rank: torch.Tensor     # [T]: the headline count of directions (analysis.linalg.rank_card.HEADLINE)
     retrieval_error: torch.Tensor    # [T, T]: [t, j] for j ≤ t, NaN above the diagonal
     written: torch.Tensor            # [T, dv]: the w_j the errors are relative to
 
@@ -28,7 +29,8 @@ def trace_rule(rule: str, x: HeadInputs, tau: float = TAU) -> RuleTrace:
     met = spectral_metrics(states, tau=tau)
     written = written_values(rule, x)
     return RuleTrace(rule, states, met["singular_values"].float(), met["numerical_rank"].float(),
-                     met["rank_utilization"].float(), retrieval_errors(states, x.k, written), written)
+                     met["rank_utilization"].float(), met["effective_rank"].float(),
+                     retrieval_errors(states, x.k, written), written)
 
 
 def trace_head(x: HeadInputs, rules=tuple(RULES), tau: float = TAU) -> dict[str, RuleTrace]:
