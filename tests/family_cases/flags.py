@@ -122,12 +122,15 @@ def all_cases() -> list[tuple[str, dict]]:
 
 def wake(model, seed: int = 1) -> None:
     """Give every parameter fla initialises to one constant value (zeros: RWKV-7's o_proj and LoRA inputs, biases;
-    ones: norm weights; KDA's safe-gate A_log) a spread of values, so no equality is vacuous."""
+    ones: norm weights; KDA's safe-gate A_log) a spread of values, and every matrix fla draws at std 0.02 (which
+    leaves the token mixers a faint effect on the logits) the std of its fan-in, 1/√in, so no equality is vacuous."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for _name, p in model.named_parameters():
             flat = p.detach().reshape(-1)
-            if flat.numel() > 1 and bool((flat == flat[0]).all()) or flat.numel() == 1:
+            if p.dim() == 2 and float(flat.std()) < 0.5 / math.sqrt(p.shape[1]):
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+            elif flat.numel() > 1 and bool((flat == flat[0]).all()) or flat.numel() == 1:
                 if p.dim() == 2:
                     p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
                 else:

@@ -41,15 +41,17 @@ class GLAAdapter(FlaAdapter):
     def config_refusal(self, config: dict, where: str) -> str | None:
         heads, kv_heads = config.get("num_heads"), config.get("num_kv_heads")
         if kv_heads is not None and kv_heads != heads:
-            return _shared_kv_heads(kv_heads, heads, f"The GLA model of {where}")
+            return (f"{where} sets num_kv_heads to {kv_heads}, fewer key/value heads than its {heads} query heads; "
+                    "the tool measures and prunes GLA models whose queries and keys have the same heads only.")
         return fla_config_refusal(config, where)
 
     def blocks(self, model) -> list[Block]:
         out = fla_blocks(model, self.linear_class())
         for block in out:
             if block.kind == "linear" and block.module.num_kv_heads != block.module.num_heads:
-                raise AnalysisError(_shared_kv_heads(block.module.num_kv_heads, block.module.num_heads,
-                                                     "This GLA model"))
+                raise AnalysisError(f"This GLA model shares {block.module.num_kv_heads} key/value heads among "
+                                    f"{block.module.num_heads} query heads (num_kv_heads); the tool measures and "
+                                    "prunes GLA models whose queries and keys have the same heads only.")
         return out
 
     def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
@@ -88,11 +90,6 @@ class GLAAdapter(FlaAdapter):
         from analysis.archs.gla import pruned  # noqa: F401  (registers pruned_gla with transformers)
         from analysis.runtime import backend
         backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
-
-
-def _shared_kv_heads(kv_heads, heads, what: str) -> str:
-    return (f"{what} shares {kv_heads} key/value heads among {heads} query heads (num_kv_heads); the tool measures "
-            "and prunes GLA models whose queries and keys have the same heads only.")
 
 
 ADAPTER = GLAAdapter()
