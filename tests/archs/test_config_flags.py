@@ -218,7 +218,7 @@ def test_rank_prune_ppl_exit_0_on_the_flag_cases(tmp_path, capsys, family, case)
     model.resize_token_embeddings(max(model.config.vocab_size, len(data.load_tokenizer())), mean_resizing=False)
     model.save_pretrained(tmp_path / "model")
     for argv in (["rank", "--tokens", "16", "--batch", "1"],
-                 ["prune", "--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "130", "--out", str(tmp_path / "p")],
+                 ["prune", "--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "260", "--out", str(tmp_path / "p")],
                  ["ppl", "--context", "32", "--max-tokens", "64"]):
         code = main([argv[0], str(tmp_path / "model"), "--device", "cpu", *argv[1:]])
         err = capsys.readouterr().err
