@@ -255,3 +255,25 @@ def test_every_flag_case_matches_fla_kernels(tmp_path, family):
                 continue
             assert _rel(full.past_key_values[layer]["recurrent_state"], s) < TOL, (name, layer)
             assert _rel(cache[layer]["recurrent_state"], d) < TOL, (name, layer)
+
+
+@pytest.mark.parametrize("family", list(AXES))
+def test_the_fused_losses_give_torch_s_gradients(family):
+    """fuse_cross_entropy / fuse_linear_cross_entropy (the loss the gradient strategy and recovery differentiate)
+    give the gradients of torch's cross-entropy of the logits on the CPU path (use_l2warp off: it adds its own)."""
+    model = make_flag_model(family, {})
+    model.config.use_l2warp = False
+    ids = _ids(model, batch=1, tokens=20)
+    grads = {}
+    for loss in ("fused", "fused_linear", "torch"):
+        for key, value in {"fuse_cross_entropy": True, "fuse_linear_cross_entropy": False,
+                           **config_fields(family, {"loss": loss})}.items():
+            setattr(model.config, key, value)
+        model.zero_grad()
+        model(ids, labels=ids, use_cache=False).loss.backward()
+        grads[loss] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    for loss in ("fused", "fused_linear"):
+        assert grads[loss].keys() == grads["torch"].keys()
+        for name, grad in grads["torch"].items():
+            assert _rel(grads[loss][name], grad) <= 1e-5, (loss, name)
