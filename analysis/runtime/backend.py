@@ -266,7 +266,7 @@ def install() -> None:
     wrap_method(FusedCrossEntropyLoss, "forward", _cross_entropy)
     from fla.modules import FusedLinearCrossEntropyLoss
     wrap_method(FusedLinearCrossEntropyLoss, "forward", _linear_cross_entropy)
-    import fla.modules.activations.ops as activations   # flags reach these: GLA's unfused gate, powlu MLPs (issue 41)
+    import fla.modules.activations.ops as activations   # config flags reach these (docs/config-flags.md)
     for name, twin in cpu_activations.TWINS.items():
         route(activations, (name,), wrap=torch_on_cpu(twin))
     _installed = True

@@ -1,6 +1,6 @@
 """fla's element-wise activation kernels (fla/modules/activations/ops.py) in torch, for the config flags that reach them
-(issue 41): GLA's output gate when fuse_norm is off (`gate_fn = ACT2FN[hidden_act]`, Triton swish), GLA's
-`feature_map` (swish, sigmoid), and fla's GatedMLP with `hidden_act="powlu"` (PowGLU, fused with the down
+(issue 41, docs/config-flags.md): an output gate applied apart from its norm (`ACT2FN[hidden_act]`, Triton swish),
+a q/k `feature_map` (swish, sigmoid), and fla's GatedMLP with `hidden_act="powlu"` (PowGLU, fused with the down
 projection or not). Each backward is the autograd of its forward, so the gradient strategy runs through them too.
 
 Math as fla's kernels: fp32 inside, the input's dtype out;
