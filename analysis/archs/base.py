@@ -177,6 +177,11 @@ class Adapter:
         them (e.g. num_hidden_layers from a per-layer pattern); unchanged by default."""
         return config
 
+    def config_refusal(self, config: dict, where: str) -> str | None:
+        """One sentence naming a config field whose value this family cannot run (`where`: the config file, for the
+        sentence), checked before anything is loaded; None when every field is one it runs (docs/config-flags.md)."""
+        return None
+
     def lora_targets(self, layer: nn.Module) -> list[str]:
         """Module paths inside `layer` of the linear projections producing q, k and v (fused or not) that a
         recovery's LoRA adapts, as the reference adapts q_proj/k_proj/v_proj; empty: the family has none."""

@@ -43,6 +43,8 @@ def validate_config(config, path: Path, supported=None) -> dict:
     from analysis.archs import adapter_for
     adapter = adapter_for(config)
     config = adapter.complete_config(config)
+    if (refusal := adapter.config_refusal(config, str(where))) is not None:
+        raise AnalysisError(refusal)
     for name in (*POSITIVE_FIELDS, *adapter.positive_config_fields):
         value = config.get(name)
         if value is None and name != "num_hidden_layers":

@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from analysis.runtime.cpu_ops import activations as cpu_activations
 from analysis.runtime.cpu_ops import conv as conv_ops
 from analysis.runtime.cpu_ops import norms
 from analysis.runtime.cpu_ops.delta_rule import StateSink
@@ -227,6 +228,18 @@ def _cross_entropy(self, input, target):
                                self.lse_square_scale, self.reduction)
 
 
+def _linear_cross_entropy(self, x, target, weight, bias=None):
+    """fla's FusedLinearCrossEntropyLoss (config fuse_linear_cross_entropy; the loss of a forward with labels): the
+    output head, then _cross_entropy's loss, L2-warped as fla's L2Wrap where the config asks (use_l2warp)."""
+    if self.logit_softcapping:
+        raise NotImplementedError("logit soft-capping is not supported on CPU")
+    from fla.modules.l2warp import l2_warp
+    logits = torch.nn.functional.linear(x.reshape(-1, x.shape[-1]), weight, bias)
+    loss = norms.cross_entropy(logits, target.reshape(-1), self.ignore_index, self.label_smoothing,
+                               self.logit_scale, 0.0, self.reduction)
+    return l2_warp(loss, logits[None], self.l2_penalty_factor) if self.use_l2warp else loss
+
+
 _installed = False
 
 
@@ -251,4 +264,9 @@ def install() -> None:
     wrap_method(GroupNorm, "forward", _group_norm)
     wrap_method(mlp.SwiGLULinear, "forward", _swiglu_linear)
     wrap_method(FusedCrossEntropyLoss, "forward", _cross_entropy)
+    from fla.modules import FusedLinearCrossEntropyLoss
+    wrap_method(FusedLinearCrossEntropyLoss, "forward", _linear_cross_entropy)
+    import fla.modules.activations.ops as activations   # config flags reach these (docs/config-flags.md)
+    for name, twin in cpu_activations.TWINS.items():
+        route(activations, (name,), wrap=torch_on_cpu(twin))
     _installed = True

@@ -19,7 +19,8 @@ import json
 import pytest
 import torch
 
-from family_cases import CASE_MODULES, fewer_heads, heads_zeroed_logits, states_and_layer_inputs
+from family_cases import (CASE_MODULES, channels_zeroed, fewer_heads, heads_zeroed_logits, post_conv_qk,
+                          states_and_layer_inputs)
 
 RTOL = 1e-4
 ATOL_LOGITS = 1e-4
@@ -60,32 +61,7 @@ def test_collected_states_equal_the_token_loop(case):
         assert err <= RTOL, f"layer {i}: relative error {err:.2e}"
 
 
-def _zeroed(model, selections):
-    """A copy of the model whose dropped q/k channels are zero in every row block the adapter names (projection
-    rows and short-convolution weights and biases): after the convolution (SiLU(0) = 0) they are exactly zero."""
-    from analysis.archs import adapter_for
-    from analysis.models.load import linear_layers
-    zeroed = copy.deepcopy(model)
-    adapter = adapter_for(zeroed)
-    with torch.no_grad():
-        for layer, sel in zip(linear_layers(zeroed), selections):
-            keep = torch.zeros(layer.key_heads, layer.key_dim, dtype=torch.bool).scatter_(1, sel.indices, True)
-            for rows in adapter.channel_rows(layer.module):
-                if rows.role not in ("q", "k"):
-                    continue
-                stride = getattr(rows, "head_stride", 0) or layer.key_dim
-                dropped = [rows.start + h * stride + i for h in range(layer.key_heads)
-                           for i in range(layer.key_dim) if not keep[h, i]]
-                layer.module.get_parameter(rows.param)[dropped] = 0
-    return zeroed
-
-
-def _post_conv_qk(model, ids):
-    from analysis.runtime.backend import observe_recurrences
-    seen = []
-    with torch.no_grad(), observe_recurrences(lambda r: seen.append((r.q_raw, r.k_raw))):
-        model(ids, use_cache=False)
-    return seen
+_zeroed, _post_conv_qk = channels_zeroed, post_conv_qk   # shared with the config-flag cases (family_cases)
 
 
 @pytest.mark.parametrize("ratios", ["uniform", "per-layer"])

@@ -106,3 +106,38 @@ def fewer_heads(model, seed: int = 0) -> list[int]:
         below = [n for n in keepable_counts(layer) if n < layer.value_heads]
         counts.append(below[-1 - (i + seed) % len(below)] if below else layer.value_heads)   # one head: kept
     return counts
+
+
+def channels_zeroed(model, selections):
+    """A copy of the model whose dropped q/k channels are zero in every row block the adapter names (projection
+    rows and short-convolution weights and biases): after the convolution (SiLU(0) = 0) they are exactly zero."""
+    import copy
+
+    import torch
+
+    from analysis.archs import adapter_for
+    from analysis.models.load import linear_layers
+    zeroed = copy.deepcopy(model)
+    adapter = adapter_for(zeroed)
+    with torch.no_grad():
+        for layer, sel in zip(linear_layers(zeroed), selections):
+            keep = torch.zeros(layer.key_heads, layer.key_dim, dtype=torch.bool).scatter_(1, sel.indices, True)
+            for rows in adapter.channel_rows(layer.module):
+                if rows.role not in ("q", "k"):
+                    continue
+                stride = getattr(rows, "head_stride", 0) or layer.key_dim
+                dropped = [rows.start + h * stride + i for h in range(layer.key_heads)
+                           for i in range(layer.key_dim) if not keep[h, i]]
+                layer.module.get_parameter(rows.param)[dropped] = 0
+    return zeroed
+
+
+def post_conv_qk(model, ids):
+    """(q, k) as each linear layer's recurrence reads them (post-conv, pre-l2norm), in one no-grad forward."""
+    import torch
+
+    from analysis.runtime.backend import observe_recurrences
+    seen = []
+    with torch.no_grad(), observe_recurrences(lambda r: seen.append((r.q_raw, r.k_raw))):
+        model(ids, use_cache=False)
+    return seen

@@ -26,6 +26,8 @@ def make_model(seed: int = 0, **overrides):
     with torch.no_grad():  # decays spread over (0, 1) per channel and token, not all ≈ 0.96 as at fla's init, and
         for block in model.model.layers:  # attention that moves the logits (fla's std 0.02 init barely does)
             attn = block.attn
+            if not hasattr(attn, "gk_proj"):   # a hybrid's softmax block
+                continue
             attn.gk_proj[0].weight.normal_(0, 0.3)
             attn.gk_proj[1].weight.normal_(0, 1.0)
             attn.gk_proj[1].bias.normal_(0, 2.0)

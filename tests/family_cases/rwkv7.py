@@ -26,6 +26,8 @@ def make_model(seed: int = 0, **overrides):
     with torch.no_grad():  # fla's init zeroes the LoRAs' first linears and the outputs, sets k_a, r_k to constants: give every
         for block in model.model.layers:  # key-channel parameter a token- and channel-dependent value
             attn = block.attn
+            if not hasattr(attn, "w_lora"):   # a hybrid's softmax block
+                continue
             for lora in (attn.w_lora, attn.a_lora, attn.g_lora, getattr(attn, "v_lora", None)):
                 if lora is not None:
                     lora.lora[0].weight.normal_(0, 0.5)

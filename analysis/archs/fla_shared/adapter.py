@@ -55,6 +55,9 @@ class FlaAdapter(Adapter):
         """The family's own config with every layer at `key_dim`, or None when it cannot say it exactly."""
         raise NotImplementedError
 
+    def config_refusal(self, config: dict, where: str) -> str | None:
+        return fla_config_refusal(config, where)
+
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
         return fla_blocks(model, self.linear_class())
@@ -146,6 +149,19 @@ def _has(layer: nn.Module, path: str) -> bool:
     except AttributeError:
         return False
     return True
+
+
+def fla_config_refusal(config: dict, where: str) -> str | None:
+    """The fields of fla 0.6's shared config that the tool cannot run, in one sentence (docs/config-flags.md)."""
+    if config.get("attnres_block_size") is not None:
+        return (f"{where} sets attnres_block_size to {config['attnres_block_size']!r} (fla's attention residuals), "
+                "which fla runs only as a CUDA Triton kernel and which feeds each block a learned mix of every earlier "
+                "block's output, so its states and prunes are not what the tool measures; the tool reads fla models "
+                "without attnres_block_size only.")
+    if config.get("attn_mode") == "fused_chunk":
+        return (f"{where} sets attn_mode to 'fused_chunk', a kernel fla 0.6 no longer has (on any device); set "
+                "attn_mode to 'chunk', the same recurrence with the same weights, and load the model again.")
+    return None
 
 
 def fla_training_kwargs(cfg, vocab_size: int) -> dict:

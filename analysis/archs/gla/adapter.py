@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from analysis.archs.base import Block, ChannelRows, HeadRows, head_blocks
-from analysis.archs.fla_shared.adapter import FlaAdapter, fla_blocks
+from analysis.archs.fla_shared.adapter import FlaAdapter, fla_blocks, fla_config_refusal
 from analysis.errors import AnalysisError
 
 
@@ -37,6 +37,13 @@ class GLAAdapter(FlaAdapter):
     def pruned_config_class(self) -> type:
         from analysis.archs.gla.pruned import PrunedGLAConfig
         return PrunedGLAConfig
+
+    def config_refusal(self, config: dict, where: str) -> str | None:
+        heads, kv_heads = config.get("num_heads"), config.get("num_kv_heads")
+        if kv_heads is not None and kv_heads != heads:
+            return (f"{where} sets num_kv_heads to {kv_heads}, fewer key/value heads than its {heads} query heads; "
+                    "the tool measures and prunes GLA models whose queries and keys have the same heads only.")
+        return fla_config_refusal(config, where)
 
     def blocks(self, model) -> list[Block]:
         out = fla_blocks(model, self.linear_class())

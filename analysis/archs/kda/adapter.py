@@ -96,6 +96,10 @@ class KDAAdapter(Adapter):
 
     # --- pruning ---------------------------------------------------------------------------------
 
+    def config_refusal(self, config: dict, where: str) -> str | None:
+        from analysis.archs.fla_shared.adapter import fla_config_refusal
+        return fla_config_refusal(config, where)
+
     def check_config(self, config) -> None:
         """One sentence for a KDA config the kernels (or fla's layer) cannot hold."""
         heads, v_heads = config.num_heads, config.num_v_heads or config.num_heads

@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 
 from analysis.archs.base import Adapter, Block, ChannelRows, classify_blocks
-from analysis.archs.fla_shared.adapter import FlaAdapter
+from analysis.archs.fla_shared.adapter import FlaAdapter, fla_config_refusal
 from analysis.errors import AnalysisError
 
 LAYER_FILE, MODEL_FILE = "fla.layers.rwkv7", "fla.models.rwkv7.modeling_rwkv7"
@@ -98,6 +98,19 @@ class RWKV7Adapter(Adapter):
     lora_projections = ("r_proj", "k_proj", "v_proj")
     head_refusal = ("RWKV-7 layers mix every layer's values with the first layer's (v_first, one width for all "
                     "layers), so its heads cannot be removed layer by layer; shrink the key dim instead (--ratio).")
+
+    def config_refusal(self, config: dict, where: str) -> str | None:
+        """fla 0.6 runs neither an RWKV-7 hybrid nor a value width other than hidden_size (docs/config-flags.md)."""
+        from analysis.archs.fla_shared.adapter import softmax_layer_indices
+        if softmax_layer_indices(config):
+            return (f"{where} sets attn (softmax attention in layers {sorted(softmax_layer_indices(config))}), which "
+                    "fla 0.6's RWKV-7 blocks cannot run (they take four outputs from every token mixer, fla's "
+                    "Attention gives three); the tool reads RWKV-7 models without attn only.")
+        hidden, widths = config.get("hidden_size"), config.get("value_dim")
+        if widths is not None and any(w != hidden for w in (widths if isinstance(widths, list) else [widths])):
+            return (f"{where} sets value_dim to {widths!r}, not hidden_size ({hidden}); fla 0.6 cannot build such an "
+                    "RWKV-7 model (its value LoRA is initialised at hidden_size), so the tool cannot load it either.")
+        return fla_config_refusal(config, where)
 
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
