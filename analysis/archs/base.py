@@ -201,6 +201,11 @@ class Adapter:
         """Per linear layer, the key dim whose ^-1/2 the readout effectively uses (its own dk unless pruned)."""
         raise NotImplementedError
 
+    def shipped_parts(self, model):
+        """What a saved pruned folder's modeling file needs beyond resized layers (analysis.archs.shipped_code:
+        a ShippedParts), or None when sizes are all."""
+        return None
+
     # --- head removal (analysis.archs.heads; analysis.shrink.head_prune) ------------------------------
     head_refusal: str | None = None   # why this family's heads cannot be removed layer by layer (None: they can)
 

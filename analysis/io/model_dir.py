@@ -8,7 +8,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from analysis.archs.shipped_code import ships_code, shipped
 from analysis.io.writes import write_model_dir
+
+
+def ship_code(model, folder: Path) -> None:
+    """A registered pruned type gets its own configuration/modeling files and config.json's `auto_map` and
+    `pruned_layout` (analysis.archs.shipped_code), so it loads with trust_remote_code=True without this project."""
+    if not ships_code(model):
+        return
+    code = shipped(model)
+    for name, text in code.files.items():
+        (folder / name).write_text(text)
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    config.update(code.config)
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def save_model_dir(model, out, *, tokenizer=None, json_files: dict | None = None, extra=None,
@@ -18,6 +33,7 @@ def save_model_dir(model, out, *, tokenizer=None, json_files: dict | None = None
     ({name: JSON-able}) and whatever `extra(tmp)` writes, then swap it in (see `writes.write_model_dir`)."""
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
+        ship_code(model, tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         for name, payload in (json_files or {}).items():
