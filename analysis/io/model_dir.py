@@ -26,6 +26,18 @@ def ship_code(model, folder: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+def needs_fla(model) -> bool:
+    """Whether the model's classes come from fla (then loading it anywhere needs fla too)."""
+    return any(cls.__module__.split(".")[0] == "fla" for cls in type(model).__mro__)
+
+
+def write_pruned_card(model, folder: Path, metadata: dict) -> None:
+    """README.md: the prune's model card, from the config.json just written and the pruning metadata."""
+    from analysis.io import pruned_card
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "README.md").write_text(pruned_card.render(config, metadata, needs_fla(model)))
+
+
 def save_model_dir(model, out, *, tokenizer=None, json_files: dict | None = None, extra=None,
                    overwrite: bool = False, kind: str = "model",
                    exists_hint: str = "choose a new directory or allow overwriting") -> Path:
@@ -49,6 +61,11 @@ def save_model(model, out: str | Path, tokenizer=None, metadata: dict | None = N
 
     `overwrite` replaces only a model directory this project wrote (see analysis.io.writes); `extra(tmp)`
     may add files before the directory is sealed."""
+    def fill(tmp: Path) -> None:
+        if metadata is not None:   # a prune: its model card beside pruning.json (analysis.io.pruned_card)
+            write_pruned_card(model, tmp, metadata)
+        if extra is not None:
+            extra(tmp)
     return save_model_dir(model, out, tokenizer=tokenizer,
-                          json_files=None if metadata is None else {"pruning.json": metadata}, extra=extra,
+                          json_files=None if metadata is None else {"pruning.json": metadata}, extra=fill,
                           overwrite=overwrite, kind="pruned model", exists_hint=exists_hint)
