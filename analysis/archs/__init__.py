@@ -55,6 +55,9 @@ def adapter_for(model_or_config) -> Adapter:
     model_type = model_type_of(model_or_config)
     family = family_of(model_type)
     check_not_refused(model_type)
+    if family is None and is_pruned_type(str(model_type)):   # another version's prune, or an unknown family's
+        from analysis.archs.shipped_code import how_to_load
+        raise AnalysisError(f"This version of the dashboard does not have {model_type!r}; {how_to_load(model_type)}")
     if family is None:
         raise AnalysisError(f"No adapter handles model type {model_type!r}; supported families: "
                             f"{', '.join(FAMILIES)} (model types {', '.join(supported_model_types())}).")

@@ -15,6 +15,8 @@ import torch.nn as nn
 
 LAYOUT_KEY = "pruned_layout"
 PLAIN = (bool, int, float, str, type(None))
+# module attributes that say nothing about sizes: torch's own state and what the project hangs on a loaded model
+# (analysis_source, analysis_name, ...)
 
 
 def _plain(value) -> bool:
@@ -48,7 +50,7 @@ def layout_of(model) -> dict:
         if path and type(module) is not type(base):   # the root is the pruned class itself
             layout["classes"][path] = type(module).__name__
         changed = {name: (list(value) if isinstance(value, tuple) else value) for name, value in vars(module).items()
-                   if not name.startswith("_") and name != "training" and _plain(value)
+                   if not name.startswith(("_", "analysis")) and name != "training" and _plain(value)
                    and (name not in vars(base) or vars(base)[name] != value)}
         if changed:
             layout["attributes"][path] = changed
