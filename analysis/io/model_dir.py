@@ -15,6 +15,7 @@ from analysis.io.writes import write_model_dir
 def ship_code(model, folder: Path) -> None:
     """A registered pruned type gets its own configuration/modeling files and config.json's `auto_map` and
     `pruned_layout` (analysis.archs.shipped_code), so it loads with trust_remote_code=True without this project."""
+    model = built(model)
     if not ships_code(model):
         return
     code = shipped(model)
@@ -26,9 +27,16 @@ def ship_code(model, folder: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+def built(model):
+    """The transformers model object itself: a model read one block at a time keeps it (on the meta device) as
+    its skeleton's, whose classes and shapes are what the shipped code and the card describe."""
+    skeleton = getattr(model, "skeleton", None)
+    return getattr(skeleton, "model", model)
+
+
 def needs_fla(model) -> bool:
     """Whether the model's classes come from fla (then loading it anywhere needs fla too)."""
-    return any(cls.__module__.split(".")[0] == "fla" for cls in type(model).__mro__)
+    return any(cls.__module__.split(".")[0] == "fla" for cls in type(built(model)).__mro__)
 
 
 def write_pruned_card(model, folder: Path, metadata: dict) -> None:

@@ -48,7 +48,7 @@ def _fla_hybrid():
 
 
 # transformers families (fla hidden in the loader): one type per family by default, the other types slow
-TRANSFORMERS_FAST = {"qwen3_5": _case("qwen3_5"), "kimi_linear": _case("kimi_linear"), "nemotron_h": _mamba("nemotron_h")}
+TRANSFORMERS_FAST = {"qwen3_5": _case("qwen3_5"), "nemotron_h": _mamba("nemotron_h"), "kimi_linear": _case("kimi_linear")}
 TRANSFORMERS_MORE = {"qwen3_next": _sibling("qwen3_next"), "qwen3_5_moe_text": _sibling("qwen3_5_moe_text"),
                      "olmo_hybrid": _sibling("olmo_hybrid"), **{t: _mamba(t) for t in
                                                              ("mamba2", "granitemoehybrid", "falcon_h1", "bamba", "zamba2")}}
@@ -137,8 +137,26 @@ def load_without_project(jobs: list[dict], tmp_path: Path, env: dict, timeout: i
     assert failures == []
 
 
+def exported_like_old(job: dict, tmp_path: Path) -> dict:
+    """The job's folder as saved before prunes shipped code (no .py files, no auto_map or layout), given its code
+    by `python -m analysis export`: the same job on the exported folder."""
+    import shutil
+
+    from analysis.cli.main import main
+    old = tmp_path / f"{Path(job['folder']).name}-old"
+    shutil.copytree(job["folder"], old, ignore=shutil.ignore_patterns("*.py", "README.md", ".state-rank-model.json"))
+    config = json.loads((old / "config.json").read_text())
+    del config["auto_map"], config["pruned_layout"]
+    (old / "config.json").write_text(json.dumps(config))
+    assert main(["export", str(old), "--out", str(tmp_path / "exported"), "--quiet"]) == 0
+    return {**job, "folder": str(tmp_path / "exported"), "out": str(tmp_path / "exported.out.pt"),
+            "name": job["name"] + " exported"}
+
+
 def test_transformers_families_travel(tmp_path):
-    load_without_project(save_cases(TRANSFORMERS_FAST, tmp_path, seq=12), tmp_path, {"HIDE_FLA": "1"}, 900)
+    jobs = save_cases(TRANSFORMERS_FAST, tmp_path, seq=12)
+    jobs.append(exported_like_old(jobs[-1], tmp_path))   # Kimi Linear's key-dim class and heads, exported
+    load_without_project(jobs, tmp_path, {"HIDE_FLA": "1"}, 900)
 
 
 @pytest.mark.slow
