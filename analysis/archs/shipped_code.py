@@ -13,10 +13,9 @@ after __init__ and members of the model class), each written from functions that
 from __future__ import annotations
 
 import inspect
-import re
 from dataclasses import dataclass, field
 
-from analysis.archs.base import is_pruned_type
+from analysis.archs.base import file_stem, is_pruned_type
 from analysis.archs.shipped_layout import LAYOUT_KEY, apply_layout, layout_of
 
 MARK = "Written by the state-rank dashboard"
@@ -47,14 +46,10 @@ def ships_code(model) -> bool:
     return is_pruned_type(str(getattr(model.config, "model_type", "")))
 
 
-def file_stem(model_type: str) -> str:
-    return re.sub(r"\W", "_", model_type)
-
-
-def shipped(model) -> Shipped:
-    """The folder's code and config.json additions for `model` (of a registered pruned type)."""
-    from analysis.archs import adapter_for
-    parts = adapter_for(model).shipped_parts(model) or ShippedParts()
+def shipped(model, parts: ShippedParts | None = None) -> Shipped:
+    """The folder's code and config.json additions for `model` (of a registered pruned type); `parts`: its
+    family's additions (the adapter's `shipped_parts`)."""
+    parts = parts or ShippedParts()
     model_type = model.config.model_type
     stem = file_stem(model_type)
     config_cls, model_cls = type(model.config).__bases__[0], type(model).__bases__[0]
@@ -86,11 +81,3 @@ def shipped(model) -> Shipped:
                 "AutoModelForCausalLM": f"modeling_{stem}.{model_name}"}
     return Shipped(files={f"configuration_{stem}.py": configuration, f"modeling_{stem}.py": modeling},
                    config={"auto_map": auto_map, LAYOUT_KEY: layout_of(model)})
-
-
-def how_to_load(model_type: str) -> str:
-    """One sentence for whoever opens a `pruned_*` folder: the two ways it loads."""
-    return (f"{model_type!r} is a model type of the state-rank dashboard (a prune with per-layer sizes): load the "
-            "folder with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True) when it carries its "
-            f"modeling_{file_stem(model_type)}.py (a folder saved before that gets it with `python -m analysis "
-            "export FOLDER --out NEW`), or with the dashboard installed after `import analysis; analysis.ready()`.")

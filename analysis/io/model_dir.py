@@ -8,17 +8,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis.archs.shipped_code import ships_code, shipped
 from analysis.io.writes import write_model_dir
 
 
 def ship_code(model, folder: Path) -> None:
     """A registered pruned type gets its own configuration/modeling files and config.json's `auto_map` and
     `pruned_layout` (analysis.archs.shipped_code), so it loads with trust_remote_code=True without this project."""
+    from analysis.archs.shipped_code import ships_code, shipped   # torch: only when a model is saved
     model = built(model)
     if not ships_code(model):
         return
-    code = shipped(model)
+    from analysis.archs import adapter_for
+    code = shipped(model, adapter_for(model).shipped_parts(model))
     for name, text in code.files.items():
         (folder / name).write_text(text)
     config_path = folder / "config.json"

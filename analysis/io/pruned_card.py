@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from analysis.archs.shipped_code import how_to_load
+from analysis.archs.base import how_to_load
 
 TOOL = "the state-rank dashboard"
 

@@ -36,7 +36,7 @@ def validate_config(config, path: Path, supported=None) -> dict:
     from analysis.archs import check_not_refused
     check_not_refused(model_type, f" in {where}")
     if isinstance(model_type, str) and model_type.startswith(PRUNED_PREFIX) and model_type not in supported:
-        from analysis.archs.shipped_code import how_to_load   # another version's prune, or an unknown family's
+        from analysis.archs.base import how_to_load   # another version's prune, or an unknown family's
         raise AnalysisError(f"{where} names {model_type!r}, which this version of the dashboard does not have; "
                             + how_to_load(model_type))
     if not isinstance(model_type, str) or model_type not in supported:
