@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from analysis.archs.base import how_to_load
+from analysis.archs.base import PRUNED_PREFIX, how_to_load
 
 TOOL = "the state-rank dashboard"
 
@@ -42,7 +42,8 @@ def _hub_id(source: str) -> str | None:
 
 
 def _measures(evaluation: dict) -> list[dict]:
-    """(label, before, after[, recovered]) rows of what the prune measured, with settings."""
+    """What the prune measured, one row per metric: before, after (and after recovery), with its settings and the
+    role of its text (the CLI's `measured_*` records; other metadata gives no rows)."""
     rows = []
     before, after = evaluation.get("measured_before") or {}, evaluation.get("measured_after") or {}
     recovered = evaluation.get("measured_recovered") or {}
@@ -125,7 +126,7 @@ def render(config: dict, metadata: dict, needs_fla: bool = False) -> str:
     front = front_matter(config, metadata)
     p = front["state_rank_pruning"]
     lines = ["---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
-             f"# Pruned {config.get('model_type')}", "",
+             f"# A pruned {str(config.get('model_type')).removeprefix(PRUNED_PREFIX)} model", "",
              f"Query/key channels{' and heads' if 'heads' in p else ''} removed by {TOOL} from "
              f"`{p.get('base_model_path', 'the base model')}`."]
     if "key_dims_after" in p:
