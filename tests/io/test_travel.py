@@ -170,7 +170,9 @@ def test_more_transformers_types_travel(tmp_path):
 NO_FLASH_ATTN = importlib.util.find_spec("flash_attn") is None
 # Open (issue 44): the shipped RWKV-7 folder equals the project on the CPU path (the remote class run there: rel 0),
 # but under fla's interpreted kernels its dk=24 layer's output reaches 1e18 (the dk=16 layer is fine); fla's
-# fused_mul_recurrent_rwkv7, l2_norm and fused_k_rwkv7 each match their references at K=24 in isolation
+# fused_mul_recurrent_rwkv7, l2_norm and fused_k_rwkv7 each match their references at K=24 in isolation, yet inside
+# the model fused_mul_recurrent_rwkv7's output at K=24 departs from a token loop (max 36 vs 23; K=16: 26.7 vs 25.8).
+# The same kernel runs a pruned RWKV-7 on a GPU (the project's too): to be settled there
 RWKV7_OPEN = "RWKV-7 with per-layer key dims diverges under fla's interpreted kernels (cause not found yet)"
 
 
