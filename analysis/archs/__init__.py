@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 from analysis.archs.base import (PRUNED_PREFIX, Adapter, Block, ChannelRows, HeadRows,  # noqa: F401  (re-exported)
-                                 is_pruned_type, pruned_type)
+                                 how_to_load, is_pruned_type, pruned_type)
 from analysis.errors import AnalysisError
 
 # the families, each a folder analysis/archs/<family>/ exposing ADAPTER
@@ -55,6 +55,8 @@ def adapter_for(model_or_config) -> Adapter:
     model_type = model_type_of(model_or_config)
     family = family_of(model_type)
     check_not_refused(model_type)
+    if family is None and is_pruned_type(str(model_type)):   # another version's prune, or an unknown family's
+        raise AnalysisError(f"This version of the dashboard does not have {model_type!r}; {how_to_load(model_type)}")
     if family is None:
         raise AnalysisError(f"No adapter handles model type {model_type!r}; supported families: "
                             f"{', '.join(FAMILIES)} (model types {', '.join(supported_model_types())}).")

@@ -39,6 +39,19 @@ def is_pruned_type(model_type: str) -> bool:
     return model_type.startswith(PRUNED_PREFIX)
 
 
+def file_stem(model_type: str) -> str:
+    """A model type as part of a Python file name (a saved prune's configuration_/modeling_ files)."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in model_type)
+
+
+def how_to_load(model_type: str) -> str:
+    """One sentence for whoever opens a `pruned_*` folder: the two ways it loads (its model card says the same)."""
+    return (f"{model_type!r} is a model type of the state-rank dashboard (a prune with per-layer sizes): load the "
+            "folder with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True) when it carries its "
+            f"modeling_{file_stem(model_type)}.py (a folder saved before that gets it with `python -m analysis "
+            "export FOLDER --out NEW`), or with the dashboard installed after `import analysis; analysis.ready()`.")
+
+
 @dataclass(frozen=True)
 class Block:
     """One block of the model, in order: its token mixer and what kind it is."""
@@ -205,6 +218,11 @@ class Adapter:
     def readout_key_dims(self, model) -> list[int]:
         """Per linear layer, the key dim whose ^-1/2 the readout effectively uses (its own dk unless pruned)."""
         raise NotImplementedError
+
+    def shipped_parts(self, model):
+        """What a saved pruned folder's modeling file needs beyond resized layers (analysis.archs.shipped_code:
+        a ShippedParts), or None when sizes are all."""
+        return None
 
     # --- head removal (analysis.archs.heads; analysis.shrink.head_prune) ------------------------------
     head_refusal: str | None = None   # why this family's heads cannot be removed layer by layer (None: they can)

@@ -35,6 +35,10 @@ def validate_config(config, path: Path, supported=None) -> dict:
     supported = supported_model_types() if supported is None else list(supported)
     from analysis.archs import check_not_refused
     check_not_refused(model_type, f" in {where}")
+    if isinstance(model_type, str) and model_type.startswith(PRUNED_PREFIX) and model_type not in supported:
+        from analysis.archs.base import how_to_load   # another version's prune, or an unknown family's
+        raise AnalysisError(f"{where} names {model_type!r}, which this version of the dashboard does not have; "
+                            + how_to_load(model_type))
     if not isinstance(model_type, str) or model_type not in supported:
         families = "; ".join(f"{family} ({', '.join(get_adapter(family).own_types)})" for family in FAMILIES)
         raise AnalysisError(f"Architecture {model_type!r} in {where} is not supported: no family adapter handles "

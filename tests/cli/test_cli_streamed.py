@@ -91,6 +91,12 @@ def test_noise_importance_and_prune_streamed_give_the_in_memory_numbers(deep_lm,
         want = {k: v for f in (tmp_path / f"{out}-whole").glob("*.safetensors") for k, v in load_file(f).items()}
         assert got.keys() == want.keys() and all(torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8))
                                                  for k in want)
+        # issue 44: the streamed save ships the same code and layout as the whole model's
+        streamed, whole = tmp_path / f"{out}-streamed", tmp_path / f"{out}-whole"
+        assert {p.name: p.read_text() for p in streamed.glob("*.py")} == {p.name: p.read_text() for p in whole.glob("*.py")}
+        assert len(list(whole.glob("*.py"))) == 2
+        layouts = [json.loads((d / "config.json").read_text())["pruned_layout"] for d in (streamed, whole)]
+        assert layouts[0] == layouts[1]
 
 
 def test_recovery_is_refused_before_any_work_when_the_model_streams(deep_lm, tmp_path, capsys):

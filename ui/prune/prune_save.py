@@ -72,5 +72,9 @@ def section(ctx: Context, run: dict, columns: dict, tok) -> None:
                 out = save_model(final, dest, tokenizer=tok, metadata=metadata, overwrite=overwrite,
                                  extra=lambda folder: carry_recall_task(ctx.key.path, folder))
         save_guard.saved("prune", out)
-        st.success(f"Saved to {out}: the {chosen} model (safetensors; loads with AutoModelForCausalLM.from_pretrained "
-                   "after `import analysis; analysis.ready()`).")
+        st.success(f"Saved to {out}: the {chosen} model (safetensors, with its model card README.md; "
+                   + ("it carries its own modeling code, so AutoModelForCausalLM.from_pretrained(folder, "
+                      "trust_remote_code=True) loads it without this project, and the dashboard loads it as it is)."
+                      if any(out.glob("modeling_*.py")) else
+                      "the family's own type: AutoModelForCausalLM.from_pretrained(folder) loads it, after `import fla` "
+                      "for a model of fla's)."))

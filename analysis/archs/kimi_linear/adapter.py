@@ -138,6 +138,11 @@ class KimiLinearAdapter(Adapter):
         return [int(d) for d in kept] if kept is not None else [int(self.key_dim(l)) for l in self.linear_layers(model)]
 
     # --- devices ---------------------------------------------------------------------------------
+    def shipped_parts(self, model):
+        """A saved prune's modeling file carries the key-dim layer class (its forward views q/k at dk')."""
+        from analysis.archs.kimi_linear.pruned import shipped_parts
+        return shipped_parts()
+
     def install_routing(self) -> None:
         """Route transformers' two KDA entry points by device (idempotent); registers pruned_kimi_linear."""
         from analysis.archs.kimi_linear import routing

@@ -107,6 +107,18 @@ def keep_readout_scale(layer: KimiLinearDeltaAttention, readout_key_dim: int) ->
     layer.o_norm.variance_epsilon = layer.o_norm.variance_epsilon * readout_key_dim / head_k_dim(layer)
 
 
+def shipped_parts():
+    """KeyDimKimiDeltaAttention, verbatim, for a saved folder's own modeling file (it imports nothing of ours)."""
+    import inspect
+
+    from analysis.archs.shipped_code import ShippedParts
+    return ShippedParts(
+        imports="from transformers.integrations.accelerate import force_accelerate_hooks\n"
+                "from transformers.models.kimi_linear import modeling_kimi_linear as modeling\n"
+                "from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearDeltaAttention",
+        source=inspect.getsource(KeyDimKimiDeltaAttention), classes=(KeyDimKimiDeltaAttention.__name__,))
+
+
 class PrunedKimiLinearConfig(KimiLinearConfig):
     model_type = PRUNED_TYPE
 

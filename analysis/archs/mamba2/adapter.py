@@ -241,6 +241,11 @@ class Mamba2Adapter(Adapter):
             num_key_value_heads=max(1, groups // 2), head_dim=cfg.head_dim, tie_word_embeddings=False)
 
     # --- devices ---------------------------------------------------------------------------------
+    def shipped_parts(self, model):
+        """Falcon-H1's per-layer multipliers travel with a saved prune's modeling file (mamba2.pruned)."""
+        from analysis.archs.mamba2.pruned import shipped_parts
+        return shipped_parts(model)
+
     def install_routing(self) -> None:
         """Route the SSD scan by device, register pruned_<type>, and give `mamba2` back to transformers: fla
         registers its own Mamba2 (Triton-only norms and conv) under the same model type when imported."""

@@ -76,6 +76,46 @@ def _apply_state_sizes(model) -> None:
 PRUNED_TYPES: dict[str, tuple[type, type]] = {}
 
 
+def rebuild_mup_vectors(model, in_place: bool = False) -> None:
+    """Falcon-H1's non-persistent `mup_vector` of every Mamba-2 mixer, from the config's multipliers at that mixer's
+    own state size, heads and groups (no-op for other families). Shipped verbatim in a saved prune's modeling file,
+    so it imports nothing of the project (the same rule as `_mup_vector`)."""
+    import copy
+    import sys
+    for mixer in model.modules():
+        compute = getattr(sys.modules[type(mixer).__module__], "compute_mup_vector", None)
+        if compute is None or not hasattr(mixer, "mup_vector") or not hasattr(mixer, "ssm_state_size"):
+            continue
+        config = copy.copy(model.config)
+        config.mamba_d_state = mixer.ssm_state_size
+        config.mamba_d_ssm, config.mamba_n_heads, config.mamba_n_groups = \
+            mixer.intermediate_size, mixer.num_heads, mixer.n_groups
+        mup = compute(config).to(mixer.mup_vector.device)
+        if in_place:
+            mixer.mup_vector.copy_(mup)
+        else:
+            mixer.register_buffer("mup_vector", mup, persistent=False)
+
+
+SHIPPED_MEMBERS = """
+    def _initialize_missing_keys(self, *args, **kwargs):
+        super()._initialize_missing_keys(*args, **kwargs)
+        with torch.no_grad():   # transformers fills mup_vector from the config's single N: rebuild per layer
+            rebuild_mup_vectors(self, in_place=True)
+"""
+
+
+def shipped_parts(model):
+    """What a saved prune's modeling file needs beyond sizes: Falcon-H1's per-layer multipliers (else None)."""
+    if not any(hasattr(m, "mup_vector") for m in _mixers(model)):
+        return None
+    import inspect
+
+    from analysis.archs.shipped_code import ShippedParts
+    return ShippedParts(source=inspect.getsource(rebuild_mup_vectors), after_init="rebuild_mup_vectors(self)",
+                        members=SHIPPED_MEMBERS)
+
+
 def _rebuild_mup_vectors_after_load(base_model: type) -> dict:
     def _initialize_missing_keys(self, *args, **kwargs):
         """After transformers' own init on load, which fills Falcon-H1's non-persistent mup_vector from the config's

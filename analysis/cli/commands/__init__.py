@@ -1,5 +1,5 @@
 """Subcommand registry of the CLI: name -> (help, argparse setup, run). One module per concern."""
-from analysis.cli.commands import (eval_cmds, heads_cmds, inspect_cmds, plan_cmds, prune_cmds, report_cmds,
+from analysis.cli.commands import (eval_cmds, export_cmds, heads_cmds, inspect_cmds, plan_cmds, prune_cmds, report_cmds,
                                    sensitivity_cmds, train_cmds)
 
 COMMANDS = {
@@ -11,4 +11,5 @@ COMMANDS = {
     **train_cmds.COMMANDS,
     **report_cmds.COMMANDS,
     **eval_cmds.COMMANDS,
+    **export_cmds.COMMANDS,
 }
