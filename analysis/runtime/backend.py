@@ -22,6 +22,7 @@ import torch
 
 from analysis.runtime.cpu_ops import conv as conv_ops
 from analysis.runtime.cpu_ops import norms
+from analysis.runtime import triton_guard
 from analysis.runtime.cpu_ops.delta_rule import StateSink
 from analysis.runtime.recurrences import RecurrenceInputs
 
@@ -251,4 +252,5 @@ def install() -> None:
     wrap_method(GroupNorm, "forward", _group_norm)
     wrap_method(mlp.SwiGLULinear, "forward", _swiglu_linear)
     wrap_method(FusedCrossEntropyLoss, "forward", _cross_entropy)
+    triton_guard.install()   # anything the routing misses ends in one sentence, not inside Triton
     _installed = True
