@@ -1,7 +1,10 @@
 """Route fla's Triton entry points by device: CPU tensors take `analysis.runtime.cpu_ops`, CUDA tensors keep fla.
 
 fla 0.6.0 cannot run a single op on CPU, so `install()` wraps, once per process, fla's shared modules
-(ShortConvolution, RMSNorm, FusedRMSNormGated, LayerNorm, GroupNorm, SwiGLU and the fused cross-entropy), and each family's
+(ShortConvolution, RMSNorm, FusedRMSNormGated, LayerNorm, GroupNorm and the fused cross-entropy: fla dispatches none
+of them above its fwd/bwd kernel pairs), registers the project's CPU ops where fla dispatches them itself
+(analysis.runtime.fla_dispatch: the activations, SwiGLU, the l2 norm), guards every other Triton launch
+(analysis.runtime.triton_guard), and each family's
 adapter routes its own recurrence entry points with `route_recurrence(module, names, recurrence)` (`by_device`
 with the recurrence's `prepare`, analysis.runtime.recurrences; `conv_by_device` for a fused-qkv conv). Each wrapper
 checks the tensor's device and calls fla's untouched original for CUDA. An optional observer sees the prepared recurrence inputs on
@@ -22,7 +25,7 @@ import torch
 
 from analysis.runtime.cpu_ops import conv as conv_ops
 from analysis.runtime.cpu_ops import norms
-from analysis.runtime import triton_guard
+from analysis.runtime import fla_dispatch, triton_guard
 from analysis.runtime.cpu_ops.delta_rule import StateSink
 from analysis.runtime.recurrences import RecurrenceInputs
 
@@ -39,6 +42,11 @@ def observe_recurrences(callback: Callable[[RecurrenceInputs], object]):
         yield
     finally:
         _observer.reset(token)
+
+
+def observing() -> bool:
+    """Whether an observer (observe_recurrences) is collecting in this context."""
+    return _observer.get() is not None
 
 
 PER_TOKEN = ("q", "k", "v", "beta", "g", "a", "b")   # RecurrenceInputs fields with a token axis (dim 1)
@@ -213,14 +221,6 @@ def _group_norm(self, x, residual=None, prenorm=False, residual_in_fp32=False):
                           centred=not self.is_rms_norm, groups=self.num_groups)
 
 
-def _swiglu_linear(self, x, y, weight, bias):
-    return norms.swiglu_linear(x, y, weight, bias)
-
-
-def _swiglu(x, y):
-    return _swiglu.__wrapped__(x, y) if x.is_cuda else norms.swiglu(x, y)
-
-
 def _cross_entropy(self, input, target):
     if self.logit_softcapping or self.return_z_loss:
         raise NotImplementedError("logit soft-capping and z-loss return are not supported on CPU")
@@ -238,19 +238,16 @@ def install() -> None:
     if _installed:
         return
     import fla  # noqa: F401  (registers the model types; needs triton installed)
-    import fla.modules.mlp as mlp
     from fla.modules import FusedCrossEntropyLoss, FusedRMSNormGated, GroupNorm, LayerNorm, RMSNorm, ShortConvolution
 
     if not getattr(fla, "__all__", None):
         raise ImportError("fla imported without its models: install triton (fla's [cpu] extra)")
-    _swiglu.__wrapped__ = mlp.swiglu
-    mlp.swiglu = _swiglu
     wrap_method(ShortConvolution, "forward", _short_conv)
     wrap_method(RMSNorm, "forward", _rms)
     wrap_method(FusedRMSNormGated, "forward", _rms_gated)
     wrap_method(LayerNorm, "forward", _layer_norm)
     wrap_method(GroupNorm, "forward", _group_norm)
-    wrap_method(mlp.SwiGLULinear, "forward", _swiglu_linear)
     wrap_method(FusedCrossEntropyLoss, "forward", _cross_entropy)
+    fla_dispatch.install()   # fla's dispatched activations (SwiGLU, swish, ...) and l2 norm, through fla's registry
     triton_guard.install()   # anything the routing misses ends in one sentence, not inside Triton
     _installed = True
