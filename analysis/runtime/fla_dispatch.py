@@ -154,7 +154,7 @@ L2NORM = "fla.modules.norm.l2norm"
 # (fla module, function name): fla's @dispatch entry points the project runs on CPU through the registry
 FUNCTIONS = tuple((ACTIVATIONS, name) for name in (
     "swish_fwd", "swish_bwd", "sigmoid_fwd", "sigmoid_bwd", "logsigmoid_fwd", "logsigmoid_bwd", "elu_p1_fwd",
-    "elu_p1_bwd", "swiglu_fwd", "swiglu_fwdbwd", "swiglu_linear")) + \
+    "elu_p1_bwd", "swiglu_fwd", "swiglu_fwdbwd", "swiglu_linear", "powglu_fwd", "powglu_fwdbwd", "powglu_linear")) + \
     tuple((L2NORM, name) for name in ("l2norm_fwd", "l2norm_bwd"))
 
 

@@ -33,6 +33,9 @@ CASES = {   # name -> (fla's public op on CPU, torch reference, number of inputs
     "logsigmoid": (lambda m: (lambda x: m.logsigmoid(x, 0.5)), lambda x: F.logsigmoid(x) / 0.5, 1),
     "elu_p1": (lambda m: m.elu_p1, lambda x: F.elu(x) + 1, 1),
     "swiglu": (lambda m: m.swiglu, lambda x, y: F.silu(x) * y, 2),
+    "powglu": (lambda m: (lambda x, y: m.powglu(x, y, 2.5)),
+               lambda x, y: torch.where(x > 0, x.clamp(min=1e-30).pow(2.5 / (x.clamp(min=0).sqrt() + 1)),
+                                        x) * torch.sigmoid(x) * y, 2),
 }
 
 
@@ -51,16 +54,24 @@ def test_fla_function_on_cpu_equals_torch(name):
         assert rel(x.grad, t.grad) < 1e-5
 
 
-def test_swiglu_linear_and_bf16():
+@pytest.mark.parametrize("fused", ["swiglu_linear", "powglu_linear"])
+def test_fused_linear_entry_points(fused):
     m = _activations()
     x, y = _x(4, 24, seed=1), _x(4, 24, seed=2)
     w, b = _x(8, 24, seed=3), _x(8, seed=4)
-    out = m.swiglu_linear(x, y, w, b)
-    ref = F.linear(F.silu(x.detach()) * y.detach(), w.detach(), b.detach())
+    gate = CASES[fused.split("_")[0]][1]
+    twins = [t.detach().clone().requires_grad_() for t in (x, y, w, b)]
+    out = getattr(m, fused)(x, y, w, b, *((2.5,) if fused == "powglu_linear" else ()))
+    ref = F.linear(gate(*twins[:2]), *twins[2:])
     assert rel(out, ref) < 1e-5
-    out.sum().backward()
-    assert x.grad is not None and w.grad is not None
-    h = m.swish(torch.randn(2, 16).bfloat16())
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    for t, r in zip((x, y, w, b), twins):
+        assert rel(t.grad, r.grad) < 1e-4
+
+
+def test_bf16_in_bf16_out():
+    h = _activations().swish(torch.randn(2, 16).bfloat16())
     assert h.dtype == torch.bfloat16   # fp32 inside, the input's dtype out, as fla's kernel
 
 

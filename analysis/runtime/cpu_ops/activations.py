@@ -80,3 +80,32 @@ def l2norm_fwd(x, eps=1e-6, output_dtype=None):
 def l2norm_bwd(y, rstd, dy, eps=1e-6):
     yf, dyf, r = y.float(), dy.float(), rstd.float()[..., None]
     return _out(dyf * r - (dyf * yf).sum(-1, keepdim=True) * yf * r, y)
+
+
+def _powglu_gate(x, power):
+    """fla's PowGLU gate (fp32): x^(power/(√x+1))·σ(x) for x > 0, swish(x) elsewhere."""
+    positive = x > 0
+    xp = torch.where(positive, x, torch.ones_like(x))   # only positive lanes reach log/sqrt, as in fla's kernel
+    exponent = power / (torch.sqrt(xp) + 1.0)
+    s = torch.sigmoid(x)
+    return torch.where(positive, torch.exp(exponent * torch.log(xp)) * s, x * s)
+
+
+def powglu_fwd(x, y, power=3.0, output_contiguous=False):
+    return _out(_powglu_gate(x.float(), power) * y.float(), x)
+
+
+def powglu_fwdbwd(x, y, g, power=3.0, use_weight=False, output_contiguous=False):
+    """(dx, dy[, z]) by torch's autograd through the gate (not a transcription of fla's hand-derived formula)."""
+    with torch.enable_grad():
+        xf = x.detach().float().requires_grad_()
+        gate = _powglu_gate(xf, power)
+        (dgate,) = torch.autograd.grad(gate, xf, g.float() * y.float())
+    gate = gate.detach()
+    out = (_out(dgate, x), _out(g.float() * gate, y))
+    return (*out, _out(gate * y.float(), x)) if use_weight else out
+
+
+def powglu_linear(x, y, weight, bias, power=3.0):
+    """fla's `powglu_linear` entry point: (gate(x)·y) W + b, differentiable by torch's autograd."""
+    return F.linear(_out(_powglu_gate(x.float(), power) * y.float(), x), weight, bias)
