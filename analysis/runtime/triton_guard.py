@@ -25,8 +25,9 @@ _advice: Callable[["UnroutedLaunch"], str | None] | None = None
 _installed = False
 
 
-class UnroutedKernelError(AnalysisError):
-    """An fla op that reached a Triton launch it cannot run on this device."""
+class UnroutedKernelError(AnalysisError, RuntimeError):
+    """An fla op that reached a Triton launch it cannot run on this device. Also a RuntimeError, what Triton raised
+    there before: code that probes the driver and falls back on a RuntimeError (fla's device queries) still does."""
 
 
 class UnroutedLaunch:

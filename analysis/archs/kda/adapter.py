@@ -153,9 +153,8 @@ class KDAAdapter(Adapter):
         from analysis.archs.kda import pruned  # noqa: F401  (registers pruned_kda with transformers)
         backend.install()
         import fla.layers.kda as kda_layer
-        from analysis.runtime import fla_dispatch
-        fla_dispatch.route_entry_points(kda_layer, self.entry_points, self.kernel_spec.recurrence,
-                                        dispatched={"chunk_kda": None})   # fla's registry; fused_recurrent_kda patched
+        backend.route_entry_points(kda_layer, self.entry_points, self.kernel_spec.recurrence,
+                                   dispatched={"chunk_kda": None})   # fla's registry; fused_recurrent_kda patched
 
 
 ADAPTER = KDAAdapter()
