@@ -40,6 +40,8 @@ class UnroutedLaunch:
         self.fla_module = fla_module          # its module, e.g. "fla.modules.activations.ops"
         self.modules = modules                # nn.Modules on the stack, innermost first
         self.config = config                  # the model's config (outermost module with one), if any
+        self.entry = None                     # (function, module): the fla entry point the module called, when
+        #                                       the launch happened deeper (chunk_kda -> chunk_local_cumsum_vector)
 
     @property
     def module_class(self) -> type | None:
@@ -60,18 +62,23 @@ def _frames_from(frame):
 
 def locate(kernel_name: str, frame=None) -> UnroutedLaunch:
     """The fla function and the modules on the stack at a launch (`frame`: where to start, the caller by default)."""
-    fla_function = fla_module = config = None
+    fla_function = fla_module = config = entry = None
     modules = []
     for f in _frames_from(frame or sys._getframe(1)):
         name = f.f_globals.get("__name__", "")
-        if fla_function is None and name.startswith("fla.") and not name.startswith(SKIPPED_FLA_MODULES):
-            fla_function, fla_module = f.f_code.co_qualname, name
+        if name.startswith("fla.") and not name.startswith(SKIPPED_FLA_MODULES):
+            if fla_function is None:
+                fla_function, fla_module = f.f_code.co_qualname, name
+            if not modules and "." not in f.f_code.co_qualname:   # a module-level fla function below the caller
+                entry = (f.f_code.co_qualname, name)
         owner = f.f_locals.get("self")
         if isinstance(owner, torch.nn.Module) and f.f_code.co_name == "forward" and \
                 not type(owner).__module__.startswith("torch.") and (not modules or modules[-1] is not owner):
             modules.append(owner)
             config = getattr(owner, "config", None) or config
-    return UnroutedLaunch(kernel_name, fla_function, fla_module, modules, config)
+    launch = UnroutedLaunch(kernel_name, fla_function, fla_module, modules, config)
+    launch.entry = entry if entry and entry[0] != fla_function else None
+    return launch
 
 
 def sentence(launch: UnroutedLaunch) -> str:
@@ -79,6 +86,8 @@ def sentence(launch: UnroutedLaunch) -> str:
     where = "fla's Triton kernel " + f"`{launch.kernel_name}`"
     if launch.fla_function:
         where = f"fla's `{launch.fla_function}` ({launch.fla_module})"
+    if launch.entry:
+        where = f"fla's `{launch.entry[0]}` ({launch.entry[1]}; its `{launch.fla_function}`, {launch.fla_module})"
     caller = ""
     if launch.modules:
         inner = launch.modules[0]
