@@ -1,7 +1,8 @@
 """Which implementation runs a model's linear layers on each device, read from the routing itself.
 
 Every adapter names its recurrence entry points (`Adapter.entry_points`): module globals of the layer's modeling
-file that its `install_routing` replaces by device-routed versions (`analysis.runtime.backend.route`). A routed entry point
+file that its `install_routing` replaces by device-routed versions (`analysis.runtime.backend.route`), or, where fla
+dispatches the entry point itself, routes through fla's backend registry (`analysis.runtime.fla_dispatch`). A routed entry point
 keeps what the family bound for CUDA as `__wrapped__`; transformers' `use_kernel_func_from_hub_with_fallback`
 binds, in turn, the package kernel it found at import (fla, mamba_ssm) or its own torch code. On CPU a routed entry
 point runs the chunked op of the recurrence the kernel spec names (`analysis.runtime.recurrences`: the delta rule,
@@ -15,6 +16,7 @@ import sys
 from dataclasses import dataclass
 
 from analysis.archs import adapter_for
+from analysis.runtime import fla_dispatch
 
 # package -> (whose, what kind of op it ships)
 OWNERS = {"fla": ("fla's", "Triton kernel "), "mamba_ssm": ("mamba_ssm's", "CUDA kernel "),
@@ -85,7 +87,7 @@ def implementation(model) -> Implementation:
         fn = next((f for f in (_entry(type(layer), name) for layer in layers) if f is not None), None)
         if fn is None:
             continue
-        routed = routed and getattr(fn, "_analysis_routed", False)
+        routed = routed and (getattr(fn, "_analysis_routed", False) or fla_dispatch.routes_to_project(fn))
         kernel, why = bound_kernel(getattr(fn, "__wrapped__", fn) if getattr(fn, "_analysis_routed", False) else fn)
         cuda.append(_function(kernel) + (f", as {why}" if why else ""))
     if not routed:  # only before analysis.ready() (or install_routing) ran

@@ -30,6 +30,8 @@ def ready() -> None:
         backend.install()
         from analysis import archs
         archs.install_all()  # every family's kernel entry points and model types
+        from analysis.archs import unrouted
+        unrouted.install()   # the safety net's advice names the config flags to change
         _ready = True
 
 

@@ -1,7 +1,10 @@
 """Route fla's Triton entry points by device: CPU tensors take `analysis.runtime.cpu_ops`, CUDA tensors keep fla.
 
 fla 0.6.0 cannot run a single op on CPU, so `install()` wraps, once per process, fla's shared modules
-(ShortConvolution, RMSNorm, FusedRMSNormGated, LayerNorm, GroupNorm, SwiGLU and the fused cross-entropy), and each family's
+(ShortConvolution, RMSNorm, FusedRMSNormGated, LayerNorm, GroupNorm and the fused cross-entropy: fla dispatches none
+of them above its fwd/bwd kernel pairs), registers the project's CPU ops where fla dispatches them itself
+(analysis.runtime.fla_dispatch: the activations, SwiGLU, the l2 norm), guards every other Triton launch
+(analysis.runtime.triton_guard), and each family's
 adapter routes its own recurrence entry points with `route_recurrence(module, names, recurrence)` (`by_device`
 with the recurrence's `prepare`, analysis.runtime.recurrences; `conv_by_device` for a fused-qkv conv). Each wrapper
 checks the tensor's device and calls fla's untouched original for CUDA. An optional observer sees the prepared recurrence inputs on
@@ -20,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from analysis.runtime.cpu_ops import activations as cpu_activations
+from analysis.runtime import fla_dispatch, triton_guard
 from analysis.runtime.cpu_ops import conv as conv_ops
 from analysis.runtime.cpu_ops import norms
 from analysis.runtime.cpu_ops.delta_rule import StateSink
@@ -39,6 +42,11 @@ def observe_recurrences(callback: Callable[[RecurrenceInputs], object]):
         yield
     finally:
         _observer.reset(token)
+
+
+def observing() -> bool:
+    """Whether an observer (observe_recurrences) is collecting in this context."""
+    return _observer.get() is not None
 
 
 PER_TOKEN = ("q", "k", "v", "beta", "g", "a", "b")   # RecurrenceInputs fields with a token axis (dim 1)
@@ -195,6 +203,66 @@ def route_recurrence(module, names, recurrence) -> None:
     route(module, names, lambda op: by_device(op, recurrence.prepare))
 
 
+# --- recurrence entry points fla dispatches itself: through fla's registry (analysis.runtime.fla_dispatch) ----------
+
+_passing = contextvars.ContextVar("fla_dispatch_passing", default=False)
+
+
+def recurrence_verifier(*args, **kwargs) -> tuple[bool, str | None]:
+    """CPU tensors, or CUDA ones while an observer collects states (analysis.runtime.backend.observe_recurrences):
+    the project's route tells the observer, then hands the call back to fla (`_passing`), which picks as before."""
+    if _passing.get():
+        return False, "handed back to fla"
+    accepted, why = fla_dispatch.on_cpu(*args, **kwargs)
+    return (True, None) if accepted or observing() else (False, why)
+
+
+def _handed_back(public_fn):
+    """`public_fn` (fla's dispatched entry point) called with the project's backend stepping aside."""
+    def call(*args, **kwargs):
+        token = _passing.set(True)
+        try:
+            return public_fn(*args, **kwargs)
+        finally:
+            _passing.reset(token)
+    call.__wrapped__ = public_fn   # inspect.signature (backend.by_device binds the arguments) follows it
+    call.__name__ = public_fn.__name__
+    return call
+
+
+def register_recurrence(public_fn, prepare, operation: str | None = None) -> bool:
+    """Route fla's recurrence entry point `public_fn` through its dispatch: CPU calls take the project's chunked
+    recurrence (`backend.by_device` with `prepare`), CUDA calls fla's kernel (the observer told). `operation`: the
+    registry's name for an operation-level `@dispatch('op')`, None for a function-level `@dispatch`. False where
+    dispatch is off: the caller patches the layer's module global instead."""
+    if not fla_dispatch.dispatch_enabled():
+        return False
+    implementation = by_device(_handed_back(public_fn), prepare)
+    if operation is None:
+        fla_dispatch.register_function(public_fn, implementation, verifier=recurrence_verifier)
+    else:
+        fla_dispatch.register_operation(operation, public_fn.__name__, implementation, recurrence_verifier)
+        fla_dispatch.registered[f"{public_fn.__module__}.{public_fn.__name__}"] = "dispatch"
+    return True
+
+
+def route_entry_points(module, names, recurrence, dispatched: dict[str, str | None]) -> None:
+    """A layer file's recurrence entry points `names`: those fla dispatches (`dispatched`: name -> operation, None
+    for a function-level dispatch) through fla's registry, the rest patched (`backend.route_recurrence`)."""
+    patched = []
+    for name in names:
+        fn = getattr(module, name)
+        fn = fn.__wrapped__ if getattr(fn, "_analysis_routed", False) else fn
+        if not (name in dispatched and register_recurrence(fn, recurrence.prepare, dispatched[name])):
+            patched.append(name)
+    route_recurrence(module, patched, recurrence)
+
+
+def _patch_global(module, name, cpu_fn) -> None:
+    """fla_dispatch's fallback where fla's dispatch is off: the module global takes `cpu_fn` for CPU tensors."""
+    route(module, (name,), torch_on_cpu(cpu_fn))
+
+
 def _rms(self, x, residual=None, prenorm=False, residual_in_fp32=False):
     return norms.rms_norm(x, self.weight, self.bias, residual, self.eps, prenorm, residual_in_fp32)
 
@@ -211,14 +279,6 @@ def _layer_norm(self, x, residual=None, prenorm=False, residual_in_fp32=False):
 def _group_norm(self, x, residual=None, prenorm=False, residual_in_fp32=False):
     return norms.rms_norm(x, self.weight, self.bias, residual, self.eps, prenorm, residual_in_fp32,
                           centred=not self.is_rms_norm, groups=self.num_groups)
-
-
-def _swiglu_linear(self, x, y, weight, bias):
-    return norms.swiglu_linear(x, y, weight, bias)
-
-
-def _swiglu(x, y):
-    return _swiglu.__wrapped__(x, y) if x.is_cuda else norms.swiglu(x, y)
 
 
 def _cross_entropy(self, input, target):
@@ -250,23 +310,18 @@ def install() -> None:
     if _installed:
         return
     import fla  # noqa: F401  (registers the model types; needs triton installed)
-    import fla.modules.mlp as mlp
     from fla.modules import FusedCrossEntropyLoss, FusedRMSNormGated, GroupNorm, LayerNorm, RMSNorm, ShortConvolution
 
     if not getattr(fla, "__all__", None):
         raise ImportError("fla imported without its models: install triton (fla's [cpu] extra)")
-    _swiglu.__wrapped__ = mlp.swiglu
-    mlp.swiglu = _swiglu
     wrap_method(ShortConvolution, "forward", _short_conv)
     wrap_method(RMSNorm, "forward", _rms)
     wrap_method(FusedRMSNormGated, "forward", _rms_gated)
     wrap_method(LayerNorm, "forward", _layer_norm)
     wrap_method(GroupNorm, "forward", _group_norm)
-    wrap_method(mlp.SwiGLULinear, "forward", _swiglu_linear)
     wrap_method(FusedCrossEntropyLoss, "forward", _cross_entropy)
     from fla.modules import FusedLinearCrossEntropyLoss
     wrap_method(FusedLinearCrossEntropyLoss, "forward", _linear_cross_entropy)
-    import fla.modules.activations.ops as activations   # config flags reach these (docs/config-flags.md)
-    for name, twin in cpu_activations.TWINS.items():
-        route(activations, (name,), wrap=torch_on_cpu(twin))
+    fla_dispatch.install(patch=_patch_global)   # fla's dispatched activations (SwiGLU, swish, ...) and l2 norm, through fla's registry
+    triton_guard.install()   # anything the routing misses ends in one sentence, not inside Triton
     _installed = True

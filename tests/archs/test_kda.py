@@ -188,7 +188,9 @@ def test_install_routing_is_idempotent():
     before = (kda_layer.chunk_kda, kda_layer.fused_recurrent_kda)
     ADAPTER.install_routing()
     assert (kda_layer.chunk_kda, kda_layer.fused_recurrent_kda) == before
-    assert before[0]._analysis_routed and before[1]._analysis_routed
+    from analysis.runtime import fla_dispatch
+    assert fla_dispatch.routes_to_project(before[0])   # chunk_kda: through fla's dispatch registry
+    assert before[1]._analysis_routed                  # fused_recurrent_kda: fla does not dispatch it, patched
 
 
 # --- states ---------------------------------------------------------------------------------------

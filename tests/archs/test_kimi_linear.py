@@ -55,11 +55,23 @@ def test_registry_finds_the_adapter(model):
     assert ADAPTER.softmax_cache_bytes(mla, 100, 2) == 100 * (16 + 8) * 2   # latent + shared rope key, one head
 
 
-def test_unrouted_entry_point_fails_on_cpu(model, ids, monkeypatch):
-    """The bug: transformers binds fla's Triton chunk_kda when fla is installed, which has no CPU driver."""
+def test_unrouted_entry_point_reaches_fla_registry_then_the_safety_net(model, ids, monkeypatch):
+    """transformers binds fla's Triton chunk_kda when fla is installed. Without the project's patch of transformers'
+    global, a CPU call reaches fla's own dispatch, where the project's registered backend runs it (the same logits);
+    with that backend taken out of fla's registry too, the safety net's sentence, never Triton's "0 active drivers"."""
+    import inspect
+
+    import fla.backends
+    from fla.ops.kda import chunk_kda
+    from analysis.runtime import fla_dispatch
+    from analysis.runtime.triton_guard import UnroutedKernelError
+    expected = logits(model, ids)
     routed = kimi_modeling.chunk_kimi_delta_attention
     monkeypatch.setattr(kimi_modeling, "chunk_kimi_delta_attention", routed.__wrapped__)
-    with pytest.raises(Exception):
+    assert_close(logits(model, ids), expected)
+    monkeypatch.delitem(fla.backends._function_registries[inspect.unwrap(chunk_kda)]._backends,
+                        fla_dispatch.BACKEND_TYPE)
+    with pytest.raises(UnroutedKernelError, match="`chunk_kda` .*called by KimiLinearDeltaAttention"):
         logits(model, ids)
 
 

@@ -50,11 +50,21 @@ def test_registry_finds_the_adapter(model):
     assert ADAPTER.softmax_cache_bytes(attn, 100, 2) == 2 * 1 * 16 * 100 * 2
 
 
-def test_unrouted_entry_point_fails_on_cpu(model, ids, monkeypatch):
-    """The bug: transformers binds fla's Triton kernel when fla is installed, which has no CPU driver."""
+def test_unrouted_entry_point_reaches_fla_registry_then_the_safety_net(model, ids, monkeypatch):
+    """transformers binds fla's Triton kernel when fla is installed. Without the project's patch of transformers'
+    global, a CPU call reaches fla's own dispatch (operation 'gated_delta_rule'), where the project's registered
+    backend runs it (the same logits); with that backend taken out of fla's registry too, the safety net's sentence,
+    never Triton's "0 active drivers"."""
+    import fla.backends
+    import fla.ops.gated_delta_rule  # noqa: F401  (its operation registry)
+    from analysis.runtime import fla_dispatch
+    from analysis.runtime.triton_guard import UnroutedKernelError
+    expected = logits(model, ids)
     routed = qwen_modeling.torch_chunk_gated_delta_rule
     monkeypatch.setattr(qwen_modeling, "torch_chunk_gated_delta_rule", routed.__wrapped__)
-    with pytest.raises(Exception):
+    assert_close(logits(model, ids), expected)
+    monkeypatch.delitem(fla.backends._operation_registries["gated_delta_rule"]._backends, fla_dispatch.BACKEND_TYPE)
+    with pytest.raises(UnroutedKernelError, match="`chunk_gated_delta_rule` .*called by Qwen3_5GatedDeltaNet"):
         logits(model, ids)
 
 

@@ -30,7 +30,8 @@ class GatedDeltaNetAdapter(FlaAdapter):
         from analysis.archs.fla_shared import pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
         from analysis.runtime import backend
         import fla.layers.gated_deltanet as layer_file
-        backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
+        backend.route_entry_points(layer_file, self.entry_points, self.kernel_spec.recurrence,
+                                   dispatched={"chunk_gated_delta_rule": "gated_delta_rule"})  # fla's registry
         backend.route(layer_file, ("causal_conv1d",), wrap=backend.conv_by_device)  # its fused q|k|v conv path
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):

@@ -148,7 +148,8 @@ class KDAAdapter(Adapter):
 
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
-        """chunk_kda / fused_recurrent_kda, as fla/layers/kda.py looks them up, go through backend.route_recurrence.
+        """chunk_kda through fla's dispatch registry (analysis.runtime.fla_dispatch), fused_recurrent_kda (which fla
+        does not dispatch) as fla/layers/kda.py looks it up, through backend.route_recurrence.
 
         The layer's other ops (ShortConvolution, FusedRMSNormGated with sigmoid, RMSNorm, SwiGLU, fused
         cross-entropy) are the ones analysis.runtime.backend.install() already routes."""
@@ -156,7 +157,8 @@ class KDAAdapter(Adapter):
         from analysis.archs.kda import pruned  # noqa: F401  (registers pruned_kda with transformers)
         backend.install()
         import fla.layers.kda as kda_layer
-        backend.route_recurrence(kda_layer, self.entry_points, self.kernel_spec.recurrence)
+        backend.route_entry_points(kda_layer, self.entry_points, self.kernel_spec.recurrence,
+                                   dispatched={"chunk_kda": None})   # fla's registry; fused_recurrent_kda patched
 
 
 ADAPTER = KDAAdapter()

@@ -53,12 +53,6 @@ def token_shift(x, cu_seqlens=None, cache=None, output_cache=False, chunk_indice
     return (delta, last) if output_cache else delta
 
 
-def _l2_norm(x, eps: float = 1e-6, output_dtype=None):
-    """fla's l2norm: x / sqrt(Σx² + eps) over the last dim, fp32 inside."""
-    y = x.float() * torch.rsqrt(x.float().square().sum(-1, keepdim=True) + eps)
-    return y.to(output_dtype or x.dtype)
-
-
 def _sqrelu(x):
     """relu(x)², fp32 inside: the body of fla's torch.compile'd sqrelu_fwd (compiling it costs seconds per shape on
     a CPU, for an op of microseconds)."""
@@ -180,8 +174,8 @@ class RWKV7Adapter(Adapter):
         backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
         for module in (layer_file, model_file):
             backend.route(module, ("token_shift",), wrap=backend.torch_on_cpu(token_shift))
-        for name, torch_fn in (("fused_addcmul_rwkv7", torch_addcmul_rwkv7), ("fused_k_rwkv7", _k_update),
-                               ("l2_norm", _l2_norm)):
+        # (its l2_norm goes through fla's dispatch of l2norm_fwd/l2norm_bwd: analysis.runtime.fla_dispatch)
+        for name, torch_fn in (("fused_addcmul_rwkv7", torch_addcmul_rwkv7), ("fused_k_rwkv7", _k_update)):
             backend.route(layer_file, (name,), wrap=backend.torch_on_cpu(torch_fn))
         backend.route(layer_file, ("gate_output_correction",), wrap=bonus_by_shape)
         activations = importlib.import_module("fla.modules.activations.ops")   # the feed-forward's squared ReLU

@@ -46,14 +46,6 @@ def _normalised_groups(h, eps, centred, groups):
     return _normalised(z, eps).flatten(-2)
 
 
-def swiglu(x, y):
-    return (F.silu(x.float()) * y.float()).to(x.dtype)
-
-
-def swiglu_linear(x, y, weight, bias):
-    return F.linear(swiglu(x, y), weight, bias)
-
-
 def cross_entropy(logits, target, ignore_index=-100, label_smoothing=0.0, logit_scale=1.0,
                   lse_square_scale=0.0, reduction="mean"):
     """fla's FusedCrossEntropyLoss: CE over scaled fp32 logits plus an optional z-loss."""
