@@ -33,6 +33,10 @@ if choice.strategy is not None:  # key channels: the sensitivity map, the alloca
     sensitivity_view.section(ctx, choice.strategy, settings, choice.rounding, plan)
     with predicted:
         plans = plan_view.section(ctx, choice.strategy, plan["ratios"], planned, choice.rounding, heads)
+    if choice.map_slot is not None:  # per-layer mode: the map beside the inputs, read while typing
+        with choice.map_slot.container():
+            sensitivity_view.compact(ctx, choice.strategy, plan["ratios"], plan_view.current_map(ctx, choice.strategy),
+                                     plan_view.typed_line(ctx))
 
 ev = prune_form.evaluation(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)

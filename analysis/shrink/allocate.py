@@ -26,6 +26,7 @@ from functools import reduce
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
+from analysis.shrink.number_format import signed
 from analysis.shrink.predict import predict
 from analysis.shrink.prune_workflow import prune_then_measure
 from analysis.models.channel_group import fp32_state_bytes
@@ -316,7 +317,7 @@ def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, 
     done = []
 
     def evaluate(plan):
-        say(0.1 + 0.9 * len(done) / distinct, f"pruning and measuring the {plan['name']} plan "
+        say(0.1 + 0.9 * len(done) / distinct, f"pruning and measuring {plan_phrase(plan['name'])} "
                                                f"({len(done) + 1} of {distinct})…")
         got = point_cache.cached({**key, "strategy": strategy, "dims": list(plan["dims"])}, use_cache,
                                  lambda: kept(measure.read(prune_then_measure(
@@ -391,19 +392,19 @@ def choose(plans: list[dict], evaluate) -> dict:
     if uniform is not None and tuple(best["dims"]) == tuple(uniform["dims"]):
         best = uniform
         reason = ("the map found nothing better than uniform: no other plan measured a lower validation loss "
-                  f"than uniform's {uniform['measured_loss']:+.4f}")
+                  f"than uniform's {signed(uniform['measured_loss'])}")
     elif noise is not None and noise["delta_log_ppl"] > -SIGNIFICANCE * noise["se"]:
         reason = (f"no plan beat uniform by more than {SIGNIFICANCE:g} paired standard errors: {best['name']} "
-                  f"measured {noise['delta_log_ppl']:+.4f} ± {noise['se']:.4f} nats/token against uniform "
+                  f"measured {signed(noise['delta_log_ppl'])} ± {noise['se']:.4f} nats/token against uniform "
                   f"over {noise['windows']} validation windows, within noise, so uniform is kept")
         best = uniform
     elif uniform is not None:
-        reason = (f"{best['name']} measured the lowest validation loss, {best['measured_loss']:+.4f} against "
-                  f"uniform's {uniform['measured_loss']:+.4f}")
+        reason = (f"{best['name']} measured the lowest validation loss, {signed(best['measured_loss'])} against "
+                  f"uniform's {signed(uniform['measured_loss'])}")
         if noise is not None:
-            reason += f" (paired difference {noise['delta_log_ppl']:+.4f} ± {noise['se']:.4f} nats/token)"
+            reason += f" (paired difference {signed(noise['delta_log_ppl'])} ± {noise['se']:.4f} nats/token)"
     else:
-        reason = f"{best['name']} measured the lowest validation loss ({best['measured_loss']:+.4f})"
+        reason = f"{best['name']} measured the lowest validation loss ({signed(best['measured_loss'])})"
     if windows.get(tuple(best["dims"])):
         for p in measured:
             if tuple(p["dims"]) != tuple(best["dims"]) and windows.get(tuple(p["dims"])):
@@ -413,21 +414,29 @@ def choose(plans: list[dict], evaluate) -> dict:
             "candidates": measured, **({"yours": versus(yours, best)} if yours else {})}
 
 
+def plan_phrase(name: str) -> str:
+    """A plan's name inside a sentence: "your plan", "the uniform plan" (never "the your plan plan")."""
+    return name if name == YOURS else f"the {name} plan"
+
+
 def versus(plan: dict, chosen: dict) -> str:
     """How a plan did against the chosen one, with the paired noise when there is one."""
+    if chosen["name"] == plan["name"]:
+        return f"your plan is the chosen one, measured {signed(plan['measured_loss'])}"
     if tuple(plan["dims"]) == tuple(chosen["dims"]):
-        return f"your plan is the chosen one ({chosen['name']}), measured {plan['measured_loss']:+.4f}"
+        return (f"your plan has the same dk' as {plan_phrase(chosen['name'])}, the chosen one, measured "
+                f"{signed(plan['measured_loss'])}")
     d = plan.get("paired_vs_chosen")
     gap = plan["measured_loss"] - chosen["measured_loss"]
     word = "worse" if gap > 0 else "better"
     if d is None or not math.isfinite(d["se"]) or d["se"] == 0:
-        return (f"your plan measured {plan['measured_loss']:+.4f}, {word} than the chosen {chosen['name']} by "
-                f"{abs(gap):.4f}")
+        return (f"your plan measured {signed(plan['measured_loss'])}, {word} than the chosen "
+                f"{plan_phrase(chosen['name'])} by {abs(gap):.4f}")
     z = abs(d["delta_log_ppl"]) / d["se"]
     verdict = "more than noise" if z > SIGNIFICANCE else "within noise"
-    return (f"your plan measured {plan['measured_loss']:+.4f}, {word} than the chosen {chosen['name']} by "
-            f"{d['delta_log_ppl']:+.4f} ± {d['se']:.4f} nats/token (paired over {d['windows']} windows, "
-            f"{z:.1f} SE): {verdict}")
+    return (f"your plan measured {signed(plan['measured_loss'])}, {word} than the chosen "
+            f"{plan_phrase(chosen['name'])} by {signed(d['delta_log_ppl'])} ± {d['se']:.4f} nats/token (paired over "
+            f"{d['windows']} windows, {z:.1f} SE): {verdict}")
 
 
 def _needs_calibration(strategy: str) -> bool:

@@ -35,6 +35,7 @@ import math
 from analysis.errors import AnalysisError
 from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.key_plan import tiles, tiles_of
+from analysis.shrink.number_format import signed, signed_percent
 
 # κ (a fraction of Σ|loss|), the floor σ₀ and λ (a fraction of the interpolation gap g), in the map's loss unit
 UNCERTAINTY = {"ppl": {"kappa": 0.02, "floor": 0.001, "interpolation": 0.25},
@@ -161,10 +162,10 @@ def summary(pred: dict) -> str:
     loss, sigma = pred["predicted_loss"], pred["predicted_uncertainty"]
     if pred["metric"] == "ppl":
         lo, hi = math.expm1(loss - 2 * sigma), math.expm1(loss + 2 * sigma)
-        text = (f"predicted Δ log perplexity {loss:+.4f} ± {sigma:.4f} nats/token (1σ), perplexity "
-                f"{pred['predicted_ppl_change']:+.2%} (±2σ: {lo:+.2%} to {hi:+.2%})")
+        text = (f"predicted Δ log perplexity {signed(loss)} ± {sigma:.4f} nats/token (1σ), perplexity "
+                f"{signed_percent(pred['predicted_ppl_change'])} (±2σ: {signed_percent(lo)} to {signed_percent(hi)})")
     else:
-        text = f"predicted Δ recall accuracy {-loss:+.4f} ± {sigma:.4f} (1σ)"
+        text = f"predicted Δ recall accuracy {signed(-loss)} ± {sigma:.4f} (1σ)"
     text += f"; state {pred['state_bytes']:,} of {pred['state_bytes_unpruned']:,} fp32 bytes per sequence, " \
             f"{pred['kernel_tiles']} kernel tiles"
     if pred["outside_grid"]:

@@ -1,6 +1,7 @@
 """Issue 20's dashboard defects on the Prune page (AppTest, tiny random-init models): per-model plans,
 Save names and writes the model the user picked."""
 import json
+import math
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -61,6 +62,11 @@ def test_per_layer_ratios_belong_to_their_model(monkeypatch, lm_dir, other_dir):
     assert ratios(at) == [0.25, 0.75]
 
 
+def verify_tables(at) -> list:
+    """Verify and choose's table (st.table: every column shown whole)."""
+    return [t.value for t in at.table if "vs chosen, paired ± SE" in t.value.columns]
+
+
 def click(at, key: str) -> AppTest:
     at.button(key=key).click().run()
     ok(at)
@@ -103,13 +109,14 @@ def history_of_plans(at, pruned: float, recovered: float, saved: str, name: str)
     [history] = [d.value for d in at.dataframe if "Pareto front" in d.value.columns]
     run = at.session_state["pruned"]
     before = run["before"]["perplexity"]["perplexity"]
-    delta = "Δ perplexity vs unpruned (%)"
+    delta = "perplexity change (%)"  # beside the chart's unit, Δ log perplexity (nats/token)
     [prune] = [i for i in history.index if i.startswith("prune ")]
     [recovery] = [i for i in history.index if i.startswith("recovery ")]
     [kept] = [i for i in history.index if i == f"saved {name}"]
     assert history.loc[prune, "dk'"] == "16 16" and history.loc[prune, "source"] == "prune"
     assert history.loc[prune, delta] == pytest.approx(100 * (pruned / before - 1), abs=0.01)  # the table's 2 decimals
     assert history.loc[recovery, delta] == pytest.approx(100 * (recovered / before - 1), abs=0.01)
+    assert history.loc[prune, "Δ log perplexity (nats/token)"] == pytest.approx(math.log(pruned / before), abs=1e-4)
     assert history.loc[prune, "state bytes"] == run["after"]["state_bytes_per_sequence"]
     assert history.loc[kept, delta] == history.loc[recovery if saved == "recovered" else prune, delta]
     assert any(b.proto.label == "Download plans (CSV)" for b in at.get("download_button"))
@@ -137,10 +144,11 @@ def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells
     assert job.state == "done"
     assert steps[0] == "measuring the unpruned model…" and any("pruning and measuring the uniform plan" in s
                                                                for s in steps)
-    [frame] = [d.value for d in at.dataframe if "measured loss" in d.value.columns]
+    [frame] = verify_tables(at)
     assert not frame.isna().any().any() and "None" not in frame.to_string()
-    chosen = frame.index[frame.index == [c.value for c in at.caption if "chosen: **" in c.value][0]
-                         .split("chosen: **")[1].split("**")[0]][0]
+    chosen = [m.value for m in at.markdown if m.value.startswith("**Chosen: ")][0].split("**Chosen: ")[1] \
+        .split(".**")[0]
+    assert chosen in frame.index
     want = [float(r) for r in frame.loc[chosen, "ratios"].split(", ")]
     assert ratios(at) == pytest.approx(want, abs=1e-3)  # the inputs hold the chosen plan
 
@@ -192,7 +200,7 @@ def test_one_rank_profile_for_suggest_the_map_and_verify(monkeypatch, lm_dir):
     assert any("on the first 2 calibration train-split sequences (64 tokens, seed 0)" in c.value for c in at.caption)
     click(at, "allocate")
     click(at, "sens_verify")
-    [frame] = [d.value for d in at.dataframe if "measured loss" in d.value.columns]
+    [frame] = verify_tables(at)
     row = [float(r) for r in frame.loc["rank-suggested", "ratios"].split(", ")]
     assert row == pytest.approx(suggested, abs=1e-3)
 

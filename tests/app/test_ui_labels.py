@@ -140,12 +140,14 @@ def test_notice_lines_under_the_sweep_latency_and_sensitivity_charts():
     assert notice.latency(timed[:1]) == ""
     losses = [[0.001, 0.010], [0.002, 0.200], [0.0, None]]
     assert notice.sensitivity([0.25, 0.5], losses) == ("Notice: at ρ = 0.25, layer 1 is the most sensitive (the "
-                                                       "allocator charges +0.0020) and layer 2 the least (+0.0000).")
+                                                       "allocator charges +0.0020) and layer 2 the least (0.0000).")
     full = [[0.001, 0.010], [0.002, 0.200]]
     real = notice.sensitivity([0.25, 0.5], full, [[0.001, 0.002], [0.001, 0.003]])
     assert "at ρ = 0.5, layer 1" in real and "a real choice" in real
     noisy = notice.sensitivity([0.25, 0.5], full, [[0.001, 0.2], [0.001, 0.3]])
     assert "cannot be told apart" in noisy
+    hybrid = notice.sensitivity([0.25, 0.5], full, names=["layer 0 (block 0)", "layer 1 (block 2)"])
+    assert "layer 1 (block 2) is the most sensitive" in hybrid  # named as the ratio inputs are
 
 
 def test_notice_under_the_key_dim_bars_counts_the_tiles_drawn():

@@ -100,10 +100,10 @@ def test_a_typed_plan_is_predicted_verified_charted_and_restored_by_a_click(serv
         assert table.count() == 1
 
         main.get_by_role("button", name="Verify and choose").click()
-        page.wait_for_selector("text=/chosen: .*the per-layer inputs now hold it/", timeout=TIMEOUT_MS)
+        page.wait_for_selector("text=/Chosen: .*The per-layer inputs now hold it/", timeout=TIMEOUT_MS)
         idle(page)
         no_exception(page)
-        verified = main.locator("[data-testid='stDataFrame']", has_text="vs chosen").first
+        verified = main.locator("[data-testid='stTable']", has_text="vs chosen").first
         assert verified.count() == 1
 
         chart = main.locator("[data-testid='stPlotlyChart']", has_text="measured Δ vs state").first

@@ -37,7 +37,8 @@ def test_plan_in_words_names_the_interpolation_and_what_is_outside_the_grid(caps
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["plan", "qwen35-hybrid-small", "--ratio", "0.5"], "No shipped l1 sensitivity map for qwen35-hybrid-small"),
+    (["plan", "qwen35-hybrid-small", "--ratio", "0.5", "--strategy", "random"],
+     "No shipped random sensitivity map for qwen35-hybrid-small"),
     (["plan", SAMPLE, "--ratio", "0.5", "--strategy", "wanda", "--map", str(shipped_map_path(SAMPLE, "l1"))],
      "The map was measured with 'l1', not 'wanda'"),
     (["plan", SAMPLE], "Give --ratio (one ratio for all layers) or --ratios"),

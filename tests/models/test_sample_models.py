@@ -7,7 +7,8 @@ import torch
 from analysis.models import load as models
 
 SAMPLES = {s.name: s for s in models.list_samples()}
-LM_SAMPLES = [n for n in ("deltanet-small", "gated-deltanet-small", "qwen35-hybrid-small", "granite-h-small") if n in SAMPLES]
+LM_SAMPLES = [n for n in ("deltanet-small", "gated-deltanet-small", "qwen35-hybrid-small", "granite-h-small",
+                          "gated-deltanet-deep") if n in SAMPLES]
 
 
 def test_bundled_samples_exist():

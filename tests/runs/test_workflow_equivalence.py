@@ -174,7 +174,8 @@ def test_a_sweep_point_is_the_same_from_the_cli_and_the_page(tmp_path, monkeypat
     ok(at)
     [history] = [d.value for d in at.dataframe if "Pareto front" in d.value.columns]
     assert list(history.index) == [f"sweep 1: {STRATEGY} ρ 0.5"] and history["dk'"].tolist() == ["32 32 32 32"]
-    assert history["Δ perplexity vs unpruned (%)"].tolist() == pytest.approx([100 * point["delta_vs_unpruned"]])
+    assert history["perplexity change (%)"].tolist() == pytest.approx([100 * point["delta_vs_unpruned"]])
+    assert history["Δ log perplexity (nats/token)"].tolist() == pytest.approx([math.log1p(point["delta_vs_unpruned"])])
 
 
 # Prune-and-measure and recover-and-measure (analysis/shrink/prune_workflow.py): a wanda prune at ratio 0.5, measured on

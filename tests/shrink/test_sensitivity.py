@@ -136,8 +136,8 @@ def test_section_fills_the_map_allocates_and_verifies(monkeypatch, lm_dir):
     least = min(sum(losses[p] for p in pair) for pair in pairs)
     assert chosen in [[r for _, r in sorted(pair)] for pair in pairs if sum(losses[p] for p in pair) == least]
     click(at, "sens_verify")
-    [caption] = [c.value for c in at.caption if "chosen: **" in c.value]
-    assert "the per-layer inputs now hold it" in caption
+    [said] = [m.value for m in at.markdown if m.value.startswith("**Chosen: ")]
+    assert "The per-layer inputs now hold it" in said
     after = [at.number_input(key=f"w:layer_ratio_{i}").value for i in range(2)]
     assert after in (chosen, [0.5, 0.5])  # the knapsack plan or uniform, whichever measured better
     clean(at)
@@ -247,6 +247,7 @@ def test_a_map_written_before_model_identity_is_still_matched_by_its_file_digest
 def test_map_cells_print_the_delta_the_colour_shows_with_its_paired_standard_error():
     """Issue 20: the cells printed perplexity while the colour was Δ nats/token."""
     from analysis.shrink.sensitivity import paired_difference
+    from analysis.shrink.number_format import signed
     from ui.prune.sensitivity_figure import sensitivity_heatmap
     model, tok = build_tiny("delta_net"), data.load_tokenizer()
     s = MapSettings("l1", (0.5,), eval_tokens=256, context=64, calib_sequences=2, calib_tokens=64)
@@ -261,7 +262,7 @@ def test_map_cells_print_the_delta_the_colour_shows_with_its_paired_standard_err
     text = fig["data"][0]["text"]
     for layer in range(2):
         loss, se = g.losses[layer][0], g.ses[layer][0]
-        assert text[layer][0] == f"{loss:+.3g} ± {se:.2g}"
+        assert text[layer][0] == f"{signed(loss)} ± {se:.2g}"
         assert f"{g.values[layer][0]:.4g}" not in text[layer][0]  # not the perplexity
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import math
+
 import plotly.graph_objects as go
 
+from analysis.shrink.number_format import nats_with_percent, signed
 from ui.shared.figures import PALETTE, axes_layout
 
 SOURCES = {"prune": ("circle", "pruned on this page"), "recovered": ("diamond", "after recovery"),
@@ -19,7 +22,14 @@ FRONT_COLOR = "#222222"
 
 
 def _y(p: dict) -> float:
-    return 100 * p["delta"] if p["metric"] == "ppl" else p["delta"]
+    """The chart's unit: Δ log perplexity in nats/token (the map's, the prediction's and Verify's unit), or Δ recall
+    accuracy; a point's delta is perplexity / unpruned − 1."""
+    return math.log1p(p["delta"]) if p["metric"] == "ppl" else p["delta"]
+
+
+def _said(p: dict) -> str:
+    """The hover's value: nats/token with the perplexity change beside it."""
+    return nats_with_percent(_y(p)) + " nats/token" if p["metric"] == "ppl" else signed(p["delta"])
 
 
 def _strategy(p: dict) -> str:
@@ -29,7 +39,7 @@ def _strategy(p: dict) -> str:
 def history_figure(points: Sequence[dict], front: Sequence[str], strategy: str | None, predicted: Sequence[dict],
                    title: str, y_title: str) -> go.Figure:
     """points: plan_points dicts of one measurement; front: ids on the Pareto front; predicted: {"name",
-    "state_bytes", "y", "lo", "hi"} in the y unit (lo/hi: the ±2σ ends)."""
+    "state_bytes", "y", "lo", "hi", "said"} in the y unit (lo/hi: the ±2σ ends; said: the hover's words)."""
     fig = go.Figure()
     sweep = sorted((p for p in points if p["source"] == "sweep" and p["strategy"] == strategy
                     and "recovery" not in p["label"]), key=lambda p: p["state_bytes"])
@@ -53,17 +63,18 @@ def history_figure(points: Sequence[dict], front: Sequence[str], strategy: str |
                                                         for p in rows],
                         line=dict(width=[3 if p["id"] in front else 1 for p in rows],
                                   color=[FRONT_COLOR if p["id"] in front else "white" for p in rows])),
-            customdata=[[p["id"], p["label"], _strategy(p), " ".join(map(str, p["head_k_dims"])), p["value"]]
+            customdata=[[p["id"], p["label"], _strategy(p), " ".join(map(str, p["head_k_dims"])), p["value"], _said(p)]
                         for p in rows],
             hovertemplate="%{customdata[1]} (%{customdata[2]})<br>dk' %{customdata[3]}<br>%{x:,} state bytes: "
-                          "%{y:+.3f}" + (" %" if rows[0]["metric"] == "ppl" else "")
-                          + " (measured %{customdata[4]:.4f})<br>click: put this plan into the inputs<extra></extra>"))
+                          "%{customdata[5]} (measured %{customdata[4]:.4f})<br>click: put this plan into the "
+                          "inputs<extra></extra>"))
     for n, p in enumerate(predicted):
         fig.add_trace(go.Scatter(x=[p["state_bytes"]], y=[p["y"]], mode="markers", name=f"predicted: {p['name']}",
                                  marker=dict(symbol="diamond-open" if n == 0 else "star-open", size=13,
                                              color=PALETTE[(n + 3) % len(PALETTE)]),
                                  error_y=dict(type="data", symmetric=False, array=[p["hi"] - p["y"]],
                                               arrayminus=[p["y"] - p["lo"]]),
-                                 hovertemplate=f"{p['name']}, predicted by the map: %{{y:+.3f}} (±2σ)<extra></extra>"))
+                                 hovertemplate=f"{p['name']}, predicted by the map: {p.get('said', '%{y:+.4f}')} "
+                                               "(bars: ±2σ)<extra></extra>"))
     fig.add_hline(y=0, line_dash="dot", line_color="#7f7f7f")
     return axes_layout(fig, title, "fp32 state bytes per sequence", y_title, clickmode="event+select")

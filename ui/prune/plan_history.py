@@ -14,6 +14,7 @@ import streamlit as st
 
 from analysis.io import reads, writes
 from analysis.shrink import plan_points
+from analysis.shrink.number_format import nats_with_percent, signed
 from ui.shared import made, state
 from ui.shared.context import Context
 from ui.shared.keys import ModelKey
@@ -127,12 +128,17 @@ def section(ctx: Context, strategy: str | None, predicted: list[dict]) -> None:
     shown = [p for p in points if p["measure"] == group]
     front = plan_points.pareto(shown)
     metric = shown[0]["metric"]
-    y_title = "Δ perplexity vs unpruned (%)" if metric == "ppl" else "Δ recall accuracy vs unpruned"
-    scale = 100 if metric == "ppl" else 1
+    # one unit with the map, the prediction and Verify: nats/token, with the perplexity change beside it
+    y_title = "Δ log perplexity (nats/token)" if metric == "ppl" else "Δ recall accuracy vs unpruned"
 
     def change(loss):
-        return scale * math.expm1(loss) if metric == "ppl" else -loss
+        return loss if metric == "ppl" else -loss
+
+    def said(loss, sigma):
+        return (f"{nats_with_percent(loss)} nats/token ± {sigma:.4f}" if metric == "ppl"
+                else f"{signed(-loss)} ± {sigma:.4f}")
     marks = [{"name": p["name"], "state_bytes": p["state_bytes"], "y": change(p["predicted_loss"]),
+              "said": said(p["predicted_loss"], p["predicted_uncertainty"]),
               **dict(zip(("lo", "hi"), sorted(change(p["predicted_loss"] + k * p["predicted_uncertainty"])
                                              for k in (-2, 2))))}
              for p in predicted if p["predicted_loss"] is not None and p["name"] in SHOWN_PREDICTIONS]
@@ -143,16 +149,23 @@ def section(ctx: Context, strategy: str | None, predicted: list[dict]) -> None:
     restored = st.session_state.pop(RESTORED, None)
     if restored:
         (st.success if restored[1] else st.info)(restored[0])
-    st.dataframe(pd.DataFrame({"source": [p["source"] for p in shown], "strategy": [p["strategy"] for p in shown],
-                               "dk'": [" ".join(map(str, p["head_k_dims"])) for p in shown],
-                               "value heads": [" ".join(map(str, p["value_heads"])) if p.get("value_heads") else ""
-                                               for p in shown],
-                               "state bytes": [p["state_bytes"] for p in shown],
-                               y_title: [scale * p["delta"] for p in shown],
-                               "Pareto front": ["yes" if p["id"] in front else "" for p in shown]},
-                              index=pd.Index([p["label"] for p in shown], name="plan")), key="plan_history_table")
+    pct = "perplexity change (%)"
+    table = pd.DataFrame({"source": [p["source"] for p in shown], "strategy": [p["strategy"] for p in shown],
+                          "dk'": [" ".join(map(str, p["head_k_dims"])) for p in shown],
+                          "value heads": [" ".join(map(str, p["value_heads"])) if p.get("value_heads") else ""
+                                          for p in shown],
+                          "state bytes": [p["state_bytes"] for p in shown],
+                          **({y_title: [math.log1p(p["delta"]) for p in shown],
+                              pct: [100 * p["delta"] for p in shown]}
+                             if metric == "ppl" else {y_title: [p["delta"] for p in shown]}),
+                          "Pareto front": ["yes" if p["id"] in front else "" for p in shown]},
+                         index=pd.Index([p["label"] for p in shown], name="plan"))
+    # numbers stay numbers (sortable); shown signed, never "-0.0000"
+    formats = {y_title: signed, pct: lambda x: signed(x, 2)} if metric == "ppl" else {y_title: signed}
+    st.dataframe(table.style.format(formats), key="plan_history_table")
     st.caption(f"{ctx.name} · {group} · Δ against the unpruned model on the same tokens · Pareto front: no other "
-               "plan shown has fewer state bytes and less loss · predicted (open markers, ±2σ): from the sensitivity "
+               "plan shown has fewer state bytes and less loss · Δ in nats/token, as the map, the prediction and Verify "
+               "(hover: perplexity change beside it) · predicted (open markers, ±2σ): from the sensitivity "
                "map, on its own split · click a point to put its plan into the inputs.")
     d1, d2 = st.columns(2)
     d1.download_button("Download plans (CSV)", plan_points.to_csv(points), file_name="plans.csv", mime="text/csv",

@@ -11,6 +11,7 @@ import streamlit as st
 
 from analysis.errors import AnalysisError
 from analysis.shrink.allocate import plan_entry, plans_beside
+from analysis.shrink.number_format import signed, signed_percent
 from analysis.shrink.predict import INDISTINGUISHABLE, indistinguishable, predict, summary
 from analysis.shrink.sensitivity import shipped_strategies
 from analysis.shrink.strategies import STRATEGIES
@@ -33,8 +34,21 @@ def _cell(p: dict, metric: str) -> str:
         return "— (a layer not on the map yet)"
     loss, sigma = p["predicted_loss"], p["predicted_uncertainty"]
     if metric == "ppl":
-        return f"{loss:+.4f} ± {sigma:.4f}  ({math.expm1(loss):+.2%})"
-    return f"{-loss:+.4f} ± {sigma:.4f}"
+        return f"{signed(loss)} ± {sigma:.4f}  ({signed_percent(math.expm1(loss))})"
+    return f"{signed(-loss)} ± {sigma:.4f}"
+
+
+def typed_line(ctx: Context) -> str | None:
+    """The typed plan's prediction in one line (beside the compact map), or None before there is one."""
+    held = st.session_state.get(PREDICTION)
+    if not held or held["key"] != ctx.key or held["prediction"]["predicted_loss"] is None:
+        return None
+    pred = held["prediction"]
+    loss, sigma = pred["predicted_loss"], pred["predicted_uncertainty"]
+    if pred["metric"] == "ppl":
+        return (f"Your plan, predicted: {signed(loss)} ± {sigma:.4f} nats/token (1σ), perplexity "
+                f"{signed_percent(math.expm1(loss))}.")
+    return f"Your plan, predicted: Δ recall accuracy {signed(-loss)} ± {sigma:.4f} (1σ)."
 
 
 def section(ctx: Context, strategy: str, ratios: list[float], dims: list[int], round_to: int | None,

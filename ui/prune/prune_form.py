@@ -31,9 +31,17 @@ class Choices(NamedTuple):
     ratios: list[float] | None   # per layer
     head_strategy: str | None = None   # "Heads" and "Both" plans: whole heads removed, chosen by this strategy
     head_ratio: float | None = None    # ... this fraction of each layer's heads (the nearest expressible count)
+    map_slot: object = None            # per-layer mode: the place beside the ratio inputs for the compact map
 
 
 KINDS = {"channels": "Key channels (dk)", "heads": "Heads", "both": "Both"}
+# the sensitivity map measures key channels only: said plainly where a plan removes heads
+MAP_NOTES = {
+    "heads": "The sensitivity map predicts key-channel plans only, so a Heads plan gets no map, no prediction and "
+             "no *Verify and choose*: press **Prune** to measure it.",
+    "both": "The sensitivity map predicts key-channel plans only: the prediction and *Verify and choose* below "
+            "cover this plan's key channels alone (every head kept); what removing the heads costs is measured "
+            "only when you press **Prune**."}
 
 
 def explain(ctx: Context) -> None:
@@ -78,6 +86,8 @@ def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
                        horizontal=True, help="Key channels shrink dk in every head; Heads removes whole heads "
                                              "(pure removal); Both does both in one new model.")
     heads = head_controls() if kind != "channels" else (None, None)
+    if kind in MAP_NOTES:
+        st.info(MAP_NOTES[kind])
     if kind == "heads":
         return Choices(None, None, shrink.rescale_control(ctx), 0.0, None, *heads)
     names, unusable = usable_strategies(ctx.model)  # PCA is not offered where key channels have their own decay
@@ -95,7 +105,8 @@ def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
     if mode == "Uniform":
         ratio = state.field(st.slider, "Pruning ratio ρ (all layers)", "prune_ratio", 0.5, 0.0, 0.95, step=0.05)
         return Choices(strategy, rounding, rescale, ratio, None, *heads)
-    return Choices(strategy, rounding, rescale, None, per_layer_ratios(ctx, rounding, calib), *heads)
+    ratios, beside = per_layer_ratios(ctx, rounding, calib)
+    return Choices(strategy, rounding, rescale, None, ratios, *heads, map_slot=beside)
 
 
 def head_controls() -> tuple[str, float]:

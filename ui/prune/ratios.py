@@ -29,9 +29,10 @@ def _suggest(profile: list[float], round_to: int | None, dims: list[int], key) -
         st.session_state[ERROR_KEY] = str(exc)
 
 
-def per_layer_ratios(ctx: Context, round_to: int | None, calib: shrink.CalibSettings) -> list[float]:
+def per_layer_ratios(ctx: Context, round_to: int | None, calib: shrink.CalibSettings):
     """One row per layer: its rank utilization (the one rank profile, ui.shared.shrink.rank_profile) as a bar next to
-    its ratio input; returns the ratios."""
+    its ratio input; returns (the ratios, the empty column beside the inputs that the page fills with the compact
+    sensitivity map once the map section has run: ui.prune.sensitivity_view.compact)."""
     dims = ctx.info.head_k_dims
     profile = [math.nan if r["rank_utilization"] is None else r["rank_utilization"]
                for r in shrink.rank_profile(ctx, calib)]
@@ -54,14 +55,15 @@ def per_layer_ratios(ctx: Context, round_to: int | None, calib: shrink.CalibSett
         st.table({"layer": list(range(len(dims))), "suggested ρ (rounded, in the inputs)": [f"{r:.3f}" for r in rounded],
                   "unrounded ρ (rank profile alone)": [f"{r:.3f}" for r in unrounded]})
     ratios = []
+    inputs, beside = st.columns([3, 2])
     for layer, (dk, u) in enumerate(zip(dims, profile)):
-        a, b, c = st.columns([1, 3, 2], vertical_alignment="center")
+        a, b, c = inputs.columns([2, 3, 2], vertical_alignment="center")
         a.markdown(f"**{layer_name(ctx.info, layer)}** · dk {dk}")
         finite = math.isfinite(u)
         b.progress(min(1.0, max(0.0, u)) if finite else 0.0,
                    text=f"rank utilization u = {u:.3f}" if finite else "rank utilization: not finite")
         ratios.append(float(state.field(c.number_input, f"ratio ρ, {layer_name(ctx.info, layer)}", plan_inputs.name(layer), 0.5,
                                         0.0, 0.99, step=0.05, format="%.3f", scope=plan_inputs.scope(ctx.key))))
-    st.caption(f"u: {shrink.profile_caption(ctx, calib)} (the calibration above; the sensitivity map and "
-               "*Verify and choose* use the same profile).")
-    return ratios
+    inputs.caption(f"u: {shrink.profile_caption(ctx, calib)} (the calibration above; the sensitivity map and "
+                   "*Verify and choose* use the same profile).")
+    return ratios, beside.empty()

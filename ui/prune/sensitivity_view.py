@@ -19,6 +19,7 @@ from analysis.shrink.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RE
                                   compute_map, grid, load_shipped, shipped_strategies)
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import jobs, notice, shrink, state
+from ui.shared.blocks import layer_name
 from ui.shared.context import Context
 from ui.shared.parse import number_list
 from ui.shared.points import merged
@@ -69,11 +70,35 @@ def _entry(ctx: Context, s: MapSettings) -> dict:
     return entry
 
 
-def _profile_table(profile: list[dict]) -> pd.DataFrame:
+def row_names(ctx: Context) -> list[str]:
+    """The map's rows named as the ratio inputs are ("layer 3 (block 4)" in a hybrid)."""
+    return [layer_name(ctx.info, i) for i in range(ctx.info.layers)]
+
+
+def _profile_table(ctx: Context, profile: list[dict]) -> pd.DataFrame:
     return pd.DataFrame({"dk": [r["head_k_dim"] for r in profile],
                          "rank util. u": [r["rank_utilization"] for r in profile],
                          "state bytes": [r["state_bytes"] for r in profile]},
-                        index=pd.Index([r["layer"] for r in profile], name="layer"))
+                        index=pd.Index([layer_name(ctx.info, r["layer"]) for r in profile], name="layer"))
+
+
+def compact(ctx: Context, strategy: str, ratios: list[float], smap: dict | None, prediction: str | None) -> None:
+    """The small map beside the per-layer ratio inputs (same rows, the typed ratio outlined where it is one of the
+    map's columns) and the typed plan's prediction under it, so one can be read while typing the other."""
+    if smap is None:
+        st.caption(f"No {STRATEGIES[strategy].label} sensitivity map for this model yet: run it in **Layer "
+                   "sensitivity** below and it appears here, beside the inputs.")
+        return
+    g = grid(smap)
+    metric = smap["metric"]
+    marked = [next((j for j, r in enumerate(g.ratios) if abs(r - typed) < 1e-9), None) for typed in ratios]
+    loss_label = "Δ log ppl (nats/token)" if metric == "ppl" else "drop in recall accuracy"
+    st.plotly_chart(sensitivity_heatmap(g.ratios, g.losses, g.values, g.dims, loss_label,
+                                        "validation perplexity" if metric == "ppl" else "recall accuracy",
+                                        f"Map (one layer pruned at a time): {loss_label}", g.ses, row_names(ctx), metric,
+                                        marked, compact=True), key="sens_compact")
+    st.caption("Outlined: the ratio typed for that layer. Hover a cell for its paired SE"
+               + (" and perplexity change." if metric == "ppl" else ".") + (f" **{prediction}**" if prediction else ""))
 
 
 def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: int | None, plan: dict) -> None:
@@ -145,11 +170,11 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         else:
             chart.plotly_chart(sensitivity_heatmap(ratios, g.losses if g else empty, g.values if g else empty,
                                                    g.dims if g else empty, loss_label, value_label, title,
-                                                   g.ses if g else None),
+                                                   g.ses if g else None, row_names(ctx), s.metric),
                                key=f"sens_chart_{drawn[0]}")
-            noticed.caption(notice.sensitivity(ratios, g.losses, g.ses))
+            noticed.caption(notice.sensitivity(ratios, g.losses, g.ses, row_names(ctx)))
         if entry["profile"]:
-            table.dataframe(_profile_table(entry["profile"]).style.format({"rank util. u": "{:.3f}",
+            table.dataframe(_profile_table(ctx, entry["profile"]).style.format({"rank util. u": "{:.3f}",
                                                                        "state bytes": "{:,}"}))
         return smap
 

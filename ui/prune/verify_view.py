@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import AnalysisError
-from analysis.shrink.allocate import allocate_and_choose, plans_beside
+from analysis.shrink.allocate import YOURS, allocate_and_choose, plans_beside
+from analysis.shrink.number_format import nats_with_percent, signed
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import jobs, shrink
 from ui.shared.context import Context
@@ -20,9 +21,12 @@ JOB = "verify"
 CHECK = "sensitivity_check"
 
 
-def signed(x) -> str:
-    """A loss cell: signed, or a dash with the reason (never a literal None)."""
-    return "— (a layer not on the map yet)" if x is None else f"{x:+.4f}"
+def loss_cell(x, metric: str = "ppl") -> str:
+    """A loss cell: signed (never "-0.0000"), with the perplexity change beside nats, or a dash with the reason
+    (never a literal None)."""
+    if x is None:
+        return "— (a layer not on the map yet)"
+    return nats_with_percent(x) if metric == "ppl" else signed(x)
 
 
 def section(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, round_to: int | None) -> None:
@@ -88,24 +92,36 @@ def _launch(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, r
 
 def _versus(c: dict) -> str:
     d = c.get("paired_vs_chosen")
-    return "" if d is None else f"{d['delta_log_ppl']:+.4f} ± {d['se']:.4f}"
+    return "" if d is None else f"{signed(d['delta_log_ppl'])} ± {d['se']:.4f}"
+
+
+def sentence(text: str) -> str:
+    """A clause from the core ("your plan measured …") as a sentence: capital first, full stop last."""
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def _table(check: dict) -> None:
+    """st.table, not st.dataframe: every column shown whole (the dataframe cut the wide ones)."""
     rows = check["candidates"]
-    st.dataframe(pd.DataFrame({
+    metric = "ppl" if "perplexity" in check["measure"] else "recall"
+    unit = "nats/token (perplexity %)" if metric == "ppl" else "drop in recall accuracy"
+    st.table(pd.DataFrame({
         "ratios": [", ".join(f"{r:.3g}" for r in c["ratios"]) for c in rows],
         "dk'": [" ".join(map(str, c["dims"])) for c in rows],
         "state bytes": [f"{c['state_bytes']:,}" for c in rows],
-        "predicted loss ± σ": [signed(c["predicted_loss"]) + (f" ± {c['predicted_uncertainty']:.4f}"
-                                                            if c["predicted_loss"] is not None else "") for c in rows],
-        "measured loss": [signed(c["measured_loss"]) for c in rows],
-        "vs chosen (paired)": [_versus(c) for c in rows],
-        "measured": [f"{c['measured_value']:.4f}" for c in rows],
-        "measured as": [c["same_as"] if c["same_as"] != c["name"] else "" for c in rows]},
-        index=pd.Index([c["name"] for c in rows], name="plan")), key="verify_table")
-    yours = f" {check['yours'][0].upper()}{check['yours'][1:]}." if check.get("yours") else ""
-    st.caption(f"{check['measure']} · unpruned {check['baseline_value']:.4f} · loss: Δ log perplexity (nats/token) or "
-               "drop in recall accuracy, against the unpruned model on the same tokens · vs chosen: paired difference "
-               "over windows, ± its standard error · plans with the same dk' are measured once (\"measured as\") · "
-               f"chosen: **{check['winner']}** ({check['reason']}); the per-layer inputs now hold it.{yours}")
+        f"predicted, {unit} ± 1σ": [loss_cell(c["predicted_loss"], metric)
+                                    + (f" ± {c['predicted_uncertainty']:.4f}" if c["predicted_loss"] is not None
+                                       else "") for c in rows],
+        f"measured, {unit}": [loss_cell(c["measured_loss"], metric) for c in rows],
+        "vs chosen, paired ± SE": [_versus(c) for c in rows],
+        "perplexity" if metric == "ppl" else "recall accuracy": [f"{c['measured_value']:.4f}" for c in rows],
+        "same dk' as": [c["same_as"] if c["same_as"] != c["name"] else "" for c in rows]},
+        index=pd.Index([c["name"] for c in rows], name="plan")))
+    yours = f" {sentence(check['yours'])}" if check.get("yours") and check["winner"] != YOURS else ""
+    st.caption(f"{check['measure']}; unpruned {check['baseline_value']:.4f}. Loss: Δ log perplexity in nats/token "
+               "(perplexity change beside it) or drop in recall accuracy, against the unpruned model on the same "
+               "tokens. *vs chosen*: the paired difference over windows ± its standard error. Plans with the same "
+               "dk' are measured once (*same dk' as*).")
+    st.markdown(f"**Chosen: {check['winner']}.** {sentence(check['reason'])} The per-layer inputs now hold "
+                f"it.{yours}")

@@ -203,10 +203,13 @@ def latency(points: Sequence[dict], tile_rows: int = 64) -> str:
     return line + "."
 
 
-def sensitivity(ratios: Sequence[float], losses, ses=None) -> str:
+def sensitivity(ratios: Sequence[float], losses, ses=None, names: Sequence[str] | None = None) -> str:
     """Under the map: at the largest ratio with every layer measured, the most and least sensitive layer by what the
     allocator charges (analysis.shrink.allocate.charged: clamped at 0, never falling as ρ grows), the layers whose
-    measured gain was clamped, and whether the gap exceeds twice the standard error of the difference."""
+    measured gain was clamped, and whether the gap exceeds twice the standard error of the difference. names: the
+    layers as the ratio inputs name them (default "layer i")."""
+    from analysis.shrink.number_format import signed
+    names = list(names) if names is not None else [f"layer {i}" for i in range(len(losses))]
     for j in reversed(range(len(ratios))):
         column = [row[j] for row in losses]
         if column and all(v is not None for v in column):
@@ -216,16 +219,16 @@ def sensitivity(ratios: Sequence[float], losses, ses=None) -> str:
     charges = [charged(ratios, row)[j] for row in losses]
     cost = [c for c, _ in charges]
     worst, best = int(np.argmax(cost)), int(np.argmin(cost))
-    line = (f"Notice: at ρ = {ratios[j]:g}, layer {worst} is the most sensitive (the allocator charges "
-            f"{cost[worst]:+.4f}) and layer {best} the least ({cost[best]:+.4f})")
+    line = (f"Notice: at ρ = {ratios[j]:g}, {names[worst]} is the most sensitive (the allocator charges "
+            f"{signed(cost[worst])}) and {names[best]} the least ({signed(cost[best])})")
     clamped = [i for i, (v, (_, source)) in enumerate(zip(column, charges)) if v < 0 and source is None]
     if clamped:
-        listed = ", ".join(f"layer {i} {column[i]:+.2g}" for i in clamped)
+        listed = ", ".join(f"{names[i]} {column[i]:+.2g}" for i in clamped)
         line += (f"; measured gains ({listed}) are charged as 0: a one-layer gain is noise, and the allocator "
                  "clamps it")
     lifted = [i for i, (_, source) in enumerate(charges) if source is not None and source != j]
     if lifted:
-        line += (f"; {', '.join(f'layer {i}' for i in lifted)} measured less here than at a smaller ρ and "
+        line += (f"; {', '.join(names[i] for i in lifted)} measured less here than at a smaller ρ and "
                  "{} charged that larger loss (pruning more never predicts less)".format(
                      "is" if len(lifted) == 1 else "are"))
     if ses:

@@ -57,6 +57,7 @@ def _setup_sensitivity(p):
 
 
 def run_sensitivity(args) -> None:
+    from analysis.shrink.number_format import signed  # never "-0.0000"
     from analysis.shrink.sensitivity import compute_map
     model, tokenizer, meta = load(args)
     from analysis.models.load import describe
@@ -70,7 +71,7 @@ def run_sensitivity(args) -> None:
                 say(args, f"unpruned: {p['value']:.4f}{tag}")
             else:
                 say(args, f"layer {p['layer']} ratio {p['ratio']:.3f} dk {p['head_k_dim']}: {p['value']:.4f} "
-                          f"(loss {p['loss']:+.4f}){tag}")
+                          f"(loss {signed(p['loss'])}){tag}")
             b.update()
 
         smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show, yes=args.yes,
@@ -84,7 +85,7 @@ def run_sensitivity(args) -> None:
     for row, losses in zip(smap["layers"], g.losses):
         u = row["rank_utilization"]
         lines.append(f"{row['layer']:5d}  {u if u is None else format(u, '.3f'):5}  {row['state_bytes']:11,d}  "
-                     + "".join(f"{x:+.4f}    " if x is not None else "   -       " for x in losses))
+                     + "".join(f"{signed(x):<11}" if x is not None else "   -       " for x in losses))
     emit(args, {**meta, **smap}, "\n".join(lines))
 
 
