@@ -30,6 +30,7 @@ from itertools import combinations
 import torch
 
 from analysis.inspect.states import collect_states
+from analysis.models import limits
 
 MAX_POSITIONS = 64   # trajectory points per head (a stride keeps the SVD count bounded for long texts)
 CLEAR_GAP = math.log(1.5)   # a split whose gap is at least this on every text is "clear"
@@ -45,7 +46,8 @@ def head_trajectories(model, ids: torch.Tensor, progress=None) -> dict:
     """Per linear layer [H, P] effective rank, numerical rank and ‖S‖_F (mean over the sequences) at the traced
     positions, plus each head's summary (mean log erank over the second half) and mean ‖S‖_F there."""
     positions = trajectory_positions(ids.shape[1])
-    trace = collect_states(model, ids, positions=positions, progress=progress)
+    per = limits.fitting_batch(model, ids.shape[0], ids.shape[1], states=True)  # streamed: what the budget holds
+    trace = collect_states(model, ids, positions=positions, progress=progress, batch=per)
     late = torch.tensor([p >= ids.shape[1] / 2 for p in positions])
     if not late.any():
         late[-1] = True

@@ -207,9 +207,20 @@ def streamed_gradient_bytes(model, batch: int, tokens: int) -> int:
 
 def check_forward(model, batch: int, tokens: int, what: str, advice: str = "use fewer tokens or sequences",
                   logits_copies: int = 2, states: bool = True) -> None:
+    device = next(model.parameters()).device
+    if getattr(model, "streamed", False):  # its weights are one block at a time, its logits chunks of tokens
+        name, held = model.largest_unit
+        limit, _ = allowed(device)
+        if limit is not None and forward_bytes(model, 1, 1, logits_copies, states) > limit:
+            advice = (f"no number of tokens fits: the largest block it holds, {name}, is "
+                      f"{size_text(held)}; raise --max-memory above {budget.size_text(forward_bytes(model, 1, 1))}")
+        require(forward_bytes(model, batch, tokens, logits_copies, states),
+                f"{what} ({batch} × {tokens} tokens, one block at a time: its largest block {name} holds "
+                f"{size_text(held)}, the work for the tokens the rest)", advice, device)
+        return
     require(forward_bytes(model, batch, tokens, logits_copies, states),
             f"{what} ({batch} × {tokens} tokens, logits alone {size_text(batch * tokens * model.config.vocab_size * 4)})",
-            advice, next(model.parameters()).device)
+            advice, device)
 
 
 def calibration_kept_bytes(model, sequences: int, tokens: int) -> int:
