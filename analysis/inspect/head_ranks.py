@@ -46,7 +46,9 @@ def head_trajectories(model, ids: torch.Tensor, progress=None) -> dict:
     """Per linear layer [H, P] effective rank, numerical rank and ‖S‖_F (mean over the sequences) at the traced
     positions, plus each head's summary (mean log erank over the second half) and mean ‖S‖_F there."""
     positions = trajectory_positions(ids.shape[1])
-    per = limits.fitting_batch(model, ids.shape[0], ids.shape[1], states=True)  # streamed: what the budget holds
+    # streamed: as many sequences as the budget holds beside what calibration keeps (its q/k activations)
+    per = limits.fitting_batch(model, ids.shape[0], ids.shape[1], states=True,
+                               reserve=limits.calibration_kept_bytes(model, *ids.shape))
     trace = collect_states(model, ids, positions=positions, progress=progress, batch=per)
     late = torch.tensor([p >= ids.shape[1] / 2 for p in positions])
     if not late.any():
