@@ -29,7 +29,8 @@ from itertools import combinations
 
 import torch
 
-from analysis.inspect.states import collect_states
+from analysis.inspect.states import METRIC_BATCH, collect_states
+from analysis.models.load import linear_layers
 from analysis.models import limits
 
 MAX_POSITIONS = 64   # trajectory points per head (a stride keeps the SVD count bounded for long texts)
@@ -46,9 +47,11 @@ def head_trajectories(model, ids: torch.Tensor, progress=None) -> dict:
     """Per linear layer [H, P] effective rank, numerical rank and ‖S‖_F (mean over the sequences) at the traced
     positions, plus each head's summary (mean log erank over the second half) and mean ‖S‖_F there."""
     positions = trajectory_positions(ids.shape[1])
-    # streamed: as many sequences as the budget holds beside what calibration keeps (its q/k activations)
+    # streamed: as many sequences as the budget holds beside what calibration keeps (its q/k activations) and one
+    # batch of states with its float64 SVD (analysis.inspect.states.METRIC_BATCH)
+    svd = max(2 * METRIC_BATCH * layer.key_dim * layer.value_dim * 8 for layer in linear_layers(model))
     per = limits.fitting_batch(model, ids.shape[0], ids.shape[1], states=True,
-                               reserve=limits.calibration_kept_bytes(model, *ids.shape))
+                               reserve=limits.calibration_kept_bytes(model, *ids.shape) + svd)
     trace = collect_states(model, ids, positions=positions, progress=progress, batch=per)
     late = torch.tensor([p >= ids.shape[1] / 2 for p in positions])
     if not late.any():
