@@ -130,6 +130,10 @@ def check_model_fits(params: int, dtype: torch.dtype, device, where: str) -> Non
 
 # ---- activations ---------------------------------------------------------------------------------
 
+def streamed(model) -> bool:
+    return bool(getattr(model, "streamed", False))
+
+
 def _shape(model) -> dict:
     cfg = model.config
     hidden = int(cfg.hidden_size)
@@ -154,9 +158,10 @@ def block_work_bytes(model, batch: int, tokens: int, states: bool = True) -> int
 
 def recurrence_bytes(batch: int, tokens: int, heads: int, dk: int, dv: int, states: bool = True) -> int:
     """One layer's chunked recurrence: q, k, v, o and their chunked copies, intra-chunk weights, and the
-    states after every token of one chunk (what state collection reads; states=False: the running state only)."""
+    states after every token of one chunk (what state collection reads; states=False: the running state only; a number:
+    that many traced positions per chunk, as a strided trace forms)."""
     chunk = min(tokens, CHUNK)
-    kept = chunk if states else 1
+    kept = chunk if states is True else max(1, min(chunk, int(states)))  # an int: the states traced per chunk
     return 4 * batch * heads * (3 * tokens * (2 * dk + 2 * dv) + tokens * chunk + 2 * kept * dk * dv)
 
 
