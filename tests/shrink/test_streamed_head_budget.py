@@ -66,7 +66,7 @@ def test_a_streamed_head_prune_holds_its_budget_and_keeps_the_in_memory_heads(tm
     model = build_tiny("gated_deltanet", hidden_size=256, num_hidden_layers=12, num_heads=4, head_dim=32,
                        tie_word_embeddings=False)
     size = sum(p.numel() for p in model.parameters()) * 4
-    assert size > (BUDGET_MIB + 8) * 2**20
+    assert size > BUDGET_MIB * 2**20  # streamed
     model.save_pretrained(model_dir, max_shard_size="10MB")
     del model
     strategies = list(HEAD_STRATEGIES)
