@@ -14,7 +14,7 @@ costs.
 
 5. (`--steps rows`, issue 41) Budgets below the largest block: a random-init fla Gated DeltaNet (hidden 2,048, a
    32,000-token vocabulary, untied, float32: a 250 MiB embedding and a 250 MiB output head, `--rows-layers` layers of
-   109 MiB; 1.55 GB at the default 9) runs `rank` and `ppl` with `--max-memory 200MiB` — below the embedding and the
+   108 MiB; 1.55 GB at the default 9) runs `rank` and `ppl` with `--max-memory 200MiB` — below the embedding and the
    head, which are read by the rows of the ids and in row slices — and the same commands in memory, each in a fresh
    process: peak above the baseline vs the budget (+ the 32 MiB allowance tests/models/test_stream_memory.py
    states), and the numbers streamed vs in memory. Last line: `rows_within_budget: yes|NO`.
@@ -126,7 +126,7 @@ def build(folder: Path, layers: int, hidden: int, shard_gb: float) -> int:
 
 def rows_config(layers: int):
     """fla Gated DeltaNet at hidden 2,048 with a 32,000-token vocabulary, untied: the embedding and the head are each
-    250 MiB in float32, a layer 109 MiB (6 heads of 256, expand_v 1, MLP 2,048)."""
+    250 MiB in float32, a layer 108 MiB (6 heads of 256, expand_v 1, MLP 2,048)."""
     from fla.models import GatedDeltaNetConfig
     return GatedDeltaNetConfig(hidden_size=2048, vocab_size=32000, num_hidden_layers=layers, num_heads=6,
                                head_dim=256, expand_v=1.0, intermediate_size=2048, tie_word_embeddings=False,
