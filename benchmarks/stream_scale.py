@@ -12,6 +12,13 @@ costs.
 4. On the bundled deltanet-small, side by side in one process with a warm page cache: the in-memory forward vs the
    streamed forward (budget below the model) on the same tokens, medians over --repeats.
 
+5. (`--steps rows`, issue 41) Budgets below the largest block: a random-init fla Gated DeltaNet (hidden 2,048, a
+   32,000-token vocabulary, untied, float32: a 250 MiB embedding and a 250 MiB output head, `--rows-layers` layers of
+   108 MiB; 1.55 GB at the default 9) runs `rank` and `ppl` with `--max-memory 200MiB` — below the embedding and the
+   head, which are read by the rows of the ids and in row slices — and the same commands in memory, each in a fresh
+   process: peak above the baseline vs the budget (+ the 32 MiB allowance tests/models/test_stream_memory.py
+   states), and the numbers streamed vs in memory. Last line: `rows_within_budget: yes|NO`.
+
 Targets: peak above the baseline ≤ the budget; rank ≤ 1.2 × the streamed forward; the streamed forward of the sample
 ≤ 1.5 × its in-memory forward. Last line: `streamed_forward_vs_in_memory: X`.
 
@@ -117,6 +124,100 @@ def build(folder: Path, layers: int, hidden: int, shard_gb: float) -> int:
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
 
 
+def rows_config(layers: int):
+    """fla Gated DeltaNet at hidden 2,048 with a 32,000-token vocabulary, untied: the embedding and the head are each
+    250 MiB in float32, a layer 108 MiB (6 heads of 256, expand_v 1, MLP 2,048)."""
+    from fla.models import GatedDeltaNetConfig
+    return GatedDeltaNetConfig(hidden_size=2048, vocab_size=32000, num_hidden_layers=layers, num_heads=6,
+                               head_dim=256, expand_v=1.0, intermediate_size=2048, tie_word_embeddings=False,
+                               fuse_cross_entropy=False)
+
+
+def build_rows(folder: Path, layers: int) -> int:
+    """Write the random-init Gated DeltaNet unit by unit (float32, one file); its size on disk in bytes."""
+    import torch
+
+    import analysis
+    analysis.ready()
+    from analysis.archs import adapter_for
+    from analysis.io.shards import ShardWriter
+    from analysis.models.stream.save import plan
+    from analysis.models.stream.skeleton import Skeleton, build as meta_build
+    cfg = rows_config(layers)
+    model = meta_build(cfg, torch.float32)
+    skeleton = Skeleton(model, None, adapter_for(model).decoder_layers(model), torch.float32)
+    units = plan(skeleton)
+    folder.mkdir(parents=True)
+    cfg.architectures = [type(model).__name__]
+    cfg.save_pretrained(folder)
+    writer = ShardWriter(folder, [t for *_, planned in units for t in planned], None)
+    gen = torch.Generator().manual_seed(0)
+    for _unit, _names, planned in units:
+        for t in planned:
+            if t.name.endswith("norm.weight"):
+                value = torch.ones(t.shape)
+            elif t.name.endswith("A_log"):
+                value = torch.empty(t.shape).uniform_(0.0, 2.7, generator=gen)
+            elif t.name.endswith("dt_bias"):
+                value = torch.empty(t.shape).uniform_(-4.0, -2.0, generator=gen)
+            elif t.name.endswith("bias"):
+                value = torch.zeros(t.shape)
+            else:
+                value = torch.empty(t.shape).normal_(0.0, 0.02, generator=gen)
+            writer.write(t.name, value.to(getattr(torch, t.dtype)))
+    writer.finish()
+    return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+
+
+def rows_check(out_dir: Path, layers: int, budget_text: str, tokens: int) -> bool:
+    """Step 5: rank and ppl at a budget below the embedding and the head, vs the same in memory."""
+    from analysis.models.budget import parse_size
+    model_dir, logs = out_dir / "rows-model", out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    if not (model_dir / "config.json").exists():
+        began = time.perf_counter()
+        size = build_rows(model_dir, layers)
+        print(f"built {model_dir}: {size / 1e9:.2f} GB float32, {time.perf_counter() - began:.0f} s", flush=True)
+    size = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
+    commands = {"rank": ["rank", str(model_dir), "--tokens", str(tokens), "--batch", "1", "--stride", "64"],
+                "ppl": ["ppl", str(model_dir), "--context", str(tokens), "--max-tokens", str(4 * tokens)]}
+    allowance = 32 << 20
+    fits, results = True, {}
+    print(f"\nGated DeltaNet, {layers} layers, vocabulary 32,000 × hidden 2,048 (embedding and head 250 MiB each), "
+          f"{size / 1e9:.2f} GB float32 on disk; --max-memory {budget_text}\n")
+    print("| command | where | wall time | peak above the baseline | within budget + 32 MiB |")
+    print("|---|---|---|---|---|")
+    for name, cli in commands.items():
+        for where, extra in (("in memory", []), ("streamed", ["--max-memory", budget_text])):
+            tag = f"rows-{name}-{where.split()[-1]}"
+            record = child("cli", [*cli, *extra, "--quiet", "--json", str(logs / f"{tag}.out.json")], logs / f"{tag}.log")
+            results[(name, where)] = json.loads((logs / f"{tag}.out.json").read_text())
+            above = record["peak"] - record["baseline"]
+            ok = above <= parse_size(budget_text) + allowance if extra else None
+            fits &= ok is not False
+            print(f"| `{name}` | {where} | {record['wall_s']:.0f} s | {above / 2**20:.0f} MiB | "
+                  f"{'-' if ok is None else ('yes' if ok else 'NO')} |", flush=True)
+    ppl = [results[("ppl", w)]["perplexity"] for w in ("in memory", "streamed")]
+    print(f"\nppl: in memory {ppl[0]:.6f}, streamed {ppl[1]:.6f} (relative difference {abs(ppl[1] / ppl[0] - 1):.1e})")
+    worst = 0.0
+    for a, b in zip(results[("rank", "in memory")]["layers"], results[("rank", "streamed")]["layers"]):
+        worst = max(worst, _worst_rel(a, b))
+    print(f"rank: largest relative difference over every layer's numbers, streamed vs in memory: {worst:.1e}")
+    print(f"rows_within_budget: {'yes' if fits else 'NO'}")
+    return fits
+
+
+def _worst_rel(a, b) -> float:
+    """The largest relative difference between two JSON-like results of the same structure (numbers only)."""
+    if isinstance(a, dict):
+        return max((_worst_rel(a[k], b[k]) for k in a), default=0.0)
+    if isinstance(a, list):
+        return max((_worst_rel(x, y) for x, y in zip(a, b)), default=0.0)
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return abs(a - b) / max(abs(a), abs(b), 1e-12)
+    return 0.0
+
+
 def child(what: str, args: list[str], log: Path) -> dict:
     out = log.with_suffix(".json")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -167,7 +268,11 @@ def main() -> None:
     p.add_argument("--sample-tokens", type=int, default=256, help="tokens of the bundled sample's timed forwards")
     p.add_argument("--keep", action="store_true", help="keep the checkpoint (and the pruned copy) afterwards")
     p.add_argument("--steps", default="cli,passes,sample", help="which parts to run (comma-separated): cli (rank, "
-                   "ppl, prune --out), passes (streamed rank vs forward), sample (deltanet-small streamed vs whole)")
+                   "ppl, prune --out), passes (streamed rank vs forward), sample (deltanet-small streamed vs whole), "
+                   "rows (a budget below the embedding and the head: rank and ppl vs in memory)")
+    p.add_argument("--rows-layers", type=int, default=9, help="layers of the rows step's Gated DeltaNet")
+    p.add_argument("--rows-budget", default="200MiB", help="--max-memory of the rows step")
+    p.add_argument("--rows-tokens", type=int, default=128, help="rank tokens and ppl context of the rows step")
     args = p.parse_args()
     steps = set(args.steps.split(","))
     model_dir, pruned_dir, logs = args.out_dir / "model", args.out_dir / "pruned", args.out_dir / "logs"
@@ -200,22 +305,25 @@ def main() -> None:
                   flush=True)
         whole_s, streamed_s, sample = sample_ratio(args.repeats, args.sample_tokens) if "sample" in steps else (0.0, 0.0, 0.0)
         limit = args.budget
-        print(f"\nNemotron-H-shaped hybrid, {args.layers} layers, {size / 1e9:.1f} GB bfloat16 on disk, --max-memory "
-              f"{limit}, CPU float32 compute, {os.cpu_count()} cores\n")
-        print("| command | wall time | peak above the baseline | within the budget |")
-        print("|---|---|---|---|")
-        from analysis.models.budget import parse_size
-        for name, record in rows:
-            fits = record["peak"] - record["baseline"] <= parse_size(limit)
-            print(f"| `{name}` | {record['wall_s']:.0f} s | {record['above_mib']:.0f} MiB | {'yes' if fits else 'NO'} |")
-        if passes:
-            ratio = passes["rank"]["pass_s"] / passes["forward"]["pass_s"]
-            print(f"\nstreamed rank (collect_states, stride 64) {passes['rank']['pass_s']:.1f} s vs streamed forward "
-                  f"{passes['forward']['pass_s']:.1f} s on the same {args.tokens} tokens: {ratio:.2f}× (target ≤ 1.2)")
-        if "sample" in steps:
-            print(f"deltanet-small, 1 × {args.sample_tokens} tokens, warm page cache, median of {args.repeats}: in memory "
-                  f"{whole_s * 1000:.0f} ms, streamed {streamed_s * 1000:.0f} ms: {sample:.2f}× (target ≤ 1.5)")
-            print(f"streamed_forward_vs_in_memory: {sample:.2f}")
+        if steps & {"cli", "passes", "sample"}:
+            print(f"\nNemotron-H-shaped hybrid, {args.layers} layers, {size / 1e9:.1f} GB bfloat16 on disk, "
+                  f"--max-memory {limit}, CPU float32 compute, {os.cpu_count()} cores\n")
+            print("| command | wall time | peak above the baseline | within the budget |")
+            print("|---|---|---|---|")
+            from analysis.models.budget import parse_size
+            for name, record in rows:
+                fits = record["peak"] - record["baseline"] <= parse_size(limit)
+                print(f"| `{name}` | {record['wall_s']:.0f} s | {record['above_mib']:.0f} MiB | {'yes' if fits else 'NO'} |")
+            if passes:
+                ratio = passes["rank"]["pass_s"] / passes["forward"]["pass_s"]
+                print(f"\nstreamed rank (collect_states, stride 64) {passes['rank']['pass_s']:.1f} s vs streamed forward "
+                      f"{passes['forward']['pass_s']:.1f} s on the same {args.tokens} tokens: {ratio:.2f}× (target ≤ 1.2)")
+            if "sample" in steps:
+                print(f"deltanet-small, 1 × {args.sample_tokens} tokens, warm page cache, median of {args.repeats}: in memory "
+                      f"{whole_s * 1000:.0f} ms, streamed {streamed_s * 1000:.0f} ms: {sample:.2f}× (target ≤ 1.5)")
+                print(f"streamed_forward_vs_in_memory: {sample:.2f}")
+        if "rows" in steps:
+            rows_check(args.out_dir, args.rows_layers, args.rows_budget, args.rows_tokens)
     finally:
         if not args.keep:
             shutil.rmtree(args.out_dir, ignore_errors=True)

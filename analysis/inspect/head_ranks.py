@@ -29,7 +29,9 @@ from itertools import combinations
 
 import torch
 
-from analysis.inspect.states import collect_states
+from analysis.inspect.states import METRIC_BATCH, collect_states
+from analysis.models.load import linear_layers
+from analysis.models import limits
 
 MAX_POSITIONS = 64   # trajectory points per head (a stride keeps the SVD count bounded for long texts)
 CLEAR_GAP = math.log(1.5)   # a split whose gap is at least this on every text is "clear"
@@ -45,7 +47,8 @@ def head_trajectories(model, ids: torch.Tensor, progress=None) -> dict:
     """Per linear layer [H, P] effective rank, numerical rank and ‖S‖_F (mean over the sequences) at the traced
     positions, plus each head's summary (mean log erank over the second half) and mean ‖S‖_F there."""
     positions = trajectory_positions(ids.shape[1])
-    trace = collect_states(model, ids, positions=positions, progress=progress)
+    per = _trajectory_batch(model, ids, positions)
+    trace = collect_states(model, ids, positions=positions, progress=progress, batch=per)
     late = torch.tensor([p >= ids.shape[1] / 2 for p in positions])
     if not late.any():
         late[-1] = True
@@ -59,6 +62,27 @@ def head_trajectories(model, ids: torch.Tensor, progress=None) -> dict:
                        "summary": log_erank[..., late].nanmean((0, 2)),             # [H]
                        "late_log_fro": fro[..., late].clamp(min=1e-30).log().nanmean((0, 2))})
     return {"positions": positions, "layers": layers}
+
+
+def _trajectory_batch(model, ids: torch.Tensor, positions: list[int]) -> int:
+    """Sequences per forward of head_trajectories: all of them in memory; streamed, what the budget holds beside what
+    calibration keeps (its q/k activations) and one batch of states with its float64 SVD (states.METRIC_BATCH), each
+    sequence costing its forward and the states of the traced positions one chunk hands over at once, with their
+    float64 copy and SVD work (about 6 float32 copies)."""
+    if not limits.streamed(model):
+        return ids.shape[0]
+    layers = linear_layers(model)
+    svd = max(2 * METRIC_BATCH * layer.key_dim * layer.value_dim * 8 for layer in layers)
+    reserve = limits.calibration_kept_bytes(model, *ids.shape) + svd
+    per = limits.fitting_batch(model, ids.shape[0], ids.shape[1], states=True, reserve=reserve)
+    in_chunk = max(sum(1 for p in positions if start <= p < start + limits.CHUNK)
+                   for start in range(0, ids.shape[1], limits.CHUNK))
+    states = max(6 * layer.value_heads * in_chunk * layer.key_dim * layer.value_dim * 4 for layer in layers)
+    limit, _ = limits.allowed(next(model.parameters()).device)
+    if limit is not None:
+        spare = limit - reserve - limits.forward_bytes(model, 1, ids.shape[1], states=True)
+        per = min(per, max(1, int(spare // states)))
+    return per
 
 
 def split_groups(summary: torch.Tensor) -> dict:

@@ -112,43 +112,69 @@ class _LayerCollector:
 
 def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions=None,
                    keep_states: bool = False, compute_metrics: bool = True, tau: float = 1e-3,
-                   keep_keys: int = 0, every_token: bool = False, progress=None) -> StateTrace:
+                   keep_keys: int = 0, every_token: bool = False, progress=None, batch: int | None = None) -> StateTrace:
     """Run `model` on equal-length sequences `input_ids` [B, T] and trace every layer's states.
 
     every_token: also the rank utilization after every token (analysis.inspect.rank_trace), from the same pass.
     progress(layers_done, layers) is called as each layer's states are traced.
+    batch: sequences per forward (None: all at once). A streamed model reads each layer once for all the batches,
+    so a batch that fits the memory budget costs no extra reads; the trace is the same as with one batch.
     """
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise AnalysisError("input_ids must be a non-empty [batch, tokens] tensor of token ids.")
-    batch, n_tokens = input_ids.shape
+    n_seq, n_tokens = input_ids.shape
     chosen = select_positions(n_tokens, stride, positions)
     attns = attention_layers(model)
     if every_token:  # numba loads only when asked for
         from analysis.inspect.rank_trace import utilization_trace
-    collectors = [_LayerCollector(chosen, keep_states, compute_metrics, tau) for _ in attns]
-    calling = {"layer": None}
-    hooks = [attn.register_forward_pre_hook(lambda _m, _a, i=i: calling.update(layer=i))
-             for i, attn in enumerate(attns)]
+    batches = list(input_ids.split(batch or n_seq))
+    if len(batches) > 1 and every_token:
+        raise AnalysisError("The every-token trace runs all sequences in one batch; leave out the batch size.")
+    # collectors[layer][m]: each layer runs each batch once, in batch order, in memory and streamed alike
+    collectors = [[_LayerCollector(chosen, keep_states, compute_metrics, tau) for _ in batches] for _ in attns]
+    calls = [0] * len(attns)
+    calling = {"layer": None, "batch": None}
+
+    def pre_hook(i):
+        def hook(_m, _a):
+            calling.update(layer=i, batch=min(calls[i], len(batches) - 1))  # one batch: every call is batch 0
+            calls[i] += 1
+        return hook
+    hooks = [attn.register_forward_pre_hook(pre_hook(i)) for i, attn in enumerate(attns)]
 
     def observe(inputs) -> _LayerCollector:
-        collector = collectors[calling["layer"]]
+        layer = calling["layer"]
+        collector = collectors[layer][calling["batch"]]
         if inputs.initial_state is not None or inputs.cu_seqlens is not None:
             raise AnalysisError("State collection needs whole, unpadded sequences without a prior cache.")
         if keep_keys:
             collector.keys = inputs.k[:, -keep_keys:].transpose(1, 2).cpu()
         if every_token:
             collector.every_token = utilization_trace(inputs)
-        if progress:
-            progress(calling["layer"] + 1, len(attns))
+        if progress and calling["batch"] == len(batches) - 1:
+            progress(layer + 1, len(attns))
         return collector  # the recurrence feeds it the requested states, then the final state
 
-    kept = {}  # a streamed model skips its LM head: the states are what is asked for
-    keep_logits = None if is_streamed(model) else (lambda _i, _first, logits: kept.update(logits=logits))
+    parts = []  # a streamed model skips its LM head: the states are what is asked for
+    keep_logits = None if is_streamed(model) else (lambda _i, _first, logits: parts.append(logits))
     try:
         with torch.no_grad(), observe_recurrences(observe):
-            run_batches(model, [input_ids], on_logits=keep_logits)
+            run_batches(model, batches, on_logits=keep_logits)
     finally:
         for h in hooks:
             h.remove()
-    return StateTrace(positions=chosen, layers=[c.result() for c in collectors], tokens=n_tokens, batch=batch,
-                      logits=kept.get("logits"))
+    return StateTrace(positions=chosen, layers=[_joined([c.result() for c in row]) for row in collectors],
+                      tokens=n_tokens, batch=n_seq, logits=torch.cat(parts) if parts else None)
+
+
+def _joined(traces: list[LayerTrace]) -> LayerTrace:
+    """One layer's traces of consecutive batches as one trace (every tensor is batch-first)."""
+    if len(traces) == 1:
+        return traces[0]
+
+    def cat(values):
+        return None if values[0] is None else torch.cat(values)
+    first = traces[0]
+    return LayerTrace(metrics={k: torch.cat([t.metrics[k] for t in traces]) for k in first.metrics},
+                      final_state=cat([t.final_state for t in traces]), states=cat([t.states for t in traces]),
+                      keys=cat([t.keys for t in traces]), every_token=None)

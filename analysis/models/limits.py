@@ -130,6 +130,10 @@ def check_model_fits(params: int, dtype: torch.dtype, device, where: str) -> Non
 
 # ---- activations ---------------------------------------------------------------------------------
 
+def streamed(model) -> bool:
+    return bool(getattr(model, "streamed", False))
+
+
 def _shape(model) -> dict:
     cfg = model.config
     hidden = int(cfg.hidden_size)
@@ -154,9 +158,10 @@ def block_work_bytes(model, batch: int, tokens: int, states: bool = True) -> int
 
 def recurrence_bytes(batch: int, tokens: int, heads: int, dk: int, dv: int, states: bool = True) -> int:
     """One layer's chunked recurrence: q, k, v, o and their chunked copies, intra-chunk weights, and the
-    states after every token of one chunk (what state collection reads; states=False: the running state only)."""
+    states after every token of one chunk (what state collection reads; states=False: the running state only; a number:
+    that many traced positions per chunk, as a strided trace forms)."""
     chunk = min(tokens, CHUNK)
-    kept = chunk if states else 1
+    kept = chunk if states is True else max(1, min(chunk, int(states)))  # an int: the states traced per chunk
     return 4 * batch * heads * (3 * tokens * (2 * dk + 2 * dv) + tokens * chunk + 2 * kept * dk * dv)
 
 
@@ -207,9 +212,20 @@ def streamed_gradient_bytes(model, batch: int, tokens: int) -> int:
 
 def check_forward(model, batch: int, tokens: int, what: str, advice: str = "use fewer tokens or sequences",
                   logits_copies: int = 2, states: bool = True) -> None:
+    device = next(model.parameters()).device
+    if getattr(model, "streamed", False):  # its weights are one block at a time, its logits chunks of tokens
+        name, held = model.largest_unit
+        limit, _ = allowed(device)
+        if limit is not None and forward_bytes(model, 1, 1, logits_copies, states) > limit:
+            advice = (f"no number of tokens fits: the largest block it holds, {name}, is "
+                      f"{size_text(held)}; raise --max-memory above {budget.size_text(forward_bytes(model, 1, 1))}")
+        require(forward_bytes(model, batch, tokens, logits_copies, states),
+                f"{what} ({batch} × {tokens} tokens, one block at a time: its largest block {name} holds "
+                f"{size_text(held)}, the work for the tokens the rest)", advice, device)
+        return
     require(forward_bytes(model, batch, tokens, logits_copies, states),
             f"{what} ({batch} × {tokens} tokens, logits alone {size_text(batch * tokens * model.config.vocab_size * 4)})",
-            advice, next(model.parameters()).device)
+            advice, device)
 
 
 def calibration_kept_bytes(model, sequences: int, tokens: int) -> int:

@@ -14,9 +14,11 @@ from analysis.models import limits
 
 def model_batch(model, tokenizer, tokens: int, sequences: int, *, text_file: str | None = None,
                 split: str | None = None, text: str | None = None, seed: int = 0,
-                what: str | None = None, advice: str = "use fewer tokens or sequences") -> inputs.ModelBatch:
+                what: str | None = None, advice: str = "use fewer tokens or sequences",
+                states: bool | int = True) -> inputs.ModelBatch:
     """`sequences` × `tokens` ids of the named text, or for a recall model `sequences` recall sequences of
-    its task (their length is the task's; `seed` draws them), after checking the forward pass fits."""
+    its task (their length is the task's; `seed` draws them), after checking the forward pass fits (`states`: the
+    states traced per chunk, analysis.models.limits.recurrence_bytes)."""
     task = inputs.recall_task(model)
     name = getattr(model, "analysis_name", "this model")
     if task is not None and (text_file is not None or text is not None):
@@ -24,7 +26,7 @@ def model_batch(model, tokenizer, tokens: int, sequences: int, *, text_file: str
                             "sequences, not text; leave out the text to analyse it on those.")
     length = task.seq_len if task is not None else int(tokens)
     limits.check_forward(model, int(sequences), length, what or f"Running {name} on {int(sequences)} sequences",
-                         advice)
+                         advice, states=states)
     if task is not None:
         ids, _ = inputs.recall_batch(task, int(sequences), torch.Generator().manual_seed(int(seed)))
         return inputs.ModelBatch(ids, inputs.recall_label(task, seed))

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 import torch
 
 from analysis.archs import adapter_for
+from analysis.models import limits
+from analysis.models.forward import is_streamed, run_batches
 from analysis.models.load import linear_layers
 from analysis.runtime.cancel import check
 
@@ -44,6 +46,8 @@ def heads_zeroed(model, layer_index: int, heads):
 @torch.no_grad()
 def sequence_losses(model, ids: torch.Tensor, cancel=None) -> torch.Tensor:
     """[N] mean next-token loss (nats) of each sequence."""
+    if is_streamed(model):
+        return _streamed_sequence_losses(model, ids, cancel)
     device = next(model.parameters()).device
     out = []
     for batch in ids.split(BATCH):
@@ -53,6 +57,24 @@ def sequence_losses(model, ids: torch.Tensor, cancel=None) -> torch.Tensor:
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="none")
         out.append(loss.view(batch.shape[0], -1).mean(1).double().cpu())
     return torch.cat(out)
+
+
+def _streamed_sequence_losses(model, ids: torch.Tensor, cancel=None) -> torch.Tensor:
+    """sequence_losses of a streamed model: batches as the budget holds them, each layer read once for all of them,
+    and the loss summed over chunks of the logits (the model's own chunks, so they never exceed the budget)."""
+    per = limits.fitting_batch(model, BATCH, ids.shape[1], reserve=ids.numel() * 8)
+    batches = list(ids.split(per))
+    nats = [torch.zeros(b.shape[0], dtype=torch.float64) for b in batches]
+
+    def score(m: int, first: int, logits: torch.Tensor) -> None:
+        targets = batches[m][:, first + 1:first + 1 + logits.shape[1]]   # the last position predicts nothing
+        n = targets.shape[1]
+        if n:
+            loss = torch.nn.functional.cross_entropy(logits[:, :n].float().flatten(0, 1), targets.flatten(),
+                                                     reduction="none")
+            nats[m] += loss.view(targets.shape[0], n).double().sum(1)
+    run_batches(model, batches, on_logits=score, cancel=cancel)
+    return torch.cat(nats) / (ids.shape[1] - 1)
 
 
 def paired(delta: torch.Tensor) -> dict:

@@ -93,3 +93,19 @@ def test_every_token_trace_comes_from_the_same_single_pass(monkeypatch):
     assert len(runs) == len(trace.layers)
     for layer, ref in zip(trace.layers, alone):
         assert torch.equal(layer.every_token["rank_utilization"], ref["rank_utilization"])
+
+
+def test_states_traced_in_batches_are_those_of_one_batch():
+    """Issue 41: head statistics of a streamed model trace their sequences in batches the budget holds; each layer's
+    k-th call is batch k, in memory as streamed, and the joined trace is the one-batch trace."""
+    model = build_tiny("gated_deltanet")
+    ids = torch.randint(0, 8192, (5, 24), generator=torch.Generator().manual_seed(0))
+    one = collect_states(model, ids, positions=[3, 11, 23], keep_states=True)
+    split = collect_states(model, ids, positions=[3, 11, 23], keep_states=True, batch=2)
+    assert split.batch == 5 and len(split.layers) == len(one.layers)
+    for a, b in zip(one.layers, split.layers):
+        assert torch.allclose(b.states, a.states, rtol=1e-5, atol=1e-7)
+        assert torch.allclose(b.final_state, a.final_state, rtol=1e-5, atol=1e-7)
+        for name in a.metrics:
+            assert torch.allclose(b.metrics[name], a.metrics[name], rtol=1e-4, atol=1e-6, equal_nan=True), name
+    assert torch.allclose(split.logits, one.logits, rtol=1e-5, atol=1e-6)

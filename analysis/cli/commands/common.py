@@ -54,11 +54,15 @@ def text_batch(args, tokenizer, model):
     recall sequences (analysis.models.model_inputs.model_batch, as the dashboard does), after checking the forward
     fits."""
     from analysis.data import inputs
+    from analysis.models import limits
     from analysis.models.model_inputs import model_batch
     if inputs.recall_task(model) is None:
         require_text_model(model, tokenizer, args.command)
+    stride = getattr(args, "stride", None)   # rank: the states of every stride-th token of a chunk, and the last
+    states = True if stride is None or getattr(args, "every_token", False) else \
+        -(-min(args.tokens, limits.CHUNK) // stride) + 1
     batch = model_batch(model, tokenizer, args.tokens, args.batch, text_file=args.text,
-                        split=None if args.text else args.split)
+                        split=None if args.text else args.split, states=states)
     if batch.warning:
         print(f"warning: {batch.warning}.", file=sys.stderr)
     return batch.ids, batch.label

@@ -24,6 +24,14 @@ class DerivedSkeleton(Skeleton):
             unit.stored_bytes = source.unit(unit.name).stored_bytes
             if any(full in changed for *_, full in unit.slots):
                 unit.nbytes += source.unit(unit.name).nbytes
+        self.changed = set(changed)
+        self.plan_rows()
+
+    def row_source(self, unit: Unit):
+        """A unit the transform leaves alone is read by rows from the source's checkpoint, as the source's is."""
+        if not hasattr(self, "changed") or any(full in self.changed for *_, full in unit.slots):
+            return None
+        return self.source.row_source(self.source.unit(unit.name))
 
     def _load(self, unit: Unit) -> None:
         src = self.source.unit(unit.name)

@@ -157,13 +157,38 @@ class CheckpointFiles:
     def read(self, name: str) -> torch.Tensor:
         """A new tensor with the stored bytes of `name` (its stored dtype and shape)."""
         entry = self.entries[name]
-        buf = torch.empty(entry.nbytes, dtype=torch.uint8)
-        view = memoryview(buf.numpy()) if entry.nbytes else memoryview(b"")
+        return self._read_bytes(name, 0, entry.nbytes).view(entry.dtype).reshape(entry.shape)
+
+    def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows start..stop-1 of the matrix `name` (one positioned read: a matrix's rows are stored one after another)."""
+        entry = self.entries[name]
+        row = entry.nbytes // entry.shape[0]
+        return self._read_bytes(name, start * row, (stop - start) * row).view(entry.dtype) \
+            .reshape(stop - start, *entry.shape[1:])
+
+    def gather_rows(self, name: str, indices: torch.Tensor) -> torch.Tensor:
+        """The rows `indices` (a 1-D tensor of row numbers, each in range) of the matrix `name`, in that order; each
+        distinct row is read once."""
+        entry = self.entries[name]
+        rows = entry.shape[0]
+        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= rows):
+            raise AnalysisError(f"A token id is outside the {rows:,} rows of {name}; the ids do not belong to this "
+                                "model's vocabulary (check the tokenizer).")
+        distinct, where = torch.unique(indices, return_inverse=True)
+        read = torch.stack([self.read_rows(name, i, i + 1)[0] for i in distinct.tolist()]) if distinct.numel() \
+            else torch.empty(0, *entry.shape[1:], dtype=entry.dtype)
+        return read[where]
+
+    def _read_bytes(self, name: str, offset: int, nbytes: int) -> torch.Tensor:
+        """`nbytes` bytes of tensor `name` from `offset` within it, into a new uint8 tensor."""
+        entry = self.entries[name]
+        buf = torch.empty(nbytes, dtype=torch.uint8)
+        view = memoryview(buf.numpy()) if nbytes else memoryview(b"")
         done = 0
         try:
             fd = self._fd(entry.file)
-            while done < entry.nbytes:
-                got = os.preadv(fd, [view[done:]], entry.start + done)
+            while done < nbytes:
+                got = os.preadv(fd, [view[done:]], entry.start + offset + done)
                 if got <= 0:
                     raise AnalysisError(f"{entry.file} ended before tensor {name} (it was truncated after the "
                                         f"load began); {HINT}.")
@@ -171,8 +196,8 @@ class CheckpointFiles:
         except OSError as exc:
             raise AnalysisError(f"Reading tensor {name} from {entry.file} failed ({exc.strerror or exc}); "
                                 f"{HINT}.") from None
-        self.bytes_read += entry.nbytes
-        return buf.view(entry.dtype).reshape(entry.shape)
+        self.bytes_read += nbytes
+        return buf
 
     def _fd(self, file: Path) -> int:
         if file not in self._fds:

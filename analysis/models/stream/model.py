@@ -72,7 +72,15 @@ class StreamedModel:
 
     @property
     def largest_unit_bytes(self) -> int:
-        return max(u.nbytes for u in self.skeleton.units)
+        """The most weight bytes a pass holds at once: the largest unit held whole, or one slice of a head read by
+        rows (the embedding is read by the rows of its ids)."""
+        return max(self.skeleton.held_bytes(u) for u in self.skeleton.units)
+
+    @property
+    def largest_unit(self):
+        """(name, bytes) of what largest_unit_bytes counts."""
+        unit = max(self.skeleton.units, key=self.skeleton.held_bytes)
+        return unit.name, self.skeleton.held_bytes(unit)
 
     def weights_of(self, module):
         """analysis.models.forward.weights_of: the unit holding `module`, materialised while inside."""
@@ -107,7 +115,7 @@ class StreamedModel:
         work = max((limits.block_work_bytes(self, b.shape[0], b.shape[1]) for b in batches), default=0)
         spare = max(self.limit - self.largest_unit_bytes - work, 0)   # beside a layer at work: the hidden states
         hidden = max((b.numel() * self.config.hidden_size * 4 for b in batches), default=0)
-        head = max((u.nbytes for u in self.skeleton.rest_units()), default=0)
+        head = max((self.skeleton.held_bytes(u) for u in self.skeleton.rest_units()), default=0)
         tail = max(self.limit - head - 2 * hidden, 0) // 2  # the tail holds the LM head, one batch and its logits
         runner = Runner(self.skeleton, self.shape,
                         hidden_limit=spare if hidden_limit is None else hidden_limit,

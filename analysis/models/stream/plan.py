@@ -3,9 +3,9 @@
 A model whose weights fit what the request may hold (its `--max-memory` budget, by default half of the memory
 available) loads whole, as always. One that does not is streamed when its checkpoint really holds those weights on
 disk (a config claiming 100,000 layers over a two-layer file is refused as too big, not streamed: its files hold
-less than half of the weights it describes) and the largest
-unit — a decoder layer, or the embeddings / LM head — fits the budget on its own; otherwise one sentence names
-that unit's size. Streaming runs on the CPU.
+less than half of the weights it describes) and the largest unit it holds whole — a decoder layer, or a module
+outside them; the input embedding is read by the rows of its ids and a large output head in row slices — fits the
+budget on its own; otherwise one sentence names that unit and its size. Streaming runs on the CPU.
 """
 from __future__ import annotations
 
@@ -33,16 +33,17 @@ def open_streamed(path, config: dict, files: CheckpointFiles, adapter, dtype: to
     skeleton_model = build(AutoConfig.for_model(**config), dtype)  # the checked JSON, as limits reads it
     skeleton = Skeleton(skeleton_model, files, adapter.decoder_layers(skeleton_model), dtype)
     limit, how = limits.allowed(device)
-    largest = max(skeleton.units, key=lambda u: u.nbytes)
+    largest = max(skeleton.units, key=skeleton.held_bytes)   # the embedding and a big head are read by rows
+    held = skeleton.held_bytes(largest)
     params = sum(p.numel() for p in skeleton.model.parameters())
     element = torch.empty((), dtype=dtype).element_size()
-    if largest.nbytes > limit:
+    if held > limit:
         kind = "block" if largest.block is not None else "part"
         raise AnalysisError(f"The model in {path} ({params:,} parameters in {_dtype(dtype)}) needs about "
                             f"{limits.size_text(params * element)} of memory, more than {how}, and streamed one "
                             f"block at a time it still holds its largest {kind} ({largest.name}, "
-                            f"{limits.size_text(largest.nbytes)} in {_dtype(dtype)}), which does not fit either; "
-                            f"{_advice(dtype, limit, largest.nbytes)}.")
+                            f"{limits.size_text(held)} in {_dtype(dtype)}), which does not fit either; "
+                            f"{_advice(dtype, limit, held)}.")
     from analysis.runtime.allocator import return_freed_memory
     return_freed_memory()  # a released block's memory goes back to the system, not to the heap
     model = StreamedModel(skeleton, device, limit, torch.zeros(1, 1, dtype=torch.long))

@@ -65,6 +65,8 @@ class Skeleton:
         self.lock = threading.RLock()  # one pass at a time: two sessions of the dashboard may share this model
         self.cast: torch.dtype | None = None      # materialise as this dtype (a gradient pass: float32)
         self.grad_names: set | None = None        # parameters that get requires_grad (None: transformers' default)
+        self._plain_key: dict[str, str] = {}      # model name -> the checkpoint key that holds it as is
+        self.slice_bytes = 0                      # the output head is read in row slices of at most this (plan_rows)
         if files is not None:
             from transformers.conversion_mapping import get_model_conversion_mapping
             from transformers.modeling_utils import LoadStateDictConfig
@@ -73,6 +75,7 @@ class Skeleton:
                                                     weight_mapping=get_model_conversion_mapping(model),
                                                     device_map={"": "cpu"})
             self._assign_keys()
+        self.plan_rows()
 
     # ---- structure ----------------------------------------------------------------------------------
     def _units(self) -> list[Unit]:
@@ -138,6 +141,7 @@ class Skeleton:
         for unit in self.units:
             if unit.name in converted:
                 unit.plain = {}
+        self._plain_key = {target: key for unit in self.units for key, target in unit.plain.items()}
         for unit in self.units:
             for *_, full in unit.slots:
                 if full in loaded_by:
@@ -166,6 +170,73 @@ class Skeleton:
 
     def rest_units(self) -> list[Unit]:
         return [u for u in self.units if u.block is None]
+
+    # ---- matrices read by rows ------------------------------------------------------------------------
+    def row_source(self, unit: Unit):
+        """(files, checkpoint key) when `unit` is the model's input embedding or output head — a plain nn.Embedding
+        or bias-free nn.Linear whose one tensor is stored as is (under its own or a tied name) — so its rows can be
+        read as they are needed; else None (the unit is read whole)."""
+        if unit.block is not None or len(unit.slots) != 1 or self.files is None:
+            return None
+        module, attr, _is_param, meta, full = unit.slots[0]
+        if attr != "weight" or meta.dim() != 2 or not _row_readable(module):
+            return None
+        if not any(module is m for m in _ends(self.model)):
+            return None
+        key = next((self._plain_key[a] for a in self._aliases[full] if a in self._plain_key), None)
+        if key is None or self.files.entries[key].shape != tuple(meta.shape):
+            return None
+        return self.files, key
+
+    def plan_rows(self) -> None:
+        """The output head is read in row slices no larger than the largest unit held whole (a decoder layer, as a
+        rule), so it never raises what a pass holds; the input embedding is always read by the rows of its ids."""
+        self.slice_bytes = max((u.nbytes for u in self.units if self.row_source(u) is None), default=0)
+
+    def by_rows(self, unit: Unit) -> bool:
+        """Is `unit` never held whole in a pass: the input embedding (rows by id), or an output head larger than
+        a slice?"""
+        if self.row_source(unit) is None:
+            return False
+        return isinstance(unit.slots[0][0], torch.nn.Embedding) or unit.nbytes > self.slice_bytes
+
+    def held_bytes(self, unit: Unit) -> int:
+        """What a pass holds of `unit` at once: all of it, or one slice of a head read by rows (the embedding rows of
+        a batch are counted with its hidden states)."""
+        if not self.by_rows(unit):
+            return unit.nbytes
+        return 0 if isinstance(unit.slots[0][0], torch.nn.Embedding) else self.slice_bytes
+
+    def _row_forward(self, unit: Unit):
+        """The forward of a unit read by rows: the embedding's rows of the given ids, or the head applied slice by
+        slice of its rows (the logits are the same numbers; each slice is released before the next is read)."""
+        files, key = self.row_source(unit)
+        module, *_, meta, _full = unit.slots[0]
+
+        def dtype():
+            return self.cast if self.cast is not None else meta.dtype
+        if isinstance(module, torch.nn.Embedding):
+            def embed(ids):
+                rows = files.gather_rows(key, ids.reshape(-1).cpu())
+                return rows.to(dtype()).reshape(*ids.shape, meta.shape[1])
+            return embed
+        per = max(1, self.slice_bytes // (meta.shape[1] * meta.element_size()))
+
+        def head(x):
+            vocab = meta.shape[0]
+            slices = range(0, vocab, per)
+            if torch.is_grad_enabled() and x.requires_grad:  # the gradient pass: autograd follows the slices
+                return torch.cat([torch.nn.functional.linear(x, files.read_rows(key, a, min(a + per, vocab))
+                                                             .to(dtype())) for a in slices], dim=-1)
+            out = None
+            for a in slices:
+                part = torch.nn.functional.linear(x, files.read_rows(key, a, min(a + per, vocab)).to(dtype()))
+                if out is None:
+                    out = part.new_empty(*x.shape[:-1], vocab)
+                out[..., a:a + part.shape[-1]] = part
+                del part
+            return out
+        return head
 
     # ---- materialise / release -------------------------------------------------------------------------
     def materialize(self, unit: Unit) -> None:
@@ -256,9 +327,13 @@ class Skeleton:
         """While inside, every module outside the decoder layers that owns weights gets them just before it runs
         (the embeddings in a capture, the final norm and LM head in a tail) and gives them back right after, or,
         with `keep`, when the block ends (several forwards in a row read them once)."""
-        hooks = []
+        hooks, replaced = [], []
         for unit in self.rest_units():
             module = self.model.get_submodule(unit.name)
+            if self.by_rows(unit):  # never held whole: its forward reads the rows it needs
+                module.forward = self._row_forward(unit)
+                replaced.append(module)
+                continue
             hooks.append(module.register_forward_pre_hook(lambda _m, _a, u=unit: self.materialize(u)))
             if not keep:
                 hooks.append(module.register_forward_hook(lambda _m, _a, _o, u=unit: self.release(u)))
@@ -267,8 +342,31 @@ class Skeleton:
         finally:
             for h in hooks:
                 h.remove()
+            for module in replaced:
+                del module.forward
             for unit in self.rest_units():
                 self.release(unit)
+
+
+def _row_readable(module) -> bool:
+    """A module whose forward is its weight's rows (an embedding without max_norm) or x·Wᵀ (a linear without bias):
+    exactly these types, so no subclass's forward is replaced."""
+    if type(module) is torch.nn.Embedding:
+        return module.max_norm is None
+    return type(module) is torch.nn.Linear and module.bias is None
+
+
+def _ends(model) -> list:
+    """The model's input embedding and output head, where it names them."""
+    out = []
+    for getter in ("get_input_embeddings", "get_output_embeddings"):
+        try:
+            module = getattr(model, getter)()
+        except (AttributeError, NotImplementedError):
+            module = None
+        if module is not None:
+            out.append(module)
+    return out
 
 
 def _current(module, attr):
