@@ -91,7 +91,10 @@ def options(smap: dict, round_to: int | None = None) -> list[list[Option]]:
         layer = []
         for d in dims:
             got = layer_loss(points, dk, d)
-            layer.append(Option(nominal.get(d, 1 - d / dk) if d != dk else 0.0, d, got["loss"], raw.get(d, 0.0)))
+            # off the map's grid: a ratio halfway inside the dim's floor interval, to 4 places (what the page's
+            # inputs hold), so that kept_dim(ratio) gives this dim back
+            ratio = 0.0 if d == dk else nominal.get(d, round(1 - (d + 0.5) / dk, 4))
+            layer.append(Option(ratio, d, got["loss"], raw.get(d, 0.0)))
         out.append(layer)
     return out
 
