@@ -26,7 +26,7 @@ from functools import reduce
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
-from analysis.shrink.predict import layer_loss, layer_points, model_sigma, predict
+from analysis.shrink.predict import combine, layer_loss, layer_points, model_sigma, predict
 from analysis.shrink.prune_workflow import prune_then_measure
 from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.key_plan import ROUNDINGS, kept_dim, plan_key_dims, tiles_of
@@ -468,8 +468,8 @@ def prediction_difference(smap: dict, dims_a: list[int], dims_b: list[int]) -> d
     noise = sum((p["se"] or 0.0) ** 2 + (q["se"] or 0.0) ** 2 for p, q in differ)
     parts = model_sigma(smap["metric"], [p["loss"] - q["loss"] for p, q in differ],
                         [math.hypot(p.get("gap", 0.0), q.get("gap", 0.0)) for p, q in differ],
-                        ses=[p["se"] or 0.0 for p, _ in differ])
-    sigma = math.sqrt(noise + parts["additivity"] ** 2 + parts["interpolation"] ** 2 + parts["selection"] ** 2)
+                        ses=[p["se"] or 0.0 for p, _ in differ], ratios=[abs(p["ratio"] - q["ratio"]) for p, q in differ])
+    sigma = combine(math.sqrt(noise), parts)
     return {"delta": a["predicted_loss"] - b["predicted_loss"], "sigma": sigma}
 
 

@@ -19,7 +19,8 @@ cells, ≥ 0 and non-decreasing in ρ): the heatmap shows it, this prediction su
 exactly this sum. Its Δ means Δ on **held-out text** (bundled samples: `ppl --split test --max-tokens 16384
 --context 256`), not on the map's own tokens.
 
-Uncertainty, one σ, of Δ on held-out text:  σ² = Σ_l se_l² + (κ Σ_l |loss_l|)² + σ₀² + Σ_l (λ g_l)² + (ζ Σ_l se_l)².
+Uncertainty, one σ, of Δ on held-out text:
+  σ² = Σ_l se_l² + (κ Σ_l |loss_l|)² + σ₀² + Σ_l (λ g_l)² + (ζ Σ_l se_l)² + (τ Σ_l ρ_l)².
 - se_l: the fitted cell's standard error (1/√Σw of the cells the fit pooled, from their paired SEs over windows;
   interpolated like the loss; absent for a recall map or a map written before it was recorded);
 - κ, σ₀: the between-text and additivity terms: a new text moves a plan's Δ by a fraction of it (other plays
@@ -28,7 +29,10 @@ Uncertainty, one σ, of Δ on held-out text:  σ² = Σ_l se_l² + (κ Σ_l |los
   (t = (x − x₀)/(x₁ − x₀)): the interpolation error, zero on a cell and largest midway;
 - ζ Σ_l se_l: the selection term. A plan chosen by looking at the map (by eye or by the allocator) picks the cells
   that look cheapest, whose noise is biased low; that bias is about as large as the cells' standard errors and
-  adds up across the layers chosen (a sum, not in quadrature).
+  adds up across the layers chosen (a sum, not in quadrature);
+- τ Σ_l ρ_l: the text term. A layer the map text says is nearly free at ρ 0.875 can cost on other text (the map
+  saw 4,096 tokens of a few plays); the shift grows with how much of each layer is pruned, and one new text
+  shifts every layer together (a sum). It is what keeps a plan that prunes "free-looking" layers hard honest.
 κ, σ₀, λ and ζ were fitted on held-out text (`benchmarks/plan_calibration.py`,
 `sample_models/results/plan-calibration-held-out.json`): random plans, uniform plans, the allocator's and
 noise-chasing plans (built like a person reading the raw map: the cheapest-looking cells first) of the bundled
@@ -45,8 +49,8 @@ from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.key_plan import tiles, tiles_of
 
 # κ (a fraction of Σ|loss|), the floor σ₀ and λ (a fraction of the interpolation gap g), in the map's loss unit
-UNCERTAINTY = {"ppl": {"kappa": 0.25, "floor": 0.002, "interpolation": 0.25, "selection": 1.0},
-               "recall": {"kappa": 0.0, "floor": 0.001, "interpolation": 0.06, "selection": 0.0}}
+UNCERTAINTY = {"ppl": {"kappa": 0.25, "floor": 0.002, "interpolation": 0.25, "selection": 1.0, "text": 0.0},
+               "recall": {"kappa": 0.0, "floor": 0.001, "interpolation": 0.06, "selection": 0.0, "text": 0.0}}
 COVERAGE = 0.9  # the fraction of each sample's calibration plans the fitted terms put inside ±2σ
 INTERPOLATION = ("monotone cubic (PCHIP) in the effective ratio 1 − dk′/dk through the map's measured ratios of "
                  "that layer (ρ = 0 counts as measured, loss 0); past the largest measured ratio the layer is "
@@ -101,13 +105,20 @@ def plan_state(smap: dict, dims: list[int]) -> dict:
 
 
 def model_sigma(metric: str, losses: list[float], gaps: list[float], constants: dict | None = None,
-                ses: list[float] | None = None) -> dict:
-    """The between-text/additivity, interpolation and selection terms of σ (see the module docstring), for
-    `constants` or the shipped ones; `ses`: the pruned layers' fitted standard errors."""
+                ses: list[float] | None = None, ratios: list[float] | None = None) -> dict:
+    """The between-text/additivity, interpolation, selection and text terms of σ (see the module docstring), for
+    `constants` or the shipped ones; `ses`: the pruned layers' fitted standard errors; `ratios`: every layer's
+    effective ratio."""
     c = constants or UNCERTAINTY[metric]
     return {"additivity": math.hypot(c["kappa"] * sum(abs(x) for x in losses), c["floor"]),
             "interpolation": c["interpolation"] * math.sqrt(sum(g * g for g in gaps)),
-            "selection": c.get("selection", 0.0) * sum(ses or [])}
+            "selection": c.get("selection", 0.0) * sum(ses or []),
+            "text": c.get("text", 0.0) * sum(ratios or [])}
+
+
+def combine(noise: float | None, parts: dict) -> float:
+    """σ from the fit noise and model_sigma's terms, in quadrature."""
+    return math.sqrt((noise or 0.0) ** 2 + sum(v * v for v in parts.values()))
 
 
 def predict(smap: dict, dims: list[int], strategy: str | None = None) -> dict:
@@ -145,10 +156,9 @@ def predict(smap: dict, dims: list[int], strategy: str | None = None) -> dict:
         losses = [p["loss"] for p in per_layer]
         ses = [p["se"] for p in per_layer if p["how"] != "unpruned"]
         noise = None if any(s is None for s in ses) else math.sqrt(sum(s * s for s in ses))
-        parts = model_sigma(metric, losses, [p.get("gap", 0.0) for p in per_layer], ses=[s or 0.0 for s in ses])
-        loss = sum(losses)
-        sigma = math.sqrt((noise or 0.0) ** 2 + parts["additivity"] ** 2 + parts["interpolation"] ** 2
-                          + parts["selection"] ** 2)
+        parts = model_sigma(metric, losses, [p.get("gap", 0.0) for p in per_layer], ses=[s or 0.0 for s in ses],
+                            ratios=[p["ratio"] for p in per_layer])
+        loss, sigma = sum(losses), combine(noise, parts)
         out["uncertainty_parts"] = {"map_noise": noise, **parts}
     out["predicted_loss"], out["predicted_uncertainty"] = loss, sigma
     base = smap.get("baseline")

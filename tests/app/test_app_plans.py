@@ -142,7 +142,9 @@ def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells
     [frame] = [d.value for d in at.dataframe if "measured loss" in d.value.columns]
     assert not frame.isna().any().any() and "None" not in frame.to_string()
     # issue 40 item 4: the answer is the held-out measurement, in a sentence, with the role and its tokens
-    [answer] = [m.value for m in at.success if "On new text:" in m.value]
+    answers = [m.value for m in at.success if "On new text:" in m.value]
+    assert len(answers) == 1, [m.value for m in at.success] + [m.value for m in at.markdown][-5:]
+    [answer] = answers
     held = job.result["choice"]["held_out"]
     assert f"{held['chosen']['delta']:+.4f} ± {held['chosen']['se']:.4f}" in answer
     assert f"uniform {held['uniform']['delta']:+.4f} ± {held['uniform']['se']:.4f}" in answer

