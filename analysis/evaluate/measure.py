@@ -22,7 +22,7 @@ LATENCY_SHAPE = dict(batch=2, tokens=512)  # as the sweep times it, so the two p
 def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_tokens: int | None = 4096,
             recall_pairs: tuple[int, ...] | None = None, recall_sequences: int = 64, latency: bool = True,
             progress=None, cancel=None, per_window: bool = False, tasks=None, yes: bool = False,
-            recall_seed: int = RECALL_SEED) -> dict:
+            recall_seed: int = RECALL_SEED, start: int = 0) -> dict:
     """Architecture figures plus perplexity (or recall accuracy when `recall_pairs` is given) and latency.
 
     The one measuring path of the workflows (prune, sweep point, sensitivity point, allocate-and-choose):
@@ -38,7 +38,7 @@ def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_
         out["recall"] = recall_report(model, pairs=tuple(recall_pairs), n_sequences=recall_sequences, seed=recall_seed)
     else:
         out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=half,
-                                       per_window=per_window, cancel=cancel)
+                                       per_window=per_window, cancel=cancel, start=start)
     if tasks is not None:
         from analysis.evaluate.harness import evaluate_tasks, task_rows
         check(cancel)

@@ -35,13 +35,14 @@ def _scored_windows(n_ids: int, context: int, stride: int):
 @torch.no_grad()
 def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride: int | None = None,
                max_tokens: int | None = None, text: str | None = None, batch: int = 8, progress=None,
-               per_window: bool = False, cancel=None, yes: bool = False, say=None) -> dict:
+               per_window: bool = False, cancel=None, yes: bool = False, say=None, start: int = 0) -> dict:
     """Perplexity of `model` on a bundled split (or given text) with dataset/split/context/stride/tokens.
 
     per_window adds `window_losses`: each window's mean nats per scored token, in order (for paired
     comparisons of two models on the same tokens). cancel: checked before every batch of windows
     (analysis.runtime.cancel). Work past an hour here is refused unless `yes`; `say` gets a one-line estimate of
-    long work before it starts (analysis.models.workload)."""
+    long work before it starts (analysis.models.workload). start: the first token read (a stretch of the split,
+    analysis.data.roles), so the targets are ids[start + 1 : start + 1 + max_tokens]."""
     stride = context if stride is None else stride
     if context < 1 or stride < 1 or stride > context:
         raise AnalysisError(f"Need 1 ≤ stride ≤ context, got context {context} and stride {stride}.")
@@ -51,6 +52,10 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
     limits.check_forward(model, batch, context, "Scoring perplexity", "use a shorter --context", logits_copies=3,
                          states=False)
     ids = data.encode(text, tokenizer) if text is not None else data.encoded_split(split, tokenizer)
+    if start:
+        if not 0 <= int(start) < len(ids):
+            raise AnalysisError(f"The stretch starts at token {start:,} but the text has {len(ids):,} tokens.")
+        ids = ids[int(start):]
     if max_tokens is not None:
         ids = ids[: max_tokens + 1]
     if len(ids) < context + 1:
@@ -98,6 +103,8 @@ def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride
         "context": context, "stride": stride, "tokens": len(scored_ids), "bytes": n_bytes,
         "device": str(device), "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
     }
+    if start:
+        result["start"] = int(start)  # a stretch of the split (analysis.data.roles)
     if per_window:
         result["window_losses"] = window_losses
     if trained and context > trained:

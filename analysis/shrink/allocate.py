@@ -1,21 +1,21 @@
 """Per-layer pruning ratios chosen from a measured sensitivity map, under a state or kernel-tile budget.
 
-Additive model: pruning layer l to key dim d costs loss_l(d), measured with every other layer intact
-(loss 0 at the full dim), and a whole allocation is predicted to cost Σ_l loss_l(d_l). Each layer may
-take its full dim or any dim the map measured (with tile rounding: only multiples of the rounding).
-Among allocations whose cost (fp32 state bytes, or 64-row kernel tiles, summed over layers and heads)
-fits the budget, an exact dynamic programme over layers finds the least predicted loss. A mean-ratio
-target means the state bytes of the uniform plan at that ratio, so both plans hold the same state.
+Additive model: pruning layer l to key dim d costs loss_l(d), with every other layer intact (loss 0 at the full
+dim), and a whole allocation is predicted to cost Σ_l loss_l(d_l). loss_l is **the prediction itself**
+(analysis.shrink.predict on the fitted map of analysis.shrink.fitted_map: per layer non-decreasing in ρ, 0 at
+ρ = 0), so the allocator minimises exactly what every page shows for a plan. Each layer may take any dim from
+its smallest measured dim up to its full dim (with tile rounding: only multiples of the rounding); below the
+smallest measured dim the prediction is only a lower bound, so the allocator never goes there. Among
+allocations whose cost (fp32 state bytes, or 64-row kernel tiles, summed over layers and heads) fits the budget,
+an exact dynamic programme over layers finds the least predicted loss; among equally good plans the one spending
+the most of the budget wins. A mean-ratio target means the state bytes of the uniform plan at that ratio.
 
-The measured losses are first made monotone: clamped at 0 (a one-layer "gain" is measurement noise, and
-the knapsack would otherwise buy it with unused bytes) and non-decreasing in the ratio (running max), so
-pruning a layer less never predicts more loss; among equally good plans the one spending the most of the
-budget wins. `verify` prunes for real and reports measured against predicted; `choose_plan` measures the
-knapsack plan, the uniform plan and the rank-suggested plan (same budget) on the map's own split
-(validation, never test) and keeps the best measured one, because the additive model's margins are
-often below the noise. It measures on more tokens than the map (CHOICE_TOKEN_FACTOR), and a plan replaces
-uniform only when it measures better by more than SIGNIFICANCE paired standard errors over windows:
-with 4,096 validation tokens a plan that won by noise lost on the test split by 3 standard errors.
+`recommend` is the plan the Prune page and `plan --recommend` give at a budget: the allocator's plan when its
+prediction beats uniform's by more than SIGNIFICANCE standard errors of their difference, else uniform.
+`choose_plan` measures the candidate plans on **choice** tokens (analysis.data.roles: the validation split right
+after the map's tokens, 4× as many), keeps the best (a plan replaces uniform only when it measures better by
+more than SIGNIFICANCE paired standard errors), and then measures the chosen plan and uniform on **held-out**
+tokens (the test split): that is the answer shown, never a figure used to choose.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from analysis.errors import AnalysisError
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
 from analysis.shrink.number_format import signed
-from analysis.shrink.predict import predict
+from analysis.shrink.predict import combine, layer_loss, layer_points, model_sigma, predict
 from analysis.shrink.prune_workflow import prune_then_measure
 from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.key_plan import ROUNDINGS, kept_dim, plan_key_dims, tiles_of
@@ -44,8 +44,8 @@ UNITS = {"state_bytes": "fp32 state bytes per sequence", "tiles": "kernel tiles 
 class Option:
     ratio: float
     dim: int
-    loss: float             # monotone: max(0, running max of the measured losses at this dim or larger ratios)
-    measured: float = 0.0   # the map's raw value
+    loss: float             # the prediction's loss for this layer at this dim (the fitted map, interpolated)
+    measured: float = 0.0   # the map's raw value at a measured dim (0 elsewhere)
 
 
 @dataclass
@@ -53,9 +53,9 @@ class Allocation:
     strategy: str
     ratios: list[float]
     dims: list[int]
-    predicted_loss: float     # analysis.shrink.predict's: the raw map, summed (what every page shows for a plan)
+    predicted_loss: float     # analysis.shrink.predict's (what every page shows for a plan)
     predicted_value: float
-    objective_loss: float     # what the knapsack minimised: the same sum over the monotone, clamped map
+    objective_loss: float     # what the knapsack minimised: the same prediction
     baseline_value: float
     cost: int
     budget: int
@@ -75,44 +75,57 @@ def layer_cost(row: dict, dim: int, unit: str) -> int:
 
 
 def options(smap: dict, round_to: int | None = None) -> list[list[Option]]:
-    """Per layer: the full dim (loss 0) and every measured dim (a multiple of `round_to` when rounding)."""
+    """Per layer: every dim from the smallest measured one to the full dim (multiples of `round_to` when rounding,
+    and the full dim), each with the prediction's loss for that layer at that dim (the fitted map)."""
     if round_to not in ROUNDINGS:
         raise AnalysisError(f"Rounding must be one of 16, 32 or 64 channels, got {round_to}.")
-    per_layer = [[Option(0.0, row["head_k_dim"], 0.0)] for row in smap["layers"]]
-    for p in smap["points"]:
-        dk = smap["layers"][p["layer"]]["head_k_dim"]
-        if p["loss"] is None or not math.isfinite(p["loss"]):
-            continue
-        if round_to and p["head_k_dim"] % round_to and p["head_k_dim"] != dk:
-            continue
-        if any(o.dim == p["head_k_dim"] for o in per_layer[p["layer"]]):
-            continue  # two ratios that floor to the same dim: keep the first measured
-        per_layer[p["layer"]].append(Option(p["ratio"], p["head_k_dim"], p["loss"], p["loss"]))
-    return [monotone(sorted(opts, key=lambda o: -o.dim)) for opts in per_layer]
-
-
-def monotone(layer: list[Option]) -> list[Option]:
-    """Options ordered by falling dim, with losses clamped at 0 and never decreasing as the dim falls."""
-    out, floor = [], 0.0
-    for o in layer:
-        floor = max(floor, o.measured)
-        out.append(Option(o.ratio, o.dim, floor, o.measured))
+    out, fit = [], _fitted(smap)
+    for row, points in zip(smap["layers"], layer_points(fit)):
+        dk = row["head_k_dim"]
+        measured = {p[3] for p in points}
+        nominal = {p["head_k_dim"]: p["ratio"] for p in smap["points"]
+                   if p.get("layer") == row["layer"] and p["head_k_dim"] in measured}
+        raw = {p["head_k_dim"]: p.get("raw_loss", p["loss"]) for p in fit["points"]
+               if p.get("layer") == row["layer"] and p.get("loss") is not None}
+        smallest = min(measured)
+        dims = [d for d in range(dk, smallest - 1, -1) if d == dk or not round_to or d % round_to == 0]
+        layer = []
+        for d in dims:
+            got = layer_loss(points, dk, d)
+            # off the map's grid: a ratio halfway inside the dim's floor interval, to 4 places (what the page's
+            # inputs hold), so that kept_dim(ratio) gives this dim back
+            ratio = 0.0 if d == dk else nominal.get(d, round(1 - (d + 0.5) / dk, 4))
+            layer.append(Option(ratio, d, got["loss"], raw.get(d, 0.0)))
+        out.append(layer)
     return out
 
 
-def charged(ratios, row) -> list[tuple[float | None, int | None]]:
-    """What the allocator charges one layer at each ratio of a map row (losses in the order of `ratios`, None where
-    not measured): as `monotone`, the measured loss clamped at 0 and never below a smaller ratio's; with the
-    index of the measured ratio that sets it (None where the charge is the clamp, 0)."""
+def _fitted(smap: dict) -> dict:
+    from analysis.shrink.fitted_map import fitted
+    return fitted(smap)
+
+
+def charged(ratios, row, ses=None) -> list[tuple[float | None, int | None]]:
+    """What the prediction (and so the allocator) charges one layer at each ratio of a map row (losses in the order
+    of `ratios`, None where not measured): the fitted map's value (analysis.shrink.fitted_map), with the index of
+    the measured ratio it equals (None where the fit puts it at 0, pooled with the unpruned layer; another index
+    where the fit pooled it with its neighbours)."""
+    from analysis.shrink.fitted_map import fit_layer
+    cells = [(r, x, None if ses is None else ses[j]) for j, (r, x) in enumerate(zip(ratios, row))
+             if x is not None and math.isfinite(x)]
+    fit = dict(zip([c[0] for c in cells], fit_layer(cells)))
     out = []
-    for r in ratios:
-        measured = [(loss, j) for j, (q, loss) in enumerate(zip(ratios, row))
-                    if q <= r and loss is not None and math.isfinite(loss)]
-        if row[list(ratios).index(r)] is None:
+    for j, (r, x) in enumerate(zip(ratios, row)):
+        if r not in fit:
             out.append((None, None))
             continue
-        top, source = max(measured)
-        out.append((top, source) if top > 0 else (0.0, None))
+        value = fit[r][0]
+        if value == 0.0:
+            out.append((0.0, None))
+        elif math.isclose(value, x, rel_tol=1e-9, abs_tol=1e-12):
+            out.append((value, j))
+        else:
+            out.append((value, next(i for i, q in enumerate(ratios) if q in fit and fit[q][0] == value)))
     return out
 
 
@@ -188,7 +201,7 @@ def allocate(smap: dict, *, mean_ratio: float | None = None, state_bytes: int | 
                       predicted_loss=pred["predicted_loss"], predicted_value=pred["predicted_value"],
                       objective_loss=objective, baseline_value=smap["baseline"],
                       cost=sum(c[i] for c, i in zip(costs, picks)), budget=budget, unit=unit, target=target,
-                      metric=smap["metric"], points_used=sum(len(layer) - 1 for layer in opts))
+                      metric=smap["metric"], points_used=sum(len(points) - 1 for points in layer_points(smap)))
 
 
 def verify(model, tokenizer, smap: dict, alloc: Allocation, task=None, calibration=None) -> dict:
@@ -281,26 +294,111 @@ def choice_settings(smap: dict) -> MapSettings:
     return MapSettings(**{**s, "ratios": tuple(s["ratios"]), "eval_tokens": s["eval_tokens"] * CHOICE_TOKEN_FACTOR})
 
 
+def _stretches(smap: dict):
+    """The choice and held-out stretches for a perplexity map (analysis.data.roles): the choice tokens right after
+    the map's own (its split), CHOICE_TOKEN_FACTOR times as many; held-out: the test split."""
+    from analysis.data.roles import TextRole, TokenStretch, check_disjoint, held_out_stretch, map_stretch
+    s = smap["settings"]
+    mine = map_stretch(s["eval_tokens"], s["split"], s["context"])
+    choice = TokenStretch(TextRole.CHOICE, s["split"], mine.end, s["eval_tokens"] * CHOICE_TOKEN_FACTOR, s["context"])
+    held = held_out_stretch(s["eval_tokens"] * CHOICE_TOKEN_FACTOR, s["context"])  # 16,384 at the default map
+    check_disjoint([mine, choice, held])
+    return choice, held
+
+
 def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, task=None,
                 calibration=None, progress=None, cancel=None, use_cache: bool = True) -> dict:
-    """Prune with each plan (to its dims), measure it (and the unpruned model, once) with `choice_settings`, keep
-    the best.
+    """Prune with each plan (to its dims), measure it (and the unpruned model, once) on the **choice** tokens, keep
+    the best (`choose`); then measure the chosen plan and uniform on **held-out** tokens: `held_out`, the answer.
 
-    Each measurement goes through the one point cache (model identity, settings, strategy, dims), so measuring a
-    new plan beside ones measured before costs one measurement. progress(fraction, text) names each step;
-    cancel (analysis.runtime.cancel) is checked inside every measurement (a cancelled one is not cached).
-    Returns `choose`'s result plus `measure` (what was measured) and the unpruned `baseline_value` on it."""
+    Each measurement goes through the one point cache (analysis.shrink.stretch_measure), so measuring a new plan
+    beside ones measured before costs one measurement. progress(fraction, text) names each step; cancel
+    (analysis.runtime.cancel) is checked inside every measurement (a cancelled one is not cached). A recall map
+    has no text: its plans are measured on its own synthetic sequences (`choose_recall`)."""
+    if task is not None:
+        return choose_recall(model, tokenizer, smap, plans, strategy, task, calibration, progress, cancel, use_cache)
+    from analysis.shrink.stretch_measure import StretchMeasure
+    say = progress or (lambda f, text: None)
+    s = smap["settings"]
+    choice_stretch, held_stretch = _stretches(smap)
+    calib = {"calib_sequences": s["calib_sequences"], "calib_tokens": s["calib_tokens"]}
+    on_choice = StretchMeasure(model, tokenizer, choice_stretch, strategy, calib, seed=s["seed"], cancel=cancel,
+                               use_cache=use_cache)
+    on_held = StretchMeasure(model, tokenizer, held_stretch, strategy, calib, seed=s["seed"], cancel=cancel,
+                             use_cache=use_cache)
+    held = [calibration]
+    settings = MapSettings(**{**s, "ratios": tuple(s["ratios"])})
+
+    def calibrated():
+        if held[0] is None and _needs_calibration(strategy):
+            say(0.1, "calibrating…")
+            held[0] = calibration_for(model, tokenizer, settings, task, cancel)
+        return held[0]
+    distinct = len({tuple(p["dims"]) for p in plans}) + 2
+    say(0.05, "measuring the unpruned model on the choice tokens…")
+    base = on_choice.unpruned()
+    done = []
+
+    def evaluate(plan):
+        done.append(plan["name"])
+        say(0.1 + 0.9 * len(done) / distinct, f"pruning {plan_phrase(plan['name'])} and measuring it on the choice tokens "
+                                               f"({len(done)} of {distinct - 2})…")
+        got = on_choice.plan(plan["dims"], calibrated)
+        return {"value": got["value"], "loss": math.log(got["value"] / base["value"]), "windows": got["windows"]}
+    chosen = choose(plans, evaluate)
+    say(0.9, "measuring the chosen plan and uniform on held-out text…")
+    answer = held_out_answer(on_held, chosen, plans, calibrated)
+    return {**chosen, "measure": choice_stretch.label(base["tokens"]), "baseline_value": base["value"],
+            "choice_tokens": choice_stretch.as_dict(), "held_out": answer}
+
+
+def held_out_answer(on_held, chosen: dict, plans: list[dict], calibrated) -> dict:
+    """The chosen plan and uniform measured on held-out tokens, each ± its paired SE against the unpruned model,
+    and their paired difference; the recommendation is uniform unless the chosen plan is better beyond noise."""
+    uniform = next((p for p in plans if p["name"] == "uniform"), None)
+    uni = None if uniform is None else on_held.delta(uniform["dims"], calibrated)
+    same = uniform is not None and tuple(uniform["dims"]) == tuple(chosen["dims"])
+    mine = uni if same else on_held.delta(chosen["dims"], calibrated)
+    out = {"stretch": on_held.stretch.as_dict(), "measure": on_held.stretch.label(mine["tokens"]),
+           "chosen": {"name": chosen["winner"], "dims": chosen["dims"], "ratios": chosen["ratios"],
+                      "delta": mine["delta"], "se": mine["se"]}}
+    if uniform is None:
+        out.update(recommended=chosen["winner"], sentence=f"on new text: {signed(mine['delta'])} ± {mine['se']:.4f} "
+                                                          "nats/token")
+        return out
+    paired = paired_difference(uni["per_window"], mine["per_window"])
+    out["uniform"] = {"dims": uniform["dims"], "ratios": uniform["ratios"], "delta": uni["delta"], "se": uni["se"]}
+    out["versus_uniform"] = paired
+    better = not same and paired["delta_log_ppl"] < -SIGNIFICANCE * paired["se"]
+    out["recommended"] = chosen["winner"] if better else "uniform"
+    text = (f"on new text: {signed(mine['delta'])} ± {mine['se']:.4f} vs uniform {signed(uni['delta'])} ± {uni['se']:.4f} "
+            f"nats/token")
+    if same:
+        text = f"on new text: uniform {signed(uni['delta'])} ± {uni['se']:.4f} nats/token. {UNIFORM_AS_GOOD}"
+    elif better:
+        text += (f"; the {chosen['winner']} plan is better by {-paired['delta_log_ppl']:.4f} ± {paired['se']:.4f} "
+                 f"(paired over {paired['windows']} held-out windows): it is the recommendation")
+    else:
+        text += (f"; the difference {signed(paired['delta_log_ppl'])} ± {paired['se']:.4f} (paired over "
+                 f"{paired['windows']} held-out windows) is within noise, so the recommendation is uniform: "
+                 f"{UNIFORM_AS_GOOD}")
+    out["sentence"] = text
+    return out
+
+
+def choose_recall(model, tokenizer, smap: dict, plans: list[dict], strategy: str, task, calibration=None,
+                  progress=None, cancel=None, use_cache: bool = True) -> dict:
+    """A recall map's plans, measured on the map's synthetic sequences (CHOICE_TOKEN_FACTOR× as many)."""
     say = progress or (lambda f, text: None)
     s = choice_settings(smap)
-    distinct = len({tuple(p["dims"]) for p in plans})  # choose measures plans with the same dims once
+    distinct = len({tuple(p["dims"]) for p in plans})
     measure = MapMeasure(tokenizer, s, task, cancel)
     if use_cache:
         point_cache.check_writable()
     param = next(model.parameters())
     key = {"kind": "choice", "model": model_identity(model), "device": str(param.device), "dtype": str(param.dtype),
            **{k: v for k, v in s.as_dict().items() if k not in ("strategy", "ratios")}}
-    fields = {"value": point_cache.NUMBER} if task is not None else \
-        {"value": point_cache.NUMBER, "tokens": point_cache.INT, "windows": point_cache.NUMBER_LIST}
+    fields = {"value": point_cache.NUMBER}
     held = [calibration]
 
     def calibrated():
@@ -308,25 +406,68 @@ def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, 
             say(0.1, "calibrating…")
             held[0] = calibration_for(model, tokenizer, s, task, cancel)
         return held[0]
-
-    def kept(got: dict) -> dict:
-        return {k: got[k] for k in ("value", "tokens", "windows") if k in got}
     say(0.05, "measuring the unpruned model…")
-    base = point_cache.cached({**key, "point": "unpruned"}, use_cache, lambda: kept(measure(model, per_window=True)),
+    base = point_cache.cached({**key, "point": "unpruned"}, use_cache, lambda: {"value": measure(model)["value"]},
                               fields)
     done = []
 
     def evaluate(plan):
-        say(0.1 + 0.9 * len(done) / distinct, f"pruning and measuring {plan_phrase(plan['name'])} "
+        say(0.1 + 0.9 * len(done) / distinct, f"pruning {plan_phrase(plan['name'])} and measuring it "
                                                f"({len(done) + 1} of {distinct})…")
         got = point_cache.cached({**key, "strategy": strategy, "dims": list(plan["dims"])}, use_cache,
-                                 lambda: kept(measure.read(prune_then_measure(
+                                 lambda: {"value": measure.read(prune_then_measure(
                                      model, tokenizer, strategy, list(plan["dims"]), calibrated(),
-                                     measure.evaluation(per_window=True), seed=s.seed, cancel=cancel).measured)),
-                                 fields)
+                                     measure.evaluation(), seed=s.seed, cancel=cancel).measured)["value"]}, fields)
         done.append(plan["name"])
-        return {"value": got["value"], "loss": measure.loss(got["value"], base["value"]), "windows": got.get("windows")}
-    return {**choose(plans, evaluate), "measure": measure.label(base.get("tokens")), "baseline_value": base["value"]}
+        return {"value": got["value"], "loss": measure.loss(got["value"], base["value"])}
+    return {**choose(plans, evaluate), "measure": measure.label(), "baseline_value": base["value"]}
+
+
+UNIFORM_AS_GOOD = "uniform is as good as anything the map can find here"
+
+
+def recommend(smap: dict, mean_ratio: float, round_to: int | None = None) -> dict:
+    """The plan the Prune page and `plan --recommend` give at a budget (the uniform plan's state bytes at
+    `mean_ratio`): the allocator's plan when the map predicts it better than uniform by more than SIGNIFICANCE
+    standard errors of the difference, else uniform. JSON-ready: `ratios` (one per linear layer), `head_k_dims`,
+    the prediction fields (analysis.shrink.predict) and `versus_uniform`."""
+    rows = smap["layers"]
+    alloc = allocate(smap, mean_ratio=mean_ratio, round_to=round_to)
+    u_dims = [max(1, kept_dim(row["head_k_dim"], mean_ratio, round_to)) for row in rows]
+    uniform, mine = predict(smap, u_dims), predict(smap, alloc.dims)
+    diff = prediction_difference(smap, alloc.dims, u_dims)
+    better = diff["delta"] is not None and diff["delta"] < -SIGNIFICANCE * diff["sigma"]
+    pick, ratios = (mine, alloc.ratios) if better else (uniform, [float(mean_ratio)] * len(rows))
+    if better:
+        reason = (f"the allocator's plan is predicted better than uniform by {-diff['delta']:.4f} ± "
+                  f"{diff['sigma']:.4f} nats/token (more than {SIGNIFICANCE:g} σ of the difference)")
+    else:
+        reason = (f"the allocator's plan is predicted {signed(diff['delta'])} ± {diff['sigma']:.4f} against uniform, "
+                  f"within {SIGNIFICANCE:g} σ: {UNIFORM_AS_GOOD}")
+    return {"kind": "recommendation", "budget": {"mean_ratio": mean_ratio, "state_bytes": alloc.budget},
+            "plan": "sensitivity-allocated" if better else "uniform", "reason": reason, **pick,
+            "ratios": [float(r) for r in ratios], "head_k_dims": list(pick["head_k_dims"]),
+            "allocator": {"ratios": alloc.ratios, "head_k_dims": alloc.dims, "predicted_loss": mine["predicted_loss"],
+                          "predicted_uncertainty": mine["predicted_uncertainty"]},
+            "uniform": {"ratios": [float(mean_ratio)] * len(rows), "head_k_dims": u_dims,
+                        "predicted_loss": uniform["predicted_loss"],
+                        "predicted_uncertainty": uniform["predicted_uncertainty"]},
+            "versus_uniform": diff}
+
+
+def prediction_difference(smap: dict, dims_a: list[int], dims_b: list[int]) -> dict:
+    """Predicted loss of plan a minus plan b, with σ of the difference: only the layers where they differ carry
+    fit noise and selection; the between-text term scales with what differs (analysis.shrink.predict's terms)."""
+    a, b = predict(smap, dims_a), predict(smap, dims_b)
+    if a["predicted_loss"] is None or b["predicted_loss"] is None:
+        return {"delta": None, "sigma": None}
+    differ = [(p, q) for p, q in zip(a["per_layer"], b["per_layer"]) if p["head_k_dim"] != q["head_k_dim"]]
+    noise = sum((p["se"] or 0.0) ** 2 + (q["se"] or 0.0) ** 2 for p, q in differ)
+    parts = model_sigma(smap["metric"], [p["loss"] - q["loss"] for p, q in differ],
+                        [math.hypot(p.get("gap", 0.0), q.get("gap", 0.0)) for p, q in differ],
+                        ses=[p["se"] or 0.0 for p, _ in differ], ratios=[abs(p["ratio"] - q["ratio"]) for p, q in differ])
+    sigma = combine(math.sqrt(noise), parts)
+    return {"delta": a["predicted_loss"] - b["predicted_loss"], "sigma": sigma}
 
 
 def allocate_and_choose(model, tokenizer, smap: dict, budget: dict | None, round_to: int | None = None, task=None,
@@ -361,7 +502,7 @@ def allocate_and_choose(model, tokenizer, smap: dict, budget: dict | None, round
 
 
 def choose(plans: list[dict], evaluate) -> dict:
-    """Measure every plan with `evaluate(plan) -> {"value", "loss"[, "windows"]}` (validation split), keep the best.
+    """Measure every plan with `evaluate(plan) -> {"value", "loss"[, "windows"]}` (choice tokens), keep the best.
 
     Plans with the same dims are measured once. Ties go to uniform (the simpler plan), then to list order.
     When `evaluate` gives per-window losses, a plan beats uniform only by more than SIGNIFICANCE paired
@@ -391,20 +532,20 @@ def choose(plans: list[dict], evaluate) -> dict:
         noise = best.get("paired_vs_uniform")
     if uniform is not None and tuple(best["dims"]) == tuple(uniform["dims"]):
         best = uniform
-        reason = ("the map found nothing better than uniform: no other plan measured a lower validation loss "
-                  f"than uniform's {signed(uniform['measured_loss'])}")
+        reason = ("the map found nothing better than uniform: no other plan measured a lower loss on the choice "
+                  f"tokens than uniform's {signed(uniform['measured_loss'])}")
     elif noise is not None and noise["delta_log_ppl"] > -SIGNIFICANCE * noise["se"]:
         reason = (f"no plan beat uniform by more than {SIGNIFICANCE:g} paired standard errors: {best['name']} "
                   f"measured {signed(noise['delta_log_ppl'])} ± {noise['se']:.4f} nats/token against uniform "
-                  f"over {noise['windows']} validation windows, within noise, so uniform is kept")
+                  f"over {noise['windows']} choice-token windows, within noise, so uniform is kept")
         best = uniform
     elif uniform is not None:
-        reason = (f"{best['name']} measured the lowest validation loss, {signed(best['measured_loss'])} against "
-                  f"uniform's {signed(uniform['measured_loss'])}")
+        reason = (f"{best['name']} measured the lowest loss on the choice tokens, {signed(best['measured_loss'])} "
+                  f"against uniform's {signed(uniform['measured_loss'])}")
         if noise is not None:
             reason += f" (paired difference {signed(noise['delta_log_ppl'])} ± {noise['se']:.4f} nats/token)"
     else:
-        reason = f"{best['name']} measured the lowest validation loss ({signed(best['measured_loss'])})"
+        reason = f"{best['name']} measured the lowest loss on the choice tokens ({signed(best['measured_loss'])})"
     if windows.get(tuple(best["dims"])):
         for p in measured:
             if tuple(p["dims"]) != tuple(best["dims"]) and windows.get(tuple(p["dims"])):

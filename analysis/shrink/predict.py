@@ -14,42 +14,57 @@ measured ratio the layer is **outside the grid**: it takes the last cell's loss 
 costs less, so the prediction is a lower bound there) and the prediction names those layers. A pruned
 layer with no measured cell gives no prediction. The standard errors are interpolated linearly.
 
-Uncertainty, one σ:  σ² = Σ_l se_l² + (κ Σ_l |loss_l|)² + σ₀² + Σ_l (λ g_l)².
-- se_l: the cell's paired standard error over windows (how far other text may move that cell;
+The map read is the **fitted** map (analysis.shrink.fitted_map: per layer, weighted isotonic regression of the
+cells, ≥ 0 and non-decreasing in ρ): the heatmap shows it, this prediction sums it and the allocator minimises
+exactly this sum. Its Δ means Δ on **held-out text** (bundled samples: `ppl --split test --max-tokens 16384
+--context 256`), not on the map's own tokens.
+
+Uncertainty, one σ, of Δ on held-out text:
+  σ² = Σ_l se_l² + (κ Σ_l |loss_l|)² + σ₀² + Σ_l (λ g_l)² + (ζ Σ_l se_l)² + (τ Σ_l ρ_l)².
+- se_l: the fitted cell's standard error (1/√Σw of the cells the fit pooled, from their paired SEs over windows;
   interpolated like the loss; absent for a recall map or a map written before it was recorded);
-- κ, σ₀: the additivity error (pruning several layers together is not exactly the sum of pruning
-  each alone);
+- κ, σ₀: the between-text and additivity terms: a new text moves a plan's Δ by a fraction of it (other plays
+  than the map's, other documents) and pruning several layers together is not exactly the sum of each alone;
 - g_l = |loss(x₁) − loss(x₀)| · 4t(1 − t) for a layer between its measured points x₀ < x < x₁
-  (t = (x − x₀)/(x₁ − x₀)): the interpolation error, zero on a cell and largest midway, in
-  proportion to how much the loss changes across the gap.
-κ, σ₀ and λ were fitted on random per-layer plans of the bundled samples measured on the map's own
-tokens (`sample_models/calibrate_plans.sh`, `sample_models/results/plan-calibration.json`): κ and σ₀ on
-the plans whose every layer sits on the map's grid, then λ on the others, each the least that puts the
-measured loss inside ±2σ for COVERAGE of every sample's plans without the map noise (so the terms also
-serve a map without standard errors). Outside the grid nothing is calibrated: the prediction says so.
+  (t = (x − x₀)/(x₁ − x₀)): the interpolation error, zero on a cell and largest midway;
+- ζ Σ_l se_l: the selection term. A plan chosen by looking at the map (by eye or by the allocator) picks the cells
+  that look cheapest, whose noise is biased low; that bias is about as large as the cells' standard errors and
+  adds up across the layers chosen (a sum, not in quadrature);
+- τ Σ_l ρ_l: the text term. A layer the map text says is nearly free at ρ 0.875 can cost on other text (the map
+  saw 4,096 tokens of a few plays); the shift grows with how much of each layer is pruned, and one new text
+  shifts every layer together (a sum). It is what keeps a plan that prunes "free-looking" layers hard honest.
+κ, σ₀, λ and ζ were fitted on held-out text (`benchmarks/plan_calibration.py`,
+`sample_models/results/plan-calibration-held-out.json`): random plans, uniform plans, the allocator's and
+noise-chasing plans (built like a person reading the raw map: the cheapest-looking cells first) of the bundled
+samples, each measured on the test split; each term the least that puts COVERAGE of every sample's plans inside
+±2σ. Outside the grid nothing is calibrated: the prediction says so.
 """
 from __future__ import annotations
 
 import math
 
 from analysis.errors import AnalysisError
+from analysis.shrink.fitted_map import FIT, fitted
 from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.key_plan import tiles, tiles_of
 from analysis.shrink.number_format import signed, signed_percent
 
 # κ (a fraction of Σ|loss|), the floor σ₀ and λ (a fraction of the interpolation gap g), in the map's loss unit
-UNCERTAINTY = {"ppl": {"kappa": 0.02, "floor": 0.001, "interpolation": 0.25},
-               "recall": {"kappa": 0.0, "floor": 0.001, "interpolation": 0.06}}
+UNCERTAINTY = {"ppl": {"kappa": 0.1, "floor": 0.0015, "interpolation": 0.25, "selection": 1.0, "text": 0.0015},
+               "recall": {"kappa": 0.0, "floor": 0.001, "interpolation": 0.06, "selection": 0.0, "text": 0.0}}
 COVERAGE = 0.9  # the fraction of each sample's calibration plans the fitted terms put inside ±2σ
 INTERPOLATION = ("monotone cubic (PCHIP) in the effective ratio 1 − dk′/dk through the map's measured ratios of "
                  "that layer (ρ = 0 counts as measured, loss 0); past the largest measured ratio the layer is "
                  "outside the grid and takes that ratio's loss, a lower bound")
+PREDICTS = {"ppl": "Δ log perplexity on held-out text (bundled samples: the test split, 16,384 tokens, context 256)",
+            "recall": "the drop in recall accuracy on the map's synthetic sequences"}
 INDISTINGUISHABLE = "these plans are indistinguishable by the map; measure them"
 
 
 def layer_points(smap: dict) -> list[list[tuple[float, float, float | None, int]]]:
-    """Per layer: (x, loss, se, dim) sorted by x = 1 − dk′/dk, starting at (0, 0, 0, dk); two ratios that
-    floor to the same dim keep the first measured (as the allocator does)."""
+    """Per layer: (x, fitted loss, fitted se, dim) sorted by x = 1 − dk′/dk, starting at (0, 0, 0, dk); two ratios
+    that floor to the same dim keep the first measured."""
+    smap = fitted(smap)
     rows = smap["layers"]
     out = [[(0.0, 0.0, 0.0, row["head_k_dim"])] for row in rows]
     for p in smap["points"]:
@@ -90,11 +105,21 @@ def plan_state(smap: dict, dims: list[int]) -> dict:
             "kernel_tiles": sum(r["heads"] * tiles_of(d) for r, d in zip(rows, dims))}
 
 
-def model_sigma(metric: str, losses: list[float], gaps: list[float], constants: dict | None = None) -> dict:
-    """The additivity and interpolation terms of σ (see the module docstring), for `constants` or the shipped ones."""
+def model_sigma(metric: str, losses: list[float], gaps: list[float], constants: dict | None = None,
+                ses: list[float] | None = None, ratios: list[float] | None = None) -> dict:
+    """The between-text/additivity, interpolation, selection and text terms of σ (see the module docstring), for
+    `constants` or the shipped ones; `ses`: the pruned layers' fitted standard errors; `ratios`: every layer's
+    effective ratio."""
     c = constants or UNCERTAINTY[metric]
     return {"additivity": math.hypot(c["kappa"] * sum(abs(x) for x in losses), c["floor"]),
-            "interpolation": c["interpolation"] * math.sqrt(sum(g * g for g in gaps))}
+            "interpolation": c["interpolation"] * math.sqrt(sum(g * g for g in gaps)),
+            "selection": c.get("selection", 0.0) * sum(ses or []),
+            "text": c.get("text", 0.0) * sum(ratios or [])}
+
+
+def combine(noise: float | None, parts: dict) -> float:
+    """σ from the fit noise and model_sigma's terms, in quadrature."""
+    return math.sqrt((noise or 0.0) ** 2 + sum(v * v for v in parts.values()))
 
 
 def predict(smap: dict, dims: list[int], strategy: str | None = None) -> dict:
@@ -104,6 +129,7 @@ def predict(smap: dict, dims: list[int], strategy: str | None = None) -> dict:
     `predicted_delta_recall` / `predicted_uncertainty_recall` (Δ = −loss) for a recall map; `predicted_loss`
     and `predicted_uncertainty` in the map's loss unit for both; None when a pruned layer has no measured cell.
     """
+    smap = fitted(smap)
     rows = smap["layers"]
     if len(dims) != len(rows):
         raise AnalysisError(f"The plan has {len(dims)} key dims but the map has {len(rows)} layers; give one per "
@@ -121,7 +147,8 @@ def predict(smap: dict, dims: list[int], strategy: str | None = None) -> dict:
     out = {"kind": "plan-prediction", "strategy": strategy or smap["strategy"], "metric": metric,
            "head_k_dims": list(dims), "original_head_k_dims": [r["head_k_dim"] for r in rows],
            "ratios": [p["ratio"] for p in per_layer], "per_layer": per_layer, **plan_state(smap, dims),
-           "outside_grid": outside, "not_measured": missing, "interpolation": INTERPOLATION,
+           "outside_grid": outside, "not_measured": missing, "interpolation": INTERPOLATION, "fit": FIT,
+           "predicts": PREDICTS[metric],
            "map": {"strategy": smap["strategy"], "measure": smap.get("measure"), "ratios": smap["settings"]["ratios"],
                    "baseline": smap["baseline"], "loss": smap.get("loss")}}
     if missing or smap.get("baseline") is None:
@@ -130,8 +157,9 @@ def predict(smap: dict, dims: list[int], strategy: str | None = None) -> dict:
         losses = [p["loss"] for p in per_layer]
         ses = [p["se"] for p in per_layer if p["how"] != "unpruned"]
         noise = None if any(s is None for s in ses) else math.sqrt(sum(s * s for s in ses))
-        parts = model_sigma(metric, losses, [p.get("gap", 0.0) for p in per_layer])
-        loss, sigma = sum(losses), math.hypot(noise or 0.0, parts["additivity"], parts["interpolation"])
+        parts = model_sigma(metric, losses, [p.get("gap", 0.0) for p in per_layer], ses=[s or 0.0 for s in ses],
+                            ratios=[p["ratio"] for p in per_layer])
+        loss, sigma = sum(losses), combine(noise, parts)
         out["uncertainty_parts"] = {"map_noise": noise, **parts}
     out["predicted_loss"], out["predicted_uncertainty"] = loss, sigma
     base = smap.get("baseline")

@@ -42,13 +42,15 @@ class Evaluation:
     confirmed: bool = False                       # run a task evaluation estimated at over an hour (--yes)
     per_window: bool = False                      # keep each window's mean loss (paired comparisons)
     recall_seed: int = RECALL_SEED                # the recall sequences' seed (the sensitivity map has its own)
+    start: int = 0                                # the first token of the split read (analysis.data.roles)
 
     def measure(self, model, tokenizer, progress=None, cancel=None, latency: bool | None = None) -> dict:
         recall = self.recall_pairs is not None
         return measure(model, None if recall else tokenizer, self.split, self.context, self.max_tokens,
                        recall_pairs=self.recall_pairs, recall_sequences=self.recall_sequences,
                        latency=self.latency if latency is None else latency, progress=progress, cancel=cancel,
-                       per_window=self.per_window, tasks=self.tasks, yes=self.confirmed, recall_seed=self.recall_seed)
+                       per_window=self.per_window, tasks=self.tasks, yes=self.confirmed, recall_seed=self.recall_seed,
+                       start=self.start)
 
     def loaded(self) -> Evaluation:
         """These settings with the tasks loaded once (names and data checked), for several measurements."""

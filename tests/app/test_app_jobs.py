@@ -117,4 +117,4 @@ def test_verify_and_choose_is_a_job_that_calls_no_streamlit_cache_from_its_threa
     click(at, "allocate")
     click(at, "sens_verify")
     assert at.session_state["bgjob:verify"].state == "done"
-    assert any(m.value.startswith("**Chosen: ") for m in at.markdown)
+    assert any(m.value.startswith("**Chosen on the choice tokens: ") for m in at.markdown)

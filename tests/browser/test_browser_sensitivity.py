@@ -100,9 +100,12 @@ def test_a_typed_plan_is_predicted_verified_charted_and_restored_by_a_click(serv
         assert table.count() == 1
 
         main.get_by_role("button", name="Verify and choose").click()
-        page.wait_for_selector("text=/Chosen: .*The per-layer inputs now hold it/", timeout=TIMEOUT_MS)
+        page.wait_for_selector("text=/Chosen on the choice tokens: .*Your typed plan stays in the inputs/", timeout=TIMEOUT_MS)
         idle(page)
         no_exception(page)
+        # issue 40: the answer is measured on held-out tokens, and the typed plan stays in the inputs
+        assert main.get_by_text(re.compile(r"On new text: ")).count() >= 1
+        assert main.get_by_role("button", name=re.compile("Use the recommended plan")).count() >= 1
         verified = main.locator("[data-testid='stTable']", has_text="vs chosen").first
         assert verified.count() == 1
 

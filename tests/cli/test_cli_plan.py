@@ -69,3 +69,28 @@ def test_the_clis_sweep_json_and_saved_pruning_json_place_points_on_the_history_
     [point] = plan_points.from_sweep(json.loads((tmp_path / "sweep.json").read_text())["results"])
     assert point["head_k_dims"] == [32] * 4 and point["state_bytes"] == 4 * 64 * 4 * 128
     assert point["measure"] == saved["measure"]  # the same test tokens: one chart, one front
+
+
+def test_recommend_prints_the_pages_plan_at_the_budget(capsys):
+    """Issue 40 item 5: `plan MODEL --recommend --budget B --json` is `analysis.shrink.allocate.recommend`, the plan
+    the Prune page recommends: ratios (one per linear layer) and the prediction fields (Δ on held-out text)."""
+    from analysis.shrink.allocate import recommend
+    code, out, _ = run(["plan", SAMPLE, "--recommend", "--budget", "0.5", "--json", "-"], capsys)
+    assert code == 0
+    got = json.loads(out)
+    want = recommend(json.loads(shipped_map_path(SAMPLE, "l1").read_text()), 0.5)
+    assert got["ratios"] == pytest.approx(want["ratios"]) and len(got["ratios"]) == 4
+    assert got["plan"] == want["plan"] in ("uniform", "sensitivity-allocated")
+    for key in ("predicted_delta_nats", "predicted_uncertainty_nats", "state_bytes"):
+        assert got[key] == pytest.approx(want[key]), key
+    assert got["state_bytes"] <= got["budget"]["state_bytes"] == 4 * 64 * 4 * 4 * 32
+    assert "held-out text" in got["predicts"] and "isotonic" in got["fit"]
+    code, out, _ = run(["plan", SAMPLE, "--recommend", "--budget", "0.5"], capsys)
+    assert code == 0 and "recommended plan at mean ratio 0.5" in out and "why:" in out
+
+
+@pytest.mark.parametrize("argv", [["--recommend"], ["--recommend", "--budget", "0.5", "--ratio", "0.5"],
+                                  ["--budget", "0.5", "--ratio", "0.5"]])
+def test_recommend_with_the_wrong_arguments_is_one_sentence(argv, capsys):
+    code, _, err = run(["plan", SAMPLE, *argv], capsys)
+    assert code == 2 and "--budget" in err and "Traceback" not in err

@@ -60,13 +60,19 @@ def test_allocation_spends_the_uniform_state_and_prefers_the_insensitive_layer()
     assert math.isclose(alloc.predicted_loss, 0.02) and math.isclose(alloc.predicted_value, 10 * math.exp(0.02))
 
 
-def test_map_losses_are_clamped_at_zero_and_never_fall_as_the_ratio_grows():
+def test_the_allocator_charges_the_fitted_map_zero_at_the_full_dim_and_never_falling():
+    """Issue 40: the allocator reads the fitted map (weighted isotonic, 0 at ρ = 0), at every dim from the smallest
+    measured one to the full dim; a noisy dip is pooled with its neighbour and one-layer "gains" fit to 0."""
     smap = _map([[0.02, 0.01, 0.05], [-0.001, -0.003, 0.002]])  # a noisy dip, and one-layer "gains"
     [a, b] = options(smap)
-    assert [o.dim for o in a] == [64, 48, 32, 16]
-    assert [o.loss for o in a] == [0.0, 0.02, 0.02, 0.05]
-    assert [o.loss for o in b] == [0.0, 0.0, 0.0, 0.002]
-    assert [o.measured for o in b] == [0.0, -0.001, -0.003, 0.002]      # the raw map is kept alongside
+    assert [o.dim for o in a] == list(range(64, 15, -1))
+    at, bt = {o.dim: o for o in a}, {o.dim: o for o in b}
+    assert [at[d].loss for d in (64, 48, 32, 16)] == pytest.approx([0.0, 0.015, 0.015, 0.05])  # equal weights: pooled
+    assert [bt[d].loss for d in (64, 48, 32, 16)] == pytest.approx([0.0, 0.0, 0.0, 0.002])
+    assert [bt[d].measured for d in (48, 32, 16)] == [-0.001, -0.003, 0.002]      # the raw map is kept alongside
+    for layer in (a, b):
+        losses = [o.loss for o in layer]                                          # ordered by falling dim
+        assert all(x <= y + 1e-15 for x, y in zip(losses, losses[1:])) and min(losses) >= 0
 
 
 def test_allocation_spends_the_whole_budget_instead_of_buying_a_negative_loss():
@@ -74,8 +80,8 @@ def test_allocation_spends_the_whole_budget_instead_of_buying_a_negative_loss():
     smap = _map([[0.01, 0.02, 0.05], [0.0, -0.001, -0.003]])
     alloc = allocate(smap, mean_ratio=0.25)                    # 2 × 48 channels of state
     assert alloc.cost == alloc.budget
-    assert alloc.dims == [64, 32] and alloc.objective_loss == 0.0     # the knapsack saw the clamped map
-    assert alloc.predicted_loss == pytest.approx(-0.001)              # the prediction shown: the raw map
+    assert alloc.dims == [64, 32] and alloc.objective_loss == 0.0     # the fitted map: that layer's gains are 0
+    assert alloc.predicted_loss == 0.0                                # the prediction shown is the same number
 
 
 def _plans(smap, target):
@@ -214,20 +220,31 @@ def test_paired_difference_matches_a_direct_computation():
     assert got["se"] == pytest.approx(d.std(ddof=1) / len(d) ** 0.5)
 
 
-def test_choose_plan_measures_an_allocation_equal_to_uniform_once_and_names_its_steps(monkeypatch):
-    """Issue 20: Verify and choose measured uniform twice when the allocation equalled it."""
+def test_choose_plan_measures_an_allocation_equal_to_uniform_once_and_names_its_steps(monkeypatch, tmp_path):
+    """Issue 20: Verify and choose measured uniform twice when the allocation equalled it. Issue 40: once on the
+    choice tokens, once on held-out tokens, and the answer is the held-out one."""
     import analysis.shrink.allocate
+    import analysis.shrink.stretch_measure
     from analysis.data import corpus as data
     from family_cases.text_lm import build_tiny
-    pruned, steps = [], []
-    real = analysis.shrink.allocate.prune_then_measure
-    monkeypatch.setattr(analysis.shrink.allocate, "prune_then_measure", lambda model, tok, strategy, dims, *a, **k: (
-        pruned.append(list(dims)), real(model, tok, strategy, dims, *a, **k))[1])
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "sweeps")
+    pruned, steps, starts = [], [], []
+    real = analysis.shrink.stretch_measure.prune_then_measure
+    monkeypatch.setattr(analysis.shrink.stretch_measure, "prune_then_measure", lambda model, tok, strategy, dims, c,
+                        evaluation, **k: (pruned.append(list(dims)), starts.append((evaluation.split, evaluation.start)),
+                                          real(model, tok, strategy, dims, c, evaluation, **k))[2])
     s = MapSettings("l1", (0.5,), eval_tokens=128, context=64, calib_sequences=2, calib_tokens=64)
     same = {"ratios": [0.5, 0.5], "dims": [16, 16], "predicted_loss": None, "cost": 1}
     plans = [{"name": "sensitivity-allocated", **same}, {"name": "uniform", **same}]
     got = analysis.shrink.allocate.choose_plan(build_tiny("delta_net"), data.load_tokenizer(), {"settings": s.as_dict()},
-                                        plans, "l1", progress=lambda f, text: steps.append(text))
-    assert pruned == [[16, 16]] and got["winner"] == "uniform"
+                                               plans, "l1", progress=lambda f, text: steps.append(text))
+    assert pruned == [[16, 16], [16, 16]] and got["winner"] == "uniform"
+    assert starts == [("validation", 129), ("test", 0)]      # choice tokens right after the map's; then held out
     assert [c["same_as"] for c in got["candidates"]] == ["sensitivity-allocated", "sensitivity-allocated"]
-    assert steps == ["measuring the unpruned model…", "pruning and measuring the sensitivity-allocated plan (1 of 1)…"]
+    assert steps == ["measuring the unpruned model on the choice tokens…",
+                     "pruning the sensitivity-allocated plan and measuring it on the choice tokens (1 of 1)…",
+                     "measuring the chosen plan and uniform on held-out text…"]
+    held = got["held_out"]
+    assert held["recommended"] == "uniform" and "uniform is as good as anything the map can find here" in held["sentence"]
+    assert held["stretch"] == {"role": "held-out", "split": "test", "start": 0, "tokens": 512, "context": 64}
+    assert got["choice_tokens"]["role"] == "choice" and "choice tokens:" in got["measure"]

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import AnalysisError
-from analysis.shrink.allocate import plan_entry, plans_beside
+from analysis.shrink.allocate import plan_entry, plans_beside, recommend
 from analysis.shrink.number_format import signed, signed_percent
 from analysis.shrink.predict import INDISTINGUISHABLE, indistinguishable, predict, summary
 from analysis.shrink.sensitivity import shipped_strategies
@@ -19,6 +19,7 @@ from ui.shared.context import Context
 from ui.prune.sensitivity_view import CURRENT  # {"key", "map"}: the map the Layer sensitivity section shows
 
 PREDICTION = "plan_prediction"   # {"key", "prediction"}: the prediction last drawn (the CLI equivalence test reads it)
+RECOMMENDATION = "plan_recommendation"  # {"key", "recommendation"}: `plan --recommend`'s plan at the typed budget
 
 
 def current_map(ctx: Context, strategy: str) -> dict | None:
@@ -85,9 +86,12 @@ def section(ctx: Context, strategy: str, ratios: list[float], dims: list[int], r
                                f"predicted {unit}": [_cell(p, metric) for p in plans],
                                "state bytes": [f"{p['state_bytes']:,}" for p in plans]},
                               index=pd.Index([p["name"] for p in plans], name="plan")), key="plan_prediction_table")
-    st.caption(f"Your plan: {summary(pred)}. Between the map's ratios: {pred['interpolation']}. σ: the map cells' "
-               "paired noise and the additivity error, calibrated on random plans of the bundled samples "
-               f"(docs/sensitivity.md, *A prediction for every plan*). Map: {smap['measure']}. The other rows: at your plan's state bytes.")
+    st.caption(f"Your plan: {summary(pred)}. Predicted: {pred['predicts']}, from the fitted map ({pred['fit']}); "
+               f"between the map's ratios: {pred['interpolation']}. σ: the fitted cells' noise, the between-text and "
+               "additivity terms, the interpolation and the selection of cells that look cheap, calibrated on "
+               f"held-out text (docs/held-out.md). Map: {smap['measure']} (map tokens). The other rows: at your "
+               "plan's state bytes.")
+    _recommendation(ctx, smap, pred, round_to)
     mine, others = plans[0], plans[1:]
     close = [p["name"] for p in others if tuple(p["dims"]) != tuple(mine["dims"]) and indistinguishable(mine, p)]
     if close:
@@ -95,3 +99,31 @@ def section(ctx: Context, strategy: str, ratios: list[float], dims: list[int], r
     if note:
         st.caption(f"No allocator's plan at these state bytes: {note}")
     return plans
+
+
+def _use(ratios, key) -> None:
+    from ui.prune import plan_inputs
+    from ui.shared import state
+    plan_inputs.fill(ratios, key)
+    state.choose(plan_inputs.MODE, plan_inputs.PER_LAYER)
+
+
+def _recommendation(ctx: Context, smap: dict, pred: dict, round_to: int | None) -> None:
+    """The recommended plan at the typed plan's budget (its state-bytes mean ratio): `plan --recommend`'s."""
+    if smap["metric"] != "ppl" or pred["predicted_loss"] is None:
+        return
+    mean = round(1 - pred["state_bytes"] / pred["state_bytes_unpruned"], 4)
+    if mean <= 0:
+        return
+    try:
+        rec = recommend(smap, mean, round_to)
+    except AnalysisError:
+        return  # a budget the map cannot allocate: the table above says why
+    st.session_state[RECOMMENDATION] = {"key": ctx.key, "recommendation": rec}
+    ratios = ", ".join(f"{r:.4g}" for r in rec["ratios"])
+    st.caption(f"**Recommended at mean ratio {mean:g}** (`python -m analysis plan {ctx.name} --recommend --budget "
+               f"{mean:g}`): {rec['plan']}, ratios {ratios} (dk' {' '.join(map(str, rec['head_k_dims']))}), "
+               f"predicted {rec['predicted_loss']:+.4f} ± {rec['predicted_uncertainty']:.4f} nats/token on held-out "
+               f"text — {rec['reason']}.")
+    st.button("Use the recommended plan in the inputs", key="plan_use_recommended", on_click=_use,
+              args=(rec["ratios"], ctx.key))

@@ -40,23 +40,28 @@ def sensitivity_heatmap(ratios: Sequence[float], losses: Sequence[Sequence[float
                         loss_label: str, value_label: str, title: str,
                         ses: Sequence[Sequence[float | None]] | None = None,
                         row_names: Sequence[str] | None = None, metric: str = "ppl",
-                        marked: Sequence[int | None] | None = None, compact: bool = False) -> go.Figure:
-    """Rows = layers (named `row_names`, default "layer i"), columns = ratios; colour and text = the additive loss;
-    hover: ± its paired standard error, the perplexity change and the measured value. marked: per row, the column
-    of the ratio typed in the inputs (outlined), or None. compact: the small map beside the ratio inputs."""
+                        marked: Sequence[int | None] | None = None, compact: bool = False,
+                        raw: Sequence[Sequence[float | None]] | None = None,
+                        raw_ses: Sequence[Sequence[float | None]] | None = None) -> go.Figure:
+    """Rows = layers (named `row_names`, default "layer i"), columns = ratios; colour and text = the fitted map's
+    loss (analysis.shrink.fitted_map, ± its standard error: what the prediction and the allocator read); the hover
+    adds the cell as measured (`raw` ± `raw_ses`: paired SE, perplexity change) and the measured value. marked: per
+    row, the column of the ratio typed in the inputs (outlined), or None. compact: the small map beside the inputs."""
     ses = ses or [[None] * len(row) for row in losses]
+    raw = raw or losses
+    raw_ses = raw_ses or ses
     names = list(row_names) if row_names is not None else [f"layer {i}" for i in range(len(losses))]
     text = [[cell_text(x, None if compact else e) for x, e in zip(row, erow)] for row, erow in zip(losses, ses)]
-    custom = [[[("–" if d is None else d), ("–" if v is None else f"{v:.4g}"), hover_text(x, e, metric)]
-               for d, v, x, e in zip(drow, vrow, row, erow)]
-              for drow, vrow, row, erow in zip(dims, values, losses, ses)]
+    custom = [[[("–" if d is None else d), ("–" if v is None else f"{v:.4g}"), hover_text(m, e, metric)]
+               for d, v, m, e in zip(drow, vrow, mrow, erow)]
+              for drow, vrow, mrow, erow in zip(dims, values, raw, raw_ses)]
     fig = go.Figure(go.Heatmap(
         z=[[None if x is None else x for x in row] for row in losses], x=[f"ρ {r:g}" for r in ratios],
         y=names, text=text, texttemplate="%{text}", textfont=dict(size=CELL_FONT_PX), customdata=custom,
         colorscale="Reds", zmin=0, colorbar=None if compact else dict(title=dict(text=loss_label, side="right")),
         showscale=not compact, xgap=2, ygap=2,
-        hovertemplate=f"%{{y}} alone at %{{x}} (dk' %{{customdata[0]}}): {value_label} %{{customdata[1]}}, "
-                      f"{loss_label} %{{customdata[2]}}<extra></extra>"))
+        hovertemplate=f"%{{y}} alone at %{{x}} (dk' %{{customdata[0]}}): fitted {loss_label} %{{z:+.4f}}; measured "
+                      f"%{{customdata[2]}} ({value_label} %{{customdata[1]}})<extra></extra>"))
     for row, col in enumerate(marked or []):
         if col is not None:  # the typed ratio of this layer, when it is one of the map's columns
             fig.add_shape(type="rect", x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5,

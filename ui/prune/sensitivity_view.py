@@ -24,6 +24,7 @@ from ui.shared.context import Context
 from ui.shared.parse import number_list
 from ui.shared.points import merged
 from ui.prune import plan_inputs, verify_view
+from analysis.shrink.fitted_map import fitted
 from ui.prune.sensitivity_figure import sensitivity_heatmap
 
 JOB = "sensitivity"
@@ -89,15 +90,17 @@ def compact(ctx: Context, strategy: str, ratios: list[float], smap: dict | None,
         st.caption(f"No {STRATEGIES[strategy].label} sensitivity map for this model yet: run it in **Layer "
                    "sensitivity** below and it appears here, beside the inputs.")
         return
-    g = grid(smap)
+    g, measured = grid(fitted(smap)), grid(smap)   # the fitted map the prediction reads; the cells as measured
     metric = smap["metric"]
     marked = [next((j for j, r in enumerate(g.ratios) if abs(r - typed) < 1e-9), None) for typed in ratios]
     loss_label = "Δ log ppl (nats/token)" if metric == "ppl" else "drop in recall accuracy"
     st.plotly_chart(sensitivity_heatmap(g.ratios, g.losses, g.values, g.dims, loss_label,
                                         "validation perplexity" if metric == "ppl" else "recall accuracy",
                                         f"Map (one layer pruned at a time): {loss_label}", g.ses, row_names(ctx), metric,
-                                        marked, compact=True), key="sens_compact")
-    st.caption("Outlined: the ratio typed for that layer. Hover a cell for its paired SE"
+                                        marked, compact=True, raw=measured.losses, raw_ses=measured.ses),
+                    key="sens_compact")
+    st.caption("Fitted map (0 at ρ = 0, never falling; what the prediction reads). Outlined: the ratio typed for "
+               "that layer. Hover a cell for the cell as measured, its paired SE"
                + (" and perplexity change." if metric == "ppl" else ".") + (f" **{prediction}**" if prediction else ""))
 
 
@@ -107,13 +110,15 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
     recall = ctx.task is not None
     st.caption("Each layer pruned **alone** at each ratio with the strategy above (all other layers intact); "
                + ("colour: drop in recall accuracy on synthetic sequences of a seed apart from the test seed."
-                  if recall else "colour: Δ log perplexity (nats/token) on the **validation** split, so an "
-                  "allocation chosen from the map is judged on test text it never saw.")
+                  if recall else "measured as Δ log perplexity (nats/token) on the **map tokens** (the validation "
+                  "split's first tokens); the colour and numbers are the **fitted** map (per layer: weighted "
+                  "isotonic regression of the cells, 0 at ρ = 0, never falling as ρ grows; the measured cell ± SE "
+                  "is in the hover), which the prediction sums and the allocator minimises.")
                + " *Allocate from sensitivity* (beside *Suggest from rank*, in per-layer mode) picks the ratios "
                "with the least predicted loss at the same state bytes as the uniform plan (exact knapsack over "
-               "the measured dims; additive model on the monotone, non-negative map); *Verify and choose* measures "
-               "the plan in the inputs beside the allocator's, uniform and rank-suggested on the validation split "
-               "and keeps the best.")
+               "every dim down to the smallest measured one); *Verify and choose* measures the plan in the inputs "
+               "beside the allocator's, uniform and rank-suggested on **choice tokens** and answers on **held-out "
+               "tokens** (the test split).")
     c1, c2 = st.columns([3, 2])
     ratio_text = state.field(c1.text_input, "Map ratios ρ (comma-separated)", "sens_ratios",
                              ", ".join(f"{r:g}" for r in DEFAULT_RATIOS))
@@ -157,7 +162,8 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
     def draw():
         smap = build_map(ctx.model, s, entry["profile"] or [], points, ctx.task, ctx.name) if points \
             else None
-        g = grid(smap) if smap else None
+        g = grid(fitted(smap)) if smap else None   # the one fitted map: colour, text, prediction, allocator
+        measured = grid(smap) if smap else None    # the cells as measured: in the hover
         n = ctx.info.layers
         empty = [[None] * len(ratios) for _ in range(n)]
         drawn[0] += 1
@@ -170,9 +176,10 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
         else:
             chart.plotly_chart(sensitivity_heatmap(ratios, g.losses if g else empty, g.values if g else empty,
                                                    g.dims if g else empty, loss_label, value_label, title,
-                                                   g.ses if g else None, row_names(ctx), s.metric),
+                                                   g.ses if g else None, row_names(ctx), s.metric,
+                                                   raw=measured.losses, raw_ses=measured.ses),
                                key=f"sens_chart_{drawn[0]}")
-            noticed.caption(notice.sensitivity(ratios, g.losses, g.ses, row_names(ctx)))
+            noticed.caption(notice.sensitivity(ratios, measured.losses, measured.ses, row_names(ctx)))
         if entry["profile"]:
             table.dataframe(_profile_table(ctx, entry["profile"]).style.format({"rank util. u": "{:.3f}",
                                                                        "state bytes": "{:,}"}))

@@ -1,7 +1,8 @@
 """"Verify and choose": a background job (named steps, Stop) that prunes with the plan in the inputs ("your plan")
-and, at its state bytes, the allocated, uniform and rank-suggested plans, measures each once on the map's split
-(the same tokens, paired standard errors over windows; measurements cached, so a new plan costs one), says
-which wins and whether by more than noise, and puts the winner into the per-layer inputs."""
+and, at its state bytes, the allocated, uniform and rank-suggested plans, measures each once on the **choice**
+tokens (disjoint from the map's; paired standard errors over windows; measurements cached, so a new plan costs
+one), says which wins and whether by more than noise, then measures the chosen plan and uniform on **held-out**
+tokens and shows that as the answer. The typed plan stays in the inputs; the recommendation is one click away."""
 from __future__ import annotations
 
 import json
@@ -34,7 +35,9 @@ def section(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, r
     key = json.dumps({"model": list(ctx.key), "strategy": smap["strategy"], "dims": plan["dims"], "round": round_to,
                       "calib": list(calib), "map": smap["settings"]})
     st.caption("**Verify and choose** prunes with your plan and, at its state bytes, the allocator's, the uniform "
-               "and the rank-suggested plans, and measures each on the map's split (validation; 4× its tokens).")
+               "and the rank-suggested plans, chooses between them on **choice tokens** (the validation split right "
+               "after the map's tokens, 4× as many), then measures the chosen plan and uniform on **held-out "
+               "tokens** (the test split), never used to choose: that is the answer.")
     if jobs.controls(JOB, key, "Verify and choose", run_key="sens_verify"):
         try:
             _launch(ctx, calib, smap, plan, round_to, key)
@@ -46,8 +49,7 @@ def section(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, r
         st.session_state[CHECK] = {"key": ctx.key, "strategy": smap["strategy"], **choice, "report": job.result}
         plan_history.record(ctx.key, plan_history.from_choice(job.result))
         job.taken = True
-        plan_inputs.offer(choice["ratios"], ctx.key)
-        st.rerun()  # the inputs above take the chosen plan before they are drawn
+        st.rerun()  # the history above takes the measured plans (the typed plan stays in the inputs)
     if jobs.unsettled(job):
         jobs.follow_in_status(job, f"Verify and choose: {job.label}…")
     if job is not None and job.error:
@@ -56,6 +58,7 @@ def section(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, r
         st.info("Verify and choose was stopped; press it again to measure the plans (finished ones are cached).")
     check = st.session_state.get(CHECK)
     if check and check["key"] == ctx.key and check["strategy"] == smap["strategy"]:
+        _answer(check, ctx)
         _table(check)
         st.download_button("Download allocation (JSON)", json.dumps(check["report"], indent=2),
                            file_name=f"allocation-{smap['strategy']}.json", mime="application/json",
@@ -88,6 +91,35 @@ def _launch(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, r
                                        cancel=job.cancelled, plan=plan)
 
     jobs.launch(JOB, key, f"{len({tuple(p['dims']) for p in plans})} distinct plans of {ctx.name}", work)
+
+
+def recommended_plan(check: dict) -> dict | None:
+    """The plan the held-out answer recommends ({"name", "ratios", "dims"}), or None without a held-out answer."""
+    held = check.get("held_out")
+    if not held:
+        return None
+    if held["recommended"] == "uniform" and held.get("uniform"):
+        return {"name": "uniform", "ratios": held["uniform"]["ratios"], "dims": held["uniform"]["dims"]}
+    return {"name": held["chosen"]["name"], "ratios": held["chosen"]["ratios"], "dims": held["chosen"]["dims"]}
+
+
+def _use(ratios, key) -> None:
+    """The Use button's callback: the recommended plan into the per-layer inputs, before they are drawn."""
+    plan_inputs.fill(ratios, key)
+    from ui.shared import state
+    state.choose(plan_inputs.MODE, plan_inputs.PER_LAYER)
+
+
+def _answer(check: dict, ctx: Context) -> None:
+    """The held-out answer in a sentence, and the recommendation one click away (the typed plan stays)."""
+    held = check.get("held_out")
+    if not held:
+        return
+    st.success(f"**{held['sentence'][0].upper()}{held['sentence'][1:]}.** Measured on {held['measure']}.")
+    rec = recommended_plan(check)
+    ratios = ", ".join(f"{r:.3g}" for r in rec["ratios"])
+    st.button(f"Use the recommended plan ({rec['name']}: {ratios}) in the inputs", key="verify_use",
+              on_click=_use, args=(rec["ratios"], ctx.key))
 
 
 def _versus(c: dict) -> str:
@@ -123,5 +155,5 @@ def _table(check: dict) -> None:
                "(perplexity change beside it) or drop in recall accuracy, against the unpruned model on the same "
                "tokens. *vs chosen*: the paired difference over windows ± its standard error. Plans with the same "
                "dk' are measured once (*same dk' as*).")
-    st.markdown(f"**Chosen: {check['winner']}.** {sentence(check['reason'])} The per-layer inputs now hold "
-                f"it.{yours}")
+    st.markdown(f"**Chosen on the choice tokens: {check['winner']}.** {sentence(check['reason'])} Your typed plan "
+                f"stays in the inputs.{yours}")

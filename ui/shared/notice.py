@@ -216,7 +216,7 @@ def sensitivity(ratios: Sequence[float], losses, ses=None, names: Sequence[str] 
             break
     else:
         return ""
-    charges = [charged(ratios, row)[j] for row in losses]
+    charges = [charged(ratios, row, None if not ses else ses[i])[j] for i, row in enumerate(losses)]
     cost = [c for c, _ in charges]
     worst, best = int(np.argmax(cost)), int(np.argmin(cost))
     line = (f"Notice: at ρ = {ratios[j]:g}, {names[worst]} is the most sensitive (the allocator charges "
@@ -224,13 +224,13 @@ def sensitivity(ratios: Sequence[float], losses, ses=None, names: Sequence[str] 
     clamped = [i for i, (v, (_, source)) in enumerate(zip(column, charges)) if v < 0 and source is None]
     if clamped:
         listed = ", ".join(f"{names[i]} {column[i]:+.2g}" for i in clamped)
-        line += (f"; measured gains ({listed}) are charged as 0: a one-layer gain is noise, and the allocator "
-                 "clamps it")
+        line += (f"; measured gains ({listed}) are charged as 0: a one-layer gain is noise, and the fitted map "
+                 "(0 at ρ = 0, never falling) puts it at 0")
     lifted = [i for i, (_, source) in enumerate(charges) if source is not None and source != j]
     if lifted:
-        line += (f"; {', '.join(names[i] for i in lifted)} measured less here than at a smaller ρ and "
-                 "{} charged that larger loss (pruning more never predicts less)".format(
-                     "is" if len(lifted) == 1 else "are"))
+        line += (f"; {', '.join(names[i] for i in lifted)} measured out of order with a neighbouring ρ, and "
+                 "the fitted map pools {} with it (pruning more never predicts less)".format(
+                     "it" if len(lifted) == 1 else "them"))
     if ses:
         def se_of(layer):  # the standard error of the measurement the charge comes from (the clamp: this ratio's)
             source = charges[layer][1]

@@ -9,6 +9,11 @@ from analysis.errors import AnalysisError
 def _setup_plan(p):
     p.add_argument("--ratio", type=real(0, 1, hi_open=True), help="one ratio for all layers")
     p.add_argument("--ratios", type=number_list(0, 1, hi_open=True), help="comma-separated ratio per layer")
+    p.add_argument("--recommend", action="store_true",
+                   help="print the recommended plan at --budget (the Prune page's): the allocator's plan when the "
+                        "map predicts it better than uniform beyond noise, else uniform")
+    p.add_argument("--budget", type=real(0, 1, hi_open=True),
+                   help="with --recommend: the state budget as a mean ratio (the uniform plan's state bytes)")
     p.add_argument("--round-to", type=int, choices=[16, 32, 64], help="round kept key dims to a multiple")
     p.add_argument("--strategy", default=None,
                    help="the strategy whose map predicts (default: the --map's, else l1, whose maps ship)")
@@ -35,9 +40,28 @@ def plan_map(args, model) -> dict:
     return smap
 
 
+def run_recommend(args) -> None:
+    from analysis.shrink.allocate import recommend
+    from analysis.shrink.predict import summary
+    if args.budget is None or args.ratio is not None or args.ratios is not None:
+        raise AnalysisError("--recommend takes --budget (a mean ratio, e.g. 0.5) and no --ratio or --ratios.")
+    model, _tokenizer, meta = load(args)
+    smap = plan_map(args, model)
+    rec = recommend(smap, args.budget, args.round_to)
+    lines = [f"{meta['model']}: recommended plan at mean ratio {args.budget:g} ({rec['budget']['state_bytes']:,} fp32 "
+             f"state bytes per sequence), {smap['strategy']} map ({smap['measure']})",
+             f"ratios {', '.join(f'{r:.4g}' for r in rec['ratios'])} (dk' {rec['head_k_dims']}): {rec['plan']}",
+             f"why: {rec['reason']}", summary(rec), f"fit: {rec['fit']}", f"predicts: {rec['predicts']}"]
+    emit(args, {**meta, **rec}, "\n".join(lines))
+
+
 def run_plan(args) -> None:
     from analysis.shrink.predict import predict, summary
     from analysis.models.key_plan import pruning_key_dims
+    if args.recommend:
+        return run_recommend(args)
+    if args.budget is not None:
+        raise AnalysisError("--budget goes with --recommend; to predict a plan give --ratio or --ratios.")
     if (args.ratio is None) == (args.ratios is None):
         raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer).")
     model, _tokenizer, meta = load(args)
@@ -50,11 +74,13 @@ def run_plan(args) -> None:
         loss = "–" if p["loss"] is None else f"{p['loss']:+.5f}"
         se = "–" if p["se"] is None else f"{p['se']:.5f}"
         lines.append(f"{p['layer']:5d}  {p['head_k_dim']:4d}  {p['ratio']:13.3f}  {loss:>10}  {se:>8}  {p['how']}")
-    lines += [summary(pred), f"interpolation: {pred['interpolation']}"]
+    lines += [summary(pred), f"fit: {pred['fit']}", f"interpolation: {pred['interpolation']}",
+              f"predicts: {pred['predicts']}"]
     emit(args, {**meta, **pred}, "\n".join(lines))
 
 
 COMMANDS = {
-    "plan": ("a plan's predicted Δ perplexity (or recall) from a sensitivity map, ± its calibrated uncertainty, "
-             "with its state bytes and kernel tiles", _setup_plan, run_plan),
+    "plan": ("a plan's predicted Δ perplexity on held-out text (or recall) from a sensitivity map, ± its calibrated "
+             "uncertainty, with its state bytes and kernel tiles; --recommend --budget B: the recommended plan",
+             _setup_plan, run_plan),
 }

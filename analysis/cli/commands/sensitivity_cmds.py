@@ -183,7 +183,8 @@ def allocation_for(args, model, tokenizer):
 
 
 def allocation_report(args, model, tokenizer, report: dict, smap: dict, choice: dict) -> dict:
-    """Print the knapsack plan and every candidate, predicted vs measured on the map's own split, and the winner;
+    """Print the knapsack plan and every candidate, predicted vs measured on the choice tokens, the winner, and the
+    chosen plan and uniform on held-out tokens;
     return the report (`allocate_and_choose`'s) for the JSON."""
     if args.json != "-":
         print(f"allocated from the {report['strategy']} sensitivity map ({report['target']}, {report['cost']:,} of "
@@ -196,6 +197,9 @@ def allocation_report(args, model, tokenizer, report: dict, smap: dict, choice: 
         print(f"chosen: {choice['winner']} ({choice['reason']})", flush=True)
         if choice.get("yours"):
             print(choice["yours"], flush=True)
+        held = choice.get("held_out")
+        if held:  # the answer: measured on held-out tokens, never used to choose
+            print(f"{held['sentence']} ({held['measure']}); recommended: {held['recommended']}", flush=True)
     return report
 
 
