@@ -60,7 +60,7 @@ def test_the_map_sits_beside_the_ratio_inputs_with_legible_cells_and_the_typed_p
     outlined = [(round((s["x0"] + s["x1"]) / 2), round((s["y0"] + s["y1"]) / 2)) for s in spec["layout"]["shapes"]]
     assert outlined == [(0, 0), (1, 1)]  # ρ 0.25 for layer 0, ρ 0.75 for layer 1: the map's two columns
     said = [c.value for c in at.caption]
-    assert any(s.startswith("Outlined: the ratio typed") and "Your plan, predicted:" in s and "nats/token" in s
+    assert any("Outlined: the ratio typed" in s and "Your plan, predicted:" in s and "nats/token" in s
                and "perplexity" in s for s in said)
     assert "-0.0000" not in json.dumps(spec) and "+0.0000" not in json.dumps(spec)
 
@@ -95,7 +95,7 @@ def test_verify_reads_as_sentences_and_its_table_is_whole(monkeypatch, lm_dir):
     at.number_input(key="w:layer_ratio_0").set_value(0.25)
     at.number_input(key="w:layer_ratio_1").set_value(0.25).run()
     click(at, "sens_verify")
-    assert any(s.startswith("pruning and measuring your plan (") for s in steps)
+    assert any(s.startswith("pruning your plan and measuring it on the choice tokens (") for s in steps)
     assert not any("the your plan" in s or "plan plan" in s for s in steps)
     [frame] = [t.value for t in at.table if "vs chosen, paired ± SE" in t.value.columns]  # st.table: never cut
     assert "predicted, nats/token (perplexity %) ± 1σ" in frame.columns

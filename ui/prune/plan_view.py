@@ -123,7 +123,7 @@ def _recommendation(ctx: Context, smap: dict, pred: dict, round_to: int | None) 
     ratios = ", ".join(f"{r:.4g}" for r in rec["ratios"])
     st.caption(f"**Recommended at mean ratio {mean:g}** (`python -m analysis plan {ctx.name} --recommend --budget "
                f"{mean:g}`): {rec['plan']}, ratios {ratios} (dk' {' '.join(map(str, rec['head_k_dims']))}), "
-               f"predicted {rec['predicted_loss']:+.4f} ± {rec['predicted_uncertainty']:.4f} nats/token on held-out "
+               f"predicted {signed(rec['predicted_loss'])} ± {rec['predicted_uncertainty']:.4f} nats/token on held-out "
                f"text — {rec['reason']}.")
     st.button("Use the recommended plan in the inputs", key="plan_use_recommended", on_click=_use,
               args=(rec["ratios"], ctx.key))

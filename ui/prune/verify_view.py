@@ -136,7 +136,7 @@ def sentence(text: str) -> str:
 def _table(check: dict) -> None:
     """st.table, not st.dataframe: every column shown whole (the dataframe cut the wide ones)."""
     rows = check["candidates"]
-    metric = "ppl" if "perplexity" in check["measure"] else "recall"
+    metric = "recall" if check["measure"].startswith("recall accuracy") else "ppl"
     unit = "nats/token (perplexity %)" if metric == "ppl" else "drop in recall accuracy"
     st.table(pd.DataFrame({
         "ratios": [", ".join(f"{r:.3g}" for r in c["ratios"]) for c in rows],

@@ -13,6 +13,7 @@ import numpy as np
 
 from analysis.linalg.rank_card import HEADLINE, HEADLINE_NAME
 from analysis.shrink.allocate import charged
+from analysis.shrink.number_format import signed
 
 SAME = 0.1  # trained and random-init means within 10 % of each other read "the same"
 
@@ -288,7 +289,7 @@ def recovery(history: Sequence[dict], validation: Sequence[dict], change: dict |
                 f"{best['step']}'s weights")
         if change and change.get("se") is not None and math.isfinite(change["se"]):
             delta, noise = change["delta_log_ppl"], 2 * change["se"]
-            line += (f", {'within' if abs(delta) < noise else 'beyond'} noise (Δ log perplexity {delta:+.4f} "
+            line += (f", {'within' if abs(delta) < noise else 'beyond'} noise (Δ log perplexity {signed(delta)} "
                      f"nats/token, 2 SE = {noise:.4f} over {change['windows']} paired validation windows)")
     else:
         line = (f"Notice: no validation check improved on step {start['step']}'s perplexity "

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from analysis.shrink.number_format import signed
+
 MISSING = "—"
 
 
@@ -146,7 +148,7 @@ def recovery_verdict(pruned: dict, recovered: dict, change: dict | None = None) 
     before, after = a["perplexity"], b["perplexity"]
     delta = math.log(after / before)
     change_text = (f"perplexity {before:.2f} → {after:.2f} ({after / before - 1:+.2%}, Δ log perplexity "
-                   f"{delta:+.4f} nats/token, vs the pruned model)")
+                   f"{signed(delta)} nats/token, vs the pruned model)")
     se = test_noise(change, a.get("tokens"))
     if se is None:
         noise = "; no noise estimate (the recovery kept no per-window validation losses)"
