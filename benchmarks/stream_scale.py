@@ -91,6 +91,12 @@ def config(layers: int, hidden: int):
 def build(folder: Path, layers: int, hidden: int, shard_gb: float) -> int:
     """Write the random-init checkpoint one unit at a time; its size on disk in bytes."""
     import torch
+    return write_random(folder, config(layers, hidden), torch.bfloat16, int(shard_gb * 1e9))
+
+
+def write_random(folder: Path, cfg, dtype, shard_bytes: int | None) -> int:
+    """Write a random-init model of `cfg` unit by unit (never whole in memory); its size on disk in bytes."""
+    import torch
 
     import analysis
     analysis.ready()
@@ -98,14 +104,13 @@ def build(folder: Path, layers: int, hidden: int, shard_gb: float) -> int:
     from analysis.io.shards import ShardWriter
     from analysis.models.stream.save import plan
     from analysis.models.stream.skeleton import Skeleton, build as meta_build
-    cfg = config(layers, hidden)
-    model = meta_build(cfg, torch.bfloat16)
-    skeleton = Skeleton(model, None, adapter_for(model).decoder_layers(model), torch.bfloat16)
+    model = meta_build(cfg, dtype)
+    skeleton = Skeleton(model, None, adapter_for(model).decoder_layers(model), dtype)
     units = plan(skeleton)
     folder.mkdir(parents=True)
     cfg.architectures = [type(model).__name__]
     cfg.save_pretrained(folder)
-    writer = ShardWriter(folder, [t for *_, planned in units for t in planned], int(shard_gb * 1e9))
+    writer = ShardWriter(folder, [t for *_, planned in units for t in planned], shard_bytes)
     gen = torch.Generator().manual_seed(0)
     for _unit, _names, planned in units:
         for t in planned:
@@ -136,37 +141,7 @@ def rows_config(layers: int):
 def build_rows(folder: Path, layers: int) -> int:
     """Write the random-init Gated DeltaNet unit by unit (float32, one file); its size on disk in bytes."""
     import torch
-
-    import analysis
-    analysis.ready()
-    from analysis.archs import adapter_for
-    from analysis.io.shards import ShardWriter
-    from analysis.models.stream.save import plan
-    from analysis.models.stream.skeleton import Skeleton, build as meta_build
-    cfg = rows_config(layers)
-    model = meta_build(cfg, torch.float32)
-    skeleton = Skeleton(model, None, adapter_for(model).decoder_layers(model), torch.float32)
-    units = plan(skeleton)
-    folder.mkdir(parents=True)
-    cfg.architectures = [type(model).__name__]
-    cfg.save_pretrained(folder)
-    writer = ShardWriter(folder, [t for *_, planned in units for t in planned], None)
-    gen = torch.Generator().manual_seed(0)
-    for _unit, _names, planned in units:
-        for t in planned:
-            if t.name.endswith("norm.weight"):
-                value = torch.ones(t.shape)
-            elif t.name.endswith("A_log"):
-                value = torch.empty(t.shape).uniform_(0.0, 2.7, generator=gen)
-            elif t.name.endswith("dt_bias"):
-                value = torch.empty(t.shape).uniform_(-4.0, -2.0, generator=gen)
-            elif t.name.endswith("bias"):
-                value = torch.zeros(t.shape)
-            else:
-                value = torch.empty(t.shape).normal_(0.0, 0.02, generator=gen)
-            writer.write(t.name, value.to(getattr(torch, t.dtype)))
-    writer.finish()
-    return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    return write_random(folder, rows_config(layers), torch.float32, None)
 
 
 def rows_check(out_dir: Path, layers: int, budget_text: str, tokens: int) -> bool:
