@@ -77,7 +77,21 @@ def bonus_by_shape(fla_fn):
             return fla_fn(o, r, k, r_k, v, g)
         return gate_output_correction_ref(o, r, k, r_k, v, g)
     gate_output_correction.__wrapped__ = fla_fn
+    gate_output_correction.routes_by_shape = True
     return gate_output_correction
+
+
+GUARD_SOURCE = f"""
+
+def guard_bonus_term():
+    \"\"\"fla's Triton bonus-term kernel indexes v with r's head width, which is wrong once a layer's key dim is
+    smaller than its value dim: fla's layer file calls it through a module global, which takes fla's torch
+    reference for such calls (and fla's kernel for every call it handles rightly). Idempotent.\"\"\"
+    import importlib
+    layer_file = importlib.import_module("{LAYER_FILE}")
+    if not getattr(layer_file.gate_output_correction, "routes_by_shape", False):   # fla's own sets __wrapped__
+        layer_file.gate_output_correction = bonus_by_shape(layer_file.gate_output_correction)
+"""
 
 
 class RWKV7Adapter(Adapter):
@@ -160,6 +174,13 @@ class RWKV7Adapter(Adapter):
         return [self.key_dim(layer) for layer in self.linear_layers(model)]
 
     # --- devices ---------------------------------------------------------------------------------
+    def shipped_parts(self, model):
+        """A saved prune's modeling file routes the bonus term by shape, as the project does (module doc)."""
+        import inspect
+
+        from analysis.archs.shipped_code import ShippedParts
+        return ShippedParts(source=inspect.getsource(bonus_by_shape) + GUARD_SOURCE, after_init="guard_bonus_term()")
+
     def install_routing(self) -> None:
         """The recurrence and RWKV-7's Triton helpers, as fla's layer and model files look them up, by device."""
         import importlib
