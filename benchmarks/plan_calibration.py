@@ -158,7 +158,7 @@ def measure_model(name: str, n_random: int, seed: int, done: dict) -> dict:
             got = old[tuple(plan["dims"])]
             plan.update(held_out_delta=got["held_out_delta"], held_out_se=got["held_out_se"])
         else:
-            d = m.delta(plan["dims"])
+            d = m.loss_vs_unpruned(plan["dims"])
             plan.update(held_out_delta=d["delta"], held_out_se=d["se"])
         plan["mean_ratio"] = bytes_mean_ratio(smap["layers"], plan["dims"])
         plans.append(plan)

@@ -50,8 +50,8 @@ def evidence(name: str) -> dict | None:
     for budget in BUDGETS:
         t0 = time.perf_counter()
         rec = recommend(smap, budget)
-        uni = m.delta(rec["uniform"]["head_k_dims"])
-        mine = uni if rec["plan"] == "uniform" else m.delta(rec["head_k_dims"])
+        uni = m.loss_vs_unpruned(rec["uniform"]["head_k_dims"])
+        mine = uni if rec["plan"] == "uniform" else m.loss_vs_unpruned(rec["head_k_dims"])
         d = paired_difference(uni["per_window"], mine["per_window"])
         verdict = ("same plan" if rec["plan"] == "uniform" else "worse beyond 2 SE"
                    if d["delta_log_ppl"] > SIGNIFICANCE * d["se"] else "better beyond 2 SE"

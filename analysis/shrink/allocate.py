@@ -356,9 +356,9 @@ def held_out_answer(on_held, chosen: dict, plans: list[dict], calibrated) -> dic
     """The chosen plan and uniform measured on held-out tokens, each ± its paired SE against the unpruned model,
     and their paired difference; the recommendation is uniform unless the chosen plan is better beyond noise."""
     uniform = next((p for p in plans if p["name"] == "uniform"), None)
-    uni = None if uniform is None else on_held.delta(uniform["dims"], calibrated)
+    uni = None if uniform is None else on_held.loss_vs_unpruned(uniform["dims"], calibrated)
     same = uniform is not None and tuple(uniform["dims"]) == tuple(chosen["dims"])
-    mine = uni if same else on_held.delta(chosen["dims"], calibrated)
+    mine = uni if same else on_held.loss_vs_unpruned(chosen["dims"], calibrated)
     out = {"stretch": on_held.stretch.as_dict(), "measure": on_held.stretch.label(mine["tokens"]),
            "chosen": {"name": chosen["winner"], "dims": chosen["dims"], "ratios": chosen["ratios"],
                       "delta": mine["delta"], "se": mine["se"]}}

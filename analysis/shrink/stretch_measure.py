@@ -52,7 +52,7 @@ class StretchMeasure:
         return point_cache.cached({**self.key, "strategy": self.strategy, "dims": list(dims)}, self.use_cache,
                                   compute, FIELDS)
 
-    def delta(self, dims: list[int], calibration=None) -> dict:
+    def loss_vs_unpruned(self, dims: list[int], calibration=None) -> dict:
         """Δ log perplexity of a plan against the unpruned model on this stretch, ± its paired SE over windows."""
         base, got = self.unpruned(), self.plan(dims, calibration)
         d = paired_difference(base["windows"], got["windows"])
