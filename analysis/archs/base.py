@@ -47,7 +47,7 @@ def file_stem(model_type: str) -> str:
 def how_to_load(model_type: str) -> str:
     """One sentence for whoever opens a `pruned_*` folder: the two ways it loads (its model card says the same)."""
     return (f"{model_type!r} is a model type of the state-rank dashboard (a prune with per-layer sizes): load the "
-            "folder with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True) when it carries its "
+            "folder with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, use_safetensors=True) when it carries its "
             f"modeling_{file_stem(model_type)}.py (a folder saved before that gets it with `python -m analysis "
             "export FOLDER --out NEW`), or with the dashboard installed after `import analysis; analysis.ready()`.")
 

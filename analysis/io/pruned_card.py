@@ -106,7 +106,7 @@ def _load_lines(config: dict, needs_fla: bool) -> list[str]:
                   "the folder carries its own configuration/modeling code (`auto_map` in config.json), which builds "
                   "the family's own model and gives each layer its pruned sizes:", "", "```python",
                   "from transformers import AutoModelForCausalLM",
-                  "model = AutoModelForCausalLM.from_pretrained(FOLDER, trust_remote_code=True)", "```", ""]
+                  "model = AutoModelForCausalLM.from_pretrained(FOLDER, trust_remote_code=True, use_safetensors=True)", "```", ""]
     else:
         lines += ["The family's own model type holds this prune: `AutoModelForCausalLM.from_pretrained(FOLDER)`"
                   + (" after `import fla`" if needs_fla else "") + " loads it, no code shipped.", ""]

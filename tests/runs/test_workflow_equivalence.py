@@ -142,8 +142,9 @@ def test_allocate_and_choose_is_the_same_from_the_cli_and_the_page(shrink_runs):
     same(cli_alloc, page_alloc, "allocation")
     choice = page_alloc["choice"]
     assert {c["name"] for c in choice["candidates"]} >= {"sensitivity-allocated", "uniform"}
-    assert choice["measure"] == (f"perplexity, {dataset_label('validation')}, first {4 * MAP_TOKENS:,} tokens, "
-                                 "context 256")  # the map's split, 4× its tokens
+    # the map's split, 4× its tokens, starting after the map's own (issue 40: choice tokens are not map tokens)
+    assert choice["measure"] == (f"choice tokens: {dataset_label('validation')}, tokens {MAP_TOKENS + 1:,}–"
+                                 f"{5 * MAP_TOKENS + 1:,} ({4 * MAP_TOKENS:,} scored), context 256")
     assert page_alloc["map_settings"]["eval_tokens"] == MAP_TOKENS
 
 

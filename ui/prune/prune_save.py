@@ -74,7 +74,7 @@ def section(ctx: Context, run: dict, columns: dict, tok) -> None:
         save_guard.saved("prune", out)
         st.success(f"Saved to {out}: the {chosen} model (safetensors, with its model card README.md; "
                    + ("it carries its own modeling code, so AutoModelForCausalLM.from_pretrained(folder, "
-                      "trust_remote_code=True) loads it without this project, and the dashboard loads it as it is)."
+                      "trust_remote_code=True, use_safetensors=True) loads it without this project, and the dashboard loads it as it is)."
                       if any(out.glob("modeling_*.py")) else
-                      "the family's own type: AutoModelForCausalLM.from_pretrained(folder) loads it, after `import fla` "
+                      "the family's own type: AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True) loads it, after `import fla` "
                       "for a model of fla's)."))

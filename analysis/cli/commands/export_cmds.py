@@ -75,7 +75,8 @@ def run_export(args) -> None:
                "shipped": shipped, "card": card, "skipped": skipped}
     note = "" if card else " (README.md kept as it was)" if (Path(source) / "README.md").exists() else ""
     lines = [f"exported {writes.show(source)} to {writes.show(written)} with {', '.join(shipped)} and auto_map{note}; "
-             "it loads with AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True) without this project"]
+             "it loads with AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True, use_safetensors=True) "
+             "without this project"]
     if skipped:
         lines.append(f"not copied (not plain files): {', '.join(skipped)}")
     emit(args, payload, "\n".join(lines))
