@@ -1,7 +1,7 @@
 """fla's own seam for other backends (fla/backends.py) as the project's CPU route.
 
 fla 0.6 wraps many ops in `dispatch`: a `BackendRegistry` per function (`@dispatch`) or per operation
-(`@dispatch('kda')`) tries each registered backend whose `verifier` accepts the call, in priority order, before its
+(`@dispatch('gated_delta_rule')`) tries each registered backend whose `verifier` accepts the call, in priority order, before its
 own Triton code. The project registers one backend there, `StateRankCPU`, whose verifier accepts CPU tensors only:
 a CUDA call never sees it, so fla's choice on a GPU is untouched. Where fla offers no dispatch, the project still
 patches module attributes (analysis.runtime.backend, each family's routing); docs/fla-routing.md lists both.
@@ -74,7 +74,7 @@ def register_function(fla_fn, cpu_fn, verifier: Callable = on_cpu, patch: Callab
 
 def register_operation(operation: str, function_name: str, implementation: Callable,
                        verifier: Callable = on_cpu) -> None:
-    """Register `implementation` as `function_name` of fla's operation registry `operation` (e.g. 'kda').
+    """Register `implementation` as `function_name` of fla's operation registry `operation` (e.g. 'gated_delta_rule').
 
     One backend serves all of an operation's functions (fla picks the method named like the function), so every
     call re-registers the backend with all methods so far; functions it has no method for pass to fla's."""
