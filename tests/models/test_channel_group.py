@@ -115,7 +115,7 @@ def entry_calls(monkeypatch, tmp_path):
         calls.append((strategy, list(dims), evaluation))
         return entry(model, tokenizer, strategy, dims, calibration, evaluation, **kw)
     for module in ("analysis.runs.sweep", "analysis.runs.budget_sweep", "analysis.shrink.sensitivity",
-                   "analysis.shrink.allocate"):
+                   "analysis.shrink.allocate", "analysis.shrink.stretch_measure"):
         monkeypatch.setattr(f"{module}.prune_then_measure", spy)
     monkeypatch.setattr(prune_workflow, "prune_then_measure", spy)
     return calls
