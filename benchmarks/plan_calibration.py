@@ -46,7 +46,7 @@ from analysis.shrink.allocate import allocate, knapsack, layer_cost, uniform_bud
 from analysis.shrink.sensitivity import DEFAULT_RATIOS, MapSettings, compute_map, load_shipped  # noqa: E402
 from analysis.shrink.stretch_measure import StretchMeasure  # noqa: E402
 
-MODELS = ("gated-deltanet-small", "deltanet-small", "granite-h-small", "qwen35-hybrid-small")
+MODELS = ("gated-deltanet-small", "deltanet-small", "granite-h-small", "qwen35-hybrid-small", "gated-deltanet-deep")
 STRATEGY = "l1"
 MEAN_RANGE = (0.25, 0.75)
 BUDGETS = (0.25, 0.5, 0.75)

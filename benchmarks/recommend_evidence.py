@@ -31,7 +31,7 @@ from analysis.shrink.allocate import SIGNIFICANCE, recommend  # noqa: E402
 from analysis.shrink.sensitivity import DEFAULT_RATIOS, MapSettings, load_shipped  # noqa: E402
 from analysis.shrink.stretch_measure import StretchMeasure  # noqa: E402
 
-MODELS = ("gated-deltanet-small", "deltanet-small", "granite-h-small", "qwen35-hybrid-small")
+MODELS = ("gated-deltanet-small", "deltanet-small", "granite-h-small", "qwen35-hybrid-small", "gated-deltanet-deep")
 BUDGETS = (0.25, 0.5, 0.75)
 RESULTS = Path(__file__).resolve().parent.parent / "sample_models" / "results"
 

@@ -41,6 +41,7 @@ samples, each measured on the test split; each term the least that puts COVERAGE
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from analysis.errors import AnalysisError
@@ -87,13 +88,19 @@ def layer_loss(points: list[tuple], dk: int, dim: int) -> dict:
         return {"loss": None, "se": None, "how": "not measured"}
     for (x0, l0, s0, _), (x1, l1, s1, _) in zip(points, points[1:]):
         if x0 < x < x1:
-            from scipy.interpolate import PchipInterpolator
             t = (x - x0) / (x1 - x0)
             se = None if s0 is None or s1 is None else s0 + t * (s1 - s0)
-            loss = float(PchipInterpolator([p[0] for p in points], [p[1] for p in points])(x))
+            loss = float(_pchip(tuple(p[0] for p in points), tuple(p[1] for p in points))(x))
             return {"loss": loss, "se": se, "how": "interpolated", "gap": abs(l1 - l0) * 4 * t * (1 - t)}
     last = points[-1]
     return {"loss": last[1], "se": last[2], "how": "outside the grid"}
+
+
+@functools.lru_cache(maxsize=256)
+def _pchip(xs: tuple[float, ...], losses: tuple[float, ...]):
+    """One layer's monotone interpolant, built once per curve: the allocator asks it at every key dim of a layer."""
+    from scipy.interpolate import PchipInterpolator
+    return PchipInterpolator(xs, losses)
 
 
 def plan_state(smap: dict, dims: list[int]) -> dict:

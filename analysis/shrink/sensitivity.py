@@ -248,15 +248,16 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
 
 
 def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], task: RecallTask | None = None,
-              name: str | None = None) -> dict:
-    """The map as JSON-ready data: settings, strategy, per-layer profile and every finished point."""
+              name: str | None = None, identity: str | None = None) -> dict:
+    """The map as JSON-ready data: settings, strategy, per-layer profile and every finished point. `identity`: the
+    model's point-cache identity when the caller already holds it (hashing every weight costs a page rerun ~0.1 s)."""
     info = describe(model)
     measure = MapMeasure(None, s, task)
     base = next((p for p in points if p.get("layer") is None), None)
     cells = [{k: p[k] for k in ("layer", "ratio", "head_k_dim", "value", "loss", "se") if k in p} for p in points
              if p.get("layer") is not None]
     return {"kind": "sensitivity-map", "model": name or getattr(model, "analysis_name", None),
-            "model_identity": model_identity(model), "model_type": info.model_type, "strategy": s.strategy,
+            "model_identity": identity or model_identity(model), "model_type": info.model_type, "strategy": s.strategy,
             "metric": s.metric, "measure": measure.label(None if base is None else base.get("tokens")),
             "loss": "delta log perplexity (nats per token)" if s.metric == "ppl" else "drop in recall accuracy",
             "settings": s.as_dict(), "device": info.device, "dtype": info.dtype,

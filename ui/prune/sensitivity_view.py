@@ -18,7 +18,7 @@ from analysis.errors import AnalysisError
 from analysis.shrink.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map,
                                   compute_map, grid, load_shipped, shipped_strategies)
 from analysis.shrink.strategies import STRATEGIES
-from ui.shared import jobs, notice, shrink, state
+from ui.shared import cache, jobs, notice, shrink, state
 from ui.shared.blocks import layer_name
 from ui.shared.context import Context
 from ui.shared.parse import number_list
@@ -160,8 +160,8 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
     value_label = "recall accuracy" if recall else "validation perplexity"
 
     def draw():
-        smap = build_map(ctx.model, s, entry["profile"] or [], points, ctx.task, ctx.name) if points \
-            else None
+        smap = build_map(ctx.model, s, entry["profile"] or [], points, ctx.task, ctx.name,
+                         cache.model_identity(ctx.key)) if points else None
         g = grid(fitted(smap)) if smap else None   # the one fitted map: colour, text, prediction, allocator
         measured = grid(smap) if smap else None    # the cells as measured: in the hover
         n = ctx.info.layers

@@ -46,6 +46,14 @@ def compute_lock() -> threading.RLock:
     return threading.RLock()
 
 
+@st.cache_data(max_entries=8, show_spinner=False)
+def model_identity(key: ModelKey) -> str:
+    """The point cache's identity of the shared model (analysis.io.point_identity): its weights never change, so
+    every weight is hashed once per model, not on each rerun of a page that draws a map."""
+    from analysis.io.point_identity import model_identity as identity
+    return identity(shared_model(key))
+
+
 @st.cache_data(ttl=60, show_spinner=False)
 def resolve(source: str, device: str, dtype: str, max_memory: int | None = None) -> ModelKey:
     """Validate a user's model choice into a ModelKey (cached briefly: hub ids would hit the network)."""
