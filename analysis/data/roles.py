@@ -141,6 +141,15 @@ def text_roles(text: str, tokenizer) -> dict[TextRole, list[int]]:
 
 def role_text(text: str, tokenizer, role: TextRole) -> str:
     """The documents of `role`, joined by the bundled separator."""
+    return role_part(text, tokenizer, role)[0]
+
+
+def role_part(text: str, tokenizer, role: TextRole) -> tuple[str, str]:
+    """(the documents of `role` joined by the bundled separator, a label naming them), e.g. "held-out documents
+    8–10 of 10 (whole documents in order: about 20 % map, 40 % choice, the rest held-out)"."""
     from analysis.data.corpus import SEPARATOR
-    docs = documents(text)
-    return SEPARATOR.join(docs[i] for i in text_roles(text, tokenizer)[role])
+    docs, held = documents(text), text_roles(text, tokenizer)[role]
+    which = f"{held[0] + 1}" if len(held) == 1 else f"{held[0] + 1}–{held[-1] + 1}"
+    label = (f"{role.value} document{'s' if len(held) > 1 else ''} {which} of {len(docs)} (whole documents in "
+             f"order: about {MAP_SHARE:.0%} map, {CHOICE_SHARE:.0%} choice, the rest held-out)")
+    return SEPARATOR.join(docs[i] for i in held), label

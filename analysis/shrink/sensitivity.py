@@ -259,6 +259,7 @@ def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], ta
     return {"kind": "sensitivity-map", "model": name or getattr(model, "analysis_name", None),
             "model_identity": identity or model_identity(model), "model_type": info.model_type, "strategy": s.strategy,
             "metric": s.metric, "measure": measure.label(None if base is None else base.get("tokens")),
+            "role": "map: the map and everything predicted from it (analysis.data.roles); never the figure reported",
             "loss": "delta log perplexity (nats per token)" if s.metric == "ppl" else "drop in recall accuracy",
             "settings": s.as_dict(), "device": info.device, "dtype": info.dtype,
             "baseline": None if base is None else base["value"], "layers": profile, "points": cells,

@@ -220,6 +220,10 @@ def _check_prune_sizes(args, model, strategy, head_strategy=None) -> None:
 
 def _setup_ppl(p):
     p.add_argument("--split", default="test", help="test, validation, train, wiki, or recall (recall models)")
+    p.add_argument("--text", metavar="FILE", help="score your own UTF-8 text file instead of a bundled split")
+    p.add_argument("--role", choices=("map", "choice", "held-out"), default=None,
+                   help="with --text: score only this role's documents (the file is split by whole documents in "
+                        "order, about 20%% map / 40%% choice / the rest held-out; docs/held-out.md)")
     p.add_argument("--context", type=whole(1), default=256)
     p.add_argument("--stride", type=whole(1), default=None, help="default: the context (non-overlapping)")
     p.add_argument("--max-tokens", type=whole(1), default=None)
@@ -236,15 +240,42 @@ def run_ppl(args) -> None:
         emit(args, payload, human)
         return
     require_text_model(model, tokenizer, "ppl")
-    with fraction(args, f"ppl: {args.split} split") as progress:
+    text, label = _ppl_text(args, tokenizer)
+    what = (f"{args.role} documents of your text" if args.role else "your text") if label else f"{args.split} split"
+    with fraction(args, f"ppl: {what}") as progress:
         payload = {**meta, **perplexity(model, tokenizer, args.split, args.context, args.stride, args.max_tokens,
-                                        progress=progress, yes=args.yes, say=announce)}
+                                        text=text, progress=progress, yes=args.yes, say=announce)}
+    if label:
+        payload.update({"dataset": label, "role": args.role})
     human = (f"perplexity {payload['perplexity']:.3f}, {payload['bits_per_byte']:.4f} bits/byte on "
              f"{payload['dataset']} ({payload['tokens']} tokens, context {payload['context']}, "
              f"stride {payload['stride']}, {payload['device']} {payload['dtype']})")
     if "note" in payload:
         human += f"\nnote: {payload['note']}"
     emit(args, payload, human)
+
+
+PPL_TEXT_CHARS = 32_000_000  # `ppl --text`: a file is read whole (its roles need every document)
+
+
+def _ppl_text(args, tokenizer) -> tuple[str | None, str | None]:
+    """(text, label) of `--text FILE [--role R]`, or (None, None) for a bundled split."""
+    if args.text is None:
+        if args.role:
+            raise AnalysisError("--role picks the documents of your own text: give the file with --text (the bundled "
+                                "splits already have their roles, docs/held-out.md).")
+        return None, None
+    from analysis.data.inputs import resolve_text
+    source = resolve_text(text_file=args.text)
+    text, whole_file = source.prefix(PPL_TEXT_CHARS)
+    if not whole_file:  # encoding it would take minutes and gigabytes; the roles need every document
+        raise AnalysisError(f"{source.label} is longer than {PPL_TEXT_CHARS:,} characters; score a smaller file (or a "
+                            "part of it).")
+    if args.role is None:
+        return text, source.label
+    from analysis.data.roles import TextRole, role_part
+    text, which = role_part(text, tokenizer, TextRole(args.role))
+    return text, f"{source.label}, {which}"
 
 
 def _setup_latency(p):
