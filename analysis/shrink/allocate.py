@@ -360,14 +360,16 @@ def held_out_answer(on_held, chosen: dict, plans: list[dict], calibrated) -> dic
     same = uniform is not None and tuple(uniform["dims"]) == tuple(chosen["dims"])
     mine = uni if same else on_held.loss_vs_unpruned(chosen["dims"], calibrated)
     out = {"stretch": on_held.stretch.as_dict(), "measure": on_held.stretch.label(mine["tokens"]),
+           "baseline_value": mine["baseline_value"],
            "chosen": {"name": chosen["winner"], "dims": chosen["dims"], "ratios": chosen["ratios"],
-                      "delta": mine["delta"], "se": mine["se"]}}
+                      "delta": mine["delta"], "se": mine["se"], "value": mine["value"]}}
     if uniform is None:
         out.update(recommended=chosen["winner"], sentence=f"on new text: {signed(mine['delta'])} ± {mine['se']:.4f} "
                                                           "nats/token")
         return out
     paired = paired_difference(uni["per_window"], mine["per_window"])
-    out["uniform"] = {"dims": uniform["dims"], "ratios": uniform["ratios"], "delta": uni["delta"], "se": uni["se"]}
+    out["uniform"] = {"dims": uniform["dims"], "ratios": uniform["ratios"], "delta": uni["delta"], "se": uni["se"],
+                      "value": uni["value"]}
     out["versus_uniform"] = paired
     better = not same and paired["delta_log_ppl"] < -SIGNIFICANCE * paired["se"]
     out["recommended"] = chosen["winner"] if better else "uniform"

@@ -101,7 +101,18 @@ def from_choice(report: dict, label: str) -> list[dict]:
     metric = report["metric"]
     original = report.get("original_head_k_dims")
     out = []
-    for c in choice["candidates"]:
+    held = choice.get("held_out") or {}
+    if "baseline_value" in held:  # the answer: the chosen plan and uniform on held-out tokens, a group of its own
+        bytes_of = {tuple(c["dims"]): c["state_bytes"] for c in choice["candidates"]}
+        uniform, chosen = held.get("uniform"), held["chosen"]
+        answered = [("uniform", uniform)] if uniform else []
+        if not uniform or uniform["dims"] != chosen["dims"]:
+            answered.append((chosen["name"], chosen))
+        for name, got in answered:
+            out.append(point("verify", f"{label}: {name}, held-out", report["strategy"], got["dims"],
+                             original or got["dims"], bytes_of[tuple(got["dims"])], metric, got["value"],
+                             held["baseline_value"], held["measure"], report.get("heads")))
+    for c in choice["candidates"]:  # last: the chart opens on the choice tokens, where every plan was measured
         if c["same_as"] != c["name"]:
             continue  # measured once, under the first plan with these dims
         out.append(point("verify", f"{label}: {c['name']}", report["strategy"], c["dims"], original or c["dims"],

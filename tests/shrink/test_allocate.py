@@ -248,3 +248,11 @@ def test_choose_plan_measures_an_allocation_equal_to_uniform_once_and_names_its_
     assert held["recommended"] == "uniform" and "uniform is as good as anything the map can find here" in held["sentence"]
     assert held["stretch"] == {"role": "held-out", "split": "test", "start": 0, "tokens": 512, "context": 64}
     assert got["choice_tokens"]["role"] == "choice" and "choice tokens:" in got["measure"]
+    # the plan history shows the held-out answer as its own group (one point: the chosen plan is uniform)
+    from analysis.shrink import plan_points
+    for c in got["candidates"]:
+        c["state_bytes"] = 4096
+    points = plan_points.from_choice({"choice": got, "metric": "ppl", "strategy": "l1"}, "verify 1")
+    answer = [p for p in points if p["measure"] == held["measure"]]
+    assert [p["label"] for p in answer] == ["verify 1: uniform, held-out"] and points[-1]["measure"] == got["measure"]
+    assert math.log1p(answer[0]["delta"]) == pytest.approx(held["uniform"]["delta"], rel=1e-9, abs=1e-12)
