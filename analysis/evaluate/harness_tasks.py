@@ -59,14 +59,6 @@ def local_names() -> str:
     return ", ".join(local_tasks())
 
 
-def local_data_hash(name: str) -> str:
-    """sha256 of a local task's YAML and JSONL bytes (what the harness reads)."""
-    h = hashlib.sha256()
-    for suffix in (".yaml", ".jsonl"):
-        h.update((LOCAL_DIR / f"{name}{suffix}").read_bytes())
-    return h.hexdigest()
-
-
 def check_include_path(path: str | None) -> Path | None:
     if path is None:
         return None

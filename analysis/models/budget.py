@@ -95,6 +95,3 @@ def note_baseline() -> int | None:
         _baseline["rss"] = resident_bytes()
     return _baseline["rss"]
 
-
-def baseline() -> int | None:
-    return _baseline.get("rss")

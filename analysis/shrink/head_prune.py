@@ -169,11 +169,6 @@ def _without_heads(tensor: torch.Tensor, rows, have: tuple[int, int], sel: HeadS
     return tensor
 
 
-def head_scores(model, strategy: str, calibration, seed: int = 0) -> list[torch.Tensor]:
-    from analysis.shrink.head_strategies import get_head_strategy
-    return get_head_strategy(strategy).scores(model, calibration, seed)
-
-
 def choose_heads(model, plan: HeadPlan, calibration, seed: int = 0) -> list[HeadSelection]:
     from analysis.shrink.head_strategies import get_head_strategy
     strategy = get_head_strategy(plan.strategy)

@@ -51,7 +51,7 @@ from analysis.models.key_plan import tiles, tiles_of
 from analysis.shrink.number_format import signed, signed_percent
 
 # κ (a fraction of Σ|loss|), the floor σ₀ and λ (a fraction of the interpolation gap g), in the map's loss unit
-UNCERTAINTY = {"ppl": {"kappa": 0.1, "floor": 0.0015, "interpolation": 0.25, "selection": 1.0, "text": 0.0015},
+UNCERTAINTY = {"ppl": {"kappa": 0.22, "floor": 0.003, "interpolation": 0.25, "selection": 0.5, "text": 0.0005},
                "recall": {"kappa": 0.0, "floor": 0.001, "interpolation": 0.06, "selection": 0.0, "text": 0.0}}
 COVERAGE = 0.9  # the fraction of each sample's calibration plans the fitted terms put inside ±2σ
 INTERPOLATION = ("monotone cubic (PCHIP) in the effective ratio 1 − dk′/dk through the map's measured ratios of "
