@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from browser_utils import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, no_exception, open_page, server_process)
+from browser_utils import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, no_exception, open_page, server_process,
+                           start_long_sweep, wait_while_running)
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -113,22 +114,12 @@ def start_long_prune(page) -> None:
     fill(main.get_by_label("Tokens to score", exact=True), 1_000_000)
     idle(page)
     main.get_by_role("button", name="Prune", exact=True).click()
-    page.wait_for_selector("text=/perplexity of the (un)?pruned model/", timeout=TIMEOUT_MS)
+    wait_while_running(page, "text=/perplexity of the (un)?pruned model/", main.get_by_role("button", name="Stop").first)
 
 
 def test_stop_inside_a_sweep_point_idles_the_server_and_caches_nothing(server, browser):
     page = new_page(browser, server["url"])
-    open_page(page, "Sweep & latency")
-    main = page.locator("[data-testid='stMain']")
-    for name in ("Random", "Wanda"):
-        main.get_by_role("button", name=f"Remove {name}").first.click()  # the sweep's (heads have one too)
-        idle(page)
-    fill(main.get_by_label("Ratios ρ (comma-separated)"), "0.5")
-    fill(main.get_by_label("Tokens to score", exact=True), 256)
-    fill(main.get_by_label("Recovery steps per point"), 1000)  # minutes of work: under the one-hour refusal
-    idle(page)
-    main.get_by_role("button", name="Run sweep").click()
-    page.wait_for_selector("text=/1 of 2 points/", timeout=TIMEOUT_MS)  # the baseline is in: the point runs
+    main = start_long_sweep(page)  # the baseline is in: the point runs
     time.sleep(3)  # well inside the point's recovery steps
     pid = server["proc"].pid
     busy = cpu_load(pid, 1.0)
