@@ -25,6 +25,12 @@ IDLE_WITHIN = 10.0
 ENDS_WITHIN = 1.0  # seconds from the stop's arrival on the server to the end of the job's work (issue 29)
 
 
+def busy_cpu() -> float:
+    """BUSY_CPU on a quiet host; on a loaded one the job's thread gets its share of a core (at load average 14 on 2
+    cores about 0.14), so the floor that shows the work running falls in proportion."""
+    return BUSY_CPU / max(1.0, os.getloadavg()[0] / os.cpu_count())
+
+
 def ends_within() -> float:
     """ENDS_WITHIN on a quiet host; on a loaded one (load average above the core count) the job's thread gets a
     share of a core, so the same work takes longer in proportion."""
@@ -124,7 +130,7 @@ def test_stop_inside_a_sweep_point_idles_the_server_and_caches_nothing(server, b
     pid = server["proc"].pid
     busy = cpu_load(pid, 1.0)
     print(f"\nserver CPU during the sweep point: {busy:.2f} cores")
-    assert busy > BUSY_CPU, "the sweep point was not running"
+    assert busy > busy_cpu(), "the sweep point was not running"
     main.get_by_role("button", name="Stop").first.click()
     clicked = time.time()
     page.wait_for_selector("text=/Stopped after 1 of 2 points/", timeout=TIMEOUT_MS)
@@ -148,7 +154,7 @@ def test_closing_the_tab_during_a_long_prune_stops_it(server, browser):
     pid = server["proc"].pid
     busy = cpu_load(pid, 1.0)
     print(f"\nserver CPU during the prune: {busy:.2f} cores")
-    assert busy > BUSY_CPU, "the prune was not running"
+    assert busy > busy_cpu(), "the prune was not running"
     page.close()
     closed = time.time()
     took = seconds_until_idle(pid, closed)

@@ -41,6 +41,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 INTERACTIVE, LONG = "interactive", "long"
+SERVED_KEPT = 256  # parties whose latest grant is remembered (a forgotten one counts as never served: it goes first)
 QUANTUM = 0.5  # seconds a long job holds the slot before it yields to another waiting long job at a pause point
 
 _local = threading.local()  # .party: the long job's party (its session) for a thread inside `long_work`
@@ -118,6 +119,9 @@ class Scheduler:
         self._waiting.remove(ticket)
         self._holder, self._held_since = ticket, self.clock()
         self._served[ticket.party] = next(self._grants)
+        if len(self._served) > SERVED_KEPT:  # a long-lived server: forget the parties served longest ago
+            for party in sorted(self._served, key=self._served.get)[:len(self._served) - SERVED_KEPT]:
+                del self._served[party]
         self._cond.notify_all()
 
     def _next(self) -> Ticket | None:
