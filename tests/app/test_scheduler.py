@@ -226,3 +226,30 @@ def test_a_running_job_hands_the_process_slot_to_a_page_at_its_next_report():
     job.thread.join(WAIT)
     assert job.state == "done" and job.result == "done"
     assert SCHEDULER.state() == {"holder": None, "depth": 0, "waiting": []}
+
+
+def test_a_job_measuring_a_shared_model_lets_a_page_in_between_its_windows():
+    """As Verify's measurements do: a job holds the slot around a whole perplexity measurement of the shared (tiny,
+    real) model; a page's forward pass on that model gets the slot at the next window, while the job still runs."""
+    from analysis.data import corpus
+    from analysis.shrink.prune_workflow import Evaluation
+    from family_cases.text_lm import build_tiny
+    model = SCHEDULER.guard(build_tiny("delta_net").eval())
+    tok = corpus.load_tokenizer()
+    many_windows = Evaluation(context=32, max_tokens=32 * 5000, latency=False)  # minutes if it never paused
+    inside = threading.Event()
+
+    def work(job):
+        with SCHEDULER:
+            inside.set()
+            return many_windows.measure(model, tok, cancel=job.cancelled)
+    job = job_runner.Job("verify-like", "k", "a long measurement")
+    assert job_runner.start(job, work)
+    assert inside.wait(WAIT)
+    with SCHEDULER, torch.no_grad():  # the page's own forward pass on the shared model
+        still_measuring = job.running
+        logits = model(torch.arange(8).unsqueeze(0)).logits
+    job.stop()
+    job.thread.join(WAIT)
+    assert still_measuring and logits.shape[:2] == (1, 8)
+    assert job.state == "stopped", (job.state, job.error)
