@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from browser_utils import (CHROMIUM, CHROMIUM_ARGS, IDLE, TIMEOUT_MS, idle, no_exception, open_page, server_process,
+from browser_utils import (CHROMIUM, CHROMIUM_ARGS, IDLE, TIMEOUT_MS, idle, no_exception, server_process,
                            start_long_sweep)
 from ui_fixtures import save_tiny_lm
 
