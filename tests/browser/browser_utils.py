@@ -231,3 +231,41 @@ def fill(field, value) -> None:
     field.fill(str(value))
     field.press("Enter")
     idle(field.page)
+
+
+JOB_CAP_S = 3600  # a job that shows no sign of ending within an hour is stuck, however loaded the host
+
+
+def wait_while_running(page, selector: str, stop_button, poll_ms: int = 5_000) -> None:
+    """Wait for `selector` for as long as the job runs (its `stop_button` is enabled), not for a fixed wall time:
+    on a host loaded by other work a point may take many minutes, and that is not a failure; a job that ended
+    without showing `selector` is (said at once, not after a timeout)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    deadline = time.monotonic() + JOB_CAP_S
+    while True:
+        try:
+            page.wait_for_selector(selector, timeout=poll_ms)
+            return
+        except PlaywrightTimeout:
+            pass
+        if not stop_button.is_enabled():  # Stop is live exactly while the job runs (ui.shared.jobs.controls)
+            page.wait_for_selector(selector, timeout=poll_ms)  # it may have shown it as it ended
+            return
+        assert time.monotonic() < deadline, f"the job was still running after {JOB_CAP_S} s without showing {selector}"
+
+
+def start_long_sweep(page):
+    """Sweep & latency, one strategy at one ratio with 1,000 recovery steps (minutes of work on a tiny model);
+    returns the main area once the unpruned baseline is in and the point runs, however long the baseline took
+    on a loaded host (it waits on the job's state, not a fixed time)."""
+    open_page(page, "Sweep & latency")
+    main = page.locator("[data-testid='stMain']")
+    for name in ("Random", "Wanda"):
+        main.get_by_role("button", name=f"Remove {name}").first.click()  # the sweep's (heads have one too)
+        idle(page)
+    fill(main.get_by_label("Ratios ρ (comma-separated)"), "0.5")
+    fill(main.get_by_label("Tokens to score", exact=True), 256)
+    fill(main.get_by_label("Recovery steps per point"), 1000)  # minutes of work: under the one-hour refusal
+    main.get_by_role("button", name="Run sweep").click()
+    wait_while_running(page, "text=/1 of 2 points/", main.get_by_role("button", name="Stop").first)
+    return main

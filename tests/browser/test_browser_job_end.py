@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from browser_utils import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, no_exception, open_page, server_process)
+from browser_utils import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, no_exception, open_page, server_process,
+                           start_long_sweep, wait_while_running)
 from ui_fixtures import save_tiny_lm
 
 pytestmark = pytest.mark.browser
@@ -22,6 +23,12 @@ BUSY_CPU = 0.3    # cores: a job on a shared 2-core box gets at least this much 
 # before the fix it was 45-70 s
 IDLE_WITHIN = 10.0
 ENDS_WITHIN = 1.0  # seconds from the stop's arrival on the server to the end of the job's work (issue 29)
+
+
+def busy_cpu() -> float:
+    """BUSY_CPU on a quiet host; on a loaded one the job's thread gets its share of a core (at load average 14 on 2
+    cores about 0.14), so the floor that shows the work running falls in proportion."""
+    return BUSY_CPU / max(1.0, os.getloadavg()[0] / os.cpu_count())
 
 
 def ends_within() -> float:
@@ -113,27 +120,17 @@ def start_long_prune(page) -> None:
     fill(main.get_by_label("Tokens to score", exact=True), 1_000_000)
     idle(page)
     main.get_by_role("button", name="Prune", exact=True).click()
-    page.wait_for_selector("text=/perplexity of the (un)?pruned model/", timeout=TIMEOUT_MS)
+    wait_while_running(page, "text=/perplexity of the (un)?pruned model/", main.get_by_role("button", name="Stop").first)
 
 
 def test_stop_inside_a_sweep_point_idles_the_server_and_caches_nothing(server, browser):
     page = new_page(browser, server["url"])
-    open_page(page, "Sweep & latency")
-    main = page.locator("[data-testid='stMain']")
-    for name in ("Random", "Wanda"):
-        main.get_by_role("button", name=f"Remove {name}").first.click()  # the sweep's (heads have one too)
-        idle(page)
-    fill(main.get_by_label("Ratios ρ (comma-separated)"), "0.5")
-    fill(main.get_by_label("Tokens to score", exact=True), 256)
-    fill(main.get_by_label("Recovery steps per point"), 1000)  # minutes of work: under the one-hour refusal
-    idle(page)
-    main.get_by_role("button", name="Run sweep").click()
-    page.wait_for_selector("text=/1 of 2 points/", timeout=TIMEOUT_MS)  # the baseline is in: the point runs
+    main = start_long_sweep(page)  # the baseline is in: the point runs
     time.sleep(3)  # well inside the point's recovery steps
     pid = server["proc"].pid
     busy = cpu_load(pid, 1.0)
     print(f"\nserver CPU during the sweep point: {busy:.2f} cores")
-    assert busy > BUSY_CPU, "the sweep point was not running"
+    assert busy > busy_cpu(), "the sweep point was not running"
     main.get_by_role("button", name="Stop").first.click()
     clicked = time.time()
     page.wait_for_selector("text=/Stopped after 1 of 2 points/", timeout=TIMEOUT_MS)
@@ -157,7 +154,7 @@ def test_closing_the_tab_during_a_long_prune_stops_it(server, browser):
     pid = server["proc"].pid
     busy = cpu_load(pid, 1.0)
     print(f"\nserver CPU during the prune: {busy:.2f} cores")
-    assert busy > BUSY_CPU, "the prune was not running"
+    assert busy > busy_cpu(), "the prune was not running"
     page.close()
     closed = time.time()
     took = seconds_until_idle(pid, closed)

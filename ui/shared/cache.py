@@ -1,7 +1,7 @@
 """The dashboard's caches over the core: which one holds what, and why (docs/dashboard.md, "Caches").
 
 - Streamlit's `st.cache_resource`: the objects every session shares: the loaded models (`shared_model`,
-  `random_init_model`), tokenizers, the one `compute_lock`, and ui.shared.memo's stores.
+  `random_init_model`), tokenizers, and ui.shared.memo's stores.
 - Streamlit's `st.cache_data`: quick results computed in a script run (`resolve`, `noise_bounds`,
   `noise_predictions`); Streamlit copies each value out, so a caller cannot change what is stored.
 - ui.shared.memo, the one in-process memo of our own: long results that show named-step progress the first time or
@@ -14,12 +14,12 @@ The model returned by `shared_model` is ONE object for every session of this ser
 Code that changes weights (pruning, fine-tuning) builds a new model (or `copy.deepcopy`s it first) and keeps it in
 its own session. Forward hooks are a mutation too: every forward pass on a shared model (state collection registers
 hooks, recall noise injects through hooks) runs under `compute_lock`, so two sessions never interleave their hooks
-on the same modules (and GPU timings stay meaningful). Computed results are plain numpy arrays / lists / dicts keyed
+on the same modules (and GPU timings stay meaningful). `compute_lock` is the compute slot of ui.shared.scheduler:
+interactive work first, long jobs pausing between windows and points only while no hook is in place (its docstring
+has the rules). Computed results are plain numpy arrays / lists / dicts keyed
 by (ModelKey, InputSpec, settings); revisiting a page only looks them up.
 """
 from __future__ import annotations
-
-import threading
 
 import numpy as np
 import streamlit as st
@@ -34,16 +34,18 @@ from analysis.data.recall import RecallTask
 from analysis.evaluate.recall_noise import recall_accuracy_at
 from analysis.inspect.states import collect_states
 from ui.shared import batches, memo, scales
+from ui.shared.scheduler import SCHEDULER, Scheduler
 from ui.shared import progress as progress_ui
 from ui.shared.keys import InputSpec, ModelKey
 
 REAL_KEYS = 8  # real keys per head kept from the end of each sequence for the noise Monte Carlo
 
 
-@st.cache_resource(show_spinner=False)
-def compute_lock() -> threading.RLock:
-    """One process-wide lock around forward passes on shared models (re-entrant: cached calls nest)."""
-    return threading.RLock()
+def compute_lock() -> Scheduler:
+    """The process's compute slot around forward passes on shared models (`with compute_lock():`; re-entrant:
+    cached calls nest). A module object, not an st cache: "Clear caches" must never hand out a second slot while
+    the first is held."""
+    return SCHEDULER
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -68,7 +70,7 @@ def shared_model(key: ModelKey):
     """The loaded model for `key`, shared by all sessions. Read-only: deepcopy before changing anything. Over the
     key's memory budget it is a streamed model (analysis.models.stream), read one block at a time."""
     with compute_lock(), budget.budget_scope(key.max_memory):
-        return models.load_model(key.path, key.device, key.dtype)
+        return SCHEDULER.guard(models.load_model(key.path, key.device, key.dtype))
 
 
 @st.cache_resource(max_entries=2, show_spinner=False)
@@ -83,7 +85,7 @@ def random_init_model(key: ModelKey):
     with compute_lock(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config)
-    return model.to(device=key.device, dtype=getattr(torch, key.dtype)).eval()
+    return SCHEDULER.guard(model.to(device=key.device, dtype=getattr(torch, key.dtype)).eval())
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

@@ -29,6 +29,7 @@ from analysis.errors import AnalysisError, count
 from analysis.models import budget
 from analysis.models.stream.model import reporting_blocks
 from analysis.runtime.cancel import Cancelled  # the core's: raised by Job.report and inside the core's loops
+from ui.shared.scheduler import Scheduler, pause_point
 
 log = logging.getLogger(__name__)
 _local = threading.local()
@@ -89,11 +90,13 @@ class Job:
 
     def cancelled(self) -> bool:
         """The cancel token the core's loops take (`cancel=job.cancelled`): True once Stop or the end of the
-        session (or of the server) asked the work to end."""
+        session (or of the server) asked the work to end. Called inside every window, batch and step, it is also
+        where the job hands the compute slot to a waiting page (ui.shared.scheduler.pause_point)."""
+        pause_point()
         return self._cancel.is_set()
 
     def report(self, fraction: float, text: str) -> None:
-        """Progress from the worker; ends the work (raises Cancelled) once Stop was pressed."""
+        """Progress from the worker; ends the work (raises Cancelled) once Stop was pressed; a pause point."""
         self.fraction, self.text = max(0.0, min(1.0, float(fraction))), text
         if self.cancelled():
             raise Cancelled
@@ -110,7 +113,8 @@ class Job:
         """Run `work(self)` in the calling thread to its end (done, stopped or failed); `start` calls it in a thread."""
         _local.job = self
         try:
-            self.result = work(self)
+            with Scheduler.long_work(self.session_id or id(self)):  # its compute requests are a long job's
+                self.result = work(self)
             self.state = "stopped" if self.cancelled() else "done"
         except Cancelled:
             self.state = "stopped"

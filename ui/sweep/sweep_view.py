@@ -152,6 +152,12 @@ def _launch(ctx: Context, inp: Inputs, calib: shrink.CalibSettings, points: list
     shared = shrink.calibration.bind(ctx.key, calib, _using=use)  # the calibration Importance and Prune use
 
     def work(job):
+        if inp.recover_steps and use.tokenizer is not None:
+            # the recovery's training text, encoded once per process (seconds to tens of seconds, with no cancel
+            # check inside): here, before the points and outside the compute slot (tokenizing never touches the
+            # shared model), so it neither holds other sessions' pages nor sits unstoppable inside a point
+            job.report(0.0, "encoding the training text for the recovery steps (once per server)…")
+            data.encoded_split("train", use.tokenizer)
         calibration = lambda: shared(progress=lambda _f, text: job.report(  # noqa: E731  (reports its passes)
             len(points) / expected, f"{len(points)} of {expected} points; calibration: {text}"), cancel=job.cancelled)
         gen = sweeps.sweep(use.model, use.tokenizer, inp.chosen, inp.ratios, split="test", context=inp.context,
