@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from analysis.runs import ray_executor
+from analysis.io import ray_executor
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
 from analysis.archs import adapter_for

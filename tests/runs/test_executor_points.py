@@ -1,0 +1,84 @@
+"""One executor for every multi-point workload (issue 42, item 1): each command wired to analysis.io.points gives
+the same numbers in-process and on a local 2-CPU Ray, and a point computed on one is served from the point cache on
+the other. One local Ray for the whole module (its start is the slow part on 2 cores)."""
+import json
+import math
+
+import pytest
+
+from analysis.cli.main import main
+from analysis.io import point_cache, ray_executor
+from analysis.io.points import Executor
+from analysis.models import load as models
+from analysis.shrink.sensitivity import MapSettings, compute_map, sensitivity_points
+
+pytestmark = pytest.mark.ray
+RAY = Executor("ray", num_cpus=2)  # the CLI's local Ray on this 2-core machine: the same one, reused
+MAP = MapSettings("l1", (0.5,), eval_tokens=128, context=64, calib_sequences=2, calib_tokens=64)
+MAP_FLAGS = ["--strategy", "l1", "--ratios", "0.5", "--eval-tokens", "128", "--context", "64",
+             "--calib-sequences", "2", "--calib-tokens", "64"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = ray_executor.connect(num_cpus=2)
+    yield ray
+    ray.shutdown()
+    ray_executor._started.clear()
+
+
+@pytest.fixture(scope="module")
+def lm(lm_dir):
+    model = models.load_model(str(lm_dir), "cpu")
+    return model, models.load_tokenizer(model)
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def _cells(smap: dict) -> dict:
+    return {(p["layer"], p["ratio"]): p for p in smap["points"]}
+
+
+def test_sensitivity_map_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch,
+                                                                    capsys):
+    model, tok = lm
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
+    here = compute_map(model, tok, MAP)
+
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "ray")
+    out = tmp_path / "map.json"
+    assert main(["sensitivity", str(lm_dir), *MAP_FLAGS, "--executor", "ray", "--json", str(out), "--quiet"]) == 0
+    remote = json.loads(out.read_text())
+    assert remote["executor"] == "ray" and remote["complete"]
+    assert _close(remote["baseline"], here["baseline"])
+    assert _cells(remote).keys() == _cells(here).keys()
+    for cell, p in _cells(remote).items():
+        q = _cells(here)[cell]
+        assert p["head_k_dim"] == q["head_k_dim"] and _close(p["value"], q["value"]) and _close(p["loss"], q["loss"])
+        assert _close(p["se"], q["se"])
+
+    # computed on Ray, served in-process from the same cache
+    again = list(sensitivity_points(model, tok, MAP))
+    assert all(p["cached"] for p in again) and len(again) == 1 + len(here["points"])
+    # computed in-process, served on Ray without a task
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
+    served = list(sensitivity_points(model, tok, MAP, executor=RAY))
+    assert all(p["cached"] for p in served)
+
+
+def test_address_without_ray_is_one_sentence_on_every_command(lm_dir, capsys):
+    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS],):
+        assert main([*command, "--address", "127.0.0.1:9"]) == 2
+        err = capsys.readouterr().err
+        assert "add --executor ray" in err and err.count("\n") == 1
+
+
+def test_unreachable_cluster_is_one_sentence_and_writes_nothing(lm_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
+    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS],):
+        assert main([*command, "--executor", "ray", "--address", "127.0.0.1:9", "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: Cannot reach the Ray cluster at 127.0.0.1:9") and "\n" not in err
+    assert not (tmp_path / "cache").exists()
