@@ -68,8 +68,47 @@ def test_sensitivity_map_equal_on_ray_and_in_process_with_one_cache(local_ray, l
     assert all(p["cached"] for p in served)
 
 
-def test_address_without_ray_is_one_sentence_on_every_command(lm_dir, capsys):
-    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS],):
+def _verify_numbers(choice: dict) -> dict:
+    """Every measured number of a Verify-and-choose report: each candidate on the choice tokens, the held-out answer."""
+    held = choice["held_out"]
+    numbers = {("choice", c["name"]): c["measured_value"] for c in choice["candidates"]}
+    numbers["baseline"] = choice["baseline_value"]
+    numbers["held chosen"], numbers["held chosen se"] = held["chosen"]["delta"], held["chosen"]["se"]
+    if "uniform" in held:
+        numbers["held uniform"], numbers["held uniform se"] = held["uniform"]["delta"], held["uniform"]["se"]
+    return numbers
+
+
+def test_verify_and_choose_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch):
+    from analysis.shrink.allocate import allocate_and_choose
+    from analysis.shrink.stretch_measure import StretchMeasure
+    model, tok = lm
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
+    smap = compute_map(model, tok, MAP)
+    (tmp_path / "map.json").write_text(json.dumps(smap))
+    here = allocate_and_choose(model, tok, smap, {"mean_ratio": 0.5})["choice"]
+
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "ray")
+    out = tmp_path / "prune.json"
+    assert main(["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5", "--map",
+                 str(tmp_path / "map.json"), "--executor", "ray", "--out", str(tmp_path / "pruned"),
+                 "--eval-tokens", "64", "--eval-context", "64", "--json", str(out), "--quiet"]) == 0
+    remote = json.loads(out.read_text())["allocation"]["choice"]
+    mine, theirs = _verify_numbers(remote), _verify_numbers(here)
+    assert mine.keys() == theirs.keys() and all(_close(mine[k], theirs[k]) for k in mine)
+    assert remote["winner"] == here["winner"] and remote["held_out"]["recommended"] == here["held_out"]["recommended"]
+
+    # every measurement Ray made is served in-process from the same cache: nothing is pruned or measured again
+    calls = []
+    monkeypatch.setattr(StretchMeasure, "_read", lambda self, got: calls.append(got))
+    again = allocate_and_choose(model, tok, smap, {"mean_ratio": 0.5})["choice"]
+    assert calls == [] and _verify_numbers(again) == mine
+
+
+def test_address_without_ray_is_one_sentence_on_every_command(lm_dir, tmp_path, capsys):
+    prune = ["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5",
+             "--out", str(tmp_path / "never")]
+    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune):
         assert main([*command, "--address", "127.0.0.1:9"]) == 2
         err = capsys.readouterr().err
         assert "add --executor ray" in err and err.count("\n") == 1
@@ -77,8 +116,10 @@ def test_address_without_ray_is_one_sentence_on_every_command(lm_dir, capsys):
 
 def test_unreachable_cluster_is_one_sentence_and_writes_nothing(lm_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
-    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS],):
+    prune = ["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5",
+             "--out", str(tmp_path / "never")]
+    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune):
         assert main([*command, "--executor", "ray", "--address", "127.0.0.1:9", "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: Cannot reach the Ray cluster at 127.0.0.1:9") and "\n" not in err
-    assert not (tmp_path / "cache").exists()
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "never").exists()

@@ -12,7 +12,11 @@ def add_executor_args(p) -> None:
                                      "ray://host:port, or auto)")
 
 
-def executor_of(args):
-    """The Executor of the flags; --address without --executor ray is one sentence, before any work."""
+def executor_of(args, connect: bool = True):
+    """The Executor of the flags; --address without --executor ray, or a cluster that cannot be reached, is one
+    sentence before any work (connect: join or start Ray now, before the model loads)."""
     from analysis.io.points import Executor
-    return Executor(args.executor, args.address or None)
+    executor = Executor(args.executor, args.address or None)
+    if connect:
+        executor.connect()
+    return executor

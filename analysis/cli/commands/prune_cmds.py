@@ -108,6 +108,9 @@ def run_prune(args) -> None:
     from analysis.io.writes import check_new_dir
     from analysis.shrink.strategies import get_strategy
     ratio, ratios = _ratios(args)
+    if executor_of(args, connect=bool(args.allocate)).on_ray and not args.allocate:
+        raise AnalysisError("--executor ray runs --allocate's map and plan measurements; without --allocate there is "
+                            "one model to measure: drop --executor.")
     check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write
     check_recovery_state(args)  # and never uses a model or anything of yours as the recovery state
     strategy = get_strategy(args.strategy) if args.strategy is not None else None
@@ -311,7 +314,7 @@ def _setup_sweep(p):
 def run_sweep(args) -> None:
     from analysis.cli.commands.eval_cmds import task_settings
     from analysis.runs.sweep import sweep
-    executor_of(args)  # --address without --executor ray: one sentence before the model loads
+    executor_of(args, connect=False)  # --address without --executor ray: one sentence before the model loads
     if args.axis:
         return run_budget_sweep(args)
     strategies = args.strategies.split(",")

@@ -100,6 +100,7 @@ def add_allocate_args(p) -> None:
                         "or give --ratios instead: your plan, measured beside the allocator's at its state bytes")
     p.add_argument("--map", help="with --allocate: a map JSON from `sensitivity --json` (default: shipped or computed)")
     add_map_args(p, prefix="map-")
+    add_executor_args(p)  # where --allocate's map points and plan measurements run
 
 
 def parse_budget(text: str | None) -> dict:
@@ -175,13 +176,16 @@ def allocation_for(args, model, tokenizer):
         budget = None
     else:
         budget = parse_budget(args.budget)
+    executor = executor_of(args)
     if args.map:
         smap = read_map(args.map, args.strategy, model, "prune")
     else:
         s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
         smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task,
-                                                                          yes=args.yes, say=announce)
-    report = allocate_and_choose(model, tokenizer, smap, budget, args.round_to, recall_task(model), plan=plan)
+                                                                          yes=args.yes, say=announce,
+                                                                          executor=executor)
+    report = allocate_and_choose(model, tokenizer, smap, budget, args.round_to, recall_task(model), plan=plan,
+                                 executor=executor)
     return report, smap, report["choice"]
 
 
