@@ -105,10 +105,39 @@ def test_verify_and_choose_equal_on_ray_and_in_process_with_one_cache(local_ray,
     assert calls == [] and _verify_numbers(again) == mine
 
 
+AXIS_FLAGS = ["--axis", "both", "--strategies", "l1", "--head-strategies", "norm", "--budgets", "0.5",
+              "--eval-tokens", "128", "--context", "64", "--calib-sequences", "2", "--calib-tokens", "64"]
+
+
+def _axis_numbers(results: list[dict]) -> dict:
+    return {(p["kind"], p["strategy"], p["head_strategy"], p["budget"]):
+            (p["perplexity"], p.get("delta_log_ppl", 0.0), p.get("se", 0.0)) for p in results}
+
+
+def test_sweep_axis_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch):
+    from analysis.runs.budget_sweep import budget_sweep
+    model, tok = lm
+    settings = dict(split="test", context=64, eval_tokens=128, calib_sequences=2, calib_tokens=64)
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
+    here = list(budget_sweep(model, tok, "both", ["l1"], ["norm"], [0.5], **settings))
+
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "ray")
+    out = tmp_path / "axis.json"
+    assert main(["sweep", str(lm_dir), *AXIS_FLAGS, "--executor", "ray", "--json", str(out), "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    assert report["executor"] == "ray" and not any(p["cached"] for p in report["results"])
+    mine, theirs = _axis_numbers(report["results"]), _axis_numbers(here)
+    assert mine.keys() == theirs.keys() and len(mine) == 4
+    assert all(_close(a, b) for k in mine for a, b in zip(mine[k], theirs[k]))
+
+    again = list(budget_sweep(model, tok, "both", ["l1"], ["norm"], [0.5], **settings))  # Ray's, served here
+    assert all(p["cached"] for p in again) and _axis_numbers(again) == mine
+
+
 def test_address_without_ray_is_one_sentence_on_every_command(lm_dir, tmp_path, capsys):
     prune = ["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5",
              "--out", str(tmp_path / "never")]
-    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune):
+    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune, ["sweep", str(lm_dir), *AXIS_FLAGS]):
         assert main([*command, "--address", "127.0.0.1:9"]) == 2
         err = capsys.readouterr().err
         assert "add --executor ray" in err and err.count("\n") == 1
@@ -118,7 +147,7 @@ def test_unreachable_cluster_is_one_sentence_and_writes_nothing(lm_dir, tmp_path
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
     prune = ["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5",
              "--out", str(tmp_path / "never")]
-    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune):
+    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune, ["sweep", str(lm_dir), *AXIS_FLAGS]):
         assert main([*command, "--executor", "ray", "--address", "127.0.0.1:9", "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: Cannot reach the Ray cluster at 127.0.0.1:9") and "\n" not in err
