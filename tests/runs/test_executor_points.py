@@ -134,10 +134,37 @@ def test_sweep_axis_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm
     assert all(p["cached"] for p in again) and _axis_numbers(again) == mine
 
 
+def test_heads_measure_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch):
+    import analysis.shrink.head_sensitivity as head_sensitivity
+    from analysis.runs.head_study import measure_removal
+    model, tok = lm
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
+    here, label = measure_removal(model, tok, 32, 4)
+
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "ray")
+    out = tmp_path / "heads.json"
+    assert main(["heads", str(lm_dir), "--measure", "4", "--tokens", "32", "--sequences", "2", "--executor", "ray",
+                 "--json", str(out), "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    assert report["executor"] == "ray" and report["removal"]["data"] == label
+    for layer, row in zip(report["layers"], here):
+        assert [h["removal"]["sequences"] for h in layer["heads"]] == [h["sequences"] for h in row] == [4] * len(row)
+        assert all(_close(h["removal"]["delta"], r["delta"]) and _close(h["removal"]["se"], r["se"])
+                   for h, r in zip(layer["heads"], row))
+
+    def never(*_a, **_k):
+        raise AssertionError("a head measured on Ray was measured again in-process")
+    monkeypatch.setattr(head_sensitivity, "head_removal_point", never)
+    again, _ = measure_removal(model, tok, 32, 4)  # Ray's points, served here from the cache
+    assert [[h["delta"] for h in row] for row in again] == [[h["removal"]["delta"] for h in layer["heads"]]
+                                                             for layer in report["layers"]]
+
+
 def test_address_without_ray_is_one_sentence_on_every_command(lm_dir, tmp_path, capsys):
     prune = ["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5",
              "--out", str(tmp_path / "never")]
-    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune, ["sweep", str(lm_dir), *AXIS_FLAGS]):
+    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune, ["sweep", str(lm_dir), *AXIS_FLAGS],
+                    ["heads", str(lm_dir), "--measure", "4", "--tokens", "32"]):
         assert main([*command, "--address", "127.0.0.1:9"]) == 2
         err = capsys.readouterr().err
         assert "add --executor ray" in err and err.count("\n") == 1
@@ -147,7 +174,8 @@ def test_unreachable_cluster_is_one_sentence_and_writes_nothing(lm_dir, tmp_path
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
     prune = ["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5",
              "--out", str(tmp_path / "never")]
-    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune, ["sweep", str(lm_dir), *AXIS_FLAGS]):
+    for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune, ["sweep", str(lm_dir), *AXIS_FLAGS],
+                    ["heads", str(lm_dir), "--measure", "4", "--tokens", "32"]):
         assert main([*command, "--executor", "ray", "--address", "127.0.0.1:9", "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: Cannot reach the Ray cluster at 127.0.0.1:9") and "\n" not in err

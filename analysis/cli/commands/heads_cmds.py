@@ -22,18 +22,25 @@ def _setup_heads(p):
                    help="also remove each head alone and measure Δ loss with its paired SE on this many "
                         "validation windows (0: no)")
     p.add_argument("--seed", type=whole(0), default=0)
+    from analysis.cli.commands.executor_args import add_executor_args
+    add_executor_args(p)  # where --measure's points (one per head) run
 
 
 def run_heads(args) -> None:
     from analysis.models import limits
+    from analysis.cli.commands.executor_args import executor_of
     from analysis.runs.head_study import heads_study
+    executor = executor_of(args, connect=bool(args.measure))
+    if executor.on_ray and not args.measure:
+        raise AnalysisError("--executor ray runs --measure's points (one per head); add --measure N, or drop "
+                            "--executor.")
     model, tokenizer, meta = load(args)
     texts = None if args.texts is None else [t.strip() for t in args.texts.split(",") if t.strip()]
     limits.check_forward(model, args.sequences, args.tokens, "Reading each input")
     with fraction(args, "heads: states of every head on each input") as progress:
         report = heads_study(model, tokenizer, texts, args.tokens, args.sequences, args.seed, args.measure,
-                             progress=progress)
-    report = {**meta, **report}
+                             progress=progress, executor=executor)
+    report = {**meta, **report, **({"executor": executor.kind} if args.measure else {})}
     lines = [f"state-rank stratification, {args.sequences}×{args.tokens} tokens of: " + "; ".join(report["texts"]),
              f"split: {report['split_rule']}"]
     for layer in report["layers"]:
