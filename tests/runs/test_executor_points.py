@@ -14,9 +14,9 @@ from analysis.shrink.sensitivity import MapSettings, compute_map, sensitivity_po
 
 pytestmark = pytest.mark.ray
 RAY = Executor("ray", num_cpus=2)  # the CLI's local Ray on this 2-core machine: the same one, reused
-MAP = MapSettings("l1", (0.5,), eval_tokens=128, context=64, calib_sequences=2, calib_tokens=64)
-MAP_FLAGS = ["--strategy", "l1", "--ratios", "0.5", "--eval-tokens", "128", "--context", "64",
-             "--calib-sequences", "2", "--calib-tokens", "64"]
+MAP = MapSettings("l1", (0.5,), eval_tokens=64, context=32, calib_sequences=2, calib_tokens=32)
+MAP_FLAGS = ["--strategy", "l1", "--ratios", "0.5", "--eval-tokens", "64", "--context", "32",
+             "--calib-sequences", "2", "--calib-tokens", "32"]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,15 @@ def lm(lm_dir):
     return model, models.load_tokenizer(model)
 
 
+@pytest.fixture(scope="module")
+def here_map(lm, tmp_path_factory):
+    """The map computed in-process once for the module, and the cache it went to."""
+    cache = tmp_path_factory.mktemp("here")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(point_cache, "CACHE_DIR", cache)
+        return compute_map(*lm, MAP), cache
+
+
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
 
@@ -41,11 +50,10 @@ def _cells(smap: dict) -> dict:
     return {(p["layer"], p["ratio"]): p for p in smap["points"]}
 
 
-def test_sensitivity_map_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch,
-                                                                    capsys):
+def test_sensitivity_map_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, here_map, tmp_path,
+                                                                    monkeypatch):
     model, tok = lm
-    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
-    here = compute_map(model, tok, MAP)
+    here, here_cache = here_map
 
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "ray")
     out = tmp_path / "map.json"
@@ -63,7 +71,7 @@ def test_sensitivity_map_equal_on_ray_and_in_process_with_one_cache(local_ray, l
     again = list(sensitivity_points(model, tok, MAP))
     assert all(p["cached"] for p in again) and len(again) == 1 + len(here["points"])
     # computed in-process, served on Ray without a task
-    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
+    monkeypatch.setattr(point_cache, "CACHE_DIR", here_cache)
     served = list(sensitivity_points(model, tok, MAP, executor=RAY))
     assert all(p["cached"] for p in served)
 
@@ -79,12 +87,13 @@ def _verify_numbers(choice: dict) -> dict:
     return numbers
 
 
-def test_verify_and_choose_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch):
+def test_verify_and_choose_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, here_map, tmp_path,
+                                                                     monkeypatch):
     from analysis.shrink.allocate import allocate_and_choose
     from analysis.shrink.stretch_measure import StretchMeasure
     model, tok = lm
-    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
-    smap = compute_map(model, tok, MAP)
+    smap, here_cache = here_map
+    monkeypatch.setattr(point_cache, "CACHE_DIR", here_cache)
     (tmp_path / "map.json").write_text(json.dumps(smap))
     here = allocate_and_choose(model, tok, smap, {"mean_ratio": 0.5})["choice"]
 
@@ -92,7 +101,7 @@ def test_verify_and_choose_equal_on_ray_and_in_process_with_one_cache(local_ray,
     out = tmp_path / "prune.json"
     assert main(["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5", "--map",
                  str(tmp_path / "map.json"), "--executor", "ray", "--out", str(tmp_path / "pruned"),
-                 "--eval-tokens", "64", "--eval-context", "64", "--json", str(out), "--quiet"]) == 0
+                 "--eval-tokens", "32", "--eval-context", "32", "--json", str(out), "--quiet"]) == 0
     remote = json.loads(out.read_text())["allocation"]["choice"]
     mine, theirs = _verify_numbers(remote), _verify_numbers(here)
     assert mine.keys() == theirs.keys() and all(_close(mine[k], theirs[k]) for k in mine)
@@ -106,7 +115,7 @@ def test_verify_and_choose_equal_on_ray_and_in_process_with_one_cache(local_ray,
 
 
 AXIS_FLAGS = ["--axis", "both", "--strategies", "l1", "--head-strategies", "norm", "--budgets", "0.5",
-              "--eval-tokens", "128", "--context", "64", "--calib-sequences", "2", "--calib-tokens", "64"]
+              "--eval-tokens", "64", "--context", "32", "--calib-sequences", "2", "--calib-tokens", "32"]
 
 
 def _axis_numbers(results: list[dict]) -> dict:
@@ -117,7 +126,7 @@ def _axis_numbers(results: list[dict]) -> dict:
 def test_sweep_axis_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch):
     from analysis.runs.budget_sweep import budget_sweep
     model, tok = lm
-    settings = dict(split="test", context=64, eval_tokens=128, calib_sequences=2, calib_tokens=64)
+    settings = dict(split="test", context=32, eval_tokens=64, calib_sequences=2, calib_tokens=32)
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
     here = list(budget_sweep(model, tok, "both", ["l1"], ["norm"], [0.5], **settings))
 
