@@ -77,7 +77,7 @@ def connect(address: str | None = None, num_cpus: int | None = None):
             return ray
         ray.shutdown()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to a server, ever
-    from analysis.models.load import REPO_ROOT
+    from analysis.io.writes import REPO_ROOT
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
                                                       if p)}}
     try:
@@ -133,7 +133,7 @@ def get_result(ray, ref):
         if isinstance(cause, AnalysisError):
             raise AnalysisError(str(cause)) from None
         if isinstance(cause, ImportError):  # a node without this repository (or its environment) at this path
-            from analysis.models.load import REPO_ROOT
+            from analysis.io.writes import REPO_ROOT
             raise AnalysisError(f"A Ray worker cannot import the project ({cause}); put this repository at "
                                 f"{REPO_ROOT} with its environment on every node of the cluster.") from None
         raise

@@ -87,6 +87,7 @@ def _verify_numbers(choice: dict) -> dict:
     return numbers
 
 
+@pytest.mark.slow  # about 45 s on a loaded 2-core host (an in-process Verify, then `prune --allocate` on Ray)
 def test_verify_and_choose_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, here_map, tmp_path,
                                                                      monkeypatch):
     from analysis.shrink.allocate import allocate_and_choose
