@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
-from analysis.runtime.cancel import check
+from analysis.io.points import IN_PROCESS, Executor, Point, run_points
 from analysis.shrink.budget_plans import KINDS, budget_plan
 from analysis.shrink.calibration import calibrate
 from analysis.shrink.head_prune import HeadPlan
@@ -61,37 +61,53 @@ def check_plans(model, axis: str, strategies: list[str], head_strategies: list[s
 def budget_sweep(model, tokenizer, axis: str, strategies: list[str], head_strategies: list[str],
                  budgets: list[float], split: str = "test", context: int = 256, eval_tokens: int = 8192,
                  calib_sequences: int = 16, calib_tokens: int = 256, seed: int = 0, rescale: str = "original",
-                 use_cache: bool = True, cancel=None):
-    """Yield the unpruned baseline, then one result per plan (plans() order)."""
+                 use_cache: bool = True, cancel=None, executor: Executor = IN_PROCESS):
+    """Yield the unpruned baseline, then one result per plan (plans() order in-process; on Ray (analysis.io.points)
+    the cached ones first, then each as its task finishes)."""
     check_rescale(rescale)
     check_plans(model, axis, strategies, head_strategies, budgets)
+    executor.connect()  # an unreachable cluster is one sentence before anything is written
     point_cache.check_writable()
+    device = str(next(model.parameters()).device)
     settings = {"model": model_identity(model), "study": "equal state budget", "split": split, "context": context,
                 "eval_tokens": eval_tokens, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
-                "seed": seed, "device": str(next(model.parameters()).device), "rescale": rescale}
+                "seed": seed, "device": device, "rescale": rescale}
     evaluation = Evaluation(split, context, eval_tokens, latency=False, per_window=True)
-    base_key = {**settings, "point": "unpruned"}
-    baseline = point_cache.cached(base_key, use_cache, lambda: _result(
-        evaluation.measure(model, tokenizer, cancel=cancel), "unpruned", "-", "-", 1.0, None), FIELDS)
+    run = dict(executor=executor, device=device, use_cache=use_cache, cancel=cancel)
+    unpruned = Point({**settings, "point": "unpruned"}, FIELDS)
+    baseline = next(run_points(_baseline_point, [unpruned], lambda _: (model, tokenizer, evaluation), **run))[1]
     yield baseline
-    calib = None
-    for kind, strategy, head_strategy, budget in plans(axis, strategies, head_strategies, budgets):
-        check(cancel)
+    points = [Point({**settings, "kind": kind, "strategy": strategy, "head_strategy": head_strategy, "budget": budget},
+                    {**FIELDS, **PAIRED}, {"kind": kind, "strategy": strategy, "head_strategy": head_strategy},
+                    (kind, strategy, head_strategy, budget))
+              for kind, strategy, head_strategy, budget in plans(axis, strategies, head_strategies, budgets)]
 
-        def compute():
-            nonlocal calib
-            needs = (strategy != "-" and get_strategy(strategy).needs_calibration) or \
-                    (head_strategy != "-" and get_head_strategy(head_strategy).needs_calibration)
-            if calib is None and needs:
-                calib = calibrate(model, tokenizer, calib_sequences, calib_tokens, seed, cancel=cancel)
-            plan = budget_plan(model, kind, budget)
-            heads = None if kind == "dk" else HeadPlan(head_strategy, tuple(plan["head_counts"]))
-            run = prune_then_measure(model, tokenizer, None if strategy == "-" else strategy, plan["dims"], calib,
-                                     evaluation, seed=seed, rescale=rescale, heads=heads, cancel=cancel)
-            return _result(run.measured, kind, strategy, head_strategy, budget, baseline)
-        key = {**settings, "kind": kind, "strategy": strategy, "head_strategy": head_strategy, "budget": budget}
-        yield point_cache.cached(key, use_cache, compute, {**FIELDS, **PAIRED},
-                                 {"kind": kind, "strategy": strategy, "head_strategy": head_strategy})
+    def shared(todo):
+        calib = calibrate(model, tokenizer, calib_sequences, calib_tokens, seed, cancel=cancel) \
+            if any(_needs_calibration(*p.args[1:3]) for p in todo) else None
+        return model, tokenizer, calib, baseline, evaluation, seed, rescale
+    for _, point in run_points(_plan_point, points, shared, **run):
+        yield point
+
+
+def _needs_calibration(strategy: str, head_strategy: str) -> bool:
+    return (strategy != "-" and get_strategy(strategy).needs_calibration) or \
+        (head_strategy != "-" and get_head_strategy(head_strategy).needs_calibration)
+
+
+def _baseline_point(model, tokenizer, evaluation, cancel=None) -> dict:
+    return _result(evaluation.measure(model, tokenizer, cancel=cancel), "unpruned", "-", "-", 1.0, None)
+
+
+def _plan_point(model, tokenizer, calib, baseline, evaluation, seed, rescale, kind, strategy, head_strategy, budget,
+                cancel=None) -> dict:
+    """One plan at one budget, pruned and scored on the baseline's windows (here or on a Ray worker)."""
+    plan = budget_plan(model, kind, budget)
+    heads = None if kind == "dk" else HeadPlan(head_strategy, tuple(plan["head_counts"]))
+    run = prune_then_measure(model, tokenizer, None if strategy == "-" else strategy, plan["dims"],
+                             calib if _needs_calibration(strategy, head_strategy) else None, evaluation, seed=seed,
+                             rescale=rescale, heads=heads, cancel=cancel)
+    return _result(run.measured, kind, strategy, head_strategy, budget, baseline)
 
 
 def _result(got: dict, kind: str, strategy: str, head_strategy: str, budget: float, baseline: dict | None) -> dict:

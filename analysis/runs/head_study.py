@@ -13,9 +13,14 @@ the validation split (recall models: recall sequences of seed 4321), `measure` w
 """
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
 from analysis.data import inputs
+from analysis.io import point_cache
+from analysis.io.point_identity import model_identity
+from analysis.io.points import IN_PROCESS, Executor, Point, run_points
 from analysis.models.model_inputs import model_batch
 from analysis.defaults import RANDOM_IDS
 from analysis.data.corpus import SPLITS
@@ -25,6 +30,8 @@ from analysis.inspect.report import number, numbers
 from analysis.models.load import linear_layers
 
 MAP_RECALL_SEED = 4321   # as the layer-sensitivity map: sequences apart from the test seed
+REMOVAL_FIELDS = {"layer": point_cache.INT, "head": point_cache.INT, "delta": point_cache.NUMBER,
+                  "sequences": point_cache.INT}
 
 
 def default_texts(model) -> list[str]:
@@ -74,9 +81,10 @@ def text_batch(model, tokenizer, text: str, index: int, tokens: int, sequences: 
 
 
 def heads_study(model, tokenizer, texts: list[str] | None = None, tokens: int = 256, sequences: int = 4,
-                seed: int = 0, measure: int = 0, progress=None, cancel=None) -> dict:
+                seed: int = 0, measure: int = 0, progress=None, cancel=None, executor: Executor = IN_PROCESS) -> dict:
     """The stratification report (per layer and head: trajectories, group per text, stability) and, with
-    `measure` > 0, the removal cost of every head. texts: None for default_texts. progress(fraction, text)."""
+    `measure` > 0, the removal cost of every head (its points in-process or on Ray: `executor`). texts: None for
+    default_texts. progress(fraction, text)."""
     texts = default_texts(model) if texts is None else texts
     check_texts(model, texts)
     say = progress or (lambda _f, _t: None)
@@ -91,7 +99,7 @@ def heads_study(model, tokenizer, texts: list[str] | None = None, tokens: int = 
     removal = None
     if measure:
         say(len(texts) / steps, "each head removed alone")
-        removal, removal_label = measure_removal(model, tokenizer, tokens, measure, cancel=cancel,
+        removal, removal_label = measure_removal(model, tokenizer, tokens, measure, cancel=cancel, executor=executor,
                                                  progress=lambda d, n: say((len(texts) + d / n) / steps,
                                                                           f"each head removed alone: {d}/{n}"))
     layers = []
@@ -130,13 +138,39 @@ def heads_study(model, tokenizer, texts: list[str] | None = None, tokens: int = 
     return out
 
 
-def measure_removal(model, tokenizer, tokens: int, windows: int, cancel=None, progress=None):
-    """(per layer, per head {delta, se, sequences}; what was read) on the validation split or recall sequences."""
-    from analysis.shrink.head_sensitivity import head_removal_losses
+def measure_removal(model, tokenizer, tokens: int, windows: int, cancel=None, progress=None,
+                    executor: Executor = IN_PROCESS, use_cache: bool = True):
+    """(per layer, per head {delta, se, sequences}; what was read) on the validation split or recall sequences.
+
+    Each head's removal is one point of the point executor (analysis.io.points): cached under the model, the exact
+    token ids and the head, run in-process or as Ray tasks. progress(done, total) as each head's point arrives."""
+    from analysis.shrink.head_sensitivity import head_removal_point, sequence_losses_point
     task = inputs.recall_task(model)
     batch = model_batch(model, None if task is not None else tokenizer, tokens, windows,
                         split=None if task is not None else "validation", seed=MAP_RECALL_SEED)
-    return head_removal_losses(model, batch.ids, cancel=cancel, progress=progress), batch.label
+    executor.connect()  # an unreachable cluster is one sentence before anything is written
+    if use_cache:
+        point_cache.check_writable()
+    param = next(model.parameters())
+    ids = batch.ids.contiguous()
+    key = {"kind": "head-removal", "model": model_identity(model), "device": str(param.device),
+           "dtype": str(param.dtype), "data": batch.label, "shape": list(ids.shape),
+           "ids": hashlib.sha256(ids.numpy().tobytes()).hexdigest()}
+    run = dict(executor=executor, device=str(param.device), use_cache=use_cache, cancel=cancel)
+    base = next(run_points(sequence_losses_point, [Point({**key, "point": "unpruned"},
+                                                         {"losses": point_cache.NUMBER_LIST})],
+                           lambda _: (model, ids), **run))[1]
+    layers = linear_layers(model)
+    points = [Point({**key, "layer": layer.index, "head": h}, REMOVAL_FIELDS, {"layer": layer.index, "head": h},
+                    (layer.index, h)) for layer in layers for h in range(layer.value_heads)]
+    out = [[None] * layer.value_heads for layer in layers]
+    for done, (i, got) in enumerate(run_points(head_removal_point, points, lambda _: (model, ids, base["losses"]),
+                                               **run), 1):
+        layer, h = points[i].args
+        out[[x.index for x in layers].index(layer)][h] = {k: got[k] for k in ("head", "delta", "se", "sequences")}
+        if progress:
+            progress(done, len(points))
+    return out, batch.label
 
 
 def report_with_heads(model, tokenizer, settings, progress=None) -> dict:

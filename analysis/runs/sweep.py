@@ -6,16 +6,16 @@ the unpruned model, parameters, state bytes per sequence, kernel latency at the 
 rerun with the same model weights, settings and code is served from the cache (`analysis.io.point_cache`)
 instantly; an entry that does not prove itself is recomputed.
 
-Executors: "in-process" (default) computes the points one after another here; "ray" runs one Ray task
-per point (analysis.runs.ray_executor) and yields the results as they finish. Both write the same cache
-entries under the same keys, so either resumes what the other started.
+Executors (analysis.io.points, the one point executor of every multi-point workload): "in-process" (default)
+computes the points one after another here; "ray" runs one Ray task per point and yields the results as they
+finish. Both write the same cache entries under the same keys, so either resumes what the other started.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
-from analysis.runs import ray_executor
-from analysis.io import point_cache
+from analysis.io import point_cache, ray_executor
+from analysis.io.points import Executor, Point, run_points
 from analysis.io.point_identity import model_identity
 from analysis.archs import adapter_for
 from analysis.shrink.calibration import calibrate
@@ -78,37 +78,37 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
     _check_size(model, len(strategies) * len(ratios), context, eval_tokens, recover_steps, calib_sequences,
                 calib_tokens, calibration is None and any(get_strategy(n).needs_calibration for n in strategies),
                 yes, say, plan.workload(tokenizer) if plan is not None else None)
-    ray = ray_executor.connect(address, num_cpus) if executor == "ray" else None  # before anything is written
+    where = Executor(executor, address, num_cpus)
+    where.connect()  # before anything is written
     point_cache.check_writable()
+    device = str(next(model.parameters()).device)
     settings = {"model": model_identity(model), "split": split, "context": context, "eval_tokens": eval_tokens,
                 "recover_steps": recover_steps, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
-                "seed": seed, "device": str(next(model.parameters()).device),
+                "seed": seed, "device": device,
                 "latency": TIMING if latency else False, "tasks": plan.key() if plan is not None else None}
     base_key = {**settings, "point": "unpruned"}
     opts = {"split": split, "context": context, "eval_tokens": eval_tokens, "latency": latency,
             "recover_steps": recover_steps, "seed": seed, "rescale": rescale, "confirmed": True, "tasks": tasks}
-    points = [({**settings, "strategy": name, "ratio": ratio, "rescale": rescale}, name, ratio)
-              for name in strategies for ratio in ratios]
-
-    def calibrated():
-        return calibration() if calibration is not None else \
-            calibrate(model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed, cancel=cancel)
-    if ray is not None:
-        yield from _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts)  # a token cannot travel to Ray
-        return
-    opts["task_plan"] = plan  # loaded once here; a Ray worker loads its own from opts["tasks"]
-    baseline = _cached(base_key, use_cache, lambda: _evaluate(model, tokenizer, "unpruned", 0.0, opts, None, cancel))
+    if not where.on_ray:
+        opts["task_plan"] = plan  # loaded once here; a Ray worker loads its own from opts["tasks"]
+    run = dict(executor=where, device=device, use_cache=use_cache, cancel=cancel)
+    baseline = next(run_points(_baseline_point, [Point(base_key, *_checks(base_key))],
+                               lambda _: (model, tokenizer, opts), **run))[1]
     yield baseline
-    calib = None
-    for key, name, ratio in points:
-        check(cancel)
+    points = []
+    for name in strategies:
+        for ratio in ratios:
+            key = {**settings, "strategy": name, "ratio": ratio, "rescale": rescale}
+            points.append(Point(key, *_checks(key), args=(name, ratio)))
 
-        def compute():
-            nonlocal calib
-            if calib is None and get_strategy(name).needs_calibration:
-                calib = calibrated()
-            return _point(model, tokenizer, calib, baseline, {**opts, "cancel": cancel}, name, ratio)
-        yield _cached(key, use_cache, compute)
+    def shared(todo):
+        needs = any(get_strategy(p.args[0]).needs_calibration for p in todo)
+        calib = (calibration() if calibration is not None else calibrate(
+            model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed, cancel=cancel)) \
+            if needs else None
+        return model, tokenizer, calib, baseline, opts
+    for _, point in run_points(_sweep_point, points, shared, **run):
+        yield point
 
 
 def _task_plan(model, tokenizer, tasks):
@@ -168,60 +168,12 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
     return result
 
 
-# ---- Ray: one task per point; the driver reads and writes the cache ------------------------------------
-
-def _on_ray(ray, model, tokenizer, base_key, points, use_cache, calibrated, opts):
-    device = str(next(model.parameters()).device)
-    options = ray_executor.task_options(ray, device)
-    baseline = _lookup(base_key, use_cache)
-    if baseline is None:
-        for _, result in ray_executor.run_unordered(ray, _baseline_task, (model, tokenizer, opts), [()], options):
-            baseline = _store(base_key, result)
-    yield baseline
-    todo = []
-    for key, name, ratio in points:
-        hit = _lookup(key, use_cache)
-        if hit is not None:
-            yield hit
-        else:
-            todo.append((key, name, ratio))
-    if not todo:
-        return
-    # one calibration for every point that needs it, computed once (as in-process) and shared through Ray
-    calib = calibrated() if any(get_strategy(name).needs_calibration for _, name, _ in todo) else None
-    items = [(name, ratio) for _, name, ratio in todo]
-    keys = {(name, ratio): key for key, name, ratio in todo}
-    for item, result in ray_executor.run_unordered(ray, _point_task, (model, tokenizer, calib, baseline, opts),
-                                                   items, options):
-        yield _store(keys[item], result)
+def _baseline_point(model, tokenizer, opts: dict, cancel=None) -> dict:
+    return _evaluate(model, tokenizer, "unpruned", 0.0, opts, None, cancel)
 
 
-def _worker_setup() -> None:
-    from analysis.archs.install import ready
-    ready()  # the worker's own process: the CPU path for fla's ops and the project's model types
-
-
-def _baseline_task(model, tokenizer, opts):
-    _worker_setup()
-    return _evaluate(model, tokenizer, "unpruned", 0.0, opts, None)
-
-
-def _point_task(model, tokenizer, calib, baseline, opts, name, ratio):
-    _worker_setup()
-    return _point(model, tokenizer, calib, baseline, opts, name, ratio)
-
-
-def _lookup(key: dict, use_cache: bool) -> dict | None:
-    """The cached result for `key` (marked cached), or None: missing, or not believed (one warning)."""
-    return point_cache.lookup(key, *_checks(key)) if use_cache else None
-
-
-def _store(key: dict, result: dict) -> dict:
-    return point_cache.store(key, result)
-
-
-def _cached(key: dict, use_cache: bool, compute) -> dict:
-    return point_cache.cached(key, use_cache, compute, *_checks(key))
+def _sweep_point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio: float, cancel=None) -> dict:
+    return _point(model, tokenizer, calib, baseline, {**opts, "cancel": cancel}, name, ratio)
 
 
 def _evaluate(model, tokenizer, strategy, ratio, opts: dict, baseline, cancel=None) -> dict:

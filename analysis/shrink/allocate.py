@@ -25,6 +25,7 @@ from functools import reduce
 
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
+from analysis.io.points import IN_PROCESS, Executor
 from analysis.io.point_identity import model_identity
 from analysis.shrink.number_format import signed
 from analysis.shrink.predict import combine, layer_loss, layer_points, model_sigma, predict
@@ -307,15 +308,19 @@ def _stretches(smap: dict):
 
 
 def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, task=None,
-                calibration=None, progress=None, cancel=None, use_cache: bool = True) -> dict:
+                calibration=None, progress=None, cancel=None, use_cache: bool = True,
+                executor: Executor = IN_PROCESS) -> dict:
     """Prune with each plan (to its dims), measure it (and the unpruned model, once) on the **choice** tokens, keep
     the best (`choose`); then measure the chosen plan and uniform on **held-out** tokens: `held_out`, the answer.
 
     Each measurement goes through the one point cache (analysis.shrink.stretch_measure), so measuring a new plan
     beside ones measured before costs one measurement. progress(fraction, text) names each step; cancel
-    (analysis.runtime.cancel) is checked inside every measurement (a cancelled one is not cached). A recall map
-    has no text: its plans are measured on its own synthetic sequences (`choose_recall`)."""
+    (analysis.runtime.cancel) is checked inside every measurement (a cancelled one is not cached). executor
+    (analysis.io.points): the measurements of each stretch run in-process one after another or as Ray tasks at once.
+    A recall map has no text: its plans are measured on its own synthetic sequences (`choose_recall`, in-process)."""
     if task is not None:
+        if executor.on_ray:
+            raise AnalysisError("A recall map's plans are measured in-process only; drop --executor ray.")
         return choose_recall(model, tokenizer, smap, plans, strategy, task, calibration, progress, cancel, use_cache)
     from analysis.shrink.stretch_measure import StretchMeasure
     say = progress or (lambda f, text: None)
@@ -334,19 +339,29 @@ def choose_plan(model, tokenizer, smap: dict, plans: list[dict], strategy: str, 
             say(0.1, "calibrating…")
             held[0] = calibration_for(model, tokenizer, settings, task, cancel)
         return held[0]
-    distinct = len({tuple(p["dims"]) for p in plans}) + 2
+    first = {}
+    for p in plans:
+        first.setdefault(tuple(p["dims"]), p["name"])
+    order = [None, *first]  # the unpruned model, then each distinct plan once
+    distinct = len(first) + 2
     say(0.05, "measuring the unpruned model on the choice tokens…")
+    for k, _ in enumerate(on_choice.measure_all(order, calibrated, executor)):
+        if executor.on_ray:  # every point at once: say how many have come back
+            say(0.1 + 0.8 * (k + 1) / len(order), f"{k + 1} of {len(order)} measured on the choice tokens "
+                                                   "(one Ray task each)…")
+        elif k + 1 < len(order):  # in-process: name the plan measured next
+            say(0.1 + 0.9 * (k + 1) / distinct, f"pruning {plan_phrase(first[order[k + 1]])} and measuring it on the "
+                                                 f"choice tokens ({k + 1} of {distinct - 2})…")
     base = on_choice.unpruned()
-    done = []
 
     def evaluate(plan):
-        done.append(plan["name"])
-        say(0.1 + 0.9 * len(done) / distinct, f"pruning {plan_phrase(plan['name'])} and measuring it on the choice tokens "
-                                               f"({len(done)} of {distinct - 2})…")
         got = on_choice.plan(plan["dims"], calibrated)
         return {"value": got["value"], "loss": math.log(got["value"] / base["value"]), "windows": got["windows"]}
     chosen = choose(plans, evaluate)
     say(0.9, "measuring the chosen plan and uniform on held-out text…")
+    uniform = [p["dims"] for p in plans if p["name"] == "uniform"][:1]
+    for _ in on_held.measure_all([None, *uniform, chosen["dims"]], calibrated, executor):
+        pass
     answer = held_out_answer(on_held, chosen, plans, calibrated)
     return {**chosen, "measure": choice_stretch.label(base["tokens"]), "baseline_value": base["value"],
             "choice_tokens": choice_stretch.as_dict(), "held_out": answer}
@@ -473,7 +488,8 @@ def prediction_difference(smap: dict, dims_a: list[int], dims_b: list[int]) -> d
 
 
 def allocate_and_choose(model, tokenizer, smap: dict, budget: dict | None, round_to: int | None = None, task=None,
-                        calibration=None, progress=None, cancel=None, plan: dict | None = None) -> dict:
+                        calibration=None, progress=None, cancel=None, plan: dict | None = None,
+                        executor: Executor = IN_PROCESS) -> dict:
     """The allocate-and-choose workflow (CLI `prune --allocate` and the Prune page's "Verify and choose"):
     the knapsack allocation under `budget` ({"mean_ratio"}, {"state_bytes"} or {"tiles"}), the candidate plans
     at that budget, each pruned and measured once by `choose_plan`, and the report both show.
@@ -483,7 +499,8 @@ def allocate_and_choose(model, tokenizer, smap: dict, budget: dict | None, round
     calibration: the map's calibration when the caller holds it (same sequences, tokens and seed as the map's
     settings), else computed here from them. Returns the allocation's fields plus `verification` (the
     knapsack plan, predicted against measured), `choice` (every candidate measured, the winner and why) and
-    `map_settings`; `choice["ratios"]` is the plan to prune with.
+    `map_settings`; `choice["ratios"]` is the plan to prune with. executor: where the measurements run
+    (analysis.io.points).
     """
     if plan is not None:
         alloc, plans = plans_beside(smap, plan, round_to)
@@ -491,7 +508,7 @@ def allocate_and_choose(model, tokenizer, smap: dict, budget: dict | None, round
         alloc = allocate(smap, round_to=round_to, **budget)
         plans = candidates(smap, alloc, round_to=round_to, mean_ratio=budget.get("mean_ratio"))
     choice = choose_plan(model, tokenizer, smap, plans, alloc.strategy, task, calibration, progress=progress,
-                         cancel=cancel)
+                         cancel=cancel, executor=executor)
     knap = next(c for c in choice["candidates"] if c["name"] == "sensitivity-allocated")
     rescale = choice["baseline_value"] / alloc.baseline_value  # the choice measures more tokens than the map
     verification = {"predicted_loss": alloc.predicted_loss, "measured_loss": knap["measured_loss"],

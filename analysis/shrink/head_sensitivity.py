@@ -84,6 +84,19 @@ def paired(delta: torch.Tensor) -> dict:
     return {"delta": float(delta.mean()), "se": se, "sequences": n}
 
 
+def sequence_losses_point(model, ids: torch.Tensor, cancel=None) -> dict:
+    """The unpruned model's per-sequence losses as a point of the point executor (analysis.io.points)."""
+    return {"losses": sequence_losses(model, ids, cancel).tolist()}
+
+
+def head_removal_point(model, ids: torch.Tensor, base_losses: list[float], layer: int, head: int,
+                       cancel=None) -> dict:
+    """One head of linear layer `layer` removed alone, paired against `base_losses` (here or on a Ray worker)."""
+    with heads_zeroed(model, layer, [head]):
+        losses = sequence_losses(model, ids, cancel)
+    return {"layer": layer, "head": head, **paired(losses - torch.tensor(base_losses, dtype=torch.float64))}
+
+
 def head_removal_losses(model, ids: torch.Tensor, cancel=None, progress=None) -> list[list[dict]]:
     """Per linear layer, per value head: Δ mean loss (nats per token) when that head alone is removed, paired SE.
     progress(done, total) after each head."""

@@ -25,6 +25,7 @@ from analysis.runtime.cancel import check
 from analysis.defaults import SENSITIVITY_EVAL_TOKENS, SENSITIVITY_RATIOS
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
+from analysis.io.points import IN_PROCESS, Executor, Point, run_points
 from analysis.io.point_identity import model_identity
 from analysis.evaluate.perplexity import paired_difference  # noqa: F401  (re-exported: the map's paired SE)
 from analysis.models.channel_group import fp32_state_bytes
@@ -202,49 +203,63 @@ def calibration_for(model, tokenizer, s: MapSettings, task: RecallTask | None, c
 
 
 def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
-                       get_calibration=None, cancel=None, yes: bool = False, say=None):
+                       get_calibration=None, cancel=None, yes: bool = False, say=None,
+                       executor: Executor = IN_PROCESS):
     """Yield the unpruned baseline, then one point per (ratio, layer): that layer pruned alone at that ratio.
 
     get_calibration: a zero-argument callable returning the calibration (called only when a point is
     computed, not served from the cache); by default `calibration_for` with the map's settings.
     cancel (analysis.runtime.cancel): checked inside every point; a cancelled point is not cached.
+    executor (analysis.io.points): in-process, the points come in order; on Ray, the cached ones first, then
+    each as its task finishes (the same cache entries either way).
     """
     check_settings(model, s, task)
+    executor.connect()  # an unreachable cluster is one sentence before anything is written
     point_cache.check_writable()  # an unwritable cache is one sentence before the first point, not after it
     check_time(model, s, task, yes, say)
-    measure = MapMeasure(tokenizer, s, task, cancel)
     param = next(model.parameters())
-    base_key = {"kind": "sensitivity", "model": model_identity(model),
-                "device": str(param.device), "dtype": str(param.dtype),
+    device = str(param.device)
+    base_key = {"kind": "sensitivity", "model": model_identity(model), "device": device, "dtype": str(param.dtype),
                 **{k: v for k, v in s.as_dict().items() if k not in ("strategy", "ratios")}}
     measured = PPL_FIELDS if task is None else {"recall_accuracy": point_cache.NUMBER}
-    baseline = point_cache.cached({**base_key, "point": "unpruned"}, use_cache,
-                                  lambda: {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model),
-                                                  **measure(model, per_window=True)},
-                                  {**BASE_FIELDS, **measured}, expect={"layer": None, "ratio": 0.0})
+    run = dict(executor=executor, device=device, use_cache=use_cache, cancel=cancel)
+    unpruned = Point({**base_key, "point": "unpruned"}, {**BASE_FIELDS, **measured}, {"layer": None, "ratio": 0.0})
+    baseline = next(run_points(_map_baseline, [unpruned], lambda _: (model, tokenizer, s, task), **run))[1]
     yield baseline
     n_layers = len(key_dims(model))
-    calib = None
-    for ratio in s.ratios:
-        for layer in range(n_layers):
-            check(cancel)
+    points = [Point({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, {**POINT_FIELDS, **measured},
+                    {"layer": layer, "ratio": ratio}, (layer, ratio)) for ratio in s.ratios for layer in range(n_layers)]
 
-            def compute(layer=layer, ratio=ratio):
-                nonlocal calib
-                if calib is None and get_strategy(s.strategy).needs_calibration:
-                    calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task, cancel)
-                dims = plan_key_dims(model, ratios=[ratio if i == layer else 0.0 for i in range(n_layers)])
-                run = prune_then_measure(model, tokenizer, s.strategy, dims, calib, measure.evaluation(per_window=True),
-                                         seed=s.seed, cancel=cancel)
-                out = measure.read(run.measured)
-                paired = out.pop("windows", None), baseline.get("windows")
-                # the paired standard error of Δ (same windows, both models) tells a cell's signal from noise
-                se = ({"se": paired_difference(*paired[::-1])["se"]}
-                      if all(paired) and len(paired[0]) == len(paired[1]) > 1 else {})  # one window: no spread
-                return {"layer": layer, "ratio": ratio, "head_k_dim": dims[layer], "head_k_dims": dims, **out,
-                        "loss": measure.loss(out["value"], baseline["value"]), **se}
-            yield point_cache.cached({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, use_cache,
-                                     compute, {**POINT_FIELDS, **measured}, expect={"layer": layer, "ratio": ratio})
+    def shared(_todo):
+        calib = None
+        if get_strategy(s.strategy).needs_calibration:
+            calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task, cancel)
+        return model, tokenizer, s, task, calib, baseline
+    for _, point in run_points(_map_point, points, shared, **run):
+        yield point
+
+
+def _map_baseline(model, tokenizer, s: MapSettings, task, cancel=None) -> dict:
+    """The map's unpruned point (in-process or on a Ray worker)."""
+    return {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model),
+            **MapMeasure(tokenizer, s, task, cancel)(model, per_window=True)}
+
+
+def _map_point(model, tokenizer, s: MapSettings, task, calib, baseline: dict, layer: int, ratio: float,
+               cancel=None) -> dict:
+    """One map cell: `layer` pruned alone at `ratio`, measured as the baseline was (in-process or on a Ray worker)."""
+    measure = MapMeasure(tokenizer, s, task, cancel)
+    n_layers = len(key_dims(model))
+    dims = plan_key_dims(model, ratios=[ratio if i == layer else 0.0 for i in range(n_layers)])
+    run = prune_then_measure(model, tokenizer, s.strategy, dims, calib, measure.evaluation(per_window=True),
+                             seed=s.seed, cancel=cancel)
+    out = measure.read(run.measured)
+    paired = out.pop("windows", None), baseline.get("windows")
+    # the paired standard error of Δ (same windows, both models) tells a cell's signal from noise
+    se = ({"se": paired_difference(*paired[::-1])["se"]}
+          if all(paired) and len(paired[0]) == len(paired[1]) > 1 else {})  # one window: no spread
+    return {"layer": layer, "ratio": ratio, "head_k_dim": dims[layer], "head_k_dims": dims, **out,
+            "loss": measure.loss(out["value"], baseline["value"]), **se}
 
 
 def build_map(model, s: MapSettings, profile: list[dict], points: list[dict], task: RecallTask | None = None,
@@ -288,23 +303,26 @@ def _legacy_file_digest(model) -> str | None:
 
 def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None, use_cache: bool = True,
                 on_point=None, yes: bool = False, say=None, *, profile: list[dict] | None = None,
-                get_calibration=None, cancel=None, lock=None, name: str | None = None) -> dict:
+                get_calibration=None, cancel=None, lock=None, name: str | None = None,
+                executor: Executor = IN_PROCESS) -> dict:
     """The sensitivity-map workflow (CLI `sensitivity` and the Prune page's map job): the rank profile, then
     every point (cached), calling on_point(point) as each finishes; returns `build_map`'s JSON-ready map.
 
     profile: the rank profile when the caller already holds it (the dashboard's one memoized profile, measured
     on the same `profile_inputs`); get_calibration / cancel: as `sensitivity_points`; lock: a context manager
-    held while each step computes (the dashboard's compute lock; other sessions run between points).
+    held while each step computes (the dashboard's compute lock; other sessions run between points);
+    executor: where the points run (analysis.io.points; the profile runs here).
     """
     lock = lock if lock is not None else nullcontext()
     check_settings(model, s, task)  # before the profile draws its calibration sequences
     check_time(model, s, task, yes, say)
+    executor.connect()  # before the profile: an unreachable cluster is one sentence, at once
     if profile is None:
         with lock:
             profile = layer_profile(model, profile_inputs(model, tokenizer, s, task))
     points = []
     gen = sensitivity_points(model, tokenizer, s, task, use_cache, get_calibration=get_calibration, cancel=cancel,
-                             yes=True)  # estimated above
+                             yes=True, executor=executor)  # estimated above
     while True:
         with lock:
             point = next(gen, None)
@@ -313,6 +331,8 @@ def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None
         points.append(point)
         if on_point:
             on_point(point)
+    order = {r: i for i, r in enumerate(s.ratios)}  # Ray's finishing order → ratio by ratio, layer by layer
+    points.sort(key=lambda p: (-1, -1) if p["layer"] is None else (order[p["ratio"]], p["layer"]))
     return build_map(model, s, profile, points, task, name)
 
 

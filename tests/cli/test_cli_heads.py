@@ -82,7 +82,7 @@ def test_heads_refuses_inputs_it_cannot_read(lm_dir, capsys, texts, said):
 
 @pytest.mark.parametrize("flags, said", [(["--budgets", "0"], "fraction in (0, 1)"),
                                          (["--head-strategies", "entropy"], "Unknown head strategy"),
-                                         (["--executor", "ray"], "in-process"),
+                                         (["--recover-steps", "1"], "without recovery"),
                                          (["--tasks", "shakespeare_word_order"], "perplexity only")])
 def test_budget_sweep_refuses_bad_plans_before_any_work(lm_dir, capsys, sweep_cache, tmp_path, flags, said):
     assert main(["sweep", str(lm_dir), "--device", "cpu", "--axis", "both", "--strategies", "l1", "--quiet",

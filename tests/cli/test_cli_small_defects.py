@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from analysis.runs import ray_executor
+from analysis.io import ray_executor
 from analysis.cli.main import main
 from analysis.errors import AnalysisError
 from analysis.io.writes import output_target

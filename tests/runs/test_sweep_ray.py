@@ -12,7 +12,7 @@ import pytest
 
 import analysis.runs.sweep as sweep_mod
 from analysis.models import load as models
-from analysis.runs import ray_executor
+from analysis.io import ray_executor
 from analysis.cli.main import main
 from analysis.errors import AnalysisError
 from analysis.io import point_cache

@@ -11,7 +11,7 @@ from analysis.data import corpus as data
 from analysis.runs import sweep as sweeps
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
-from analysis.runs.ray_executor import EXECUTORS
+from analysis.io.ray_executor import EXECUTORS
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import jobs, made, notice, shrink, shrink_figures, state, task_inputs

@@ -22,18 +22,25 @@ def _setup_heads(p):
                    help="also remove each head alone and measure Δ loss with its paired SE on this many "
                         "validation windows (0: no)")
     p.add_argument("--seed", type=whole(0), default=0)
+    from analysis.cli.commands.executor_args import add_executor_args
+    add_executor_args(p)  # where --measure's points (one per head) run
 
 
 def run_heads(args) -> None:
     from analysis.models import limits
+    from analysis.cli.commands.executor_args import executor_of
     from analysis.runs.head_study import heads_study
+    executor = executor_of(args, connect=bool(args.measure))
+    if executor.on_ray and not args.measure:
+        raise AnalysisError("--executor ray runs --measure's points (one per head); add --measure N, or drop "
+                            "--executor.")
     model, tokenizer, meta = load(args)
     texts = None if args.texts is None else [t.strip() for t in args.texts.split(",") if t.strip()]
     limits.check_forward(model, args.sequences, args.tokens, "Reading each input")
     with fraction(args, "heads: states of every head on each input") as progress:
         report = heads_study(model, tokenizer, texts, args.tokens, args.sequences, args.seed, args.measure,
-                             progress=progress)
-    report = {**meta, **report}
+                             progress=progress, executor=executor)
+    report = {**meta, **report, **({"executor": executor.kind} if args.measure else {})}
     lines = [f"state-rank stratification, {args.sequences}×{args.tokens} tokens of: " + "; ".join(report["texts"]),
              f"split: {report['split_rule']}"]
     for layer in report["layers"]:
@@ -97,22 +104,25 @@ def add_budget_args(p) -> None:
 
 def run_budget_sweep(args) -> None:
     from analysis.runs.budget_sweep import budget_sweep, check_plans, plans
-    if args.executor != "in-process" or args.recover_steps:
-        raise AnalysisError("--axis runs in-process without recovery; drop --executor / --recover-steps.")
+    from analysis.cli.commands.executor_args import executor_of
+    if args.recover_steps:
+        raise AnalysisError("--axis runs without recovery; drop --recover-steps.")
     if getattr(args, "tasks", None):
         raise AnalysisError("--axis scores plans by perplexity only; drop --tasks, or sweep without --axis.")
     strategies = args.strategies.split(",")
     head_strategies = args.head_strategies.split(",")
+    executor = executor_of(args)
     model, tokenizer, meta = load(args)
     require_text_model(model, tokenizer, "sweep")
     check_plans(model, args.axis, strategies, head_strategies, args.budgets)
     todo = plans(args.axis, strategies, head_strategies, args.budgets)
     results = []
-    with bar(args, f"sweep --axis {args.axis}: plans", total=len(todo) + 1, unit="point") as b:
+    with bar(args, f"sweep --axis {args.axis} ({executor.kind}): plans", total=len(todo) + 1, unit="point") as b:
         for point in budget_sweep(model, tokenizer, args.axis, strategies, head_strategies, args.budgets,
                                   split=args.split, context=args.context, eval_tokens=args.eval_tokens,
                                   calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
-                                  seed=args.seed, rescale=args.rescale, use_cache=not args.no_cache):
+                                  seed=args.seed, rescale=args.rescale, use_cache=not args.no_cache,
+                                  executor=executor):
             results.append(point)   # with its window losses: any two plans can be compared paired
             b.update()
             paired = "" if point["kind"] == "unpruned" else \
@@ -120,7 +130,10 @@ def run_budget_sweep(args) -> None:
             say(args, f"{point['kind']:>8s} {point['strategy']:>7s} {point['head_strategy']:>9s} budget "
                       f"{point['budget']:.2f}: state {point['state_fraction']:.3f}, ppl {point['perplexity']:.2f}"
                       f"{paired}" + (" [cached]" if point["cached"] else ""))
-    emit(args, {**meta, "axis": args.axis, "budgets": args.budgets,
+    order = {p: i for i, p in enumerate(todo)}  # Ray's finishing order → the plans' order
+    results.sort(key=lambda p: -1 if p["kind"] == "unpruned" else
+                 order[(p["kind"], p["strategy"], p["head_strategy"], p["budget"])])
+    emit(args, {**meta, "axis": args.axis, "budgets": args.budgets, "executor": executor.kind,
                 "paired": "Δ log perplexity vs the unpruned model, mean ± standard error over the same test windows "
                           "(window_losses: each window's mean nats per token, for any other paired comparison)",
                 "results": results}, "")

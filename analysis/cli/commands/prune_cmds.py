@@ -5,6 +5,7 @@ from __future__ import annotations
 from analysis.archs.kernels import MAX_KEY_DIM
 from analysis.cli.commands.checks import number_list, real, whole
 from analysis.cli.commands.common import add_calib_args, add_yes_arg, announce, emit, load, require_text_model
+from analysis.cli.commands.executor_args import add_executor_args, executor_of
 from analysis.cli.commands.heads_cmds import (add_budget_args, add_head_args, head_plan_of, head_strategy_of,
                                               pruning_heads, run_budget_sweep)
 from analysis.cli.commands.progress import bar, fraction, say
@@ -107,6 +108,9 @@ def run_prune(args) -> None:
     from analysis.io.writes import check_new_dir
     from analysis.shrink.strategies import get_strategy
     ratio, ratios = _ratios(args)
+    if executor_of(args, connect=bool(args.allocate)).on_ray and not args.allocate:
+        raise AnalysisError("--executor ray runs --allocate's map and plan measurements; without --allocate there is "
+                            "one model to measure: drop --executor.")
     check_new_dir(args.out, args.overwrite, OUT_HINT)  # before any work: never replaces what we did not write
     check_recovery_state(args)  # and never uses a model or anything of yours as the recovery state
     strategy = get_strategy(args.strategy) if args.strategy is not None else None
@@ -329,11 +333,7 @@ def _setup_sweep(p):
     p.add_argument("--recover-steps", type=whole(0), default=0)
     p.add_argument("--no-latency", action="store_true")
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
-    p.add_argument("--executor", choices=["in-process", "ray"], default="in-process",
-                   help="in-process (default): one point after another here; ray: one Ray task per point, on a "
-                        "local Ray with this machine's cores or on the cluster at --address")
-    p.add_argument("--address", help="with --executor ray: the cluster to join (host:port from `ray start --head`, "
-                                     "ray://host:port, or auto)")
+    add_executor_args(p)
     add_budget_args(p)
     _rescale_arg(p)
     add_calib_args(p)
@@ -345,8 +345,7 @@ def _setup_sweep(p):
 def run_sweep(args) -> None:
     from analysis.cli.commands.eval_cmds import task_settings
     from analysis.runs.sweep import sweep
-    if args.address and args.executor != "ray":
-        raise AnalysisError("--address is the Ray cluster to run on: add --executor ray, or drop --address.")
+    executor_of(args, connect=False)  # --address without --executor ray: one sentence before the model loads
     if args.axis:
         return run_budget_sweep(args)
     strategies = args.strategies.split(",")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.cli.commands.common import add_calib_args, add_yes_arg, announce, emit, load
+from analysis.cli.commands.executor_args import add_executor_args, executor_of
 from analysis.cli.commands.progress import bar, say
 from analysis.errors import AnalysisError
 from analysis.io import reads
@@ -54,17 +55,19 @@ def _setup_sensitivity(p):
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
     add_calib_args(p)
     add_yes_arg(p)
+    add_executor_args(p)
 
 
 def run_sensitivity(args) -> None:
     from analysis.shrink.number_format import signed  # never "-0.0000"
     from analysis.shrink.sensitivity import compute_map
+    executor = executor_of(args)
     model, tokenizer, meta = load(args)
     from analysis.models.load import describe
     s, task = map_settings(args, model, args.strategy, _number_list(args.ratios, "--ratios"))
     total = 1 + describe(model).layers * len(s.ratios)  # the unpruned model, then each layer at each ratio
 
-    with bar(args, "sensitivity: map points", total=total, unit="point") as b:
+    with bar(args, f"sensitivity ({executor.kind}): map points", total=total, unit="point") as b:
         def show(p):
             tag = " [cached]" if p["cached"] else ""
             if p["layer"] is None:
@@ -75,8 +78,8 @@ def run_sensitivity(args) -> None:
             b.update()
 
         smap = compute_map(model, tokenizer, s, task, use_cache=not args.no_cache, on_point=show, yes=args.yes,
-                           say=announce)
-    smap["model"] = meta["model"]
+                           say=announce, executor=executor)
+    smap["model"], smap["executor"] = meta["model"], executor.kind
     lines = [f"{meta['model']} ({meta['device']}, {meta['dtype']}), strategy {s.strategy}: {smap['measure']}; "
              f"unpruned {smap['baseline']:.4f}; loss = {smap['loss']}",
              "layer  u      state bytes  " + "".join(f"ρ={r:<9g}" for r in s.ratios)]
@@ -97,6 +100,7 @@ def add_allocate_args(p) -> None:
                         "or give --ratios instead: your plan, measured beside the allocator's at its state bytes")
     p.add_argument("--map", help="with --allocate: a map JSON from `sensitivity --json` (default: shipped or computed)")
     add_map_args(p, prefix="map-")
+    add_executor_args(p)  # where --allocate's map points and plan measurements run
 
 
 def parse_budget(text: str | None) -> dict:
@@ -172,13 +176,16 @@ def allocation_for(args, model, tokenizer):
         budget = None
     else:
         budget = parse_budget(args.budget)
+    executor = executor_of(args)
     if args.map:
         smap = read_map(args.map, args.strategy, model, "prune")
     else:
         s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
         smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task,
-                                                                          yes=args.yes, say=announce)
-    report = allocate_and_choose(model, tokenizer, smap, budget, args.round_to, recall_task(model), plan=plan)
+                                                                          yes=args.yes, say=announce,
+                                                                          executor=executor)
+    report = allocate_and_choose(model, tokenizer, smap, budget, args.round_to, recall_task(model), plan=plan,
+                                 executor=executor)
     return report, smap, report["choice"]
 
 

@@ -1,4 +1,4 @@
-"""Run sweep points as Ray tasks: one task per point, results streamed back as they finish.
+"""Points as Ray tasks (analysis.io.points): one task per point, results streamed back as they finish.
 
 Without an address a local Ray is started with this machine's cores; with one (`host:port` of a
 `ray start --head`, `ray://host:port`, or `auto`) the existing cluster is joined. Each node needs this
@@ -35,7 +35,7 @@ def import_ray():
         import ray
     except ImportError:
         raise AnalysisError(f"The ray executor needs the ray package, which is not installed here; {_INSTALL}, "
-                            "or run the sweep with the in-process executor.") from None
+                            "or use the in-process executor.") from None
     return ray
 
 
@@ -70,14 +70,14 @@ def connect(address: str | None = None, num_cpus: int | None = None):
     of this machine's cores). Reuses this process's Ray when it was started the same way."""
     ray = import_ray()
     wanted = {"address": address, "num_cpus": None if address else (num_cpus or os.cpu_count() or 1)}
+    if address:
+        _probe(address)  # before leaving a Ray this process holds: an unreachable address changes nothing
     if ray.is_initialized():
         if _started == wanted:
             return ray
         ray.shutdown()
-    if address:
-        _probe(address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to a server, ever
-    from analysis.models.load import REPO_ROOT
+    from analysis.io.writes import REPO_ROOT
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
                                                       if p)}}
     try:
@@ -119,13 +119,13 @@ def run_unordered(ray, fn: Callable, shared: tuple, items: Iterable[tuple], opti
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 item = pending.pop(ref)
-                yield item, _get(ray, ref)
+                yield item, get_result(ray, ref)
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
 
 
-def _get(ray, ref):
+def get_result(ray, ref):
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
@@ -133,11 +133,11 @@ def _get(ray, ref):
         if isinstance(cause, AnalysisError):
             raise AnalysisError(str(cause)) from None
         if isinstance(cause, ImportError):  # a node without this repository (or its environment) at this path
-            from analysis.models.load import REPO_ROOT
+            from analysis.io.writes import REPO_ROOT
             raise AnalysisError(f"A Ray worker cannot import the project ({cause}); put this repository at "
                                 f"{REPO_ROOT} with its environment on every node of the cluster.") from None
         raise
     except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.OutOfMemoryError) as exc:
-        raise AnalysisError(f"A Ray worker died on every one of {1 + MAX_RETRIES} tries of a sweep point "
+        raise AnalysisError(f"A Ray worker died on every one of {1 + MAX_RETRIES} tries of a point "
                             f"({type(exc).__name__}); the node may be short of memory: use fewer tokens or a "
                             "smaller model, or a larger node.") from None
