@@ -143,3 +143,34 @@ def test_the_prune_is_pure_removal_and_moves_the_logits(tf_case):
     moved = float((pruned_logits - original).abs().max())
     assert error <= TOL * max(1.0, float(original.abs().max())), error
     assert moved >= TOL and moved >= 100 * error, (moved, error)
+
+
+# --- refused flags ----------------------------------------------------------------------------------------------
+
+REFUSED = [(t, {"linear_num_key_heads": 4, "linear_num_value_heads": 6}, "linear_num_value_heads")
+           for t in ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmo_hybrid")] + \
+          [(t, {key: 3}, key) for t, key in (("mamba2", "n_groups"), ("nemotron_h", "n_groups"),
+                                            ("granitemoehybrid", "mamba_n_groups"), ("falcon_h1", "mamba_n_groups"),
+                                            ("bamba", "mamba_n_groups"), ("zamba2", "mamba_ngroups"))]
+
+
+@pytest.mark.parametrize("model_type, fields, flag", REFUSED, ids=[f"{t}-{k}" for t, _, k in REFUSED])
+def test_a_flag_combination_no_forward_can_run_is_one_sentence_before_loading(tmp_path, capsys, model_type, fields,
+                                                                               flag):
+    """Heads the key heads / groups do not divide (transformers' own torch path cannot run them either): a folder
+    holding only config.json (no weights: refused before loading) is one sentence naming the field, exit 2."""
+    import json
+
+    from transformers import AutoConfig
+
+    from analysis.cli.main import main
+    from family_cases.tf_flags import BASE
+    config = AutoConfig.for_model(model_type, **BASE[model_type]).to_dict()
+    folder = tmp_path / f"{model_type}-refused"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**config, **fields}))
+    assert main(["rank", str(folder), "--device", "cpu", "--tokens", "16", "--batch", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    assert f"sets {flag} to " in err and str(folder / "config.json") in err, err
+    assert err.count(". ") == 0 and err.endswith("."), err
