@@ -113,8 +113,13 @@ def test_cpu_path_equals_transformers_torch_path(tf_case, oracle):
         value, got = (list(v) if isinstance(v, tuple) else v for v in (value, getattr(model.config, key)))
         assert got == value or key == "layer_types" and got == [renamed[v] for v in value], key
     assert "modeling_" + model_type.removesuffix("_text") in want["module"]   # transformers' class, not fla's
-    ids = _ids()
-    assert _rel(logits(model, ids), want["logits"]) < TOL
+    from analysis.models.load import linear_layers
+    from analysis.runtime.backend import observe_recurrences
+    ids, seen = _ids(), []
+    with observe_recurrences(seen.append):     # the project's routed recurrence ran, once per linear layer
+        ours = logits(model, ids)
+    assert len(seen) == len(linear_layers(model)) > 0
+    assert _rel(ours, want["logits"]) < TOL
     full, steps, cache = decoded(model, ids, ids.shape[1] - 2)
     assert _rel(full.logits, want["cached_logits"]) < TOL
     assert _rel(steps, want["decode_logits"]) < TOL
