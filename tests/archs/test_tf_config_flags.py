@@ -179,3 +179,29 @@ def test_a_flag_combination_no_forward_can_run_is_one_sentence_before_loading(tm
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
     assert f"sets {flag} to " in err and str(folder / "config.json") in err, err
     assert err.count(". ") == 0 and err.endswith("."), err
+
+
+# --- the CLI on the flag cases ------------------------------------------------------------------------------------
+
+CLI = [pytest.param(t, _farthest(t), id=case_id(t, _farthest(t)),
+                    marks=() if t == "qwen3_5_text" else pytest.mark.slow) for t in AXES]
+
+
+@pytest.mark.parametrize("model_type, case", CLI)
+def test_rank_prune_ppl_exit_0_on_the_flag_cases(tmp_path, capsys, model_type, case):
+    """Per model type the case farthest from the defaults, saved with the project's tokenizer's vocabulary:
+    `rank`, `prune` and `ppl` exit 0 without a traceback."""
+    import copy
+
+    from analysis.cli.main import main
+    from analysis.data import corpus as data
+    model = copy.deepcopy(_model(model_type, case))
+    model.resize_token_embeddings(len(data.load_tokenizer()), mean_resizing=False)
+    model.save_pretrained(tmp_path / "model")
+    for argv in (["rank", "--tokens", "16", "--batch", "1"],
+                 ["prune", "--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "260", "--out", str(tmp_path / "p")],
+                 ["ppl", "--context", "32", "--max-tokens", "64"]):
+        code = main([argv[0], str(tmp_path / "model"), "--device", "cpu", *argv[1:]])
+        err = capsys.readouterr().err
+        assert code == 0, (argv[0], err[-2000:])
+        assert "Traceback" not in err
