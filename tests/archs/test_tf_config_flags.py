@@ -123,12 +123,31 @@ def test_cpu_path_equals_transformers_torch_path(tf_case, oracle):
     full, steps, cache = decoded(model, ids, ids.shape[1] - 2)
     assert _rel(full.logits, want["cached_logits"]) < TOL
     assert _rel(steps, want["decode_logits"]) < TOL
+    _assert_traced_states_are_transformers_states(model, ids, want["states"])
     for label, got, expected in (("states", cache_tensors(full.past_key_values), want["states"]),
                                  ("decode_states", cache_tensors(cache), want["decode_states"])):
         assert got.keys() == expected.keys(), (label, sorted(got), sorted(expected))
         assert any("recurrent" in k or "ssm" in k for k in got), sorted(got)
         for key in got:
             assert _rel(got[key], expected[key]) < TOL, (label, key)
+
+
+def _assert_traced_states_are_transformers_states(model, ids, cache: dict):
+    """The states the project shows (collect_states, K-first [dk, dv] per head) after the last token equal the
+    recurrent / SSM state transformers' torch path leaves in its cache, layer by layer (Mamba-2 keeps [head_dim, N]:
+    transposed)."""
+    import re
+
+    from analysis.archs import adapter_for
+    from analysis.inspect.states import collect_states
+    trace = collect_states(model, ids, keep_states=True, compute_metrics=False)
+    layer_of = lambda k: int(re.search(r"layers\[(\d+)\]", k).group(1))   # noqa: E731
+    final = [cache[k] for k in sorted((k for k in cache if "recurrent_states" in k), key=layer_of)]
+    assert len(final) == len(trace.layers) > 0
+    transposed = adapter_for(model).family == "mamba2"
+    for i, (layer, want) in enumerate(zip(trace.layers, final)):
+        got = layer.states[:, :, -1]                                   # [B, H, dk, dv] after the last token
+        assert _rel(got.transpose(-1, -2) if transposed else got, want) < TOL, f"traced state of linear layer {i}"
 
 
 def test_the_prune_is_pure_removal_and_moves_the_logits(tf_case):
