@@ -1,7 +1,8 @@
 """Issue 41, item 1 for the transformers families: every config field of Qwen3.5 / Qwen3.5-MoE / Qwen3-Next /
 OLMo-hybrid, Kimi Linear and the Mamba-2 hybrids (Mamba-2, Nemotron-H, Granite-H, Falcon-H1, Bamba, Zamba2) that
-changes which modules or code paths run, covered pairwise (tests/family_cases/tf_flags.py; the table is
-docs/tf-config-flags.md) on tiny random-init models with every parameter awake.
+changes which modules or code paths run, covered pairwise (tests/family_cases/tf_flags.py; the table is in
+docs/config-flags.md, "Config flags of the transformers families") on tiny random-init models, every parameter
+awake.
 
 Per case: the project's CPU path (its routed recurrences) equals transformers' own torch path run in a subprocess
 with fla and the project hidden (tests/oracle/torch_path_run.py): the no-cache logits, the cached forward's logits

@@ -82,7 +82,8 @@ class Mamba2Adapter(Adapter):
 
     def config_refusal(self, config: dict, where: str) -> str | None:
         """Groups that do not divide the heads (each group's B and C serve heads / groups heads), before loading:
-        transformers' own scan cannot run them either (docs/tf-config-flags.md)."""
+        transformers' own scan cannot run them either (docs/config-flags.md, "Config flags of the transformers
+        families")."""
         keys = HEAD_GROUP_KEYS.get(str(config.get("model_type", "")).removeprefix(PRUNED_PREFIX))
         heads, groups = (config.get(k) for k in keys) if keys else (None, None)
         if isinstance(heads, int) and isinstance(groups, int) and groups > 0 and heads % groups:

@@ -128,7 +128,7 @@ class Qwen35Adapter(Adapter):
     def config_refusal(self, config: dict, where: str) -> str | None:
         """Value heads that the key heads do not divide: each key head serves linear_num_value_heads /
         linear_num_key_heads value heads (the kernel's repeat), so no forward pass, transformers' own included,
-        can run it (docs/tf-config-flags.md)."""
+        can run it (docs/config-flags.md, "Config flags of the transformers families")."""
         text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
         keys, values = text.get("linear_num_key_heads"), text.get("linear_num_value_heads")
         if isinstance(keys, int) and isinstance(values, int) and keys > 0 and values % keys:
