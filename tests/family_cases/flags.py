@@ -70,14 +70,19 @@ CANDIDATES = 40
 
 
 def pairwise(family: str) -> list[dict]:
-    """A deterministic all-pairs covering of AXES[family] (greedy, AETG-style): every pair of values of two fields
-    appears in at least one case that _valid accepts."""
-    axes = AXES[family]
+    """A deterministic all-pairs covering of AXES[family]: every pair of values of two fields appears in at least
+    one case that _valid accepts."""
+    return covering(AXES[family], lambda case: _valid(family, case))
+
+
+def covering(axes: dict[str, list], valid) -> list[dict]:
+    """A deterministic all-pairs covering of `axes` (greedy, AETG-style): every pair of values of two fields appears
+    in at least one case that `valid` (a partial case -> bool) accepts."""
     names = list(axes)
     key = lambda v: repr(v)   # noqa: E731  (dicts and None as hashable labels)
     uncovered = {((a, key(x)), (b, key(y))) for a, b in itertools.combinations(names, 2)
                  for x in axes[a] for y in axes[b]
-                 if _valid(family, {a: x, b: y})}
+                 if valid({a: x, b: y})}
     rng = random.Random(0)
     cases = []
     while uncovered:
@@ -88,7 +93,7 @@ def pairwise(family: str) -> list[dict]:
             for name in rng.sample(names, len(names)):
                 if name in case:
                     continue
-                options = [v for v in axes[name] if _valid(family, {**case, name: v})]
+                options = [v for v in axes[name] if valid({**case, name: v})]
                 gains = [sum(((n, key(case[n])), (name, key(v))) in uncovered or
                              ((name, key(v)), (n, key(case[n]))) in uncovered for n in case) for v in options]
                 case[name] = options[gains.index(max(gains))]

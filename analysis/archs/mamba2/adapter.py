@@ -27,7 +27,8 @@ import torch
 
 from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, PRUNED_PREFIX, head_blocks, is_pruned_type
 from analysis.archs.heads import head_config_fields
-from analysis.archs.mamba2.layout import STATE_SIZE_KEYS, feed_forward_words, kind, layers_of, mixers_in
+from analysis.archs.mamba2.layout import (HEAD_GROUP_KEYS, STATE_SIZE_KEYS, feed_forward_words, kind, layers_of,
+                                         mixers_in)
 from analysis.archs.mamba2.routing import ENTRY_POINT, KERNEL
 from analysis.errors import AnalysisError
 
@@ -78,6 +79,17 @@ class Mamba2Adapter(Adapter):
                 text = words.get(kind(module)) or feed_forward_words(module, alone=True) or "other mixer"
                 out.append(f"{text} + {ff}" if ff else text)
         return out
+
+    def config_refusal(self, config: dict, where: str) -> str | None:
+        """Groups that do not divide the heads (each group's B and C serve heads / groups heads), before loading:
+        transformers' own scan cannot run them either (docs/config-flags.md, "Config flags of the transformers
+        families")."""
+        keys = HEAD_GROUP_KEYS.get(str(config.get("model_type", "")).removeprefix(PRUNED_PREFIX))
+        heads, groups = (config.get(k) for k in keys) if keys else (None, None)
+        if isinstance(heads, int) and isinstance(groups, int) and groups > 0 and heads % groups:
+            return (f"{where} sets {keys[1]} to {groups}, which does not divide the {heads} Mamba-2 heads "
+                    f"({keys[0]}), and each group's B and C serve the same number of heads, so fix {keys[1]}.")
+        return None
 
     def complete_config(self, config: dict) -> dict:
         """Nemotron-H saves its block pattern (`layers_block_type`) instead of num_hidden_layers."""

@@ -6,6 +6,11 @@ import torch.nn as nn
 # base model_type -> the config key that holds N
 STATE_SIZE_KEYS = {"mamba2": "state_size", "nemotron_h": "ssm_state_size", "granitemoehybrid": "mamba_d_state",
                    "falcon_h1": "mamba_d_state", "bamba": "mamba_d_state", "zamba2": "mamba_d_state"}
+# base model_type -> the config keys of (Mamba-2 heads, groups)
+HEAD_GROUP_KEYS = {"mamba2": ("num_heads", "n_groups"), "nemotron_h": ("mamba_num_heads", "n_groups"),
+                   "granitemoehybrid": ("mamba_n_heads", "mamba_n_groups"),
+                   "falcon_h1": ("mamba_n_heads", "mamba_n_groups"), "bamba": ("mamba_n_heads", "mamba_n_groups"),
+                   "zamba2": ("n_mamba_heads", "mamba_ngroups")}
 MIXER_NAMES = ("mixer", "mamba", "self_attn")   # a decoder layer's token mixers, in this order
 HOLDERS = ("shared_transformer", "mamba_decoder")  # Zamba2's hybrid layer: shared attention block, then its Mamba layer
 

@@ -125,6 +125,17 @@ class Qwen35Adapter(Adapter):
     key_dims_config_key = "linear_key_head_dims"
     rotations = True
 
+    def config_refusal(self, config: dict, where: str) -> str | None:
+        """Value heads that the key heads do not divide: each key head serves linear_num_value_heads /
+        linear_num_key_heads value heads (the kernel's repeat), so no forward pass, transformers' own included,
+        can run it (docs/config-flags.md, "Config flags of the transformers families")."""
+        text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+        keys, values = text.get("linear_num_key_heads"), text.get("linear_num_value_heads")
+        if isinstance(keys, int) and isinstance(values, int) and keys > 0 and values % keys:
+            return (f"{where} sets linear_num_value_heads to {values}, which linear_num_key_heads ({keys}) does not "
+                    "divide, and each key head serves the same number of value heads, so fix one of them.")
+        return None
+
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
         out = []
