@@ -99,9 +99,13 @@ class PrefixStats:
 class PrefixCache:
     """The unpruned `base` model's decoder-layer outputs per batch of token ids, for the points of one set.
 
-    budget_bytes: most bytes the kept outputs may hold (default PREFIX_FRACTION of limits.allowed())."""
+    budget_bytes: most bytes the kept outputs may hold (default PREFIX_FRACTION of limits.allowed()).
+    fill_on_miss: a derived model meeting a batch the unpruned model has not run yet first runs the unpruned model
+    on it (one extra whole forward per batch, which pays off from the second point on: a map's many points);
+    False: outputs are kept only when the unpruned model itself is measured inside the scope."""
 
-    def __init__(self, base, budget_bytes: float | None = None):
+    def __init__(self, base, budget_bytes: float | None = None, fill_on_miss: bool = False):
+        self.fill_on_miss = fill_on_miss
         from analysis.archs import adapter_for
         from analysis.models import limits
         from analysis.models.forward import is_streamed
@@ -191,6 +195,10 @@ class PrefixCache:
                     return self._record(key, ids)
             else:
                 kept = self._kept.get(key)
+                if kept is None and self.fill_on_miss and key not in self._seen and self.first_changed(model) > 0:
+                    with torch.no_grad():
+                        self._record(key, batch.to(next(self.base.parameters()).device))
+                    kept = self._kept.get(key)
                 start = self.first_changed(model) if kept is not None else 0
                 if kept is not None and start > 0:
                     return self._resume(model, ids, kept, start)

@@ -29,6 +29,7 @@ from analysis.io.point_identity import model_identity
 from analysis.evaluate.perplexity import paired_difference  # noqa: F401  (re-exported: the map's paired SE)
 from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.load import REPO_ROOT, describe, linear_layers
+from analysis.models.prefix import PrefixCache
 from analysis.shrink.prune_workflow import Evaluation, prune_then_measure
 from analysis.models.key_plan import key_dims, plan_key_dims
 from analysis.data.recall import RecallTask, recall_batch
@@ -208,6 +209,8 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     get_calibration: a zero-argument callable returning the calibration (called only when a point is
     computed, not served from the cache); by default `calibration_for` with the map's settings.
     cancel (analysis.runtime.cancel): checked inside every point; a cancelled point is not cached.
+    Every point computed here starts its forward at its pruned layer on the unpruned model's kept hidden states
+    (analysis.models.prefix: exact, in memory up to a quarter of the memory budget, recomputed past it).
     """
     check_settings(model, s, task)
     point_cache.check_writable()  # an unwritable cache is one sentence before the first point, not after it
@@ -218,9 +221,13 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                 "device": str(param.device), "dtype": str(param.dtype),
                 **{k: v for k, v in s.as_dict().items() if k not in ("strategy", "ratios")}}
     measured = PPL_FIELDS if task is None else {"recall_accuracy": point_cache.NUMBER}
-    baseline = point_cache.cached({**base_key, "point": "unpruned"}, use_cache,
-                                  lambda: {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model),
-                                                  **measure(model, per_window=True)},
+    # every point reads the same tokens: each starts at its pruned layer (analysis.models.prefix, exact)
+    prefix = PrefixCache(model, fill_on_miss=True)
+
+    def unpruned():
+        with prefix.active():
+            return {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model), **measure(model, per_window=True)}
+    baseline = point_cache.cached({**base_key, "point": "unpruned"}, use_cache, unpruned,
                                   {**BASE_FIELDS, **measured}, expect={"layer": None, "ratio": 0.0})
     yield baseline
     n_layers = len(key_dims(model))
@@ -235,7 +242,7 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                     calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task, cancel)
                 dims = plan_key_dims(model, ratios=[ratio if i == layer else 0.0 for i in range(n_layers)])
                 run = prune_then_measure(model, tokenizer, s.strategy, dims, calib, measure.evaluation(per_window=True),
-                                         seed=s.seed, cancel=cancel)
+                                         seed=s.seed, cancel=cancel, prefix=prefix)
                 out = measure.read(run.measured)
                 paired = out.pop("windows", None), baseline.get("windows")
                 # the paired standard error of Δ (same windows, both models) tells a cell's signal from noise

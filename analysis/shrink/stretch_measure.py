@@ -13,6 +13,7 @@ from analysis.data.roles import TokenStretch
 from analysis.evaluate.perplexity import paired_difference
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
+from analysis.models.prefix import PrefixCache
 from analysis.shrink.prune_workflow import Evaluation, prune_then_measure
 
 FIELDS = {"value": point_cache.NUMBER, "tokens": point_cache.INT, "windows": point_cache.NUMBER_LIST}
@@ -32,6 +33,9 @@ class StretchMeasure:
                     "dtype": str(param.dtype), **stretch.as_dict(), "seed": seed, **calib}
         self.evaluation = Evaluation(stretch.split, stretch.context, stretch.tokens, latency=False, per_window=True,
                                      start=stretch.start)
+        # plans measured here read the same tokens: each starts at its first changed layer (exact); the kept
+        # hidden states come from measuring the unpruned model (a cached unpruned point leaves plans whole)
+        self.prefix = PrefixCache(model)
 
     def _read(self, got: dict) -> dict:
         ppl = got["perplexity"]
@@ -39,15 +43,18 @@ class StretchMeasure:
 
     def unpruned(self) -> dict:
         return point_cache.cached({**self.key, "point": "unpruned"}, self.use_cache,
-                                  lambda: self._read(self.evaluation.measure(self.model, self.tokenizer,
-                                                                             cancel=self.cancel)), FIELDS)
+                                  self._measure_unpruned, FIELDS)
+
+    def _measure_unpruned(self) -> dict:
+        with self.prefix.active():
+            return self._read(self.evaluation.measure(self.model, self.tokenizer, cancel=self.cancel))
 
     def plan(self, dims: list[int], calibration=None) -> dict:
         """calibration: a zero-argument callable giving the calibration (called only when the plan is computed)."""
         def compute():
             run = prune_then_measure(self.model, self.tokenizer, self.strategy, list(dims),
                                      calibration() if calibration else None, self.evaluation, seed=self.seed,
-                                     cancel=self.cancel)
+                                     cancel=self.cancel, prefix=self.prefix)
             return self._read(run.measured)
         return point_cache.cached({**self.key, "strategy": self.strategy, "dims": list(dims)}, self.use_cache,
                                   compute, FIELDS)
