@@ -40,6 +40,11 @@ PREFIX_FRACTION = 0.25   # of the request's memory budget the kept outputs may h
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("state_rank_prefix_cache", default=None)
 
 
+def is_streamed(model) -> bool:
+    """As analysis.models.forward.is_streamed (which imports this module)."""
+    return bool(getattr(model, "streamed", False))
+
+
 def active():
     """The PrefixCache of the measurement running in this context, or None."""
     return _ACTIVE.get()
@@ -108,7 +113,6 @@ class PrefixCache:
         self.fill_on_miss = fill_on_miss
         from analysis.archs import adapter_for
         from analysis.models import limits
-        from analysis.models.forward import is_streamed
         self.base = base
         self.layers = list(adapter_for(base).decoder_layers(base)) if not is_streamed(base) else []
         if budget_bytes is None:
@@ -149,7 +153,6 @@ class PrefixCache:
 
     def _compare(self, model) -> int:
         from analysis.archs import adapter_for
-        from analysis.models.forward import is_streamed
         if is_streamed(model):
             return 0
         try:
