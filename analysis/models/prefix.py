@@ -110,10 +110,9 @@ class PrefixCache:
     False: outputs are kept only when the unpruned model itself is measured inside the scope."""
 
     def __init__(self, base, budget_bytes: float | None = None, fill_on_miss: bool = False):
-        self.fill_on_miss = fill_on_miss
         from analysis.archs import adapter_for
         from analysis.models import limits
-        self.base = base
+        self.base, self.fill_on_miss = base, fill_on_miss
         self.layers = list(adapter_for(base).decoder_layers(base)) if not is_streamed(base) else []
         if budget_bytes is None:
             allowed, _ = limits.allowed(next(base.parameters()).device)
@@ -262,21 +261,13 @@ class PrefixCache:
 
     # --- scope ------------------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def active_scope(self):
+    def active(self):
+        """While inside, run_batches in this context (thread or task) goes through this cache."""
         token = _ACTIVE.set(self)
         try:
             yield self
         finally:
             _ACTIVE.reset(token)
-
-    def active(self):
-        """While inside, run_batches in this context goes through this cache."""
-        return self.active_scope()
-
-    def close(self) -> None:
-        self._kept.clear()
-        self._starts.clear()
-        self.used = 0
 
 
 def model_layers(model):
