@@ -119,7 +119,7 @@ def rebuilt(model, architecture, edits: dict):
         from analysis.shrink.prune_streamed import pruned_view
         return pruned_view(model, architecture, edits)
     new = architecture(model)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state = dict(model.state_dict())  # load_state_dict copies into the new tensors: no clone needed
     for name, edit in edits.items():
         if name in state:
             state[name] = edit(state[name])

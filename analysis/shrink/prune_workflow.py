@@ -86,12 +86,13 @@ def _span(progress, lo: float, hi: float, text: str):
 
 def prune_then_measure(model, tokenizer, strategy: str | None, dims: list[int], calibration, evaluation: Evaluation,
                        *, seed: int = 0, rescale: str = "original", heads=None, lock=None, cancel=None,
-                       progress=None) -> Measured:
+                       progress=None, prefix=None) -> Measured:
     """Prune `model` to `dims` with `strategy` into a new model and measure it with `evaluation`: the one entry.
 
     heads: an analysis.shrink.head_prune.HeadPlan that also removes whole heads (strategy may then be None when
     `dims` keeps every key channel). lock: held while the (possibly shared) unpruned model is read; the new model
-    is this call's own. progress(fraction) of the measurement."""
+    is this call's own. progress(fraction) of the measurement. prefix: an analysis.models.prefix.PrefixCache of
+    the unpruned model, for a set of points on the same tokens (the measurement starts at the first changed layer)."""
     evaluation = evaluation.loaded()
     with lock if lock is not None else nullcontext():
         if heads is None:
@@ -102,7 +103,9 @@ def prune_then_measure(model, tokenizer, strategy: str | None, dims: list[int], 
     # recall models find their task beside the source; the pruned copy reads the same one
     result.model.analysis_source = getattr(model, "analysis_source", None)
     check(cancel)
-    return Measured(result, evaluation.measure(result.model, tokenizer, progress, cancel))
+    from analysis.models.prefix import scope
+    with scope(prefix):
+        return Measured(result, evaluation.measure(result.model, tokenizer, progress, cancel))
 
 
 def prune_and_measure(model, tokenizer, strategy: str | None, dims: list[int], calibration, evaluation: Evaluation, *,

@@ -30,6 +30,7 @@ from analysis.io.point_identity import model_identity
 from analysis.evaluate.perplexity import paired_difference  # noqa: F401  (re-exported: the map's paired SE)
 from analysis.models.channel_group import fp32_state_bytes
 from analysis.models.load import REPO_ROOT, describe, linear_layers
+from analysis.models.prefix import PrefixCache
 from analysis.shrink.prune_workflow import Evaluation, prune_then_measure
 from analysis.models.key_plan import key_dims, plan_key_dims
 from analysis.data.recall import RecallTask, recall_batch
@@ -212,6 +213,9 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     cancel (analysis.runtime.cancel): checked inside every point; a cancelled point is not cached.
     executor (analysis.io.points): in-process, the points come in order; on Ray, the cached ones first, then
     each as its task finishes (the same cache entries either way).
+    In-process, every point computed here starts its forward at its pruned layer on the unpruned model's kept
+    hidden states (analysis.models.prefix: exact, in memory up to a quarter of the memory budget, recomputed past
+    it); a Ray worker runs each point whole.
     """
     check_settings(model, s, task)
     executor.connect()  # an unreachable cluster is one sentence before anything is written
@@ -223,8 +227,10 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
                 **{k: v for k, v in s.as_dict().items() if k not in ("strategy", "ratios")}}
     measured = PPL_FIELDS if task is None else {"recall_accuracy": point_cache.NUMBER}
     run = dict(executor=executor, device=device, use_cache=use_cache, cancel=cancel)
+    # in-process every point reads the same tokens: each starts at its pruned layer (analysis.models.prefix, exact)
+    prefix = None if executor.on_ray else PrefixCache(model, fill_on_miss=True)
     unpruned = Point({**base_key, "point": "unpruned"}, {**BASE_FIELDS, **measured}, {"layer": None, "ratio": 0.0})
-    baseline = next(run_points(_map_baseline, [unpruned], lambda _: (model, tokenizer, s, task), **run))[1]
+    baseline = next(run_points(_map_baseline, [unpruned], lambda _: (model, tokenizer, s, task, prefix), **run))[1]
     yield baseline
     n_layers = len(key_dims(model))
     points = [Point({**base_key, "strategy": s.strategy, "ratio": ratio, "layer": layer}, {**POINT_FIELDS, **measured},
@@ -234,25 +240,26 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
         calib = None
         if get_strategy(s.strategy).needs_calibration:
             calib = get_calibration() if get_calibration else calibration_for(model, tokenizer, s, task, cancel)
-        return model, tokenizer, s, task, calib, baseline
+        return model, tokenizer, s, task, calib, baseline, prefix
     for _, point in run_points(_map_point, points, shared, **run):
         yield point
 
 
-def _map_baseline(model, tokenizer, s: MapSettings, task, cancel=None) -> dict:
-    """The map's unpruned point (in-process or on a Ray worker)."""
-    return {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model),
-            **MapMeasure(tokenizer, s, task, cancel)(model, per_window=True)}
+def _map_baseline(model, tokenizer, s: MapSettings, task, prefix: PrefixCache | None, cancel=None) -> dict:
+    """The map's unpruned point (in-process or on a Ray worker); in-process it fills the prefix cache."""
+    with prefix.active() if prefix is not None else nullcontext():
+        return {"layer": None, "ratio": 0.0, "head_k_dims": key_dims(model),
+                **MapMeasure(tokenizer, s, task, cancel)(model, per_window=True)}
 
 
-def _map_point(model, tokenizer, s: MapSettings, task, calib, baseline: dict, layer: int, ratio: float,
-               cancel=None) -> dict:
+def _map_point(model, tokenizer, s: MapSettings, task, calib, baseline: dict, prefix: PrefixCache | None, layer: int,
+               ratio: float, cancel=None) -> dict:
     """One map cell: `layer` pruned alone at `ratio`, measured as the baseline was (in-process or on a Ray worker)."""
     measure = MapMeasure(tokenizer, s, task, cancel)
     n_layers = len(key_dims(model))
     dims = plan_key_dims(model, ratios=[ratio if i == layer else 0.0 for i in range(n_layers)])
     run = prune_then_measure(model, tokenizer, s.strategy, dims, calib, measure.evaluation(per_window=True),
-                             seed=s.seed, cancel=cancel)
+                             seed=s.seed, cancel=cancel, prefix=prefix)
     out = measure.read(run.measured)
     paired = out.pop("windows", None), baseline.get("windows")
     # the paired standard error of Δ (same windows, both models) tells a cell's signal from noise

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import math
+from contextlib import nullcontext
 
 from analysis.data.roles import TokenStretch
 from analysis.evaluate.perplexity import paired_difference
 from analysis.io import point_cache
 from analysis.io.points import IN_PROCESS, Executor, Point, run_points
 from analysis.io.point_identity import model_identity
+from analysis.models.prefix import PrefixCache
 from analysis.shrink.prune_workflow import Evaluation, prune_then_measure
 
 FIELDS = {"value": point_cache.NUMBER, "tokens": point_cache.INT, "windows": point_cache.NUMBER_LIST}
@@ -35,6 +37,9 @@ class StretchMeasure:
                     "dtype": str(param.dtype), **stretch.as_dict(), "seed": seed, **calib}
         self.evaluation = Evaluation(stretch.split, stretch.context, stretch.tokens, latency=False, per_window=True,
                                      start=stretch.start)
+        # plans measured here read the same tokens: each starts at its first changed layer (exact); the kept
+        # hidden states come from measuring the unpruned model (a cached unpruned point leaves plans whole)
+        self.prefix = PrefixCache(model)
 
     def _read(self, got: dict) -> dict:
         ppl = got["perplexity"]
@@ -69,6 +74,8 @@ class StretchMeasure:
             plans_missing = any(p.args[0] is not None for p in missing)
             travelling = copy.copy(self)  # the cancel token stays here (run_points passes it in-process)
             travelling.cancel, travelling.known = None, {}
+            if executor.on_ray:  # a worker measures whole: kept hidden states stay in this process
+                travelling.prefix = None
             return travelling, calibration() if calibration and plans_missing else None
         device = str(next(self.model.parameters()).device)
         for i, result in run_points(_stretch_point, points, shared, executor=executor, device=device,
@@ -87,7 +94,8 @@ class StretchMeasure:
 def _stretch_point(measure: StretchMeasure, calib, dims, cancel=None) -> dict:
     """The unpruned model (dims None) or one plan pruned and measured on the stretch: here or on a Ray worker."""
     if dims is None:
-        return measure._read(measure.evaluation.measure(measure.model, measure.tokenizer, cancel=cancel))
+        with measure.prefix.active() if measure.prefix is not None else nullcontext():
+            return measure._read(measure.evaluation.measure(measure.model, measure.tokenizer, cancel=cancel))
     run = prune_then_measure(measure.model, measure.tokenizer, measure.strategy, list(dims), calib,
-                             measure.evaluation, seed=measure.seed, cancel=cancel)
+                             measure.evaluation, seed=measure.seed, cancel=cancel, prefix=measure.prefix)
     return measure._read(run.measured)
