@@ -8,29 +8,22 @@ would prune nothing: the CLI refuses with it, the page shows it and offers no Pr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from analysis.data.roles import TextRole
+from analysis.data.roles import TextRole, held_out_stretch
 from analysis.errors import AnalysisError
 
 SCHEMA_VERSION = 2
 PRUNING_FILE = "pruning.json"
 MAX_PRUNING_BYTES = 16 << 20
 NO_CALIBRATION = "none (data-free)"
-PROVENANCE = ("model", "model_type", "device", "dtype")   # the CLI's metadata of the loaded model
+PROVENANCE = ("model", "model_type", "device", "dtype")   # the unpruned model, as the CLI's JSON always said
 PLAN = ("strategy", "label", "axis_aligned", "ratios", "original_head_k_dims", "head_k_dims", "rescale", "readout",
         "readout_key_dims", "tiles_per_head", "kept_indices", "details", "heads")
 SIDES = ("before", "after", "recovered")   # measured_<side> in pruning.json
 COLUMNS = {"before": "before", "after": "after pruning", "recovered": "after recovery"}   # the tables' words
 OLD_PAGE = {column: side for side, column in COLUMNS.items()}   # the page's saves before schema_version 2
-
-
-def provenance(model) -> dict:
-    """The pruned model's origin as the CLI has always recorded it: name, type, device, dtype."""
-    from analysis.models.load import describe
-    info = describe(model)
-    return {"model": model.analysis_name, "model_type": info.model_type, "device": info.device, "dtype": info.dtype}
 
 
 def measurement_settings(evaluation) -> dict:
@@ -39,9 +32,11 @@ def measurement_settings(evaluation) -> dict:
     if evaluation.recall_pairs is not None:
         return {"recall_pairs": list(evaluation.recall_pairs), "recall_sequences": evaluation.recall_sequences,
                 "recall_seed": evaluation.recall_seed, "role": "fresh recall sequences"}
-    role = TextRole.HELD_OUT if evaluation.split == "test" else TextRole.CHOICE
-    return {"split": evaluation.split, "start": evaluation.start, "context": evaluation.context,
-            "tokens": evaluation.max_tokens, "role": role.value, "role_purpose": role.purpose}
+    out = {"split": evaluation.split, "start": evaluation.start, "context": evaluation.context,
+           "tokens": evaluation.max_tokens}
+    if evaluation.split == held_out_stretch().split:  # both front ends report on it; nothing chooses on it
+        out.update(role=TextRole.HELD_OUT.value, role_purpose=TextRole.HELD_OUT.purpose)
+    return out
 
 
 @dataclass
@@ -58,12 +53,13 @@ class PruneRun:
     model: object = None           # the model `save` writes; None for a run read back from a file
 
     @classmethod
-    def of(cls, result, source: str, ratios, before: dict, after: dict, evaluation, calibration=None,
-           model=None) -> PruneRun:
-        """A prune just made (analysis.shrink.prune_workflow.prune_and_measure's result) and how it was measured."""
+    def of(cls, result, unpruned, source: str, ratios, before: dict, after: dict, evaluation,
+           calibration: str | None = None) -> PruneRun:
+        """A prune of `unpruned` just made (prune_and_measure's PruneResult and measurements, its Evaluation)."""
         from analysis.models.key_plan import tiles
+        from analysis.models.load import describe
         from analysis.shrink.prune import readout_label
-        info = result.info
+        info, facts = result.info, describe(unpruned)
         plan = {"strategy": result.strategy, "label": info["label"], "axis_aligned": info["axis_aligned"],
                 "ratios": ratios, "original_head_k_dims": result.original_dims, "head_k_dims": result.dims,
                 "rescale": info["rescale"], "readout": readout_label(result.model, info["rescale"]),
@@ -71,18 +67,14 @@ class PruneRun:
                 "kept_indices": [s.indices.tolist() if s.indices is not None else None for s in result.selections],
                 "details": info["details"], **({"heads": info["heads"]} if "heads" in info else {})}
         return cls(str(source), plan, {"before": before, "after": after}, calibration or NO_CALIBRATION,
-                   measurement_settings(evaluation), provenance=provenance(model or result.model),
-                   model=result.model)
+                   measurement_settings(evaluation), model=result.model, provenance={  # as the CLI always had it
+                       "model": unpruned.analysis_name, "model_type": facts.model_type, "device": facts.device,
+                       "dtype": facts.dtype})
 
     def recovered(self, model, measured: dict, recovery: dict) -> PruneRun:
         """This run holding the recovered model (saved instead of the pruned one), its measurement and recovery."""
-        from dataclasses import replace
         return replace(self, measured={**self.measured, "recovered": measured}, recovery=recovery,
                        saved_model="recovered", model=model)
-
-    @property
-    def text(self) -> bool:
-        return "perplexity" in (self.measured.get("after") or {})
 
     def metadata(self) -> dict:
         """pruning.json (schema_version 2; docs/saving.md): the plan at the top, the measurements under
@@ -93,9 +85,8 @@ class PruneRun:
               **{f"measured_{side}": self.measured[side] for side in SIDES if side in self.measured}}
         if "heads" in self.plan:
             ev["heads"] = self.plan["heads"]
-        if self.text:   # the test perplexities under their long-standing keys
-            ev.update({f"perplexity_{side}": self.measured[side]["perplexity"] for side in SIDES
-                       if "perplexity" in (self.measured.get(side) or {})})
+        ev.update({f"perplexity_{side}": self.measured[side]["perplexity"] for side in SIDES  # long-standing keys
+                   if "perplexity" in (self.measured.get(side) or {})})
         for name in ("allocation", "recovery"):
             if getattr(self, name):
                 ev[name] = getattr(self, name)
@@ -164,9 +155,17 @@ def read(folder) -> PruneRun:
 
 
 def unchanged(model, dims: list[int], ratio=None, ratios=None, round_to=None, head_counts=None) -> str | None:
-    """The one rule for a plan that would prune nothing (every key channel kept after rounding, or every head
-    kept): its one sentence, which the CLI refuses with and the page shows instead of Prune; None otherwise."""
-    from analysis.models.key_plan import unchanged_plan
-    from analysis.shrink.head_prune import unchanged_heads
-    return unchanged_plan(model, dims, ratio, ratios, round_to) or (
-        unchanged_heads(model, list(head_counts)) if head_counts is not None else None)
+    """The one rule for a plan that would prune nothing, as one sentence: every key channel kept although a ratio
+    asked to prune (e.g. 0.2 of 32 channels rounded up to a multiple of 32), or every head kept. `prune` and `plan`
+    refuse with it; the Prune page shows it and offers no Prune. None for any other plan (ratio 0 asks nothing)."""
+    from analysis.models.key_plan import key_dims
+    from analysis.shrink.head_prune import value_heads
+    if dims == key_dims(model) and any(r and r > 0 for r in ([ratio] if ratios is None else ratios)):
+        why, fix = (f"after rounding to a multiple of {round_to}", "a smaller rounding (16 or 32) or none") \
+            if round_to else ("at these ratios", "a larger ratio")
+        return (f"This plan keeps every key channel {why} (key dims {dims}), so the pruned model would equal the "
+                f"original; use {fix}.")
+    if head_counts is not None and list(head_counts) == value_heads(model):
+        return (f"This head plan keeps every head (counts {list(head_counts)}), so the pruned model would equal the "
+                "original; use a larger ratio or smaller counts.")
+    return None

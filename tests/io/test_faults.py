@@ -334,7 +334,7 @@ def test_dashboard_save_survives_a_kill_at_every_step(tmp_path, source, monkeypa
     model = load_model(str(source), device="cpu")
     tokenizer = load_tokenizer(model)
     result = prune(model, "l1", plan_key_dims(model, ratio=0.5))
-    run = PruneRun.of(result, str(source), 0.5, {}, {}, Evaluation(), model=model)  # the page's Save writes a run
+    run = PruneRun.of(result, model, str(source), 0.5, {}, {}, Evaluation())  # the page's Save writes a run
 
     def scene(root):
         foreign = plant_foreign(root / "outputs", "dn-half")

@@ -59,8 +59,8 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
                                     cancel=job.cancelled, progress=lambda f, text: job.report(0.25 + 0.75 * f, text),
                                     heads=head_plan)
             result, before, after = run.pruned, run.before, run.after
-            saved = PruneRun.of(result, mkey.path, choice.ratios or choice.ratio, before, after, ev,
-                                calib and calib.label, model)  # what Save and Download write
+            saved = PruneRun.of(result, model, mkey.path, choice.ratios or choice.ratio, before, after, ev,
+                                calib and calib.label)  # what Save and Download write
             return {"key": mkey, "id": uuid.uuid4().hex, "result": result, "prune_run": saved,
                     "before": before, "after": after, "recovered": None, "calib": calib and calib.label}
 

@@ -140,7 +140,7 @@ def run_prune(args) -> None:
         done = prune_and_measure(model, tokenizer, args.strategy, dims, calib, evaluation, seed=args.seed,
                                  rescale=args.rescale, progress=progress, heads=heads)
     result, before, after = done.pruned, done.before, done.after
-    run = PruneRun.of(result, meta["source"], ratios or ratio, before, after, evaluation, calib and calib.label, model)
+    run = PruneRun.of(result, model, meta["source"], ratios or ratio, before, after, evaluation, calib and calib.label)
     if allocation:
         run.allocation = allocation_report(args, model, tokenizer, *allocation)
     if args.recover_steps:
