@@ -51,10 +51,9 @@ def _measures(evaluation: dict) -> list[dict]:
     recovered = evaluation.get("measured_recovered") or {}
     if "perplexity" in before and "perplexity" in after:
         b, a = before["perplexity"], after["perplexity"]
-        row = {"metric": "perplexity", "dataset": a.get("dataset"), "split": a.get("split"),
-               "role": role, "context": a.get("context"),
-               "stride": a.get("stride"), "tokens": a.get("tokens"), "device": a.get("device"),
-               "dtype": a.get("dtype"), "before": round(b["perplexity"], 4), "after": round(a["perplexity"], 4)}
+        row = {"metric": "perplexity", "dataset": a.get("dataset"), "split": a.get("split"), "role": role,
+               **{k: a.get(k) for k in ("context", "stride", "tokens", "device", "dtype")},
+               "before": round(b["perplexity"], 4), "after": round(a["perplexity"], 4)}
         if "perplexity" in recovered:
             row["after_recovery"] = round(recovered["perplexity"]["perplexity"], 4)
         rows.append(row)
