@@ -1,9 +1,10 @@
 """Prune: uniform or per-layer ratios (suggested from the rank profile, tile-aware); run, compare, save.
-The page reads state, starts the prune and recovery jobs, and draws; ui/prune_*.py hold the parts."""
+The page reads state, starts the prune and recovery jobs, and draws; ui/prune/ holds the parts."""
 import streamlit as st
 
-from analysis.shrink.head_prune import plan_head_counts, unchanged_heads
-from analysis.models.key_plan import plan_key_dims, unchanged_plan
+from analysis.shrink.head_prune import plan_head_counts
+from analysis.models.key_plan import plan_key_dims
+from analysis.shrink.prune_run import unchanged
 from ui.shared import cache, frame, made, shrink
 from ui.shared.context import current
 from ui.shared.errors import guard
@@ -20,10 +21,9 @@ choice = prune_form.choices(ctx, settings)
 with guard():
     planned = plan_key_dims(ctx.model, ratio=choice.ratio, ratios=choice.ratios, round_to=choice.rounding)
     heads = plan_head_counts(ctx.model, ratio=choice.head_ratio) if choice.head_strategy else None
-if unchanged_plan(ctx.model, planned, choice.ratio, choice.ratios, choice.rounding):
-    st.warning(unchanged_plan(ctx.model, planned, choice.ratio, choice.ratios, choice.rounding))
-if heads is not None and unchanged_heads(ctx.model, heads):
-    st.warning(unchanged_heads(ctx.model, heads))
+refusal = unchanged(ctx.model, planned, choice.ratio, choice.ratios, choice.rounding, heads)  # as the CLI refuses
+if refusal:
+    st.error(refusal)
 prune_form.plan_table(ctx, choice, planned, heads)
 plan = {"ratios": choice.ratios or [choice.ratio] * ctx.info.layers, "dims": planned}
 predicted = st.container()  # filled once the sensitivity section below has found this strategy's map
@@ -40,7 +40,7 @@ if choice.strategy is not None:  # key channels: the sensitivity map, the alloca
 
 ev = prune_form.evaluation(ctx)
 tok = None if ctx.task is not None else cache.tokenizer(ctx.key.path)
-prune_run.prune_job(ctx, choice, planned, settings, ev, tok, heads)
+prune_run.prune_job(ctx, choice, planned, settings, ev, tok, heads, refused=bool(refusal))
 
 run = made.pruned_run()
 run = run if run and run["key"] == ctx.key else None
@@ -51,6 +51,6 @@ if not run:
     st.info("Set the ratios and press **Prune**: the before/after comparison, recovery and saving appear here.")
     st.stop()
 
-columns = prune_run.comparison(ctx, run)
+prune_run.comparison(ctx, run)
 prune_run.recovery(ctx, run, ev, settings.seed, tok)
-prune_save.section(ctx, run, columns, tok)
+prune_save.section(ctx, run, tok)

@@ -1,8 +1,8 @@
 """The model card (README.md, YAML front matter + text) every saved prune carries, fit for a model hub.
 
-Written from what the save already knows (config.json and pruning.json: no measurement here): the base model,
-what was pruned (per-layer key dims, strategy, heads), the recurrent state's bytes before and after, the measured
-effect with its settings and the role of each text (calibration chooses channels on the train split, an
+Written from what the save already knows (config.json and the PruneRun's pruning.json: no measurement here): the
+base model, what was pruned (per-layer key dims, strategy, heads), the recurrent state's bytes before and after,
+the measured effect with its settings and the role of each text (calibration chooses channels on the train split, an
 allocation chooses ratios on the validation split, the numbers reported are on the held-out test split), recovery,
 how to load the folder both ways, and the licence of the base model's own card when it states one.
 """
@@ -43,16 +43,17 @@ def _hub_id(source: str) -> str | None:
 
 def _measures(evaluation: dict) -> list[dict]:
     """What the prune measured, one row per metric: before, after (and after recovery), with its settings and the
-    role of its text (the CLI's `measured_*` records; other metadata gives no rows)."""
-    rows = []
+    role of its text (pruning.json's `measured_*` and `settings`: analysis.shrink.prune_run.PruneRun.metadata)."""
+    rows, settings = [], evaluation.get("settings") or {}
+    role = f"{settings['role']}: {settings['role_purpose']}" if settings.get("role_purpose") else \
+        "held-out: reported, never used to choose"
     before, after = evaluation.get("measured_before") or {}, evaluation.get("measured_after") or {}
     recovered = evaluation.get("measured_recovered") or {}
     if "perplexity" in before and "perplexity" in after:
         b, a = before["perplexity"], after["perplexity"]
-        row = {"metric": "perplexity", "dataset": a.get("dataset"), "split": a.get("split"),
-               "role": "held-out: reported, never used to choose", "context": a.get("context"),
-               "stride": a.get("stride"), "tokens": a.get("tokens"), "device": a.get("device"),
-               "dtype": a.get("dtype"), "before": round(b["perplexity"], 4), "after": round(a["perplexity"], 4)}
+        row = {"metric": "perplexity", "dataset": a.get("dataset"), "split": a.get("split"), "role": role,
+               **{k: a.get(k) for k in ("context", "stride", "tokens", "device", "dtype")},
+               "before": round(b["perplexity"], 4), "after": round(a["perplexity"], 4)}
         if "perplexity" in recovered:
             row["after_recovery"] = round(recovered["perplexity"]["perplexity"], 4)
         rows.append(row)

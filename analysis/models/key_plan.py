@@ -52,31 +52,6 @@ def plan_key_dims(model, ratio: float | None = None, ratios: list[float] | None 
     return planned
 
 
-def unchanged_plan(model, planned: list[int], ratio: float | None = None, ratios: list[float] | None = None,
-                   round_to: int | None = None) -> str | None:
-    """One sentence when a plan asked to prune (some ratio > 0) keeps every key channel, e.g. ratio 0.9999
-    of 64 channels rounded up to a multiple of 64: the "pruned" model would be the original. None otherwise."""
-    asked = [ratio] if ratios is None else list(ratios)
-    if planned != key_dims(model) or not any(r and r > 0 for r in asked):
-        return None
-    why = f"after rounding to a multiple of {round_to}" if round_to else "at these ratios"
-    fix = "a smaller rounding (16 or 32) or none" if round_to else "a larger ratio"
-    return (f"This plan keeps every key channel {why} (key dims {planned}), so the pruned model would equal the "
-            f"original; use {fix}.")
-
-
-def pruning_key_dims(model, ratio: float | None = None, ratios: list[float] | None = None,
-                     round_to: int | None = None) -> list[int]:
-    """plan_key_dims for a plan that is to prune: refused (unchanged_plan's sentence) when it asked to prune and its
-    rounding keeps every key channel. `plan` and `prune` both plan through here, so neither shows or saves as a
-    prune what the other refuses."""
-    dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=round_to)
-    unchanged = unchanged_plan(model, dims, ratio, ratios, round_to)
-    if unchanged:  # refused, not warned: a plan predicted at +0.0000, or a "pruned" copy equal to the original
-        raise AnalysisError(unchanged)
-    return dims
-
-
 def tiles_of(dk: int) -> int:
     """64-row state tiles of one head with key dim dk in fla's chunk kernel (the one tile count)."""
     return -(-dk // TILE_ROWS)

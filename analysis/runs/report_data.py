@@ -11,11 +11,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analysis.errors import AnalysisError
+from analysis.shrink import prune_run
 
 NO_PROGRESS = lambda _fraction, _step: None  # noqa: E731
-PRUNING_FILE = "pruning.json"
 NOISE_DIRECTIONS = (0,)  # the report's noise table shows the top singular direction
-MAX_PRUNING_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -76,43 +75,15 @@ def spectra(trace) -> list[dict]:
     return out
 
 
-def read_pruning(folder) -> dict:
-    """pruning.json of a pruned model directory, one sentence when it is missing, too big or not JSON."""
-    from analysis.io.reads import loads, read_bytes
-    from analysis.io.writes import show
-    path = Path(folder).expanduser() / PRUNING_FILE
-    hint = "give a directory saved by `python -m analysis prune` or the dashboard's Prune page"
-    if not path.is_file():
-        raise AnalysisError(f"{show(folder)} has no {PRUNING_FILE}, so it is not a pruned model this tool saved; "
-                            f"{hint}.")
-    try:
-        record = loads(read_bytes(path, MAX_PRUNING_BYTES, PRUNING_FILE, hint).decode("utf-8"), PRUNING_FILE, hint)
-    except (OSError, ValueError) as exc:
-        raise AnalysisError(f"{show(path)} cannot be read as JSON ({type(exc).__name__}); {hint}.") from None
-    if not isinstance(record, dict) or not isinstance(record.get("head_k_dims"), list):
-        raise AnalysisError(f"{show(path)} does not describe a pruning (no head_k_dims); {hint}.")
-    return record
-
-
-def recorded_effect(record: dict) -> list[dict]:
-    """The before/after quality saved with the pruned model, in one shape whichever tool saved it:
-    [{"column", "perplexity": {...}} or {"column", "recall": {...}}]."""
-    evaluation = record.get("evaluation")
-    if not isinstance(evaluation, dict):
-        return []
-    if "perplexity_before" in evaluation or "measured_before" in evaluation:  # `python -m analysis prune`
-        # measured_*: measure() dicts (recall models too); older saves carry only the perplexity_* dicts
-        columns = {"before": "before", "after pruning": "after", "after recovery": "recovered"}
-        evaluation = {c: evaluation.get(f"measured_{k}") or {"perplexity": evaluation.get(f"perplexity_{k}")}
-                      for c, k in columns.items()}
-    rows = []  # one measure() dict per column (the dashboard saves them so)
-    for column, measured in evaluation.items():
-        if isinstance(measured, dict) and isinstance(measured.get("perplexity"), dict):
-            rows.append({"column": column, "perplexity": measured["perplexity"]})
-        elif isinstance(measured, dict) and isinstance(measured.get("recall"), dict):
-            rows.append({"column": column, "recall": measured["recall"]})
-        else:
+def recorded_effect(run) -> list[dict]:
+    """The before/after quality saved with the pruned model (an analysis.shrink.prune_run.PruneRun):
+    [{"column", "perplexity": {...}} or {"column", "recall": {...}}, with "tasks" when they were measured]."""
+    rows = []
+    for column, measured in run.columns():
+        quality = next(((k, measured[k]) for k in ("perplexity", "recall") if isinstance(measured.get(k), dict)), None)
+        if quality is None:
             continue
+        rows.append({"column": column, quality[0]: quality[1]})
         if isinstance(measured.get("tasks"), dict):  # lm-evaluation-harness accuracy, when it was measured
             rows[-1].update(tasks=measured["tasks"], harness=measured.get("harness"))
     return rows
@@ -125,9 +96,9 @@ def pruning_section(model, tokenizer, settings: ReportSettings, progress) -> dic
     from analysis.models import load as models
     from analysis.evaluate.perplexity import perplexity
     from analysis.io.writes import show
-    record = read_pruning(settings.pruned)
+    run = prune_run.read(settings.pruned)
     info = models.describe(model)
-    original = record.get("original_head_k_dims")
+    original = run.plan.get("original_head_k_dims")
     if original is not None and list(original) != list(info.head_k_dims):
         raise AnalysisError(f"{show(settings.pruned)} was pruned from a model with key dims {original}, not "
                             f"{model.analysis_name}'s {info.head_k_dims}; give the model it was pruned from.")
@@ -135,9 +106,9 @@ def pruning_section(model, tokenizer, settings: ReportSettings, progress) -> dic
     if models.describe(pruned).layers != info.layers:
         raise AnalysisError(f"{show(settings.pruned)} has {models.describe(pruned).layers} linear-attention layers "
                             f"and {model.analysis_name} {info.layers}; give the model it was pruned from.")
-    plan = {k: record.get(k) for k in ("strategy", "label", "ratios", "original_head_k_dims", "head_k_dims",
-                                       "tiles_per_head", "rescale", "readout", "source")}
-    section = {"directory": str(settings.pruned), "plan": plan, "recorded": recorded_effect(record),
+    plan = {**{k: run.plan.get(k) for k in ("strategy", "label", "ratios", "original_head_k_dims", "head_k_dims",
+                                            "tiles_per_head", "rescale", "readout")}, "source": run.source}
+    section = {"directory": str(settings.pruned), "plan": plan, "recorded": recorded_effect(run),
                "parameters": {"original": info.parameters, "pruned": models.describe(pruned).parameters}}
     if settings.tasks is not None:
         from analysis.evaluate.harness import evaluate_tasks, task_rows
@@ -173,7 +144,7 @@ def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> d
                                batch=settings.batch)
     if settings.strategies:
         limits.check_calibration(model, settings.calib_sequences, settings.calib_tokens)
-    pruning_record = read_pruning(settings.pruned) if settings.pruned else None  # refused before the work
+    pruned = prune_run.read(settings.pruned) if settings.pruned else None  # refused before the work
     progress(0.0, "reading the text")
     given_text = settings.text_file is not None or settings.text is not None
     batch = model_batch(model, tokenizer, settings.tokens, settings.batch, text_file=settings.text_file,
@@ -207,7 +178,7 @@ def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> d
         settings = replace(settings, tasks=prepare(settings.tasks))  # loaded once for the model and the pruned one
         tasks = evaluate_tasks(model, tokenizer, settings.tasks, yes=settings.yes)
         report["downstream"] = {"harness": tasks["harness"], "settings": tasks["settings"], "tasks": task_rows(tasks)}
-    if pruning_record is not None:
+    if pruned is not None:
         report["pruning"] = pruning_section(model, tokenizer, settings, progress)
     progress(1.0, "report measured")
     return json.loads(json.dumps(report, default=_plain))  # plain JSON types only (tensors, tuples, paths)
@@ -234,7 +205,7 @@ def pruned_dirs(folder, limit: int = 200) -> list[Path]:
     """Directories directly under `folder` holding a pruning.json (the dashboard's saved pruned models),
     newest first; [] when the folder is missing or unreadable."""
     try:
-        found = [p for p in Path(folder).iterdir() if not p.name.startswith(".") and (p / PRUNING_FILE).is_file()]
+        found = [p for p in Path(folder).iterdir() if not p.name.startswith(".") and (p / prune_run.PRUNING_FILE).is_file()]
     except OSError:
         return []
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)[:limit]

@@ -102,14 +102,6 @@ def plan_head_counts(model, ratio: float | None = None, counts=None) -> list[int
     return [int(n) for n in counts]
 
 
-def unchanged_heads(model, counts: list[int]) -> str | None:
-    """One sentence when a head plan keeps every head (the "pruned" model would be the original), else None."""
-    if counts != value_heads(model):
-        return None
-    return (f"This head plan keeps every head (counts {counts}), so the pruned model would equal the original; "
-            "use a larger ratio or smaller counts.")
-
-
 def select_heads(scores: torch.Tensor, keep: int, key_heads: int) -> HeadSelection:
     """The `keep` value heads with the largest total score that the kernels can run: over every expressible
     (k', G') with k'·G' = keep, each key head keeps its G' best value heads and the k' key heads with the best

@@ -141,19 +141,16 @@ def from_sweep(results: list[dict], label: str = "sweep") -> list[dict]:
     return out
 
 
-def from_pruning(meta: dict, label: str) -> dict | None:
-    """The saved model of a `pruning.json` (the dashboard's Save or the CLI's `prune --out`), or None when it
-    carries no before/after measurement."""
-    ev = meta.get("evaluation") or {}
-    before = ev.get("before") or ev.get("measured_before")
-    recovered = meta.get("saved_model") == "recovered" or ("measured_recovered" in ev)
-    after = (ev.get("after recovery") or ev.get("measured_recovered")) if recovered else \
-        (ev.get("after pruning") or ev.get("measured_after"))
+def from_pruning(run, label: str) -> dict | None:
+    """The saved model of a pruning.json (an analysis.shrink.prune_run.PruneRun), or None when it carries no
+    before/after measurement."""
+    before, after = run.measured.get("before"), run.measured.get("recovered" if run.saved_model == "recovered"
+                                                                   else "after")
     if not (isinstance(before, dict) and isinstance(after, dict)):
         return None
     try:
-        return from_measures("saved", label, meta["strategy"], before, after,
-                             head_strategy=(meta.get("heads") or {}).get("strategy"))
+        return from_measures("saved", label, run.plan.get("strategy"), before, after,
+                             head_strategy=(run.plan.get("heads") or {}).get("strategy"))
     except (KeyError, TypeError, StopIteration):
         return None
 

@@ -19,7 +19,7 @@ from analysis.archs import adapter_for
 from analysis.errors import AnalysisError
 from analysis.models.forward import is_streamed
 from analysis.models.channel_group import channel_groups
-from analysis.models.key_plan import key_dims, tiles
+from analysis.models.key_plan import key_dims
 from analysis.shrink.strategies import STRATEGIES, Selection, get_strategy
 
 @dataclass
@@ -170,12 +170,3 @@ NO_READOUT_SCALE = "no key-dim readout scale in this family (pure channel remova
 def readout_label(model, rescale: str) -> str:
     """How the pruned model reads out, in words (RESCALES), or that the family has no readout scale at all."""
     return RESCALES[rescale] if adapter_for(model).readout_scaled else NO_READOUT_SCALE
-
-
-def pruning_metadata(result: PruneResult, source: str, ratios) -> dict:
-    return {"source": source, "strategy": result.strategy, "label": result.info["label"],
-            "axis_aligned": result.info["axis_aligned"], "ratios": ratios, "original_head_k_dims": result.original_dims,
-            "head_k_dims": result.dims, "rescale": result.info["rescale"], "readout": readout_label(result.model, result.info["rescale"]),
-            "readout_key_dims": result.info["readout_key_dims"], "tiles_per_head": tiles(result.dims),
-            "kept_indices": [s.indices.tolist() if s.indices is not None else None for s in result.selections],
-            "details": result.info["details"], **({"heads": result.info["heads"]} if "heads" in result.info else {})}

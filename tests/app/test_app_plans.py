@@ -98,6 +98,10 @@ def test_save_writes_the_model_picked_by_default_the_better_one_and_names_it(mon
     click(at, "prune_save")
     saved = json.loads((tmp_path / name / "pruning.json").read_text())
     assert saved["saved_model"] == other and any(other in s.value for s in at.success)
+    # the CLI's schema (issue 43): the held-out measurements with their settings, and the card states them
+    assert saved["schema_version"] == 2 and saved["evaluation"]["settings"]["role"] == "held-out"
+    assert float(saved["evaluation"]["perplexity_after"]["perplexity"]) == pytest.approx(pruned, abs=0.01)
+    assert "held-out: what a plan does on new text" in (tmp_path / name / "README.md").read_text()
     history_of_plans(at, pruned, recovered, other, name)
 
 

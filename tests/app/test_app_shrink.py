@@ -39,6 +39,21 @@ def test_importance_shows_scores_masks_agreement_and_energy(monkeypatch, lm_dir)
     assert len(notices) == 5 and any("kept by all 5" in n for n in notices), notices
 
 
+def test_a_plan_that_prunes_nothing_is_refused_with_the_clis_sentence(monkeypatch, lm_dir, capsys, tmp_path):
+    """Issue 43: one rule for an unchanged plan (analysis.shrink.prune_run.unchanged): the page shows the sentence
+    the CLI refuses with, and Prune is off."""
+    from analysis.cli.main import main
+    at = open_page(monkeypatch, lm_dir, "pages/prune.py")
+    at.selectbox(key="w:prune_strategy").set_value("l1")
+    at.slider(key="w:prune_ratio").set_value(0.2)
+    at.selectbox(key="w:prune_round").set_value(32).run()
+    assert main(["prune", str(lm_dir), "--strategy", "l1", "--ratio", "0.2", "--round-to", "32", "--out",
+                 str(tmp_path / "p"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert [e.value for e in at.error] == [err.strip().removeprefix("error: ")] and "keeps every key channel" in err
+    assert at.button(key="prune_run").disabled and not (tmp_path / "p").exists()
+
+
 def test_uniform_prune_compares_recovers_and_offers_the_zip(monkeypatch, lm_dir):
     at = open_page(monkeypatch, lm_dir, "pages/prune.py")
     at.selectbox(key="w:prune_strategy").set_value("wanda")

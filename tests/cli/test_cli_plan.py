@@ -53,13 +53,13 @@ def test_a_plan_without_a_usable_map_is_one_sentence(argv, message, capsys):
 
 def test_the_clis_sweep_json_and_saved_pruning_json_place_points_on_the_history_chart(tmp_path, capsys):
     """Issue 29, item 4: `sweep --json` and `prune --out`'s pruning.json carry what places a plan on the chart."""
-    from analysis.shrink import plan_points
+    from analysis.shrink import plan_points, prune_run
     tokens = ["--eval-tokens", "256"]
     code, _, _ = run(["prune", SAMPLE, "--strategy", "l1", "--ratios", "0.5,0.25,0.75,0.5", *tokens,
                       "--out", str(tmp_path / "pruned"), "--json", str(tmp_path / "prune.json")], capsys)
     assert code == 0
     report = json.loads((tmp_path / "prune.json").read_text())
-    saved = plan_points.from_pruning(json.loads((tmp_path / "pruned" / "pruning.json").read_text()), "saved")
+    saved = plan_points.from_pruning(prune_run.read(tmp_path / "pruned"), "saved")
     before, after = report["perplexity_before"]["perplexity"], report["perplexity_after"]["perplexity"]
     assert saved["delta"] == pytest.approx(after / before - 1) and saved["head_k_dims"] == [32, 48, 16, 32]
     assert saved["state_bytes"] == 4 * 64 * 4 * 128 and saved["ratios"] == [0.5, 0.25, 0.75, 0.5]

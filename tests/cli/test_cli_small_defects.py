@@ -110,12 +110,12 @@ def test_prune_whose_rounded_plan_keeps_every_channel_is_refused(tiny_dirs, tmp_
 
 def test_unchanged_plan_is_none_for_a_real_prune_and_for_ratio_0(tiny_dirs):
     from family_cases.text_lm import build_tiny
-    from analysis.models.key_plan import plan_key_dims, unchanged_plan
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.shrink.prune_run import unchanged
     model = build_tiny("delta_net")
-    assert unchanged_plan(model, plan_key_dims(model, ratio=0.5, round_to=16), 0.5, None, 16) is None
-    assert unchanged_plan(model, plan_key_dims(model, ratio=0.0), 0.0) is None  # asked for nothing: no surprise
-    assert "keeps every key channel" in unchanged_plan(model, plan_key_dims(model, ratio=0.2, round_to=32), 0.2,
-                                                       None, 32)
+    assert unchanged(model, plan_key_dims(model, ratio=0.5, round_to=16), 0.5, None, 16) is None
+    assert unchanged(model, plan_key_dims(model, ratio=0.0), 0.0) is None  # asked for nothing: no surprise
+    assert "keeps every key channel" in unchanged(model, plan_key_dims(model, ratio=0.2, round_to=32), 0.2, None, 32)
 
 
 @pytest.mark.parametrize("char", ["\u202e", "\u200b", "\u2028", "\u2029", "\t", "\x1b", "\u2066"])

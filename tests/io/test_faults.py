@@ -325,15 +325,16 @@ def test_dashboard_save_survives_a_kill_at_every_step(tmp_path, source, monkeypa
     """The Prune page's Save: save_model(..., output_target(name), overwrite=True) under the output root; also
     with the journal that replaces RENAME_EXCHANGE where the OS lacks it (the name is missing only between its
     two renames, with the journal written, and the next save finishes or undoes it)."""
-    from analysis.io.export import carry_recall_task
     from analysis.models.load import load_model, load_tokenizer
-    from analysis.shrink.prune import prune, pruning_metadata
+    from analysis.shrink.prune import prune
+    from analysis.shrink.prune_run import PruneRun
+    from analysis.shrink.prune_workflow import Evaluation
     from analysis.models.key_plan import plan_key_dims
     from analysis.io.model_dir import save_model
     model = load_model(str(source), device="cpu")
     tokenizer = load_tokenizer(model)
     result = prune(model, "l1", plan_key_dims(model, ratio=0.5))
-    metadata = pruning_metadata(result, str(source), 0.5)
+    run = PruneRun.of(result, model, str(source), 0.5, {}, {}, Evaluation())  # the page's Save writes a run
 
     def scene(root):
         foreign = plant_foreign(root / "outputs", "dn-half")
@@ -343,8 +344,7 @@ def test_dashboard_save_survives_a_kill_at_every_step(tmp_path, source, monkeypa
 
     def action(root):
         os.environ[writes.OUTPUT_ROOT_ENV] = str(root / "outputs")
-        save_model(result.model, writes.output_target("dn-half", False), tokenizer=tokenizer, metadata=metadata,
-                   overwrite=True, extra=lambda folder: carry_recall_task(str(source), folder))
+        run.save(writes.output_target("dn-half", False), tokenizer, overwrite=True)
         return 0
 
     def check(root, finished):

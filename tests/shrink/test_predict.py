@@ -10,6 +10,7 @@ from scipy.interpolate import PchipInterpolator
 
 from analysis.errors import AnalysisError
 from analysis.shrink import plan_points, predict
+from analysis.shrink.prune_run import from_record
 from analysis.shrink.sensitivity import RESULTS_DIR
 
 RATIOS = (0.25, 0.5, 0.75, 0.875)
@@ -151,13 +152,14 @@ def test_saved_pruning_json_of_the_page_and_of_the_cli_place_the_same_point():
     page = {"strategy": "l1", "source": "/m", "evaluation": {"before": before, "after pruning": after},
             "saved_model": "pruned"}
     cli = {"strategy": "l1", "source": "/m", "evaluation": {"measured_before": before, "measured_after": after}}
-    a, b = plan_points.from_pruning(page, "saved x"), plan_points.from_pruning(cli, "saved x")
+    saved = lambda record, label: plan_points.from_pruning(from_record(record), label)  # noqa: E731
+    a, b = saved(page, "saved x"), saved(cli, "saved x")
     assert a == b and a["delta"] == pytest.approx(0.05) and a["head_k_dims"] == [32, 48]
     assert a["state_bytes"] == 4 * 16 * 2 * 80 and a["measure"].endswith("first 4,096 tokens, context 256")
     recovered = {**page, "saved_model": "recovered",
                  "evaluation": {**page["evaluation"], "after recovery": _measured([32, 48], 82.0)}}
-    assert plan_points.from_pruning(recovered, "r")["value"] == 82.0
-    assert plan_points.from_pruning({"strategy": "l1"}, "old") is None      # no measurement: not a point
+    assert saved(recovered, "r")["value"] == 82.0
+    assert saved({"strategy": "l1"}, "old") is None      # no measurement: not a point
 
 
 def test_a_sweep_json_places_its_points_against_its_unpruned_point():
@@ -200,7 +202,7 @@ def test_a_plan_that_removed_heads_is_placed_marked_and_not_restored_as_key_dims
     after = {**_measured([64, 64], 90.0), "value_heads_per_layer": [1, 2], "state_bytes_per_sequence": 12288}
     page = {"strategy": "none", "source": "/m", "saved_model": "pruned",
             "evaluation": {"before": before, "after pruning": after}, "heads": {"strategy": "rank-norm"}}
-    heads = plan_points.from_pruning(page, "saved h")
+    heads = plan_points.from_pruning(from_record(page), "saved h")
     assert heads["value_heads"] == [1, 2] and heads["head_strategy"] == "rank-norm"
     assert heads["state_bytes"] == 12288 and heads["delta"] == pytest.approx(0.125)
     channels = plan_points.from_measures("prune", "p", "l1", before, {**after, "value_heads_per_layer": [2, 2]})

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.io import reads, writes
-from analysis.shrink import plan_points
+from analysis.shrink import plan_points, prune_run
 from analysis.shrink.number_format import nats_with_percent, signed
 from ui.shared import made, state
 from ui.shared.context import Context
@@ -76,7 +76,7 @@ def gathered(ctx: Context) -> list[dict]:
         if sweep and (settings["path"], settings["device"], settings["dtype"]) == here:
             points += plan_points.from_sweep(sweep, f"sweep {n + 1}")
     source = str(Path(ctx.key.path).resolve())
-    for folder, mtime in reads.saved_folders(writes.output_root(), "pruning.json"):
+    for folder, mtime in reads.saved_folders(writes.output_root(), prune_run.PRUNING_FILE):
         found = _saved_point(folder, mtime)
         if found is not None and found[0] == source:
             points.append(found[1])
@@ -91,9 +91,10 @@ def _saved_point(folder: Path, mtime: int):
     if key not in _SAVED:
         if len(_SAVED) > 1000:
             _SAVED.clear()
-        meta = reads.json_object(folder / "pruning.json") or {}
-        point = plan_points.from_pruning(meta, f"saved {folder.name}") if meta else None
-        _SAVED[key] = (str(Path(str(meta.get("source", ""))).resolve()), point) if point else None
+        meta = reads.json_object(folder / prune_run.PRUNING_FILE)
+        run = prune_run.from_record(meta) if meta else None
+        point = plan_points.from_pruning(run, f"saved {folder.name}") if run else None
+        _SAVED[key] = (str(Path(run.source).resolve()), point) if point else None
     return _SAVED[key]
 
 

@@ -10,6 +10,7 @@ import streamlit as st
 
 from analysis.archs import adapter_for
 from analysis.io.writes import output_root
+from analysis.shrink.prune_run import PruneRun
 from analysis.shrink.prune_workflow import Evaluation, prune_and_measure, recover_and_measure
 from analysis.shrink.recovery import METHODS, RecoverySettings
 from analysis.io.recovery_state import has_state
@@ -26,16 +27,17 @@ from ui.prune.recovery_view import METHOD_LABELS, loss_figure
 
 
 def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrink.CalibSettings, ev: Evaluation,
-              tok, heads: list[int] | None = None) -> None:
+              tok, heads: list[int] | None = None, refused: bool = False) -> None:
     """Prune and Stop; a click starts the job for these inputs; the page follows it and takes its result.
-    heads: value heads kept per layer (a Heads or Both plan, by choice.head_strategy)."""
+    heads: value heads kept per layer (a Heads or Both plan, by choice.head_strategy). refused: Prune is off (a
+    plan that prunes nothing: analysis.shrink.prune_run.unchanged, the CLI's refusal)."""
     key = json.dumps({"model": list(ctx.key), "strategy": choice.strategy, "dims": planned,
                       "calibration": list(settings), "context": ev.context, "tokens": ev.max_tokens,
                       "pairs": ev.recall_pairs,
                       "recall": ev.recall_sequences, "timed": ev.latency, "rescale": choice.rescale,
                       "tasks": ev.tasks and ev.tasks.record(), "heads": heads, "head_strategy": choice.head_strategy})
     head_plan = HeadPlan(choice.head_strategy, tuple(heads)) if heads is not None else None
-    if jobs.controls("prune", key, "Prune", run_key="prune_run"):
+    if jobs.controls("prune", key, "Prune", disabled=refused, run_key="prune_run"):
         model, mkey, use = ctx.model, ctx.key, shrink.using(ctx.key)
         needs = STRATEGIES[choice.strategy] if choice.strategy else get_head_strategy(choice.head_strategy)
         calibrated = shrink.calibration.bind(mkey, settings, _using=use)
@@ -57,7 +59,9 @@ def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrin
                                     cancel=job.cancelled, progress=lambda f, text: job.report(0.25 + 0.75 * f, text),
                                     heads=head_plan)
             result, before, after = run.pruned, run.before, run.after
-            return {"key": mkey, "id": uuid.uuid4().hex, "result": result, "ratios": choice.ratios or choice.ratio,
+            saved = PruneRun.of(result, model, mkey.path, choice.ratios or choice.ratio, before, after, ev,
+                                calib and calib.label)  # what Save and Download write
+            return {"key": mkey, "id": uuid.uuid4().hex, "result": result, "prune_run": saved,
                     "before": before, "after": after, "recovered": None, "calib": calib and calib.label}
 
         what = f"{needs.label} to dk' = {planned}" if choice.strategy else "no key channels removed"
@@ -98,8 +102,8 @@ def recovered_entry(run_id: str, done, settings: RecoverySettings) -> dict:
             "validation": rec.validation}
 
 
-def comparison(ctx: Context, run: dict) -> dict:
-    """The before/after table (and after recovery); returns its columns for the saved metadata."""
+def comparison(ctx: Context, run: dict) -> None:
+    """The before/after table (and after recovery)."""
     take_recovery(run)
     result = run["result"]
     heads = result.info.get("heads")
@@ -125,7 +129,6 @@ def comparison(ctx: Context, run: dict) -> dict:
                      "combined standard error is noise")
     notes.append(f"calibration: {run['calib'] or 'none (data-free strategy)'}")
     st.caption(" · ".join(notes))
-    return columns
 
 
 class LockedTeacher:

@@ -7,9 +7,6 @@ from pathlib import Path
 import streamlit as st
 
 from analysis.io import writes
-from analysis.io.export import carry_recall_task, model_zip
-from analysis.shrink.prune import pruning_metadata
-from analysis.io.model_dir import save_model
 from ui.shared import state
 from ui.shared.context import Context
 from ui.shared.errors import guard
@@ -34,20 +31,16 @@ def which(run: dict) -> str:
                        help="By default the one with the lower measured perplexity.")
 
 
-def section(ctx: Context, run: dict, columns: dict, tok) -> None:
+def section(ctx: Context, run: dict, tok) -> None:
     st.subheader("Save or download")
-    result, chosen = run["result"], which(run)
-    final = run["recovered"]["model"] if chosen == RECOVERED else result.model
-    metadata = {**pruning_metadata(result, ctx.key.path, run["ratios"]),
-                "evaluation": dict(columns), "saved_model": chosen}
-    if chosen == RECOVERED:
-        metadata["recovery"] = run["recovered"].get("recovery") or {
-            k: run["recovered"][k] for k in ("steps", "lr", "final_loss") if k in run["recovered"]}
+    result, chosen, rec = run["result"], which(run), run["recovered"]
+    saved = run["prune_run"].recovered(rec["model"], rec["measure"], rec["recovery"]) if chosen == RECOVERED \
+        else run["prune_run"]
     tag = f"{Path(ctx.name).name}-{result.strategy}-dk{'_'.join(map(str, result.dims))}" + (
         "-recovered" if chosen == RECOVERED else "")
     st.download_button(f"Download the {chosen} model (.zip)",  # zipped only on click, in Streamlit's download thread
-                       data=lambda: model_zip(final, tag, tok, metadata, source=ctx.key.path),
-                       file_name=f"{tag}.zip", mime="application/zip", on_click="ignore", key="prune_download")
+                       data=lambda: saved.zip(tag, tok), file_name=f"{tag}.zip", mime="application/zip",
+                       on_click="ignore", key="prune_download")
     local = writes.local_paths_allowed()  # STATE_RANK_LOCAL=1: any local path; otherwise a name under one root
     root = writes.output_root()
     suggested = str(root / tag) if local else tag
@@ -69,8 +62,7 @@ def section(ctx: Context, run: dict, columns: dict, tok) -> None:
         with guard():
             dest = writes.output_target(target, local)
             with save_guard.unchanged(dest, seen, overwrite):
-                out = save_model(final, dest, tokenizer=tok, metadata=metadata, overwrite=overwrite,
-                                 extra=lambda folder: carry_recall_task(ctx.key.path, folder))
+                out = saved.save(dest, tok, overwrite=overwrite)
         save_guard.saved("prune", out)
         st.success(f"Saved to {out}: the {chosen} model (safetensors, with its model card README.md; "
                    + ("it carries its own modeling code, so AutoModelForCausalLM.from_pretrained(folder, "

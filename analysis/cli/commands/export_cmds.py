@@ -8,7 +8,6 @@ model of any size exports in seconds; the weights are copied byte for byte.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -61,18 +60,21 @@ def run_export(args) -> None:
     skipped = sorted(p.name for p in Path(source).iterdir() if p not in files and p.name != MARKER
                      and not p.name.startswith("."))
     card = not (Path(source) / "README.md").exists() and (Path(source) / "pruning.json").is_file()
+    if card:  # the card of a folder saved before cards, from its pruning.json read as a PruneRun (any schema)
+        from analysis.shrink import prune_run
+        card = prune_run.read(source).metadata()
 
     def fill(tmp: Path) -> None:
         for file in files:
             shutil.copyfile(file, tmp / file.name)
         ship_code(model, tmp)
         if card:
-            write_pruned_card(model, tmp, json.loads((tmp / "pruning.json").read_text()))
+            write_pruned_card(model, tmp, card)
 
     written = writes.write_model_dir(out, fill, overwrite=args.overwrite, kind="pruned model", exists_hint=OUT_HINT)
     shipped = sorted(p.name for p in Path(written).glob("*.py"))
     payload = {"source": str(source), "out": str(written), "model_type": config["model_type"],
-               "shipped": shipped, "card": card, "skipped": skipped}
+               "shipped": shipped, "card": bool(card), "skipped": skipped}
     note = "" if card else " (README.md kept as it was)" if (Path(source) / "README.md").exists() else ""
     lines = [f"exported {writes.show(source)} to {writes.show(written)} with {', '.join(shipped)} and auto_map{note}; "
              "it loads with AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True, use_safetensors=True) "

@@ -84,10 +84,8 @@ def head_plan_of(args, model, head_strategy):
     """The HeadPlan of --heads / --head-counts (every bad count one sentence, before any work), or None."""
     if head_strategy is None:
         return None
-    from analysis.shrink.head_prune import HeadPlan, plan_head_counts, unchanged_heads
-    counts = plan_head_counts(model, ratio=args.heads, counts=args.head_counts)
-    if (unchanged := unchanged_heads(model, counts)) is not None:
-        raise AnalysisError(unchanged)
+    from analysis.shrink.head_prune import HeadPlan, plan_head_counts
+    counts = plan_head_counts(model, ratio=args.heads, counts=args.head_counts)  # unchanged: refused by `prune`
     return HeadPlan(head_strategy.name, tuple(counts))
 
 

@@ -57,7 +57,8 @@ def run_recommend(args) -> None:
 
 def run_plan(args) -> None:
     from analysis.shrink.predict import predict, summary
-    from analysis.models.key_plan import pruning_key_dims
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.shrink.prune_run import unchanged
     if args.recommend:
         return run_recommend(args)
     if args.budget is not None:
@@ -65,7 +66,9 @@ def run_plan(args) -> None:
     if (args.ratio is None) == (args.ratios is None):
         raise AnalysisError("Give --ratio (one ratio for all layers) or --ratios (one per layer).")
     model, _tokenizer, meta = load(args)
-    dims = pruning_key_dims(model, ratio=args.ratio, ratios=args.ratios, round_to=args.round_to)  # as `prune`
+    dims = plan_key_dims(model, ratio=args.ratio, ratios=args.ratios, round_to=args.round_to)
+    if refusal := unchanged(model, dims, args.ratio, args.ratios, args.round_to):  # as `prune` and the page refuse
+        raise AnalysisError(refusal)
     smap = plan_map(args, model)
     pred = predict(smap, dims, smap["strategy"])
     lines = [f"{meta['model']}: plan dk' {dims} with the {smap['strategy']} map ({smap['measure']}; unpruned "

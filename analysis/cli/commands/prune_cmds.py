@@ -100,11 +100,9 @@ def run_prune(args) -> None:
     from analysis.cli.commands.eval_cmds import task_settings
     from analysis.data import inputs
     from analysis.shrink.calibration import calibrate
-    from analysis.shrink.prune import pruning_metadata, readout_label
-    from analysis.models.key_plan import pruning_key_dims, tiles
-    from analysis.io.model_dir import save_model
+    from analysis.models.key_plan import plan_key_dims, tiles
+    from analysis.shrink.prune_run import PruneRun, unchanged
     from analysis.shrink.prune_workflow import Evaluation, prune_and_measure, recall_pairs
-    from analysis.io.export import carry_recall_task
     from analysis.io.writes import check_new_dir
     from analysis.shrink.strategies import get_strategy
     ratio, ratios = _ratios(args)
@@ -131,7 +129,9 @@ def run_prune(args) -> None:
         from analysis.cli.commands.sensitivity_cmds import allocation_for, allocation_report
         allocation = allocation_for(args, model, tokenizer)
         ratio, ratios = None, allocation[2]["ratios"]  # the plan that measured best (validation split)
-    dims = pruning_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)  # as `plan` refuses
+    dims = plan_key_dims(model, ratio=ratio, ratios=ratios, round_to=args.round_to)
+    if refusal := unchanged(model, dims, ratio, ratios, args.round_to, heads and heads.counts):  # as the page
+        raise AnalysisError(refusal)
     evaluation = Evaluation("test", args.eval_context, args.eval_tokens, recall_pairs(task), args.recall_sequences,
                             latency=args.time_kernel, tasks=task_settings(args), confirmed=args.yes)
     evaluation = evaluation.loaded()  # task names and data checked before the prune
@@ -141,32 +141,17 @@ def run_prune(args) -> None:
             calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed)
             b.update()
     with fraction(args, "prune: pruning, then the test measurements before and after") as progress:
-        run = prune_and_measure(model, tokenizer, args.strategy, dims, calib, evaluation, seed=args.seed,
-                                rescale=args.rescale, progress=progress, heads=heads)
-    result, before, after = run.pruned, run.before, run.after
-    pruned = result.model
-    payload = {**meta, "strategy": args.strategy, "head_k_dims": dims, "tiles_per_head": tiles(dims),
-               "rescale": args.rescale, "readout": readout_label(model, args.rescale),
-               "calibration": calib.label if calib is not None else "none (data-free)",
-               "measured_before": before, "measured_after": after}
-    if heads is not None:
-        payload["heads"] = result.info["heads"]
-    if task is None:  # the test perplexities under their long-standing keys
-        payload.update(perplexity_before=before["perplexity"], perplexity_after=after["perplexity"])
+        done = prune_and_measure(model, tokenizer, args.strategy, dims, calib, evaluation, seed=args.seed,
+                                 rescale=args.rescale, progress=progress, heads=heads)
+    result, before, after = done.pruned, done.before, done.after
+    run = PruneRun.of(result, model, meta["source"], ratios or ratio, before, after, evaluation, calib and calib.label)
     if allocation:
-        payload["allocation"] = allocation_report(args, model, tokenizer, *allocation)
+        run.allocation = allocation_report(args, model, tokenizer, *allocation)
     if args.recover_steps:
-        recovered = recover_for_cli(args, pruned, tokenizer, teacher=model, evaluation=evaluation)
-        pruned = recovered.recovery.model
-        payload["measured_recovered"] = recovered.measured
-        payload["perplexity_recovered"] = recovered.measured["perplexity"]
-        payload["recovery"] = recovered.recovery.metadata()
-    metadata = {**pruning_metadata(result, meta["source"], ratios or ratio), "evaluation": payload}
-    if args.recover_steps:
-        metadata["recovery"] = payload["recovery"]
-    save_model(pruned, args.out, tokenizer=tokenizer, metadata=metadata, overwrite=args.overwrite, exists_hint=OUT_HINT,
-               extra=lambda folder: carry_recall_task(meta["source"], folder))  # a recall model stays one
-    payload["out"] = args.out
+        recovered = recover_for_cli(args, result.model, tokenizer, teacher=model, evaluation=evaluation)
+        run = run.recovered(recovered.recovery.model, recovered.measured, recovered.recovery.metadata())
+    run.save(args.out, tokenizer, overwrite=args.overwrite, exists_hint=OUT_HINT)
+    payload = {**run.metadata()["evaluation"], "out": args.out}
     lines = [f"{args.strategy}: key dims {result.original_dims} -> {dims} (tiles/head {tiles(dims)}), "
              f"{payload['readout']}; calibration: {payload['calibration']}", _quality_line(before, after),
              *_task_lines(before, after)]
