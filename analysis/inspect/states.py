@@ -96,10 +96,15 @@ class _LayerCollector:
         self._flush()
 
     def _flush(self) -> None:
+        """The pending states' metrics, at most METRIC_BATCH states per call (whatever the batch of sequences), so
+        the float64 copies and the eigensolver's work stay one METRIC_BATCH however many states a chunk hands over."""
         if self.pending:
-            chosen = torch.cat(self.pending, dim=2)
+            chosen = torch.cat(self.pending, dim=2) if len(self.pending) > 1 else self.pending[0]
             self.pending, self.pending_count = [], 0
-            self.metric_parts.append({k: v.cpu() for k, v in spectral_metrics(chosen, tau=self.tau).items()})
+            step = max(1, METRIC_BATCH // chosen.shape[:2].numel())   # positions per call
+            for at in range(0, chosen.shape[2], step):
+                self.metric_parts.append({k: v.cpu() for k, v in
+                                          spectral_metrics(chosen[:, :, at:at + step], tau=self.tau).items()})
 
     def result(self) -> LayerTrace:
         metrics = {k: torch.cat([p[k] for p in self.metric_parts], dim=2) for k in self.metric_parts[0]} \
