@@ -187,6 +187,12 @@ def encoded_split(split: str, tokenizer) -> torch.Tensor:
     return ids
 
 
+def held_bytes() -> int:
+    """Bytes of the encoded splits this process keeps (encoded_split's cache): memory budgets count them."""
+    with _encoded_lock:
+        return sum(ids.numel() * ids.element_size() for ids in _ENCODED.values())
+
+
 def calibration_batches(tokenizer, n_sequences: int, seq_len: int, seed: int = 0) -> torch.Tensor:
     """n_sequences random train-split spans of seq_len tokens, [n, seq_len]; same seed, same batch."""
     if n_sequences < 1 or seq_len < 1:
