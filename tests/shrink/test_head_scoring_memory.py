@@ -51,7 +51,8 @@ def test_head_scoring_over_the_budget_is_one_sentence_before_the_work(model_dir,
     assert began == [] and not (tmp_path / "out").exists()   # refused before any sequence was drawn
 
 
-@pytest.mark.parametrize("strategy", CALIBRATED)
+@pytest.mark.parametrize("strategy", [pytest.param(name, marks=() if name == "norm" else pytest.mark.slow)
+                                      for name in CALIBRATED])
 def test_head_scoring_that_fits_runs_within_the_same_budget(model_dir, tmp_path, capsys, strategy):
     """The same model and budget with 2 × 16 calibration tokens: the estimate, which counts the encoded train split
     (10 MiB), lets it run (no false refusal)."""

@@ -33,7 +33,7 @@ from analysis.shrink.head_strategies import HEAD_STRATEGIES
 from family_cases.text_lm import build_tiny
 from helpers.numbers import same
 
-pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow,
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow, pytest.mark.timeout(3600),
               pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="resets VmHWM through /proc")]
 
 ROOT = Path(__file__).resolve().parents[2]
