@@ -29,9 +29,11 @@ from itertools import combinations
 
 import torch
 
+from analysis.data import corpus as data
 from analysis.inspect.states import METRIC_BATCH, collect_states
 from analysis.models.load import linear_layers
 from analysis.models import limits
+from analysis.runtime.allocator import trim
 
 MAX_POSITIONS = 64   # trajectory points per head (a stride keeps the SVD count bounded for long texts)
 CLEAR_GAP = math.log(1.5)   # a split whose gap is at least this on every text is "clear"
@@ -43,12 +45,18 @@ def trajectory_positions(tokens: int) -> list[int]:
     return sorted(set(range(stride - 1, tokens, stride)) | {tokens - 1})
 
 
-def head_trajectories(model, ids: torch.Tensor, progress=None) -> dict:
+TRAJECTORY_METRICS = ("effective_rank", "numerical_rank", "fro_norm")   # what head_trajectories reads of a trace
+
+
+def head_trajectories(model, ids: torch.Tensor, progress=None, held: int = 0) -> dict:
     """Per linear layer [H, P] effective rank, numerical rank and ‖S‖_F (mean over the sequences) at the traced
-    positions, plus each head's summary (mean log erank over the second half) and mean ‖S‖_F there."""
+    positions, plus each head's summary (mean log erank over the second half) and mean ‖S‖_F there.
+    held: bytes the caller holds beside this work that the memory budget counts (a calibration's statistics)."""
+    check_trajectories(model, *ids.shape, held=held)   # with what the process holds now (the encoded split)
     positions = trajectory_positions(ids.shape[1])
-    per = _trajectory_batch(model, ids, positions)
-    trace = collect_states(model, ids, positions=positions, progress=progress, batch=per)
+    per = trajectory_batch(model, *ids.shape, held=held)
+    trace = collect_states(model, ids, positions=positions, progress=progress, batch=per,
+                           keep_metrics=TRAJECTORY_METRICS)
     late = torch.tensor([p >= ids.shape[1] / 2 for p in positions])
     if not late.any():
         late[-1] = True
@@ -61,28 +69,65 @@ def head_trajectories(model, ids: torch.Tensor, progress=None) -> dict:
                        .double().nanmean(0), "fro_norm": fro.nanmean(0),
                        "summary": log_erank[..., late].nanmean((0, 2)),             # [H]
                        "late_log_fro": fro[..., late].clamp(min=1e-30).log().nanmean((0, 2))})
+    del trace
+    trim()   # the many small metric tensors leave free pages inside the heap: hand them back for what follows
     return {"positions": positions, "layers": layers}
 
 
-def _trajectory_batch(model, ids: torch.Tensor, positions: list[int]) -> int:
-    """Sequences per forward of head_trajectories: all of them in memory; streamed, what the budget holds beside what
-    calibration keeps (its q/k activations) and one batch of states with its float64 SVD (states.METRIC_BATCH), each
-    sequence costing its forward and the states of the traced positions one chunk hands over at once, with their
-    float64 copy and SVD work (about 6 float32 copies)."""
-    if not limits.streamed(model):
-        return ids.shape[0]
+def trajectory_bytes(model, sequences: int, tokens: int, per: int, held: int = 0) -> int:
+    """What head_trajectories holds with `per` sequences per forward (streamed: one block at a time):
+
+    - held beside it: the caller's (`held`), the train split's ids the process keeps encoded (data.held_bytes),
+      the sequences' ids and, streamed, every sequence's hidden states between two blocks (input and output; none
+      where the runner spills them to a file: analysis.models.stream.model.run);
+    - the traced metrics of every layer and sequence (TRAJECTORY_METRICS);
+    - one forward of `per` sequences with the states of one chunk's traced positions (limits.forward_bytes);
+    - per sequence, what one chunk's hand-over forms (delta_rule.states_at: the decayed keys [P, dk, C] and the
+      states [P, dk, dv]) and the states pending their metrics (as many again);
+    - the metrics of at most METRIC_BATCH states (states._LayerCollector._flush): two float64 matrices each (its
+      copy and its Gram, then the Gram and the eigensolver's copy of it)."""
     layers = linear_layers(model)
-    svd = max(2 * METRIC_BATCH * layer.key_dim * layer.value_dim * 8 for layer in layers)
-    reserve = limits.calibration_kept_bytes(model, *ids.shape) + svd
-    per = limits.fitting_batch(model, ids.shape[0], ids.shape[1], states=True, reserve=reserve)
+    positions = trajectory_positions(tokens)
     in_chunk = max(sum(1 for p in positions if start <= p < start + limits.CHUNK)
-                   for start in range(0, ids.shape[1], limits.CHUNK))
-    states = max(6 * layer.value_heads * in_chunk * layer.key_dim * layer.value_dim * 4 for layer in layers)
+                   for start in range(0, tokens, limits.CHUNK))
+    chunk = min(tokens, limits.CHUNK)
+    hidden = int(model.config.hidden_size)
+    kept = held + data.held_bytes() + sequences * tokens * 8 \
+        + sequences * len(positions) * sum(layer.value_heads for layer in layers) * len(TRAJECTORY_METRICS) * 4
+    if limits.streamed(model):   # every sequence's hidden states, unless the runner spills them to disk
+        between = sequences * tokens * hidden * 4
+        spare = model.limit - model.largest_unit_bytes - limits.block_work_bytes(model, per, tokens)
+        kept += 2 * between if between <= spare else 0
+    formed = max(layer.value_heads * in_chunk * (chunk * layer.key_dim + 2 * layer.key_dim * layer.value_dim) * 4
+                 for layer in layers)
+    metrics = max(min(METRIC_BATCH, per * layer.value_heads * len(positions)) * 8 * 2
+                  * max(layer.key_dim * layer.value_dim, min(layer.key_dim, layer.value_dim) ** 2) for layer in layers)
+    return kept + limits.forward_bytes(model, per, tokens, states=in_chunk) + per * formed + metrics
+
+
+def trajectory_batch(model, sequences: int, tokens: int, held: int = 0) -> int:
+    """Sequences per forward of head_trajectories: all of them in memory; streamed, as many as the budget holds
+    (trajectory_bytes), at least one (check_trajectories refuses what one does not fit)."""
+    if not limits.streamed(model):
+        return sequences
     limit, _ = limits.allowed(next(model.parameters()).device)
-    if limit is not None:
-        spare = limit - reserve - limits.forward_bytes(model, 1, ids.shape[1], states=True)
-        per = min(per, max(1, int(spare // states)))
+    per = sequences
+    while per > 1 and limit is not None and trajectory_bytes(model, sequences, tokens, per, held) > limit:
+        per //= 2
     return per
+
+
+def check_trajectories(model, sequences: int, tokens: int, held: int = 0) -> None:
+    """One sentence, before any work, when the head statistics of `sequences` × `tokens` do not fit the memory this
+    request may hold (a streamed model: even one sequence per forward)."""
+    per = trajectory_batch(model, sequences, tokens, held)
+    how = "one block at a time, " if limits.streamed(model) else ""
+    limits.require(trajectory_bytes(model, sequences, tokens, per, held),
+                   f"Scoring the heads by their states on {sequences:,} × {tokens:,} calibration tokens ({how}"
+                   f"{per} sequence{'s' if per != 1 else ''} per forward, every layer's states at "
+                   f"{len(trajectory_positions(tokens))} positions)",
+                   "use fewer calibration sequences or tokens (--calib-sequences, --calib-tokens) or raise "
+                   "--max-memory", next(model.parameters()).device)
 
 
 def split_groups(summary: torch.Tensor) -> dict:

@@ -67,9 +67,11 @@ METRIC_BATCH = 512  # states per spectral_metrics call: big enough to batch well
 class _LayerCollector:
     """One layer's StateSink: asks for the chosen positions, keeps their metrics (and states if asked)."""
 
-    def __init__(self, positions: list[int], keep_states: bool, compute_metrics: bool, tau: float):
+    def __init__(self, positions: list[int], keep_states: bool, compute_metrics: bool, tau: float,
+                 keep_metrics: tuple[str, ...] | None = None):
         self.positions = torch.tensor(positions, dtype=torch.long)
         self.keep_states, self.compute_metrics, self.tau = keep_states, compute_metrics, tau
+        self.keep_metrics = keep_metrics
         self.metric_parts: list[dict] = []
         self.state_parts: list[torch.Tensor] = []
         self.pending: list[torch.Tensor] = []   # states whose metrics are not computed yet
@@ -96,10 +98,16 @@ class _LayerCollector:
         self._flush()
 
     def _flush(self) -> None:
+        """The pending states' metrics, at most METRIC_BATCH states per call (whatever the batch of sequences), so
+        the float64 copies and the eigensolver's work stay one METRIC_BATCH however many states a chunk hands over."""
         if self.pending:
-            chosen = torch.cat(self.pending, dim=2)
+            chosen = torch.cat(self.pending, dim=2) if len(self.pending) > 1 else self.pending[0]
             self.pending, self.pending_count = [], 0
-            self.metric_parts.append({k: v.cpu() for k, v in spectral_metrics(chosen, tau=self.tau).items()})
+            step = max(1, METRIC_BATCH // chosen.shape[:2].numel())   # positions per call
+            for at in range(0, chosen.shape[2], step):
+                self.metric_parts.append({k: v.cpu() for k, v in
+                                          spectral_metrics(chosen[:, :, at:at + step], tau=self.tau).items()
+                                          if self.keep_metrics is None or k in self.keep_metrics})
 
     def result(self) -> LayerTrace:
         metrics = {k: torch.cat([p[k] for p in self.metric_parts], dim=2) for k in self.metric_parts[0]} \
@@ -112,13 +120,15 @@ class _LayerCollector:
 
 def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions=None,
                    keep_states: bool = False, compute_metrics: bool = True, tau: float = 1e-3,
-                   keep_keys: int = 0, every_token: bool = False, progress=None, batch: int | None = None) -> StateTrace:
+                   keep_keys: int = 0, every_token: bool = False, progress=None, batch: int | None = None,
+                   keep_metrics: tuple[str, ...] | None = None) -> StateTrace:
     """Run `model` on equal-length sequences `input_ids` [B, T] and trace every layer's states.
 
     every_token: also the rank utilization after every token (analysis.inspect.rank_trace), from the same pass.
     progress(layers_done, layers) is called as each layer's states are traced.
     batch: sequences per forward (None: all at once). A streamed model reads each layer once for all the batches,
     so a batch that fits the memory budget costs no extra reads; the trace is the same as with one batch.
+    keep_metrics: the names of the metrics kept (None: all of them, the singular values included).
     """
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise AnalysisError("input_ids must be a non-empty [batch, tokens] tensor of token ids.")
@@ -131,7 +141,8 @@ def collect_states(model, input_ids: torch.Tensor, *, stride: int = 1, positions
     if len(batches) > 1 and every_token:
         raise AnalysisError("The every-token trace runs all sequences in one batch; leave out the batch size.")
     # collectors[layer][m]: each layer runs each batch once, in batch order, in memory and streamed alike
-    collectors = [[_LayerCollector(chosen, keep_states, compute_metrics, tau) for _ in batches] for _ in attns]
+    collectors = [[_LayerCollector(chosen, keep_states, compute_metrics, tau, keep_metrics) for _ in batches]
+                  for _ in attns]
     calls = [0] * len(attns)
     calling = {"layer": None, "batch": None}
 

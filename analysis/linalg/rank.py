@@ -104,6 +104,7 @@ def _gram_eigenvalues(S: torch.Tensor, finite: torch.Tensor | None) -> torch.Ten
     if finite is not None:
         X = torch.where(finite[..., None, None], X, torch.zeros((), dtype=X.dtype, device=X.device))
     gram = X @ X.mT if X.shape[-2] <= X.shape[-1] else X.mT @ X  # the smaller one: m × m
+    del X  # the float64 copy is not needed by the eigensolver (which copies the Gram once more)
     return torch.linalg.eigvalsh(gram)
 
 

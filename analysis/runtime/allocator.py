@@ -27,3 +27,13 @@ def return_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     return _done
+
+
+def trim() -> bool:
+    """Hand the heap's free pages back to the system (glibc's malloc_trim): after work that made many small
+    allocations (a tokenizer's strings and id lists), which the mmap threshold does not cover; False where it cannot."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False

@@ -53,6 +53,11 @@ class Calibration:
             self._grads = _qk_gradients(self._model, self.input_ids, cancel)
         return self._grads
 
+    def held_bytes(self) -> int:
+        """What this calibration holds: its ids and every layer's kept statistics (the q/k activations above all)."""
+        tensors = [self.input_ids] + [t for stats in self.layers for t in vars(stats).values()]
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
     def drrqr_matrix(self, layer: int, head: int, seed: int = 0) -> torch.Tensor:
         """[min(2N, 5000), dk]: query and key activation rows of one head, stacked then subsampled."""
         stats = self.layers[layer]
@@ -134,6 +139,16 @@ def calibrate(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed:
                                  key_cov=((s2 - n * torch.einsum("hi,hj->hij", mean, mean)) / max(1, n - 1)).float()))
     label = label or f"{input_ids.shape[0]}×{input_ids.shape[1]} tokens given by the caller"
     return Calibration(input_ids=input_ids, layers=layers, label=label, _model=model)
+
+
+def sequences_only(model, tokenizer, n_sequences: int = 16, seq_len: int = 256, seed: int = 0) -> Calibration:
+    """The calibration sequences `calibrate` would draw, without its forward pass and the channel statistics it
+    keeps: what the head strategies read (their ids; each computes its own statistics from them, within the
+    memory budget). No channel strategy may be given it (its `layers` are empty)."""
+    if n_sequences < 1 or seq_len < 2:
+        raise AnalysisError("Calibration needs at least one sequence of at least two tokens.")
+    batch = inputs.calibration_batch(model, tokenizer, n_sequences, seq_len, seed)
+    return Calibration(input_ids=batch.ids, layers=[], label=batch.label, _model=model)
 
 
 def _qk_gradients(model, input_ids: torch.Tensor, cancel=None) -> list[tuple[torch.Tensor, torch.Tensor]]:

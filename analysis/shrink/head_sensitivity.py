@@ -15,9 +15,11 @@ from contextlib import contextmanager
 import torch
 
 from analysis.archs import adapter_for
+from analysis.data import corpus as data
 from analysis.models import limits
 from analysis.models.forward import is_streamed, run_batches
 from analysis.models.load import linear_layers
+from analysis.runtime.allocator import trim
 from analysis.runtime.cancel import check
 
 BATCH = 8
@@ -62,7 +64,7 @@ def sequence_losses(model, ids: torch.Tensor, cancel=None) -> torch.Tensor:
 def _streamed_sequence_losses(model, ids: torch.Tensor, cancel=None) -> torch.Tensor:
     """sequence_losses of a streamed model: batches as the budget holds them, each layer read once for all of them,
     and the loss summed over chunks of the logits (the model's own chunks, so they never exceed the budget)."""
-    per = limits.fitting_batch(model, BATCH, ids.shape[1], reserve=ids.numel() * 8)
+    per = limits.fitting_batch(model, BATCH, ids.shape[1], reserve=_held(ids.numel()))
     batches = list(ids.split(per))
     nats = [torch.zeros(b.shape[0], dtype=torch.float64) for b in batches]
 
@@ -75,6 +77,23 @@ def _streamed_sequence_losses(model, ids: torch.Tensor, cancel=None) -> torch.Te
             nats[m] += loss.view(targets.shape[0], n).double().sum(1)
     run_batches(model, batches, on_logits=score, cancel=cancel)
     return torch.cat(nats) / (ids.shape[1] - 1)
+
+
+def _held(tokens: int) -> int:
+    """What the losses hold beside their forwards: the ids and the baseline and current loss of every sequence,
+    and the train split's ids the process keeps encoded."""
+    return tokens * 8 + data.held_bytes()
+
+
+def check_removal_memory(model, sequences: int, tokens: int, held: int = 0) -> None:
+    """One sentence, before any work, when one forward of the removal losses does not fit (streamed: one sequence
+    at a time, its logits in the model's chunks; in memory: BATCH sequences with whole logits)."""
+    per = limits.fitting_batch(model, min(BATCH, sequences), tokens, reserve=held + _held(sequences * tokens))
+    limits.require(held + _held(sequences * tokens) + limits.forward_bytes(model, per, tokens, states=False),
+                   f"Measuring each head's removal on {sequences:,} × {tokens:,} calibration tokens ({per} "
+                   f"sequence{'s' if per != 1 else ''} per forward)",
+                   "use fewer calibration sequences or tokens (--calib-sequences, --calib-tokens) or raise "
+                   "--max-memory", next(model.parameters()).device)
 
 
 def paired(delta: torch.Tensor) -> dict:
@@ -112,4 +131,5 @@ def head_removal_losses(model, ids: torch.Tensor, cancel=None, progress=None) ->
             if progress:
                 progress(done, total)
         out.append(row)
+    trim()   # the per-head forwards' small tensors leave free pages inside the heap: hand them back
     return out

@@ -6,7 +6,8 @@ sequences and the loss of a forward with labels equals torch's cross-entropy of 
 removal and moves the logits (≥ 1e-4 and ≥ 100× the removal error); the model read one block at a time gives the
 logits of the model held whole. Slow: the CPU path equals fla's real Triton kernels run under TRITON_INTERPRET=1
 (logits and every recurrent state, full forward and cached decode, 1e-4 relative), one subprocess per family.
-A refused flag is one sentence naming it, before loading; `rank`, `prune` and `ppl` on a case exit 0.
+A refused flag is one sentence naming it, before loading; `rank`, `prune` and `ppl` on every
+case are tests/archs/test_config_flags_cli.py.
 """
 from __future__ import annotations
 
@@ -193,37 +194,6 @@ def test_a_flag_the_tool_cannot_run_is_one_sentence_before_loading(tmp_path, cap
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
     assert f"sets {flag} " in err and str(folder / "config.json") in err, err
     assert err.count(". ") == 0 and err.endswith("."), err
-
-
-# --- the CLI on every family's flag cases -----------------------------------------------------------------------
-
-def _cli_cases():
-    """Per family, the case farthest from the defaults (most fields changed) and the one of fla's defaults nearest."""
-    out = []
-    for family in AXES:
-        cases = pairwise(family)
-        defaults = {n: v[0] for n, v in AXES[family].items()}
-        changed = [sum(c[n] != defaults[n] for n in c) for c in cases]
-        out += [(family, cases[changed.index(max(changed))]), (family, cases[changed.index(min(changed))])]
-    return out
-
-
-@pytest.mark.parametrize("family, case", _cli_cases(), ids=[case_id(f, c) for f, c in _cli_cases()])
-def test_rank_prune_ppl_exit_0_on_the_flag_cases(tmp_path, capsys, family, case):
-    import copy
-
-    from analysis.cli.main import main
-    from analysis.data import corpus as data
-    model = copy.deepcopy(_model(family, case))
-    model.resize_token_embeddings(max(model.config.vocab_size, len(data.load_tokenizer())), mean_resizing=False)
-    model.save_pretrained(tmp_path / "model")
-    for argv in (["rank", "--tokens", "16", "--batch", "1"],
-                 ["prune", "--strategy", "l1", "--ratio", "0.5", "--eval-tokens", "260", "--out", str(tmp_path / "p")],
-                 ["ppl", "--context", "32", "--max-tokens", "64"]):
-        code = main([argv[0], str(tmp_path / "model"), "--device", "cpu", *argv[1:]])
-        err = capsys.readouterr().err
-        assert code == 0, (argv[0], err[-2000:])
-        assert "Traceback" not in err
 
 
 # --- fla's real kernels (slow) ------------------------------------------------------------------------------------

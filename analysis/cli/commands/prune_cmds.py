@@ -99,7 +99,7 @@ def _setup_prune(p):
 def run_prune(args) -> None:
     from analysis.cli.commands.eval_cmds import task_settings
     from analysis.data import inputs
-    from analysis.shrink.calibration import calibrate
+    from analysis.shrink.calibration import calibrate, sequences_only
     from analysis.models.key_plan import plan_key_dims, tiles
     from analysis.shrink.prune_run import PruneRun, unchanged
     from analysis.shrink.prune_workflow import Evaluation, prune_and_measure, recall_pairs
@@ -123,7 +123,7 @@ def run_prune(args) -> None:
             raise AnalysisError(f"{model.analysis_name} is an associative-recall model without a tokenizer, and "
                                 "recovery trains on text; drop --recover-steps.")
     heads = head_plan_of(args, model, head_strategy)
-    _check_prune_sizes(args, model, strategy, head_strategy)
+    _check_prune_sizes(args, model, strategy, head_strategy if heads else None)
     allocation = None
     if args.allocate:  # per-layer ratios from the sensitivity map (see analysis/shrink/allocate.py)
         from analysis.cli.commands.sensitivity_cmds import allocation_for, allocation_report
@@ -136,10 +136,12 @@ def run_prune(args) -> None:
                             latency=args.time_kernel, tasks=task_settings(args), confirmed=args.yes)
     evaluation = evaluation.loaded()  # task names and data checked before the prune
     calib = None
-    if (strategy is not None and strategy.needs_calibration) or (heads and head_strategy.needs_calibration):
+    if strategy is not None and strategy.needs_calibration:
         with bar(args, "prune: calibration", total=1, unit="step") as b:
             calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed)
             b.update()
+    elif heads and head_strategy.needs_calibration:  # the head scores read the sequences, not channel statistics
+        calib = sequences_only(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed)
     with fraction(args, "prune: pruning, then the test measurements before and after") as progress:
         done = prune_and_measure(model, tokenizer, args.strategy, dims, calib, evaluation, seed=args.seed,
                                  rescale=args.rescale, progress=progress, heads=heads)
@@ -197,9 +199,17 @@ def _task_lines(before: dict, after: dict) -> list[str]:
 
 def _check_prune_sizes(args, model, strategy, head_strategy=None) -> None:
     """Calibration and recovery memory, and the recovery's time, before the first step (not after the prune)."""
+    from analysis.data import inputs
+    from analysis.models import limits
     from analysis.shrink.calibration import check_size
-    if (strategy is not None and strategy.needs_calibration) or (head_strategy and head_strategy.needs_calibration):
+    channels = strategy is not None and strategy.needs_calibration
+    if channels:
         check_size(model, args.calib_sequences, args.calib_tokens)
+    if head_strategy is not None and head_strategy.needs_calibration:  # its scoring beside what calibration keeps
+        task = inputs.recall_task(model)
+        tokens = task.seq_len if task is not None else args.calib_tokens
+        held = limits.calibration_kept_bytes(model, args.calib_sequences, tokens) if channels else 0
+        head_strategy.check_memory(model, args.calib_sequences, tokens, held)
     if args.recover_steps:
         from analysis.shrink.recovery import check_settings, check_sizes
         settings = recovery_settings(args)

@@ -22,6 +22,7 @@ import torch
 
 from analysis.errors import AnalysisError
 from analysis.models.stream.hidden import HiddenStates
+from analysis.runtime.allocator import trim
 from analysis.runtime.cancel import check
 
 
@@ -220,6 +221,7 @@ class Runner:
                         for c, tensor in enumerate([shape.first(out), *shape.carried_of(out)]):
                             store.put(m * width + c, tensor)
                         calls[i] = None  # this layer's arguments are not needed again
+                trim()  # its work's small tensors (under the mmap threshold) leave free heap pages: hand them back
                 if progress:
                     progress(i + 1, total, sk.files.bytes_read - start_bytes, time.perf_counter() - began)
             if on_logits:

@@ -42,13 +42,19 @@ def states_at(S0: torch.Tensor, G: torch.Tensor, decay: torch.Tensor, k: torch.T
 
     S0 [B,H,dk,dv] (state entering the chunk); k [B,H,C,dk]; U [B,H,C,dv]; G [B,H,C] and Γ [B,H,C,C] for a
     per-head gate, or G [B,H,C,dk] and Γ [B,H,C,C,dk] for a per-key-channel one (Γ acts on k's channels).
-    Costs P·C·dk·dv for P = len(idx) instead of C·C·dk·dv for every token.
+    Costs P·C·dk·dv for P = len(idx) instead of C·C·dk·dv for every token, and holds the decayed keys
+    (P·C·dk) and the states (P·dk·dv) only: the keys are laid out [P·dk, C] so one matmul reads U as it is (a
+    broadcast U[:, :, None] would be copied P times), and the S_0 term is added in place.
     """
     G_t, decay_t = G[:, :, idx], decay[:, :, idx]                  # [B,H,P(,dk)], [B,H,P,C(,dk)]
     if G_t.dim() == 3:                                              # per-head gate: same for every channel
         G_t, decay_t = G_t[..., None], decay_t[..., None]
-    weighted_keys = decay_t * k[:, :, None]                         # [B,H,P,C,dk]: Γ_tj k_j
-    return G_t.exp()[..., None] * S0[:, :, None] + weighted_keys.transpose(-1, -2) @ U[:, :, None]
+    B, H, P, C, dk = *decay_t.shape[:4], k.shape[-1]
+    keys_t = torch.empty(B, H, P, dk, C, dtype=torch.result_type(decay_t, k), device=k.device)
+    torch.mul(decay_t.transpose(-1, -2), k.transpose(-1, -2)[:, :, None], out=keys_t)   # Γ_tj k_j, [B,H,P,dk,C]
+    states = (keys_t.view(B, H, P * dk, C) @ U).view(B, H, P, dk, U.shape[-1])
+    del keys_t
+    return states.addcmul_(G_t.exp()[..., None], S0[:, :, None])
 
 
 def hand_over(sink: StateSink, start: int, stop: int, form) -> None:

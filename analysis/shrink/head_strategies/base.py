@@ -22,13 +22,17 @@ class HeadStrategy:
         """Per linear layer, [Hv] value-head scores (higher = keep)."""
         raise NotImplementedError
 
+    def check_memory(self, model, sequences: int, tokens: int, held: int = 0) -> None:
+        """One sentence, before any work, when scoring on `sequences` × `tokens` calibration tokens would not fit
+        the memory this request may hold; `held`: what the calibration keeps beside it (bytes)."""
+
 
 def calibration_statistics(model, calib: Calibration) -> list[dict]:
     """Per layer, each value head's mean log effective rank and mean log ‖S‖_F over the second half of the
     calibration sequences (analysis.inspect.head_ranks), computed once per calibration."""
     if "head_ranks" not in calib.derived:
         from analysis.inspect.head_ranks import head_trajectories
-        calib.derived["head_ranks"] = head_trajectories(model, calib.input_ids)["layers"]
+        calib.derived["head_ranks"] = head_trajectories(model, calib.input_ids, held=calib.held_bytes())["layers"]
     return calib.derived["head_ranks"]
 
 
@@ -37,3 +41,9 @@ def standardised(x: torch.Tensor) -> torch.Tensor:
     x = x.double()
     std = x.std(unbiased=False)
     return (x - x.mean()) / std if float(std) > 0 else torch.zeros_like(x)
+
+
+def check_statistics_memory(model, sequences: int, tokens: int, held: int = 0) -> None:
+    """check_memory of the strategies that read calibration_statistics."""
+    from analysis.inspect.head_ranks import check_trajectories
+    check_trajectories(model, sequences, tokens, held)

@@ -4,10 +4,12 @@ from __future__ import annotations
 import torch
 
 from analysis.models.load import linear_layers
-from analysis.shrink.head_strategies.base import HeadStrategy, calibration_statistics, standardised
+from analysis.shrink.head_strategies.base import (HeadStrategy, calibration_statistics,
+                                                   check_statistics_memory, standardised)
 
 
 class RankStrategy(HeadStrategy):
+    check_memory = staticmethod(check_statistics_memory)
     name, label = "rank", "Rank (keep low-rank heads)"
     score_unit = "−mean log erank(S) over the second half (nats)"
     description = ("Keeps the heads whose states stay low-rank: score −mean log erank over the second half of the "
@@ -18,6 +20,7 @@ class RankStrategy(HeadStrategy):
 
 
 class NormStrategy(HeadStrategy):
+    check_memory = staticmethod(check_statistics_memory)
     name, label = "norm", "Norm (keep large states)"
     score_unit = "mean log ‖S‖_F over the second half"
     description = "Keeps the heads whose states are largest: score mean log ‖S‖_F over the second half."
@@ -27,6 +30,7 @@ class NormStrategy(HeadStrategy):
 
 
 class RankNormStrategy(HeadStrategy):
+    check_memory = staticmethod(check_statistics_memory)
     name, label = "rank-norm", "Joint rank-norm"
     score_unit = "z(−mean log erank) + z(mean log ‖S‖_F), within the layer"
     description = ("Joint Rank-Norm score (the project's reading of arXiv 2602.02195, whose exact equation was "
