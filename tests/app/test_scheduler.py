@@ -12,6 +12,17 @@ from ui.shared.scheduler import INTERACTIVE, LONG, SCHEDULER, Scheduler
 WAIT = 60  # seconds: only a failure ever waits this long
 
 
+@pytest.fixture(autouse=True)
+def no_shared_models_of_earlier_tests(monkeypatch):
+    """The process's SCHEDULER guards every model the dashboard's cache holds, and Streamlit's cache outlives an
+    AppTest: a streamed model cached by an earlier test would forbid every pause here (and a test waiting for one
+    would hang). Each test sees only the models it guards itself, and starts from a slot that can pause."""
+    import weakref
+    monkeypatch.setattr(SCHEDULER, "_guarded", weakref.WeakSet())
+    assert SCHEDULER.quiescent(), "a hook or recurrence observer of an earlier test is still installed"
+    assert SCHEDULER.state() == {"holder": None, "depth": 0, "waiting": []}, SCHEDULER.state()
+
+
 class FakeClock:
     def __init__(self):
         self.now = 0.0
