@@ -236,8 +236,9 @@ def fill(field, value) -> None:
 JOB_CAP_S = 3600  # a job that shows no sign of ending within an hour is stuck, however loaded the host
 
 
-def wait_while_running(page, selector: str, stop_button, poll_ms: int = 5_000) -> None:
-    """Wait for `selector` for as long as the job runs (its `stop_button` is enabled), not for a fixed wall time:
+def wait_while_running(page, selector: str, stop_buttons, poll_ms: int = 5_000) -> None:
+    """Wait for `selector` for as long as the job runs (one of `stop_buttons` is enabled: a page may show several
+    jobs' Stop, e.g. the Prune page's map above its prune), not for a fixed wall time:
     on a host loaded by other work a point may take many minutes, and that is not a failure; a job that ended
     without showing `selector` is (said at once, not after a timeout)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -248,7 +249,7 @@ def wait_while_running(page, selector: str, stop_button, poll_ms: int = 5_000) -
             return
         except PlaywrightTimeout:
             pass
-        if not stop_button.is_enabled():  # Stop is live exactly while the job runs (ui.shared.jobs.controls)
+        if not any(b.is_enabled() for b in stop_buttons.all()):  # Stop is live exactly while its job runs
             page.wait_for_selector(selector, timeout=poll_ms)  # it may have shown it as it ended
             return
         assert time.monotonic() < deadline, f"the job was still running after {JOB_CAP_S} s without showing {selector}"
@@ -267,5 +268,5 @@ def start_long_sweep(page):
     fill(main.get_by_label("Tokens to score", exact=True), 256)
     fill(main.get_by_label("Recovery steps per point"), 1000)  # minutes of work: under the one-hour refusal
     main.get_by_role("button", name="Run sweep").click()
-    wait_while_running(page, "text=/1 of 2 points/", main.get_by_role("button", name="Stop").first)
+    wait_while_running(page, "text=/1 of 2 points/", main.get_by_role("button", name="Stop"))
     return main

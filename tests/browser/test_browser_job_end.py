@@ -120,7 +120,7 @@ def start_long_prune(page) -> None:
     fill(main.get_by_label("Tokens to score", exact=True), 1_000_000)
     idle(page)
     main.get_by_role("button", name="Prune", exact=True).click()
-    wait_while_running(page, "text=/perplexity of the (un)?pruned model/", main.get_by_role("button", name="Stop").first)
+    wait_while_running(page, "text=/perplexity of the (un)?pruned model/", main.get_by_role("button", name="Stop"))
 
 
 def test_stop_inside_a_sweep_point_idles_the_server_and_caches_nothing(server, browser):
