@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
+sys.path.insert(0, str(ROOT / "tests"))
 from browser_utils import CHROMIUM, CHROMIUM_ARGS, COLD_LAUNCH, LAUNCH, settle, streamlit_server  # noqa: E402
 
 def first_chart(launch: tuple[str, ...], arrive_after: float, browser, log: Path) -> float:

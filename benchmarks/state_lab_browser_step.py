@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
+sys.path.insert(0, str(ROOT / "tests"))
 from browser_utils import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, idle, lab_step_seconds, open_page,  # noqa: E402
                            streamlit_server)
 

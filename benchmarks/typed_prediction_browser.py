@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
+sys.path.insert(0, str(ROOT / "tests"))
 from browser_utils import (CHROMIUM, CHROMIUM_ARGS, IDLE, TIMEOUT_MS, idle, open_page,  # noqa: E402
                            streamlit_server)
 

@@ -418,16 +418,25 @@ def test_the_architecture_page_names_every_core_package():
     assert stray == ["__init__.py", "__main__.py", "defaults.py", "errors.py"], "a new core module belongs in a package"
 
 
-TEST_FOLDERS_BESIDE_THE_CORE = {"app", "browser", "golden", "project"}     # the dashboard, real browser, goldens, rules
+TEST_FOLDERS_BESIDE_THE_CORE = {"ui", "golden", "project", "app", "browser"}  # the dashboard, goldens, rules
 TEST_SUPPORT = {"helpers", "family_cases", "oracle", "artifacts", "__pycache__"}
+UI_TESTS_OF_THE_WHOLE_APP = "app"  # tests/ui/app/: the frame, sidebar, server and jobs; modules that open every page
 
 
 def test_tests_are_organised_like_the_code():
-    """Issue 20 item 9: every test module sits in a folder named after the core package it tests (or app/,
-    browser/, golden/, project/), so a change to analysis/<package>/ has its tests in tests/<package>/."""
+    """Issue 20 item 9: every test module sits in a folder named after the core package it tests (or ui/, golden/,
+    project/), so a change to analysis/<package>/ has its tests in tests/<package>/. Issue 43 item 7: the
+    dashboard's tests sit in tests/ui/<room>/ beside ui/<room>/ (a real-browser test too, marked `browser`), or in
+    tests/ui/app/ when they test the dashboard as a whole."""
     tests = ROOT / "tests"
     assert sorted(p.name for p in tests.glob("test_*.py")) == []
     core = {p.parent.name for p in (ROOT / "analysis").glob("*/__init__.py")}
     folders = {p.name for p in tests.iterdir() if p.is_dir()} - TEST_SUPPORT
     assert folders - core - TEST_FOLDERS_BESIDE_THE_CORE == set()
-    assert all(any((tests / f).glob("test_*.py")) for f in folders)
+    assert all(any((tests / f).rglob("test_*.py")) for f in folders)
+    ui_tests = tests / "ui"
+    assert sorted(p.name for p in ui_tests.glob("test_*.py")) == [], "a dashboard test belongs in its room's folder"
+    rooms = {p.name for p in ui_tests.iterdir() if p.is_dir()} - TEST_SUPPORT
+    assert rooms - ui_rooms() - {UI_TESTS_OF_THE_WHOLE_APP} == set(), "tests/ui/<room>/ mirrors ui/<room>/"
+    assert all(any((ui_tests / r).glob("test_*.py")) for r in rooms)
+    assert [str(p.relative_to(tests)) for p in ui_tests.glob("*/*/*.py")] == [], "a room's tests are one folder"
