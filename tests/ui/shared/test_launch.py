@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ui.shared import launch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_core_is_imported_before_the_server_starts():
