@@ -4,7 +4,7 @@ The launcher ("warm") imports torch, transformers and fla before the server list
 imports them when the first page runs. Each run is a fresh server on deltanet-small (CPU, one intra-op thread,
 as the browser tests run it) and a new page in one headless Debian chromium kept open; the two launches
 alternate so a busy machine slows both alike. Two arrivals:
-"at once" opens the page as soon as the server answers its health check (what tests/browser/test_browser.py times);
+"at once" opens the page as soon as the server answers its health check (what tests/ui/app/test_browser.py times);
 "after N s" opens it N seconds after the start, like a user who runs `make run` and then opens the browser.
 The clock runs from the server's launch to the Model page's chart drawn and the script idle.
 Target (issue 14): ≤ 15 s at once.

@@ -418,7 +418,7 @@ def test_the_architecture_page_names_every_core_package():
     assert stray == ["__init__.py", "__main__.py", "defaults.py", "errors.py"], "a new core module belongs in a package"
 
 
-TEST_FOLDERS_BESIDE_THE_CORE = {"ui", "golden", "project", "app", "browser"}  # the dashboard, goldens, rules
+TEST_FOLDERS_BESIDE_THE_CORE = {"ui", "golden", "project"}  # the dashboard, goldens, rules
 TEST_SUPPORT = {"helpers", "family_cases", "oracle", "artifacts", "__pycache__"}
 UI_TESTS_OF_THE_WHOLE_APP = "app"  # tests/ui/app/: the frame, sidebar, server and jobs; modules that open every page
 
@@ -431,12 +431,28 @@ def test_tests_are_organised_like_the_code():
     tests = ROOT / "tests"
     assert sorted(p.name for p in tests.glob("test_*.py")) == []
     core = {p.parent.name for p in (ROOT / "analysis").glob("*/__init__.py")}
-    folders = {p.name for p in tests.iterdir() if p.is_dir()} - TEST_SUPPORT
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.rglob("*.py"))} - TEST_SUPPORT
     assert folders - core - TEST_FOLDERS_BESIDE_THE_CORE == set()
     assert all(any((tests / f).rglob("test_*.py")) for f in folders)
     ui_tests = tests / "ui"
     assert sorted(p.name for p in ui_tests.glob("test_*.py")) == [], "a dashboard test belongs in its room's folder"
-    rooms = {p.name for p in ui_tests.iterdir() if p.is_dir()} - TEST_SUPPORT
+    rooms = {p.name for p in ui_tests.iterdir() if p.is_dir() and any(p.glob("*.py"))} - TEST_SUPPORT
     assert rooms - ui_rooms() - {UI_TESTS_OF_THE_WHOLE_APP} == set(), "tests/ui/<room>/ mirrors ui/<room>/"
     assert all(any((ui_tests / r).glob("test_*.py")) for r in rooms)
     assert [str(p.relative_to(tests)) for p in ui_tests.glob("*/*/*.py")] == [], "a room's tests are one folder"
+
+
+def test_every_real_browser_test_is_marked_browser():
+    """Issue 43 item 7: real-browser tests live in their page's folder, so the `browser` marker, not a folder, is
+    what `make test`'s fast lane leaves out: a module that drives chromium (Playwright or browser_utils) carries it."""
+    unmarked = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        drives = any(name.split(".")[0] in ("playwright", "browser_utils")
+                     for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                     for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]))
+        marked = any(isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets)
+                     and "pytest.mark.browser" in ast.unparse(node.value) for node in tree.body)
+        if drives and not marked:
+            unmarked.append(str(path.relative_to(ROOT)))
+    assert unmarked == []

@@ -43,7 +43,7 @@ def test_every_page_renders(monkeypatch, lm_dir, page):
         from ui.shared import notice
         dks = [int(d) for d in at.table[0].value.loc["dk per head, by layer", "Value"].split(", ")]
         assert [c.value for c in at.caption if c.value.startswith("Notice:")] == [notice.key_dims(dks, TILE_ROWS)]
-    if page == "pages/query_noise.py":  # more in tests/app/test_app_noise.py
+    if page == "pages/query_noise.py":  # more in tests/ui/query_noise/test_app_noise.py
         [spec] = charts(at)
         assert spec["layout"]["yaxis"]["type"] == "log"
         assert len(spec["data"]) == 9  # 3 probes × (raw exact, re-normalised 2nd and 1st order); no Monte Carlo yet

@@ -11,7 +11,7 @@ import pytest
 from analysis.io import writes
 from helpers.app import click, one_sentence, open_page
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "navigation_only", "sweep_cache")
 
 

@@ -2,7 +2,7 @@
 Mamba-2's SSD: q = C, k = B, v = dt·x, no normalisation, no readout scale) and hides the control it lacks; the
 per-layer inputs of a hybrid name the block; the Save name belongs to the model it was typed for; "Start here" lists
 the pages in the sidebar's order; Channel importance draws the data-free strategies before any calibration. (The
-Prune page opening on the strategy whose map ships is checked in a real browser: tests/browser/
+Prune page opening on the strategy whose map ships is checked in a real browser: tests/ui/prune/
 test_browser_plans_by_eye.py.)"""
 import pytest
 import streamlit as st
