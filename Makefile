@@ -1,4 +1,9 @@
 # `make run` starts the dashboard, `make test` runs every test; both create .venv when missing.
+# `make test` runs the fast lane first and stops at its first failure, so a broken change fails in minutes, then
+# installs chromium (when missing) and runs the rest. The two marker expressions are complements: every test runs
+# once, none is left out (tests/project/test_layout.py checks it).
+FAST := not slow and not browser
+REST := slow or browser
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
@@ -28,11 +33,13 @@ run: $(STAMP)
 	$(PY) -m ui.shared.launch --server.headless true --server.address $(ADDRESS) --server.port $(PORT) \
 	    --server.fileWatcherType none
 
-test: $(STAMP) chromium
-	$(PY) -m pytest
+test: $(STAMP)
+	$(PY) -m pytest -m "$(FAST)" -x
+	@$(MAKE) --no-print-directory chromium
+	$(PY) -m pytest -m "$(REST)"
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not browser"
+	$(PY) -m pytest -m "$(FAST)"
 
 benchmarks: $(STAMP) chromium
 	$(PY) benchmarks/rank_trace.py

@@ -456,3 +456,22 @@ def test_every_real_browser_test_is_marked_browser():
         if drives and not marked:
             unmarked.append(str(path.relative_to(ROOT)))
     assert unmarked == []
+
+
+def test_make_test_runs_the_fast_lane_first_and_every_test_once():
+    """Issue 43 item 7: `make test` (what .ci/run calls) runs the fast lane, stopping at its first failure, then the
+    rest; the two marker expressions are complements, so each test, whatever its markers, runs in exactly one."""
+    from _pytest.mark.expression import Expression
+    make = (ROOT / "Makefile").read_text()
+    lanes = dict(re.findall(r"^(FAST|REST) := (.+)$", make, re.M))
+    recipe = make[make.index("\ntest:"):].split("\n\n")[0]
+    runs = re.findall(r'-m pytest -m "\$\((FAST|REST)\)"( -x)?', recipe)
+    assert runs == [("FAST", " -x"), ("REST", "")], recipe
+    ini = (ROOT / "pytest.ini").read_text()
+    markers = re.findall(r"^    (\w+):", ini[ini.index("\nmarkers ="):ini.index("\nfilterwarnings")], re.M)
+    assert {"slow", "browser"} <= set(markers)
+    fast, rest = Expression.compile(lanes["FAST"]), Expression.compile(lanes["REST"])
+    for bits in range(2 ** len(markers)):
+        has = {m for i, m in enumerate(markers) if bits >> i & 1}
+        assert fast.evaluate(has.__contains__) != rest.evaluate(has.__contains__), has
+        assert not fast.evaluate(has.__contains__) or not has & {"slow", "browser"}, has
