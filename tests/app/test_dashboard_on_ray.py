@@ -86,3 +86,16 @@ def test_the_prune_pages_map_runs_on_ray_with_the_numbers_of_in_process(local_ra
     assert len(here) == len(remote) and all(v is not None for row in remote for v in row)
     assert all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) for r, s in zip(here, remote) for a, b in zip(r, s))
     assert len(list((tmp_path / "local").glob("*.json"))) == len(list((tmp_path / "None").glob("*.json"))) > 1
+
+
+def test_a_cluster_that_cannot_be_reached_is_the_jobs_one_sentence_and_the_page_keeps_working(server_setting,
+                                                                                                monkeypatch, lm_dir,
+                                                                                                tmp_path):
+    server_setting("127.0.0.1:9")
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
+    at = sensitivity_page(monkeypatch, lm_dir)
+    at.button(key="sensitivity:run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    [error] = [e.value for e in at.error]
+    assert "Cannot reach the Ray cluster at 127.0.0.1:9" in error and "\n" not in error
+    assert not (tmp_path / "cache").exists()
