@@ -63,8 +63,8 @@ def _plan(entry, i: int, model, path: str) -> dict:
 def eval_plans(model, tokenizer, tasks, plans: list[dict], strategy: str = "l1", *, calib_sequences: int = 16,
                calib_tokens: int = 256, seed: int = 0, executor: Executor = IN_PROCESS, use_cache: bool = True,
                cancel=None, yes: bool = False, say=None):
-    """Yield the unpruned model's scores first, then one result per plan (in-process in order; on Ray, cached ones
-    first, then as their tasks finish). tasks: analysis.evaluate.harness.TaskSettings; each result is the
+    """Yield (index, result): 0 the unpruned model, i the plan plans[i - 1] (in-process in order; on Ray, cached
+    ones first, then as their tasks finish). tasks: analysis.evaluate.harness.TaskSettings; each result is the
     harness's report (evaluate_tasks) plus "name", "head_k_dims", "strategy" and "cached"."""
     from analysis.evaluate.harness import prepare, tokenizer_for
     from analysis.shrink.strategies import get_strategy
@@ -97,9 +97,8 @@ def eval_plans(model, tokenizer, tasks, plans: list[dict], strategy: str = "l1",
             calib = calibrate(model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed,
                               cancel=cancel)
         return model, tokenizer, calib, opts
-    for _, result in run_points(_plan_point, points, shared, executor=executor, device=device,
-                                use_cache=use_cache, cancel=cancel):
-        yield result
+    yield from run_points(_plan_point, points, shared, executor=executor, device=device, use_cache=use_cache,
+                          cancel=cancel)
 
 
 def _check_size(model, tokenizer, plan, points: int, calibrates: bool, calib_sequences: int, calib_tokens: int,

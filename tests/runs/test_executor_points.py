@@ -233,7 +233,7 @@ def test_eval_plans_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm
     (tmp_path / "plans.json").write_text(json.dumps([plans[0], plans[1]["head_k_dims"]]))
     tasks = TaskSettings(("shakespeare_word_order",), limit=4, batch_size=8)
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
-    here = {tuple(r["head_k_dims"]): r for r in eval_plans(model, tok, tasks, plans)}
+    here = {tuple(r["head_k_dims"]): r for _, r in eval_plans(model, tok, tasks, plans)}
 
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "ray")
     out = tmp_path / "eval.json"
@@ -249,7 +249,22 @@ def test_eval_plans_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm
         assert all(_close(m["value"], theirs["metrics"][k]["value"]) for k, m in mine["metrics"].items())
 
     again = list(eval_plans(model, tok, tasks, plans))  # Ray's plans, served here from the cache
-    assert all(r["cached"] for r in again)
+    assert [i for i, _ in again] == [0, 1, 2] and all(r["cached"] for _, r in again)
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
     served = list(eval_plans(model, tok, tasks, plans, executor=RAY))  # and the in-process ones on Ray
-    assert all(r["cached"] for r in served)
+    assert all(r["cached"] for _, r in served)
+
+
+def test_a_bad_plans_file_is_one_sentence_and_nothing_is_measured(lm_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
+    bad = {"short.json": "[[16]]", "wide.json": "[[16, 64]]", "text.json": "not json", "empty.json": "[]",
+           "words.json": '[["a", "b"]]'}
+    for name, text in bad.items():
+        (tmp_path / name).write_text(text)
+        assert main(["eval", str(lm_dir), "--tasks", "shakespeare_word_order", "--plans", str(tmp_path / name),
+                     "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and "--plans" in err, err
+    assert main(["eval", str(lm_dir), "--tasks", "shakespeare_word_order", "--executor", "ray", "--quiet"]) == 2
+    assert "add --plans FILE" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()

@@ -101,16 +101,14 @@ def run_eval_plans(args, executor) -> None:
     if inputs.recall_task(model) is None:
         require_text_model(model, tokenizer, "eval")
     plans = read_plans(args.plans, model)
-    results = []
+    results = [None] * (len(plans) + 1)
     with bar(args, f"eval ({executor.kind}): plans", total=len(plans) + 1, unit="point") as b:
-        for r in eval_plans(model, tokenizer, settings, plans, args.strategy, calib_sequences=args.calib_sequences,
+        for i, r in eval_plans(model, tokenizer, settings, plans, args.strategy, calib_sequences=args.calib_sequences,
                             calib_tokens=args.calib_tokens, seed=args.seed, executor=executor, yes=args.yes,
                             say=announce):
-            results.append(r)
+            results[i] = r  # Ray's finishing order → the file's
             say(args, plan_line(r))
             b.update()
-    order = {"unpruned": -1, **{p["name"]: i for i, p in enumerate(plans)}}  # Ray's finishing order → the file's
-    results.sort(key=lambda r: order.get(r["name"], len(order)))
     payload = {**meta, "executor": executor.kind, "strategy": args.strategy, "plans": results}
     lines = [f"{results[0]['harness']} on {meta['model']} ({meta['device']}, {meta['dtype']}), "
              f"{len(plans)} plans pruned with {args.strategy} ({executor.kind}):"] + [plan_line(r) for r in results]
