@@ -11,6 +11,8 @@ PORT ?= 8501
 # The dashboard has no authentication: it listens on this machine only unless told otherwise
 # (`make run ADDRESS=0.0.0.0` exposes it to the network, deliberately).
 ADDRESS ?= 127.0.0.1
+# `make run RAY_ADDRESS=host:6379` (or RAY_ADDRESS=local): the pages' multi-point jobs run their points on that Ray
+# cluster (docs/executor.md); the dashboard itself still listens on ADDRESS.
 
 .PHONY: run test test-fast chromium benchmarks clean
 
@@ -31,7 +33,7 @@ chromium:
 
 run: $(STAMP)
 	$(PY) -m ui.shared.launch --server.headless true --server.address $(ADDRESS) --server.port $(PORT) \
-	    --server.fileWatcherType none
+	    --server.fileWatcherType none $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS))
 
 test: $(STAMP)
 	$(PY) -m pytest -m "$(FAST)" -x

@@ -51,6 +51,11 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+def check_address(address: str) -> None:
+    """One sentence when `address` is not host:port, ray://host:port or auto (nothing is contacted)."""
+    _host_port(address)
+
+
 def _probe(address: str) -> None:
     where = _host_port(address)
     if where is None:

@@ -174,7 +174,9 @@ def test_address_without_ray_is_one_sentence_on_every_command(lm_dir, tmp_path, 
     prune = ["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5",
              "--out", str(tmp_path / "never")]
     for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune, ["sweep", str(lm_dir), *AXIS_FLAGS],
-                    ["heads", str(lm_dir), "--measure", "4", "--tokens", "32"]):
+                    ["heads", str(lm_dir), "--measure", "4", "--tokens", "32"],
+                    ["eval", str(lm_dir), "--tasks", "shakespeare_word_order", "--plans", str(tmp_path / "p.json")],
+                    ["plan", str(lm_dir), "--recommend", "--budget", "0.5"]):
         assert main([*command, "--address", "127.0.0.1:9"]) == 2
         err = capsys.readouterr().err
         assert "add --executor ray" in err and err.count("\n") == 1
@@ -185,8 +187,84 @@ def test_unreachable_cluster_is_one_sentence_and_writes_nothing(lm_dir, tmp_path
     prune = ["prune", str(lm_dir), "--allocate", "sensitivity", "--strategy", "l1", "--budget", "0.5",
              "--out", str(tmp_path / "never")]
     for command in (["sensitivity", str(lm_dir), *MAP_FLAGS], prune, ["sweep", str(lm_dir), *AXIS_FLAGS],
-                    ["heads", str(lm_dir), "--measure", "4", "--tokens", "32"]):
+                    ["heads", str(lm_dir), "--measure", "4", "--tokens", "32"],
+                    ["eval", str(lm_dir), "--tasks", "shakespeare_word_order", "--plans", str(tmp_path / "p.json")],
+                    ["plan", str(lm_dir), "--recommend", "--budget", "0.5"]):
         assert main([*command, "--executor", "ray", "--address", "127.0.0.1:9", "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: Cannot reach the Ray cluster at 127.0.0.1:9") and "\n" not in err
     assert not (tmp_path / "cache").exists() and not (tmp_path / "never").exists()
+
+
+def test_plan_recommend_measures_a_missing_map_on_ray_equal_to_in_process_with_one_cache(local_ray, lm, lm_dir,
+                                                                                         here_map, tmp_path,
+                                                                                         monkeypatch):
+    import analysis.io.points as points
+    from analysis.shrink.allocate import recommend
+    model, tok = lm
+    smap, here_cache = here_map
+    here = recommend(smap, 0.5)
+    flags = ["plan", str(lm_dir), "--recommend", "--budget", "0.5", "--map-ratios", "0.5", "--map-eval-tokens", "64",
+             "--map-context", "32", "--calib-sequences", "2", "--calib-tokens", "32", "--quiet"]
+
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "ray")
+    out = tmp_path / "rec.json"
+    assert main([*flags, "--executor", "ray", "--json", str(out)]) == 0  # no shipped map: measured on Ray
+    remote = json.loads(out.read_text())
+    assert remote["executor"] == "ray" and remote["map_source"] == "measured (ray)"
+    assert remote["head_k_dims"] == here["head_k_dims"] and remote["plan"] == here["plan"]
+    assert _close(remote["predicted_loss"], here["predicted_loss"])
+    assert _close(remote["predicted_uncertainty"], here["predicted_uncertainty"])
+    assert all(p["cached"] for p in sensitivity_points(model, tok, MAP))  # Ray's map points, served here
+
+    def no_task(*_a, **_k):
+        raise AssertionError("a map point computed in-process was computed again on Ray")
+    monkeypatch.setattr(point_cache, "CACHE_DIR", here_cache)
+    monkeypatch.setattr(points, "_on_ray", no_task)
+    assert main([*flags, "--executor", "ray", "--json", str(out)]) == 0  # the in-process map, served on Ray
+    assert _close(json.loads(out.read_text())["predicted_loss"], here["predicted_loss"])
+
+
+def test_eval_plans_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch):
+    from analysis.evaluate.harness import TaskSettings
+    from analysis.runs.plan_eval import eval_plans
+    model, tok = lm
+    plans = [{"name": "half", "head_k_dims": [16, 16]}, {"name": "lopsided", "head_k_dims": [24, 8]}]
+    (tmp_path / "plans.json").write_text(json.dumps([plans[0], plans[1]["head_k_dims"]]))
+    tasks = TaskSettings(("shakespeare_word_order",), limit=4, batch_size=8)
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
+    here = {tuple(r["head_k_dims"]): r for _, r in eval_plans(model, tok, tasks, plans)}
+
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "ray")
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(lm_dir), "--tasks", "shakespeare_word_order", "--limit", "4", "--batch-size", "8",
+                 "--plans", str(tmp_path / "plans.json"), "--executor", "ray", "--json", str(out), "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    assert report["executor"] == "ray" and not any(r["cached"] for r in report["plans"])
+    assert [r["name"] for r in report["plans"]] == ["unpruned", "half", "plan 2"]
+    for r in report["plans"]:
+        mine, theirs = r["tasks"]["shakespeare_word_order"], here[tuple(r["head_k_dims"])]["tasks"][
+            "shakespeare_word_order"]
+        assert mine["docs"] == theirs["docs"] == 4 and mine["metrics"].keys() == theirs["metrics"].keys()
+        assert all(_close(m["value"], theirs["metrics"][k]["value"]) for k, m in mine["metrics"].items())
+
+    again = list(eval_plans(model, tok, tasks, plans))  # Ray's plans, served here from the cache
+    assert [i for i, _ in again] == [0, 1, 2] and all(r["cached"] for _, r in again)
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
+    served = list(eval_plans(model, tok, tasks, plans, executor=RAY))  # and the in-process ones on Ray
+    assert all(r["cached"] for _, r in served)
+
+
+def test_a_bad_plans_file_is_one_sentence_and_nothing_is_measured(lm_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
+    bad = {"short.json": "[[16]]", "wide.json": "[[16, 64]]", "text.json": "not json", "empty.json": "[]",
+           "words.json": '[["a", "b"]]'}
+    for name, text in bad.items():
+        (tmp_path / name).write_text(text)
+        assert main(["eval", str(lm_dir), "--tasks", "shakespeare_word_order", "--plans", str(tmp_path / name),
+                     "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and "--plans" in err, err
+    assert main(["eval", str(lm_dir), "--tasks", "shakespeare_word_order", "--executor", "ray", "--quiet"]) == 2
+    assert "add --plans FILE" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()

@@ -18,7 +18,7 @@ from analysis.errors import AnalysisError
 from analysis.shrink.sensitivity import (DEFAULT_EVAL_TOKENS, DEFAULT_RATIOS, RESULTS_DIR, MapSettings, build_map,
                                   compute_map, grid, load_shipped, shipped_strategies)
 from analysis.shrink.strategies import STRATEGIES
-from ui.shared import cache, jobs, notice, shrink, state
+from ui.shared import cache, cluster, jobs, notice, shrink, state
 from ui.shared.blocks import layer_name
 from ui.shared.context import Context
 from ui.shared.parse import number_list
@@ -219,17 +219,18 @@ def _launch(ctx: Context, s: MapSettings, calib: shrink.CalibSettings, entry: di
     def work(job):
         def arrived(point):
             merged(points, point, lambda a, b: (a["layer"], a["ratio"]) == (b["layer"], b["ratio"]))
-            entry["source"] = "measured in this session (cached on disk)"
+            entry["source"] = f"measured in this session, {cluster.where(executor)} (cached on disk)"
             job.items = points
             job.report(min(1.0, len(points) / expected), f"{len(points)} of {expected} points (unpruned first)")
         job.report(0.0, f"0 of {expected} points (unpruned first)")
         # the core's one map workflow (the CLI's `sensitivity` calls it too); the map drawn is build_map's
         return compute_map(model, use.tokenizer, s, task, on_point=arrived, profile=profile, cancel=job.cancelled,
                            get_calibration=calibrated and (lambda: calibrated(cancel=job.cancelled)),
-                           lock=use.lock, name=name)
+                           lock=cluster.lock_for(executor, use.lock), name=name, executor=executor)
 
+    executor = cluster.executor()
     jobs.launch(JOB, key, f"{ctx.name}, {STRATEGIES[s.strategy].label} at ρ = "
-                f"{', '.join(f'{r:g}' for r in s.ratios)}", work)
+                f"{', '.join(f'{r:g}' for r in s.ratios)} ({cluster.where(executor)})", work)
 
 
 def _evidence() -> None:

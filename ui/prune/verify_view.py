@@ -14,7 +14,7 @@ from analysis.errors import AnalysisError
 from analysis.shrink.allocate import YOURS, allocate_and_choose, plans_beside
 from analysis.shrink.number_format import nats_with_percent, signed
 from analysis.shrink.strategies import STRATEGIES
-from ui.shared import jobs, shrink
+from ui.shared import cluster, jobs, shrink
 from ui.shared.context import Context
 from ui.prune import plan_history, plan_inputs
 
@@ -86,11 +86,14 @@ def _launch(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, r
             if needs.needs_gradients:
                 with use.lock:
                     c.gradients(cancel=job.cancelled)
-        with use.lock:  # the core's one allocate-and-choose workflow (the CLI's `prune --allocate` calls it too)
+        # the core's one allocate-and-choose workflow (the CLI's `prune --allocate` calls it too)
+        with cluster.lock_for(executor, use.lock):
             return allocate_and_choose(model, use.tokenizer, smap, None, round_to, task, c, progress=job.report,
-                                       cancel=job.cancelled, plan=plan)
+                                       cancel=job.cancelled, plan=plan, executor=executor)
 
-    jobs.launch(JOB, key, f"{len({tuple(p['dims']) for p in plans})} distinct plans of {ctx.name}", work)
+    executor = cluster.for_task(task)
+    jobs.launch(JOB, key, f"{len({tuple(p['dims']) for p in plans})} distinct plans of {ctx.name} "
+                f"({cluster.where(executor)})", work)
 
 
 def recommended_plan(check: dict) -> dict | None:

@@ -34,7 +34,41 @@ def import_core() -> str:
     return f"Imported torch, transformers and fla in {time.perf_counter() - start:.1f} s."
 
 
+RAY_FLAG = "--ray-address"
+
+
+def ray_address(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the --ray-address value, the other arguments): the launcher's own flag, taken out before Streamlit reads
+    the rest; checked (host:port, ray://host:port, auto or local) without contacting anything."""
+    rest, value, args = [], None, iter(argv)
+    for arg in args:
+        if arg == RAY_FLAG:
+            value = next(args, "")
+        elif arg.startswith(RAY_FLAG + "="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    if value is None:
+        return None, rest
+    value = value.strip()
+    if value != "local":
+        from analysis.io.ray_executor import check_address
+        check_address(value)  # AnalysisError: one sentence
+    return value, rest
+
+
 def main(argv: list[str]) -> int:
+    from analysis.errors import AnalysisError
+    try:
+        address, argv = ray_address(argv)
+    except AnalysisError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
+    if address:  # the pages read it once (ui.shared.cluster): every multi-point job submits its points there
+        import os
+        os.environ["STATE_RANK_RAY_ADDRESS"] = address
+        print(f"Multi-point jobs (sensitivity map, Verify, sweeps) run their points on Ray "
+              f"({'a local Ray' if address == 'local' else address}).", file=sys.stderr, flush=True)
     print("State-rank dashboard: importing torch, transformers and fla before the server starts "
           "(about 10 s on a laptop CPU)…", file=sys.stderr, flush=True)
     print(import_core(), file=sys.stderr, flush=True)

@@ -15,7 +15,7 @@ from analysis.archs.kernels import dtype_words
 from analysis.data import corpus as data, inputs
 from analysis.models import budget, load as models
 from analysis.errors import AnalysisError
-from ui.shared import cache
+from ui.shared import cache, cluster
 from ui.shared.keys import InputSpec
 from ui.shared.state import field as state_field
 
@@ -163,5 +163,7 @@ def render() -> None:
         max_memory = _max_memory()
         budget.set_budget(max_memory)  # this rerun's size checks; jobs carry it into their threads (ui.shared.job_runner)
         st.session_state["model_request"] = (source, device, dtype, max_memory)
+        if cluster.executor().on_ray:  # the server was started with a cluster: say where the jobs' points go
+            st.caption(f"Multi-point jobs (map, Verify, sweeps): {cluster.where()}.")
         st.header("Inputs")
         st.session_state["input_spec"] = _inputs((source, device, dtype, max_memory))

@@ -14,7 +14,7 @@ from analysis.runs.budget_sweep import budget_sweep, plans
 from analysis.shrink.head_strategies import get_head_strategy
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
-from ui.shared import jobs, shrink, state
+from ui.shared import cluster, jobs, shrink, state
 from ui.shared.context import Context
 from ui.shared.errors import guard
 from ui.shared.parse import number_list
@@ -94,11 +94,13 @@ def _launch(ctx, axis, strategies, heads, budgets, tokens, calib, points, expect
     def work(job):
         gen = budget_sweep(use.model, use.tokenizer, axis, strategies, heads, budgets, eval_tokens=tokens,
                            calib_sequences=calib.sequences, calib_tokens=calib.tokens, seed=calib.seed,
-                           cancel=job.cancelled)
+                           cancel=job.cancelled, executor=executor)
         job.report(0.0, f"0 of {expected} points (unpruned first)")
-        for point in shrink.locked(gen, use.lock):
+        for point in shrink.locked(gen, cluster.lock_for(executor, use.lock)):
             points.append({k: v for k, v in point.items() if k != "window_losses"})
             job.items = points
             job.report(len(points) / expected, f"{len(points)} of {expected} points")
 
-    jobs.launch("budget", key, f"{ctx.name}: {AXES[axis]} plans at budgets {budgets}", work)
+    executor = cluster.executor()
+    jobs.launch("budget", key, f"{ctx.name}: {AXES[axis]} plans at budgets {budgets} ({cluster.where(executor)})",
+                work)

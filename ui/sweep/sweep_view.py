@@ -14,7 +14,7 @@ from analysis.io import point_cache
 from analysis.io.ray_executor import EXECUTORS
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
-from ui.shared import jobs, made, notice, shrink, shrink_figures, state, task_inputs
+from ui.shared import cluster, jobs, made, notice, shrink, shrink_figures, state, task_inputs
 from ui.shared.context import Context
 from ui.shared.errors import guard
 from ui.shared.explain import explainer
@@ -88,11 +88,13 @@ def inputs(ctx: Context) -> Inputs:
     recover = int(state.field(s4.number_input, "Recovery steps per point", "sweep_recover", 0, 0, 10_000, step=10))
     per_point = state.field(s5.checkbox, "Time the kernel per point", "sweep_latency", False)
     e1, e2, _ = st.columns([1, 2, 2])
-    executor = state.field(e1.selectbox, "Executor", "sweep_executor", "in-process", options=EXECUTORS,
+    server = cluster.executor()  # the server's own (started with a cluster address: Ray there by default)
+    executor = state.field(e1.selectbox, "Executor", "sweep_executor", server.kind, options=EXECUTORS,
                            help="in-process: one point after another in this server. ray: one Ray task per point, "
                                 "on a local Ray with this machine's cores, or on the cluster at the address given; "
                                 "the same numbers and the same cache either way.")
-    address = state.field(e2.text_input, "Ray cluster address (empty: a local Ray)", "sweep_address", "",
+    address = state.field(e2.text_input, "Ray cluster address (empty: a local Ray)", "sweep_address",
+                          server.address or "",
                           disabled=executor != "ray", placeholder="host:6379, ray://host:10001 or auto").strip()
     try:  # not guard(): a typo here must not hide the latency section below
         ratios = number_list(ratio_text, "pruning ratios", 0.0, 1.0)

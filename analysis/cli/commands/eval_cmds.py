@@ -10,6 +10,7 @@ import argparse
 from analysis.cli.commands.checks import whole
 from analysis.cli.commands.common import add_yes_arg, announce, emit, load, require_text_model
 from analysis.cli.commands.progress import fraction
+from analysis.errors import AnalysisError
 
 LOCAL_HINT = ("local tasks (no network): shakespeare_word_order, shakespeare_next_line, shakespeare_last_word, "
               "wikipedia_last_word, associative_recall_{16,32,64}_pairs (sample_models/tasks/README.md)")
@@ -55,13 +56,29 @@ def task_settings(args):
 
 
 def _setup_eval(p):
+    from analysis.cli.commands.common import add_calib_args
+    from analysis.cli.commands.executor_args import add_executor_args
     add_task_args(p)
+    p.add_argument("--plans", metavar="FILE",
+                   help="score several plans of this model: a JSON list of per-layer key-dim plans (or "
+                        "`plan --recommend --json` output), each pruned with --strategy; the unpruned model and "
+                        "each plan are points (cached, resumable, on --executor)")
+    p.add_argument("--strategy", default="l1", help="with --plans: the strategy that prunes every plan")
+    add_calib_args(p)
     add_yes_arg(p)
+    add_executor_args(p)  # where --plans' points (one per plan) run
 
 
 def run_eval(args) -> None:
+    from analysis.cli.commands.executor_args import executor_of
     from analysis.data import inputs
     from analysis.evaluate.harness import evaluate_tasks, prepare
+    executor = executor_of(args, connect=bool(args.plans))
+    if executor.on_ray and not args.plans:
+        raise AnalysisError("--executor ray runs --plans' points (one per plan); eval without --plans scores one "
+                            "model here: add --plans FILE, or drop --executor.")
+    if args.plans:
+        return run_eval_plans(args, executor)
     plan = prepare(task_settings(args))  # names, data and few-shot pools checked before the model loads
     model, tokenizer, meta = load(args)
     if inputs.recall_task(model) is None:
@@ -70,6 +87,40 @@ def run_eval(args) -> None:
         report = evaluate_tasks(model, tokenizer, plan, progress=progress, yes=args.yes, say=announce)
     payload = {**meta, **report}
     emit(args, payload, "\n".join(summary_lines(payload)))
+
+
+def run_eval_plans(args, executor) -> None:
+    """The unpruned model and every plan of --plans, scored on the tasks as points of the executor."""
+    from analysis.cli.commands.progress import bar, say
+    from analysis.data import inputs
+    from analysis.runs.plan_eval import eval_plans, read_plans
+    from analysis.shrink.strategies import get_strategy
+    settings = task_settings(args)
+    get_strategy(args.strategy)  # one sentence before the model loads
+    model, tokenizer, meta = load(args)
+    if inputs.recall_task(model) is None:
+        require_text_model(model, tokenizer, "eval")
+    plans = read_plans(args.plans, model)
+    results = [None] * (len(plans) + 1)
+    with bar(args, f"eval ({executor.kind}): plans", total=len(plans) + 1, unit="point") as b:
+        for i, r in eval_plans(model, tokenizer, settings, plans, args.strategy, calib_sequences=args.calib_sequences,
+                            calib_tokens=args.calib_tokens, seed=args.seed, executor=executor, yes=args.yes,
+                            say=announce):
+            results[i] = r  # Ray's finishing order → the file's
+            say(args, plan_line(r))
+            b.update()
+    payload = {**meta, "executor": executor.kind, "strategy": args.strategy, "plans": results}
+    lines = [f"{results[0]['harness']} on {meta['model']} ({meta['device']}, {meta['dtype']}), "
+             f"{len(plans)} plans pruned with {args.strategy} ({executor.kind}):"] + [plan_line(r) for r in results]
+    emit(args, payload, "\n".join(lines))
+
+
+def plan_line(r: dict) -> str:
+    tag = " [cached]" if r.get("cached") else ""
+    scores = "; ".join(f"{n} {row['metric']} " + ("–" if row["accuracy"] is None else f"{row['accuracy']:.4f}")
+                       + ("" if row["accuracy_stderr"] is None else f" ± {row['accuracy_stderr']:.4f}")
+                       for n, row in r["tasks"].items())
+    return f"{r['name']} (dk' {r['head_k_dims']}): {scores}{tag}"
 
 
 def summary_lines(report: dict) -> list[str]:

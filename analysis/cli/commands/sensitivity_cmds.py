@@ -13,7 +13,7 @@ from analysis.io.writes import show
 MAX_MAP_BYTES = 64 << 20  # a map is tens of KiB; far bigger is not one
 
 
-def _number_list(text: str, what: str) -> tuple[float, ...]:
+def comma_numbers(text: str, what: str) -> tuple[float, ...]:
     try:
         return tuple(float(r) for r in text.split(",") if r.strip())
     except ValueError:
@@ -64,7 +64,7 @@ def run_sensitivity(args) -> None:
     executor = executor_of(args)
     model, tokenizer, meta = load(args)
     from analysis.models.load import describe
-    s, task = map_settings(args, model, args.strategy, _number_list(args.ratios, "--ratios"))
+    s, task = map_settings(args, model, args.strategy, comma_numbers(args.ratios, "--ratios"))
     total = 1 + describe(model).layers * len(s.ratios)  # the unpruned model, then each layer at each ratio
 
     with bar(args, f"sensitivity ({executor.kind}): map points", total=total, unit="point") as b:
@@ -180,7 +180,7 @@ def allocation_for(args, model, tokenizer):
     if args.map:
         smap = read_map(args.map, args.strategy, model, "prune")
     else:
-        s, task = map_settings(args, model, args.strategy, _number_list(args.map_ratios, "--map-ratios"), "map_")
+        s, task = map_settings(args, model, args.strategy, comma_numbers(args.map_ratios, "--map-ratios"), "map_")
         smap = load_shipped(model, model.analysis_name, s) or compute_map(model, tokenizer, s, task,
                                                                           yes=args.yes, say=announce,
                                                                           executor=executor)
