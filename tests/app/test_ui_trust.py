@@ -66,7 +66,7 @@ def test_shared_calibration_is_the_one_the_other_pages_use(lm):
     from ui.shared.keys import ModelKey
     key = ModelKey(str(lm), "cpu", "float32")
     steps = []
-    first = shrink.calibration(key, shrink.CalibSettings(2, 256, 0), progress=lambda f, t: steps.append(t))
+    first = shrink.calibration(key, shrink.CalibrationSettings(2, 256, 0), progress=lambda f, t: steps.append(t))
     assert shrink.shared_calibration(key, 2)() is first                 # no second computation
     assert "layer 1 of 2: activations entering the recurrence" in steps and steps[0].startswith("drawing")
 

@@ -32,7 +32,7 @@ def section(ctx: Context) -> None:
     if ctx.task is not None:
         st.info("The equal-budget comparison scores text perplexity; this recall model has no tokenizer.")
         return
-    calib = shrink.CalibSettings(16, 256, 0)
+    calib = shrink.CalibrationSettings(16, 256, 0)
     c1, c2, c3, c4 = st.columns([1, 2, 2, 1])
     axis = state.field(c1.selectbox, "Plans", "budget_axis", "both", options=list(AXES), format_func=AXES.get)
     usable, _ = usable_strategies(ctx.model)

@@ -146,7 +146,7 @@ def section(ctx: Context) -> None:
         downloads(points, settings, "sweep")
 
 
-def _launch(ctx: Context, inp: Inputs, calib: shrink.CalibSettings, points: list, expected: int, key: str) -> None:
+def _launch(ctx: Context, inp: Inputs, calib: shrink.CalibrationSettings, points: list, expected: int, key: str) -> None:
     """Resolved here, in the script run: the job's thread gets plain objects and never calls Streamlit."""
     use = shrink.using(ctx.key)
     shared = shrink.calibration.bind(ctx.key, calib, _using=use)  # the calibration Importance and Prune use
