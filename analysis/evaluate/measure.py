@@ -33,7 +33,7 @@ class Evaluation:
     latency: bool = True                          # time the kernel at every layer's key dim
     tasks: object = None                          # lm-evaluation-harness tasks: a TaskSettings (or its loaded plan)
     confirmed: bool = False                       # run a task evaluation estimated at over an hour (--yes)
-    per_window: bool = False                      # keep each window's mean loss (paired comparisons)
+    per_window: bool = False                      # keep each window's mean loss, `window_losses` (paired comparisons)
     recall_seed: int = RECALL_SEED                # the recall sequences' seed (the sensitivity map has its own)
     start: int = 0                                # the first token of the split read (analysis.data.roles)
 
@@ -48,12 +48,9 @@ class Evaluation:
 
 def measure(model, tokenizer=None, evaluation: Evaluation = Evaluation(), progress=None, cancel=None,
             latency: bool | None = None) -> dict:
-    """Architecture figures plus perplexity (or recall accuracy when `evaluation.recall_pairs` is set) and latency.
-
-    The one measuring path of the workflows (prune, sweep point, sensitivity point, allocate-and-choose):
-    per_window adds the perplexity's `window_losses` (each window's mean nats/token, for paired comparisons).
-    tasks: a TaskSettings or loaded TaskPlan: adds "tasks" (name → accuracy row) and "harness" (its version);
-    `confirmed` runs a task evaluation estimated at over an hour. latency: overrides `evaluation.latency`."""
+    """Architecture figures, perplexity (or recall accuracy), the tasks' accuracy ("tasks", "harness") and the kernel
+    time, as `evaluation` says (latency overrides its own): the one measuring path of the workflows (prune, sweep
+    point, sensitivity point, allocate-and-choose)."""
     e = evaluation
     info = describe(model)
     out = {"head_k_dims": info.head_k_dims, "value_heads_per_layer": info.value_heads_per_layer,

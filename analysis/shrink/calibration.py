@@ -38,9 +38,8 @@ class LayerStats:
 
 @dataclass(frozen=True)
 class CalibrationSettings:
-    """The calibration a strategy reads: `sequences` windows of `tokens` train-split tokens (a recall model:
-    synthetic sequences of its task's length) drawn with `seed`; core and dashboard alike. A workflow with one
-    seed (sweep, budget sweep) also seeds its random strategy and recovery with it."""
+    """The calibration a strategy reads, core and dashboard alike: `sequences` windows of `tokens` train-split
+    tokens (a recall model: synthetic sequences of its task's length) drawn with `seed`."""
     sequences: int = 16
     tokens: int = 256
     seed: int = 0

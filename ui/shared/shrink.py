@@ -171,7 +171,7 @@ def _profile(key: ModelKey, settings: CalibrationSettings, *, progress: progress
              _task=None) -> list[dict]:
     model, tok, lock = _using or using(key)
     progress(0.0, "states of the first calibration sequences")
-    ids = calibration_profile_ids(tok, settings.sequences, settings.tokens, settings.seed, _task)
+    ids = calibration_profile_ids(tok, settings, _task)
     with lock:
         return layer_profile(model, ids)
 
@@ -186,7 +186,7 @@ def rank_profile(ctx: Context, settings: CalibrationSettings) -> list[dict]:
 
 
 def profile_caption(ctx: Context, settings: CalibrationSettings) -> str:
-    return profile_label(settings.sequences, settings.tokens, settings.seed, ctx.task)
+    return profile_label(settings, ctx.task)
 
 
 def locked(generator, lock=None):
