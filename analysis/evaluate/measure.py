@@ -52,6 +52,7 @@ def measure(model, tokenizer=None, evaluation: Evaluation = Evaluation(), progre
     time, as `evaluation` says (latency overrides its own): the one measuring path of the workflows (prune, sweep
     point, sensitivity point, allocate-and-choose)."""
     e = evaluation
+    tokenizer = None if e.recall_pairs is not None else tokenizer  # a recall model reads its own ids
     info = describe(model)
     out = {"head_k_dims": info.head_k_dims, "value_heads_per_layer": info.value_heads_per_layer,
            "tiles": tiles(info.head_k_dims), "parameters": info.parameters,

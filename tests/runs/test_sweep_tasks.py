@@ -1,4 +1,3 @@
-from dataclasses import replace
 """`sweep --tasks` (issue 33): lm-evaluation-harness accuracy beside perplexity at every point, cached in the point
 cache under a key that holds the tasks, their settings and the hash of their data."""
 import json
@@ -17,7 +16,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread", "sweep_cache")
 
 SMALL = dict(strategies=["l1"], ratios=[0.5], evaluation=Evaluation(context=64, max_tokens=128, latency=False))
 TASKS = TaskSettings(("shakespeare_word_order",), limit=2, batch_size=4)
-_with = lambda tasks: {**SMALL, "evaluation": replace(SMALL["evaluation"], tasks=tasks)}  # noqa: E731
+_with = lambda tasks: {**SMALL, "evaluation": Evaluation(context=64, max_tokens=128, latency=False,  # noqa: E731
+                                                          tasks=tasks)}
 
 
 def test_every_point_carries_the_tasks_accuracy_and_is_served_from_the_cache_only_for_the_same_tasks_and_data(
