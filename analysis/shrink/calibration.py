@@ -44,6 +44,9 @@ class CalibrationSettings:
     tokens: int = 256
     seed: int = 0
 
+    def __iter__(self):  # (sequences, tokens, seed): job keys list it
+        return iter((self.sequences, self.tokens, self.seed))
+
     def calibrate(self, model, tokenizer, cancel=None) -> Calibration:
         return calibrate(model, tokenizer, self.sequences, self.tokens, self.seed, cancel=cancel)
 
