@@ -25,14 +25,16 @@ RECALL_TASKS = ("associative_recall_16_pairs", "associative_recall_32_pairs", "a
 
 def measure_text(name: str, strategies, ratios, limit: int, eval_tokens: int) -> dict:
     from analysis.evaluate.harness import TaskSettings
+    from analysis.evaluate.measure import Evaluation
     from analysis.models.load import load_model, load_tokenizer
     from analysis.runs.sweep import sweep
     model = load_model(name, device="cpu")
     tokenizer = load_tokenizer(model)
     tasks = TaskSettings(TEXT_TASKS, limit=limit)
     results = []
-    for point in sweep(model, tokenizer, list(strategies), list(ratios), eval_tokens=eval_tokens, latency=False,
-                       tasks=tasks, yes=True, say=lambda line: print(line, file=sys.stderr)):
+    for point in sweep(model, tokenizer, list(strategies), list(ratios),
+                       Evaluation(max_tokens=eval_tokens, latency=False, tasks=tasks, confirmed=True),
+                       say=lambda line: print(line, file=sys.stderr)):
         results.append(point)
         print(f"{name} {point['strategy']} {point['ratio']}: ppl {point['perplexity']:.2f}, " + ", ".join(
             f"{t} {r['accuracy']:.3f}±{r['accuracy_stderr']:.3f}" for t, r in point["tasks"].items()), file=sys.stderr)

@@ -8,6 +8,8 @@ over the layers, on the model's own device, with its shape; a per-layer plan is 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from analysis.archs import adapter_for
 from analysis.runtime.cancel import check
 from analysis.evaluate.perplexity import perplexity
@@ -19,33 +21,56 @@ from analysis.evaluate.recall_eval import RECALL_SEED, recall_report
 LATENCY_SHAPE = dict(batch=2, tokens=512)  # as the sweep times it, so the two pages agree
 
 
-def measure(model, tokenizer=None, split: str = "test", context: int = 256, max_tokens: int | None = 4096,
-            recall_pairs: tuple[int, ...] | None = None, recall_sequences: int = 64, latency: bool = True,
-            progress=None, cancel=None, per_window: bool = False, tasks=None, yes: bool = False,
-            recall_seed: int = RECALL_SEED, start: int = 0) -> dict:
-    """Architecture figures plus perplexity (or recall accuracy when `recall_pairs` is given) and latency.
+@dataclass(frozen=True)
+class Evaluation:
+    """How a model is measured (before, after and recovered alike; a sweep point, a map point, a candidate plan):
+    the one type of evaluation settings, core and dashboard alike."""
+    split: str = "test"
+    context: int = 256
+    max_tokens: int | None = 4096
+    recall_pairs: tuple[int, ...] | None = None   # set: a recall model, scored on recall accuracy
+    recall_sequences: int = 64
+    latency: bool = True                          # time the kernel at every layer's key dim
+    tasks: object = None                          # lm-evaluation-harness tasks: a TaskSettings (or its loaded plan)
+    confirmed: bool = False                       # run a task evaluation estimated at over an hour (--yes)
+    per_window: bool = False                      # keep each window's mean loss, `window_losses` (paired comparisons)
+    recall_seed: int = RECALL_SEED                # the recall sequences' seed (the sensitivity map has its own)
+    start: int = 0                                # the first token of the split read (analysis.data.roles)
 
-    The one measuring path of the workflows (prune, sweep point, sensitivity point, allocate-and-choose):
-    per_window adds the perplexity's `window_losses` (each window's mean nats/token, for paired comparisons).
-    tasks: a TaskSettings or loaded TaskPlan: adds "tasks" (name → accuracy row) and "harness" (its version);
-    `yes` runs a task evaluation estimated at over an hour (the caller confirmed it)."""
+    def measure(self, model, tokenizer, progress=None, cancel=None, latency: bool | None = None) -> dict:
+        return measure(model, tokenizer, self, progress, cancel, latency)
+
+    def loaded(self) -> Evaluation:
+        """These settings with the tasks loaded once (names and data checked), for several measurements."""
+        from analysis.evaluate.harness import TaskSettings, prepare
+        return replace(self, tasks=prepare(self.tasks)) if isinstance(self.tasks, TaskSettings) else self
+
+
+def measure(model, tokenizer=None, evaluation: Evaluation = Evaluation(), progress=None, cancel=None,
+            latency: bool | None = None) -> dict:
+    """Architecture figures, perplexity (or recall accuracy), the tasks' accuracy ("tasks", "harness") and the kernel
+    time, as `evaluation` says (latency overrides its own): the one measuring path of the workflows (prune, sweep
+    point, sensitivity point, allocate-and-choose)."""
+    e = evaluation
+    tokenizer = None if e.recall_pairs is not None else tokenizer  # a recall model reads its own ids
     info = describe(model)
     out = {"head_k_dims": info.head_k_dims, "value_heads_per_layer": info.value_heads_per_layer,
            "tiles": tiles(info.head_k_dims), "parameters": info.parameters,
            "state_bytes_per_sequence": info.state_bytes_per_sequence, "device": info.device, "dtype": info.dtype}
-    half = (lambda f: progress(f / 2)) if progress is not None and tasks is not None else progress  # text, then tasks
-    if recall_pairs is not None:
-        out["recall"] = recall_report(model, pairs=tuple(recall_pairs), n_sequences=recall_sequences, seed=recall_seed)
+    half = (lambda f: progress(f / 2)) if progress is not None and e.tasks is not None else progress  # text, then tasks
+    if e.recall_pairs is not None:
+        out["recall"] = recall_report(model, pairs=tuple(e.recall_pairs), n_sequences=e.recall_sequences,
+                                      seed=e.recall_seed)
     else:
-        out["perplexity"] = perplexity(model, tokenizer, split, context, max_tokens=max_tokens, progress=half,
-                                       per_window=per_window, cancel=cancel, start=start)
-    if tasks is not None:
+        out["perplexity"] = perplexity(model, tokenizer, e.split, e.context, max_tokens=e.max_tokens, progress=half,
+                                       per_window=e.per_window, cancel=cancel, start=e.start)
+    if e.tasks is not None:
         from analysis.evaluate.harness import evaluate_tasks, task_rows
         check(cancel)
-        measured = evaluate_tasks(model, tokenizer, tasks, cancel=cancel, yes=yes,
+        measured = evaluate_tasks(model, tokenizer, e.tasks, cancel=cancel, yes=e.confirmed,
                                   progress=(lambda f, _text: progress(0.5 + f / 2)) if progress is not None else None)
         out["harness"], out["tasks"] = measured["harness"], task_rows(measured)
-    if latency:
+    if e.latency if latency is None else latency:
         check(cancel)
         out["kernel"] = model_kernel_time(model, info, cancel)
     return out

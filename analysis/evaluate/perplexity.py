@@ -34,9 +34,12 @@ def _scored_windows(n_ids: int, context: int, stride: int):
 
 @torch.no_grad()
 def perplexity(model, tokenizer, split: str = "test", context: int = 256, stride: int | None = None,
-               max_tokens: int | None = None, text: str | None = None, batch: int = 8, progress=None,
+               max_tokens: int | None = None, *, text: str | None = None, batch: int = 8, progress=None,
                per_window: bool = False, cancel=None, yes: bool = False, say=None, start: int = 0) -> dict:
     """Perplexity of `model` on a bundled split (or given text) with dataset/split/context/stride/tokens.
+
+    The scorer beneath analysis.evaluate.measure.Evaluation; over eight parameters, as text and start choose the
+    tokens and the keywords after them say how it runs.
 
     per_window adds `window_losses`: each window's mean nats per scored token, in order (for paired
     comparisons of two models on the same tokens). cancel: checked before every batch of windows

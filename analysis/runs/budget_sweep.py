@@ -9,15 +9,18 @@ state bytes it really keeps, so plans sit on one state-bytes axis. Points go thr
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from analysis.io import point_cache
 from analysis.io.point_identity import model_identity
 from analysis.io.points import IN_PROCESS, Executor, Point, run_points
 from analysis.shrink.budget_plans import KINDS, budget_plan
-from analysis.shrink.calibration import calibrate
+from analysis.shrink.calibration import CalibrationSettings
 from analysis.shrink.head_prune import HeadPlan
 from analysis.shrink.head_strategies import get_head_strategy
 from analysis.shrink.prune import check_rescale
-from analysis.shrink.prune_workflow import Evaluation, prune_then_measure
+from analysis.evaluate.measure import Evaluation
+from analysis.shrink.prune_workflow import prune_then_measure
 from analysis.evaluate.perplexity import paired_difference
 from analysis.shrink.strategies import get_strategy
 
@@ -59,20 +62,21 @@ def check_plans(model, axis: str, strategies: list[str], head_strategies: list[s
 
 
 def budget_sweep(model, tokenizer, axis: str, strategies: list[str], head_strategies: list[str],
-                 budgets: list[float], split: str = "test", context: int = 256, eval_tokens: int = 8192,
-                 calib_sequences: int = 16, calib_tokens: int = 256, seed: int = 0, rescale: str = "original",
+                 budgets: list[float], evaluation: Evaluation = Evaluation(max_tokens=8192),
+                 calib: CalibrationSettings = CalibrationSettings(), rescale: str = "original", *,
                  use_cache: bool = True, cancel=None, executor: Executor = IN_PROCESS):
     """Yield the unpruned baseline, then one result per plan (plans() order in-process; on Ray (analysis.io.points)
-    the cached ones first, then each as its task finishes)."""
+    the cached ones first, then each as its task finishes). Over eight parameters: axis to budgets are the grid
+    (`plans`), evaluation and calib (its seed also seeds the random strategies) what is measured, keywords how."""
     check_rescale(rescale)
     check_plans(model, axis, strategies, head_strategies, budgets)
     executor.connect()  # an unreachable cluster is one sentence before anything is written
     point_cache.check_writable()
     device = str(next(model.parameters()).device)
-    settings = {"model": model_identity(model), "study": "equal state budget", "split": split, "context": context,
-                "eval_tokens": eval_tokens, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
-                "seed": seed, "device": device, "rescale": rescale}
-    evaluation = Evaluation(split, context, eval_tokens, latency=False, per_window=True)
+    settings = {"model": model_identity(model), "study": "equal state budget", "split": evaluation.split,
+                "context": evaluation.context, "eval_tokens": evaluation.max_tokens, "calib_sequences": calib.sequences,
+                "calib_tokens": calib.tokens, "seed": calib.seed, "device": device, "rescale": rescale}
+    evaluation = replace(evaluation, latency=False, per_window=True)
     run = dict(executor=executor, device=device, use_cache=use_cache, cancel=cancel)
     unpruned = Point({**settings, "point": "unpruned"}, FIELDS)
     baseline = next(run_points(_baseline_point, [unpruned], lambda _: (model, tokenizer, evaluation), **run))[1]
@@ -83,9 +87,9 @@ def budget_sweep(model, tokenizer, axis: str, strategies: list[str], head_strate
               for kind, strategy, head_strategy, budget in plans(axis, strategies, head_strategies, budgets)]
 
     def shared(todo):
-        calib = calibrate(model, tokenizer, calib_sequences, calib_tokens, seed, cancel=cancel) \
+        calibrated = calib.calibrate(model, tokenizer, cancel) \
             if any(_needs_calibration(*p.args[1:3]) for p in todo) else None
-        return model, tokenizer, calib, baseline, evaluation, seed, rescale
+        return model, tokenizer, calibrated, baseline, evaluation, calib.seed, rescale
     for _, point in run_points(_plan_point, points, shared, **run):
         yield point
 

@@ -134,6 +134,7 @@ def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> d
     from analysis.models.model_inputs import model_batch
     from analysis.models import limits, load as models
     from analysis.archs import adapter_for
+    from analysis.shrink.calibration import CalibrationSettings
     from analysis.shrink.importance import importance_report
     from analysis.inspect.noise_report import noise_report
     from analysis.inspect.report import rank_report
@@ -167,8 +168,8 @@ def build_report(model, tokenizer, settings: ReportSettings, progress=None) -> d
         progress(0.55, "channel importance of every strategy")
         try:
             report["importance"] = importance_report(
-                model, tokenizer, list(settings.strategies), settings.ratio, calib_sequences=settings.calib_sequences,
-                calib_tokens=settings.calib_tokens, seed=settings.seed,
+                model, tokenizer, list(settings.strategies), settings.ratio,
+                CalibrationSettings(settings.calib_sequences, settings.calib_tokens, settings.seed),
                 progress=lambda f, step: progress(0.55 + 0.3 * f, step))
         except AnalysisError as exc:  # e.g. a strategy this family refuses: the report says so and goes on
             report["importance"] = {"error": str(exc)}

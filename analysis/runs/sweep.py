@@ -14,16 +14,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from analysis.io import point_cache, ray_executor
-from analysis.io.points import Executor, Point, run_points
+from analysis.io import point_cache
+from analysis.io.points import IN_PROCESS, Executor, Point, run_points
 from analysis.io.point_identity import model_identity
 from analysis.archs import adapter_for
-from analysis.shrink.calibration import calibrate
+from analysis.shrink.calibration import CalibrationSettings
 from analysis.runtime.cancel import check
 from analysis.evaluate.latency import kernel_latency
 from analysis.models.load import describe
 from analysis.shrink.prune import check_rescale, readout_label
-from analysis.shrink.prune_workflow import Evaluation, prune_then_measure
+from analysis.evaluate.measure import Evaluation
+from analysis.shrink.prune_workflow import prune_then_measure
 from analysis.models.key_plan import plan_key_dims
 from analysis.shrink.recovery import RecoverySettings, recover
 from analysis.shrink.strategies import get_strategy
@@ -52,47 +53,42 @@ def _checks(key: dict) -> tuple[dict, dict]:
     return schema, {**expect, "strategy": key["strategy"], "ratio": key["ratio"], "rescale": key["rescale"]}
 
 
-def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: str = "test", context: int = 256,
-          eval_tokens: int = 8192, recover_steps: int = 0, calib_sequences: int = 16, calib_tokens: int = 256,
-          seed: int = 0, latency: bool = True, use_cache: bool = True, rescale: str = "original", calibration=None,
-          executor: str = "in-process", address: str | None = None, num_cpus: int | None = None, cancel=None,
-          yes: bool = False, say=None, tasks=None):
+def sweep(model, tokenizer, strategies: list[str], ratios: list[float], evaluation=Evaluation(max_tokens=8192),
+          calib: CalibrationSettings = CalibrationSettings(), recover_steps: int = 0, rescale: str = "original", *,
+          calibration=None, executor: Executor = IN_PROCESS, use_cache: bool = True, cancel=None, say=None):
     """Yield the unpruned baseline first, then one result per (strategy, ratio).
 
-    calibration: optional zero-argument callable returning the Calibration of `calib_sequences` × `calib_tokens`
-    train tokens (seed `seed`), for a caller that already holds one (the dashboard shares a single one between
-    its pages); by default it is computed here, once, when the first strategy needs it.
-    executor "ray": the points run as Ray tasks on the cluster at `address` (default: a local Ray with
-    `num_cpus` cores, all of them by default) and arrive in the order they finish, cached ones first.
-    cancel (analysis.runtime.cancel): checked inside every point (windows, batches, recovery steps); a cancelled
-    point raises Cancelled before its cache entry is written (on Ray: closing the generator cancels the tasks).
-    yes / say: the whole sweep's estimated time is refused past an hour unless `yes`; `say` gets its line.
-    tasks: analysis.evaluate.harness.TaskSettings: each point also gets those tasks' accuracy; the tasks are loaded
-    (names and data checked) before the first point, and their data hash is part of every point's key.
+    evaluation: every point's split, context, tokens and tasks (TaskSettings: loaded and checked before the first
+    point, their data hash in every key); `latency` times the kernel at the layer-0 key dim; the whole sweep's
+    estimated time is refused past an hour unless `confirmed` (`say` gets its line). calib's seed also seeds the
+    random strategy and recovery. The keywords (hence over eight parameters) are how points run, not what they
+    measure: calibration, a zero-argument callable returning the Calibration of `calib` for a caller that holds
+    one (the dashboard's pages share one); executor "ray" (analysis.io.points): the points arrive as they finish,
+    cached ones first; cancel (analysis.runtime.cancel): checked inside every point, and a cancelled point raises
+    Cancelled before its cache entry is written (on Ray: closing the generator cancels the tasks).
     """
     for name in strategies:
         get_strategy(name)  # validate up front, before any work
     check_rescale(rescale)
-    ray_executor.check_executor(executor)
-    plan = _task_plan(model, tokenizer, tasks)
-    _check_size(model, len(strategies) * len(ratios), context, eval_tokens, recover_steps, calib_sequences,
-                calib_tokens, calibration is None and any(get_strategy(n).needs_calibration for n in strategies),
-                yes, say, plan.workload(tokenizer) if plan is not None else None)
-    where = Executor(executor, address, num_cpus)
-    where.connect()  # before anything is written
+    plan = _task_plan(model, tokenizer, evaluation.tasks)
+    _check_size(model, len(strategies) * len(ratios), evaluation, recover_steps, calib,
+                calibration is None and any(get_strategy(n).needs_calibration for n in strategies), say,
+                plan.workload(tokenizer) if plan is not None else None)
+    executor.connect()  # before anything is written
     point_cache.check_writable()
     device = str(next(model.parameters()).device)
-    settings = {"model": model_identity(model), "split": split, "context": context, "eval_tokens": eval_tokens,
-                "recover_steps": recover_steps, "calib_sequences": calib_sequences, "calib_tokens": calib_tokens,
-                "seed": seed, "device": device,
-                "latency": TIMING if latency else False, "tasks": plan.key() if plan is not None else None}
+    e = evaluation
+    settings = {"model": model_identity(model), "split": e.split, "context": e.context, "eval_tokens": e.max_tokens,
+                "recover_steps": recover_steps, "calib_sequences": calib.sequences, "calib_tokens": calib.tokens,
+                "seed": calib.seed, "device": device,
+                "latency": TIMING if e.latency else False, "tasks": plan.key() if plan is not None else None}
     base_key = {**settings, "point": "unpruned"}
-    opts = {"split": split, "context": context, "eval_tokens": eval_tokens, "latency": latency,
-            "recover_steps": recover_steps, "seed": seed, "rescale": rescale, "confirmed": True, "tasks": tasks}
-    if not where.on_ray:
-        opts["task_plan"] = plan  # loaded once here; a Ray worker loads its own from opts["tasks"]
-    run = dict(executor=where, device=device, use_cache=use_cache, cancel=cancel)
-    baseline = next(run_points(_baseline_point, [Point(base_key, *_checks(base_key))],
+    # each point's measurement (its time confirmed above; `_result` times the kernel); a Ray worker loads its tasks
+    measured = replace(e, latency=False, confirmed=True, tasks=e.tasks if executor.on_ray else plan)
+    opts = {"evaluation": measured, "latency": e.latency, "recover_steps": recover_steps, "seed": calib.seed,
+            "rescale": rescale}
+    run = dict(executor=executor, device=device, use_cache=use_cache, cancel=cancel)
+    baseline = next(run_points(_evaluate, [Point(base_key, *_checks(base_key))],
                                lambda _: (model, tokenizer, opts), **run))[1]
     yield baseline
     points = []
@@ -103,11 +99,10 @@ def sweep(model, tokenizer, strategies: list[str], ratios: list[float], split: s
 
     def shared(todo):
         needs = any(get_strategy(p.args[0]).needs_calibration for p in todo)
-        calib = (calibration() if calibration is not None else calibrate(
-            model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed, cancel=cancel)) \
+        calibrated = (calibration() if calibration is not None else calib.calibrate(model, tokenizer, cancel)) \
             if needs else None
-        return model, tokenizer, calib, baseline, opts
-    for _, point in run_points(_sweep_point, points, shared, **run):
+        return model, tokenizer, calibrated, baseline, opts
+    for _, point in run_points(_point, points, shared, **run):
         yield point
 
 
@@ -121,38 +116,29 @@ def _task_plan(model, tokenizer, tasks):
     return plan
 
 
-def _check_size(model, points: int, context: int, eval_tokens: int, recover_steps: int, calib_sequences: int,
-                calib_tokens: int, calibrates: bool, yes: bool, say, task_work=None) -> None:
+def _check_size(model, points: int, e: Evaluation, recover_steps: int, calib: CalibrationSettings,
+                calibrates: bool, say, task_work=None) -> None:
     """Memory of the calibration and recovery, and the time of every point, before the first point runs."""
     from analysis.models import limits, workload
-    from analysis.shrink.calibration import check_size
     if calibrates:
-        check_size(model, calib_sequences, calib_tokens)
+        calib.check_size(model)
     if recover_steps:
         limits.check_recovery(model, 8, 256)  # recover()'s defaults, as _point calls it
-    evals = -(-workload.windows(eval_tokens + 1, context, context) // 8)
-    parts = [(evals * (2 if recover_steps else 1), 8, context, 1.0), (recover_steps, 8, 256, workload.TRAIN_STEP)]
+    evals = -(-workload.windows(e.max_tokens + 1, e.context, e.context) // 8)
+    parts = [(evals * (2 if recover_steps else 1), 8, e.context, 1.0), (recover_steps, 8, 256, workload.TRAIN_STEP)]
     if task_work is not None:  # (forwards, batch, tokens) of one evaluation of the tasks
         limits.check_forward(model, task_work[1], task_work[2], "The tasks' longest batch")
         parts.append((*task_work, 1.0))
     workload.check_points("The sweep", points + 1, model, parts, "use fewer strategies, ratios, tokens to score "
-                          "or recovery steps", yes, say)
+                          "or recovery steps", e.confirmed, say)
 
 
-def _evaluation(opts: dict) -> Evaluation:
-    """A point's measurement: perplexity of the split's first tokens (and the tasks); the sweep times the kernel
-    itself, at the layer-0 key dim (`_result`). A task evaluation's time is in the sweep's estimate, confirmed there.
-    Tasks: a TaskPlan loaded once (in-process) or the TaskSettings (a Ray worker loads them itself)."""
-    return Evaluation(opts["split"], opts["context"], opts["eval_tokens"], latency=False,
-                      tasks=opts.get("task_plan") or opts.get("tasks"), confirmed=True)
-
-
-def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio: float) -> dict:
+def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio: float, cancel=None) -> dict:
     """One (strategy, ratio) point: prune, score (and recover): the same function in-process and on Ray."""
     strategy = get_strategy(name)
-    seed, rescale, cancel = opts["seed"], opts["rescale"], opts.get("cancel")
+    seed, rescale = opts["seed"], opts["rescale"]
     dims = plan_key_dims(model, ratio=ratio)
-    evaluation = _evaluation(opts)
+    evaluation = opts["evaluation"]
     run = prune_then_measure(model, tokenizer, name, dims, calib if strategy.needs_calibration else None, evaluation,
                              seed=seed, rescale=rescale, cancel=cancel)
     pruned = run.pruned.model
@@ -161,34 +147,26 @@ def _point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio
     result["calibration"] = calib.label if strategy.needs_calibration else "none (data-free)"
     if opts["recover_steps"]:
         recovered = recover(pruned, tokenizer, RecoverySettings(method="qk", steps=opts["recover_steps"], seed=seed),
-                            cancel=cancel, yes=opts.get("confirmed", False)).model  # estimated up front
+                            cancel=cancel, yes=True).model  # estimated up front
         after = replace(evaluation, tasks=None).measure(recovered, tokenizer, cancel=cancel)["perplexity"]
         result["recovered_perplexity"] = after["perplexity"]
         result["recovered_delta_vs_unpruned"] = after["perplexity"] / baseline["perplexity"] - 1
     return result
 
 
-def _baseline_point(model, tokenizer, opts: dict, cancel=None) -> dict:
-    return _evaluate(model, tokenizer, "unpruned", 0.0, opts, None, cancel)
-
-
-def _sweep_point(model, tokenizer, calib, baseline: dict, opts: dict, name: str, ratio: float, cancel=None) -> dict:
-    return _point(model, tokenizer, calib, baseline, {**opts, "cancel": cancel}, name, ratio)
-
-
-def _evaluate(model, tokenizer, strategy, ratio, opts: dict, baseline, cancel=None) -> dict:
+def _evaluate(model, tokenizer, opts: dict, cancel=None) -> dict:
     """The unpruned model's point (a pruned one is measured by prune_then_measure, then summed up by `_result`)."""
-    return _result(model, _evaluation(opts).measure(model, tokenizer, cancel=cancel), strategy, ratio, opts, baseline,
+    return _result(model, opts["evaluation"].measure(model, tokenizer, cancel=cancel), "unpruned", 0.0, opts, None,
                    cancel)
 
 
 def _result(model, got: dict, strategy, ratio, opts: dict, baseline, cancel=None) -> dict:
     """A point from its measure() dict: perplexity and its labels, Δ vs the unpruned model, and (with latency) the
     kernel timed at the layer-0 key dim."""
-    ppl = got["perplexity"]
+    ppl, e = got["perplexity"], opts["evaluation"]
     result = {"strategy": strategy, "ratio": ratio, "head_k_dims": got["head_k_dims"], "tiles": got["tiles"],
               "perplexity": ppl["perplexity"], "bits_per_byte": ppl["bits_per_byte"], "dataset": ppl["dataset"],
-              "split": opts["split"], "context": opts["context"], "stride": ppl["stride"], "tokens": ppl["tokens"],
+              "split": e.split, "context": e.context, "stride": ppl["stride"], "tokens": ppl["tokens"],
               "parameters": got["parameters"], "state_bytes_per_sequence": got["state_bytes_per_sequence"],
               "device": got["device"], "dtype": got["dtype"]}
     if baseline is not None:

@@ -36,6 +36,24 @@ class LayerStats:
     key_mean: torch.Tensor             # [H, dk]
 
 
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """The calibration a strategy reads, core and dashboard alike: `sequences` windows of `tokens` train-split
+    tokens (a recall model: synthetic sequences of its task's length) drawn with `seed`."""
+    sequences: int = 16
+    tokens: int = 256
+    seed: int = 0
+
+    def __iter__(self):  # (sequences, tokens, seed): job keys list it
+        return iter((self.sequences, self.tokens, self.seed))
+
+    def calibrate(self, model, tokenizer, cancel=None) -> Calibration:
+        return calibrate(model, tokenizer, self.sequences, self.tokens, self.seed, cancel=cancel)
+
+    def check_size(self, model) -> None:
+        check_size(model, self.sequences, self.tokens)
+
+
 @dataclass
 class Calibration:
     input_ids: torch.Tensor            # [n_sequences, seq_len], train split

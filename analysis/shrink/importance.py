@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from analysis.shrink.calibration import Calibration, calibrate
+from analysis.shrink.calibration import Calibration, CalibrationSettings
 from analysis.errors import AnalysisError
 from analysis.models.load import describe
 from analysis.shrink.prune import strategy_problem
@@ -63,21 +63,22 @@ def kept_energy(calib: Calibration, masks: dict) -> dict:
     return out
 
 
-def importance_report(model, tokenizer, names: list[str], ratio: float, calib_sequences: int = 16,
-                      calib_tokens: int = 256, seed: int = 0, calib: Calibration | None = None,
+def importance_report(model, tokenizer, names: list[str], ratio: float,
+                      settings: CalibrationSettings = CalibrationSettings(), calib: Calibration | None = None,
                       progress=None) -> dict:
-    """progress(fraction, step) is told before each strategy is scored and before the kept sets are compared."""
+    """Every strategy's scores on `calib` (default: drawn with `settings`, whose seed also seeds the scores).
+    progress(fraction, step) is told before each strategy is scored and before the kept sets are compared."""
     report = progress or (lambda _fraction, _step: None)
     refused = {name: strategy_problem(model, get_strategy(name)) for name in names}
     refused = {name: why for name, why in refused.items() if why}
     names = [name for name in names if name not in refused]
     if not names:
         raise AnalysisError(next(iter(refused.values())))
-    calib = calib or calibrate(model, tokenizer, calib_sequences, calib_tokens, seed)
+    calib = calib or settings.calibrate(model, tokenizer)
     done = {}
     for i, name in enumerate(names):
         report(i / (len(names) + 1), f"scoring the channels and choosing the kept set: {get_strategy(name).label}")
-        done[name] = strategy_importance(model, calib, name, ratio, seed)
+        done[name] = strategy_importance(model, calib, name, ratio, settings.seed)
     report(len(names) / (len(names) + 1), "comparing the kept sets of every strategy")
     return {**combined(model, calib, done, ratio), "refused": refused}
 

@@ -2,21 +2,18 @@
 
 `prune_then_measure` is the one entry that prunes a new model and measures it: the CLI's `prune` and the Prune page
 (through `prune_and_measure`, which adds the unpruned model's measurement), the sweep's points, the sensitivity
-map's points, the allocator's `verify` and Verify-and-choose all call it, each with its own `Evaluation`: the one
-type of evaluation settings, core and dashboard alike (split, context, tokens, per-window losses, recall pairs and
-sequences, kernel timing, lm-evaluation-harness tasks). Every measurement goes through
-analysis.evaluate.measure.measure. The unpruned model's measurement may be passed in (the page caches it per
+map's points, the allocator's `verify` and Verify-and-choose all call it, each with its own
+analysis.evaluate.measure.Evaluation, through which every measurement goes. The unpruned model's measurement may be passed in (the page caches it per
 setting); otherwise it is measured here with the same settings as the pruned one.
 """
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from analysis.runtime.cancel import check
 from analysis.errors import AnalysisError
-from analysis.evaluate.measure import measure
-from analysis.evaluate.recall_eval import RECALL_SEED
+from analysis.evaluate.measure import Evaluation
 from analysis.shrink.prune import PruneResult, prune
 
 RECALL_PAIRS = (4, 8, 16, 32)  # pair counts for recall accuracy (those above the task's key count are skipped)
@@ -27,35 +24,6 @@ def recall_pairs(task) -> tuple[int, ...] | None:
     if task is None:
         return None
     return tuple(sorted({p for p in RECALL_PAIRS if p <= task.n_keys} | {task.n_pairs}))
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """How a model is measured (before, after and recovered alike; a sweep point, a map point, a candidate plan)."""
-    split: str = "test"
-    context: int = 256
-    max_tokens: int | None = 4096
-    recall_pairs: tuple[int, ...] | None = None   # set: a recall model, scored on recall accuracy
-    recall_sequences: int = 64
-    latency: bool = True                          # time the kernel at every layer's key dim
-    tasks: object = None                          # lm-evaluation-harness tasks: a TaskSettings (or its loaded plan)
-    confirmed: bool = False                       # run a task evaluation estimated at over an hour (--yes)
-    per_window: bool = False                      # keep each window's mean loss (paired comparisons)
-    recall_seed: int = RECALL_SEED                # the recall sequences' seed (the sensitivity map has its own)
-    start: int = 0                                # the first token of the split read (analysis.data.roles)
-
-    def measure(self, model, tokenizer, progress=None, cancel=None, latency: bool | None = None) -> dict:
-        recall = self.recall_pairs is not None
-        return measure(model, None if recall else tokenizer, self.split, self.context, self.max_tokens,
-                       recall_pairs=self.recall_pairs, recall_sequences=self.recall_sequences,
-                       latency=self.latency if latency is None else latency, progress=progress, cancel=cancel,
-                       per_window=self.per_window, tasks=self.tasks, yes=self.confirmed, recall_seed=self.recall_seed,
-                       start=self.start)
-
-    def loaded(self) -> Evaluation:
-        """These settings with the tasks loaded once (names and data checked), for several measurements."""
-        from analysis.evaluate.harness import TaskSettings, prepare
-        return replace(self, tasks=prepare(self.tasks)) if isinstance(self.tasks, TaskSettings) else self
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from analysis.shrink.calibration import calibrate
+from analysis.shrink.calibration import CalibrationSettings, calibrate
 from analysis.runtime.cancel import check
 from analysis.defaults import SENSITIVITY_EVAL_TOKENS, SENSITIVITY_RATIOS
 from analysis.errors import AnalysisError
@@ -75,6 +75,10 @@ class MapSettings:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "ratios": list(self.ratios)}
+
+    @property
+    def calibration(self) -> CalibrationSettings:
+        return CalibrationSettings(self.calib_sequences, self.calib_tokens, self.seed)
 
 
 def recall_task(model) -> RecallTask | None:
@@ -215,7 +219,7 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     each as its task finishes (the same cache entries either way).
     In-process, every point computed here starts its forward at its pruned layer on the unpruned model's kept
     hidden states (analysis.models.prefix: exact, in memory up to a quarter of the memory budget, recomputed past
-    it); a Ray worker runs each point whole.
+    it); a Ray worker runs each point whole. Over eight parameters: `s` is what is measured, the rest how.
     """
     check_settings(model, s, task)
     executor.connect()  # an unreachable cluster is one sentence before anything is written
@@ -318,7 +322,8 @@ def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None
     profile: the rank profile when the caller already holds it (the dashboard's one memoized profile, measured
     on the same `profile_inputs`); get_calibration / cancel: as `sensitivity_points`; lock: a context manager
     held while each step computes (the dashboard's compute lock; other sessions run between points);
-    executor: where the points run (analysis.io.points; the profile runs here).
+    executor: where the points run (analysis.io.points; the profile runs here). Over eight parameters because
+    `s` (MapSettings) is all the map measures; the rest is how it runs and what the caller already holds.
     """
     lock = lock if lock is not None else nullcontext()
     check_settings(model, s, task)  # before the profile draws its calibration sequences
@@ -345,25 +350,23 @@ def compute_map(model, tokenizer, s: MapSettings, task: RecallTask | None = None
 
 def profile_inputs(model, tokenizer, s: MapSettings, task: RecallTask | None) -> torch.Tensor:
     """The sequences the rank utilization is measured on: the first few calibration sequences."""
-    return calibration_profile_ids(tokenizer, s.calib_sequences, s.calib_tokens, s.seed, task)
+    return calibration_profile_ids(tokenizer, s.calibration, task)
 
 
-def calibration_profile_ids(tokenizer, sequences: int, tokens: int, seed: int,
-                            task: RecallTask | None) -> torch.Tensor:
+def calibration_profile_ids(tokenizer, c: CalibrationSettings, task: RecallTask | None) -> torch.Tensor:
     """The first PROFILE_SEQUENCES calibration sequences (train split, or synthetic recall sequences)."""
     from analysis.data import corpus as data
-    n = min(sequences, PROFILE_SEQUENCES)
+    n = min(c.sequences, PROFILE_SEQUENCES)
     if task is None:
-        return data.calibration_batches(tokenizer, sequences, tokens, seed=seed)[:n]
-    return recall_batch(task, sequences, torch.Generator().manual_seed(seed))[0][:n]
+        return data.calibration_batches(tokenizer, c.sequences, c.tokens, seed=c.seed)[:n]
+    return recall_batch(task, c.sequences, torch.Generator().manual_seed(c.seed))[0][:n]
 
 
-def profile_label(sequences: int, tokens: int, seed: int, task: RecallTask | None) -> str:
+def profile_label(c: CalibrationSettings, task: RecallTask | None) -> str:
     """What the one rank profile was measured on: said wherever it is shown."""
-    n = min(sequences, PROFILE_SEQUENCES)
     where = "train-split sequences" if task is None else "synthetic recall sequences"
-    return (f"rank utilization u of the final state, mean over heads, on the first {n} calibration {where} "
-            f"({tokens} tokens, seed {seed})")
+    return (f"rank utilization u of the final state, mean over heads, on the first "
+            f"{min(c.sequences, PROFILE_SEQUENCES)} calibration {where} ({c.tokens} tokens, seed {c.seed})")
 
 
 def shipped_map_path(name: str, strategy: str) -> Path:

@@ -485,6 +485,7 @@ def point_cache_seam(folder: Path) -> None:
 
 
 def test_sweep_cache_entry_survives_a_kill_at_every_step(tmp_path, source):
+    from analysis.evaluate.measure import Evaluation
     from analysis.models.load import load_model, load_tokenizer
     from analysis.runs.sweep import sweep
     model = load_model(str(source), device="cpu")
@@ -495,7 +496,7 @@ def test_sweep_cache_entry_survives_a_kill_at_every_step(tmp_path, source):
 
     def action(root):
         point_cache_seam(root / "cache")
-        results = list(sweep(model, tokenizer, ["l1"], [0.5], eval_tokens=257, latency=False))
+        results = list(sweep(model, tokenizer, ["l1"], [0.5], Evaluation(max_tokens=257, latency=False)))
         return 0 if len(results) == 2 else 1
 
     def check(root, finished):

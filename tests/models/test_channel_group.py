@@ -127,7 +127,7 @@ def test_the_sweep_the_map_and_the_allocator_prune_through_the_one_entry(lm, ent
     from analysis.shrink.prune_workflow import Evaluation
     from analysis.shrink.sensitivity import MapSettings, compute_map
     model, tok = lm
-    points = list(sweep(model, tok, ["l1"], [0.5], context=32, eval_tokens=64, latency=False))
+    points = list(sweep(model, tok, ["l1"], [0.5], Evaluation(context=32, max_tokens=64, latency=False)))
     assert [(s, d) for s, d, _ in entry_calls] == [("l1", [16, 16])]
     assert entry_calls[0][2] == Evaluation("test", 32, 64, latency=False, confirmed=True)   # the sweep's own settings
     assert points[1]["head_k_dims"] == [16, 16]
@@ -156,7 +156,7 @@ def test_prune_and_measure_and_the_budget_sweep_prune_through_the_one_entry(lm, 
     run = prune_and_measure(model, tok, "l1", [16, 16], None, evaluation)
     assert entry_calls == [("l1", [16, 16], evaluation)] and run.after["head_k_dims"] == [16, 16]
     entry_calls.clear()
-    list(budget_sweep(model, tok, "dk", ["l1"], [], [0.5], context=32, eval_tokens=64))
+    list(budget_sweep(model, tok, "dk", ["l1"], [], [0.5], Evaluation(context=32, max_tokens=64)))
     assert entry_calls == [("l1", [16, 16], Evaluation("test", 32, 64, latency=False, per_window=True))]
 
 

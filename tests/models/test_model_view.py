@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from analysis.evaluate.measure import measure
+from analysis.evaluate.measure import Evaluation, measure
 from analysis.models import layers, load
 from analysis.models.load import describe, load_tokenizer
 from analysis.shrink.prune import prune
@@ -29,7 +29,7 @@ def test_a_prune_and_its_measurements_read_each_models_structure_once(monkeypatc
     model, tok = build_tiny("delta_net"), load_tokenizer("deltanet-small")
     result = prune(model, "l1", plan_key_dims(model, ratio=0.5))
     for m in (model, result.model):
-        measure(m, tok, "test", context=32, max_tokens=64, latency=False)
+        measure(m, tok, Evaluation("test", context=32, max_tokens=64, latency=False))
     assert describe(model).head_k_dims != describe(result.model).head_k_dims   # two models, two views
     for what, ids in reads.items():
         assert sorted(set(ids)) == sorted({id(model), id(result.model)}) and len(ids) == 2, (what, ids)

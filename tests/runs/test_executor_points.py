@@ -127,7 +127,9 @@ def _axis_numbers(results: list[dict]) -> dict:
 def test_sweep_axis_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch):
     from analysis.runs.budget_sweep import budget_sweep
     model, tok = lm
-    settings = dict(split="test", context=32, eval_tokens=64, calib_sequences=2, calib_tokens=32)
+    from analysis.evaluate.measure import Evaluation
+    from analysis.shrink.calibration import CalibrationSettings
+    settings = dict(evaluation=Evaluation("test", 32, 64), calib=CalibrationSettings(2, 32))
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")
     here = list(budget_sweep(model, tok, "both", ["l1"], ["norm"], [0.5], **settings))
 

@@ -16,10 +16,11 @@ from analysis.errors import AnalysisError
 from analysis.io import point_cache
 from analysis.shrink.prune import build_pruned
 from analysis.io.point_identity import model_identity as fingerprint
+from analysis.evaluate.measure import Evaluation
 from family_cases.text_lm import build_tiny
 from helpers.selections import random_selections
 
-SMALL = dict(strategies=["l1"], ratios=[0.5], eval_tokens=128, context=64, latency=False)
+SMALL = dict(strategies=["l1"], ratios=[0.5], evaluation=Evaluation(context=64, max_tokens=128, latency=False))
 
 
 def test_fingerprint_sees_bytes_after_the_first_4_kib():

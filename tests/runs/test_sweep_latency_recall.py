@@ -7,6 +7,8 @@ from analysis.evaluate.latency import kernel_latency, model_latency
 from analysis.inspect.rank_trace import collect_utilization_trace
 from analysis.data.recall import RecallTask, recall_accuracy, recall_batch
 from analysis.inspect.states import collect_states
+from analysis.evaluate.measure import Evaluation
+from analysis.shrink.calibration import CalibrationSettings
 from family_cases.text_lm import build_tiny
 
 
@@ -14,7 +16,8 @@ def test_sweep_yields_points_and_reruns_from_cache(tmp_path, monkeypatch):
     from analysis.runs import sweep as sweep_mod
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path)
     model, tok = build_tiny("delta_net"), data.load_tokenizer()
-    kwargs = dict(strategies=["random", "l1"], ratios=[0.5], eval_tokens=512, calib_sequences=2, latency=False)
+    kwargs = dict(strategies=["random", "l1"], ratios=[0.5], evaluation=Evaluation(max_tokens=512, latency=False),
+                  calib=CalibrationSettings(2))
     first = list(sweep_mod.sweep(model, tok, **kwargs))
     assert [p["strategy"] for p in first] == ["unpruned", "random", "l1"]
     assert all(not p["cached"] for p in first)

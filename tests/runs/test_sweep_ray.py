@@ -16,10 +16,13 @@ from analysis.io import ray_executor
 from analysis.cli.main import main
 from analysis.errors import AnalysisError
 from analysis.io import point_cache
+from analysis.evaluate.measure import Evaluation
+from analysis.io.points import Executor
+from analysis.shrink.calibration import CalibrationSettings
 
 STRATEGIES = ["random", "l1", "wanda", "grad", "pca", "drrqr"]
 RATIOS = [0.25, 0.5, 0.75]
-SMALL = dict(split="test", context=64, eval_tokens=128, calib_sequences=2, calib_tokens=64, latency=False)
+SMALL = dict(evaluation=Evaluation("test", 64, 128, latency=False), calib=CalibrationSettings(2, 64))
 VOLATILE = {"cached"}
 
 
@@ -70,7 +73,7 @@ def test_ray_sweep_equals_in_process_survives_a_killed_worker_and_resumes(local_
 
     killer = _KillOnce()
     killer.start()
-    remote = _run(model, tok, tmp_path / "ray", monkeypatch, executor="ray", num_cpus=2)
+    remote = _run(model, tok, tmp_path / "ray", monkeypatch, executor=Executor("ray", num_cpus=2))
     killer.done.set()
     assert killer.killed is not None, "no Ray worker was seen running a point"
     assert len(remote) == 1 + len(STRATEGIES) * len(RATIOS) and remote[0]["strategy"] == "unpruned"
@@ -82,7 +85,7 @@ def test_ray_sweep_equals_in_process_survives_a_killed_worker_and_resumes(local_
     for name in files:
         assert json.loads((tmp_path / "ray" / name).read_text()) == json.loads((tmp_path / "in-process" / name).read_text())
 
-    again = _run(model, tok, tmp_path / "ray", monkeypatch, executor="ray", num_cpus=2)
+    again = _run(model, tok, tmp_path / "ray", monkeypatch, executor=Executor("ray", num_cpus=2))
     assert all(p["cached"] for p in again) and _by_point(again) == _by_point(here)
 
 

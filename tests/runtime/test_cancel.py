@@ -13,6 +13,7 @@ from analysis.runtime.cancel import Cancelled, check
 from analysis.evaluate.perplexity import perplexity
 from analysis.shrink.recovery import RecoverySettings, recover
 from analysis.shrink.sensitivity import MapSettings, sensitivity_points
+from analysis.evaluate.measure import Evaluation
 from family_cases.text_lm import build_tiny
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -84,8 +85,8 @@ def test_a_cancelled_sweep_point_writes_nothing(model_tok, tmp_path, monkeypatch
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "cache")
     model, tok = model_tok
     stop = threading.Event()
-    gen = sweep_mod.sweep(model, tok, ["l1"], [0.5], context=32, eval_tokens=64, recover_steps=200, latency=False,
-                          cancel=lambda: stop.is_set())
+    gen = sweep_mod.sweep(model, tok, ["l1"], [0.5], Evaluation(context=32, max_tokens=64, latency=False),
+                          recover_steps=200, cancel=lambda: stop.is_set())
     next(gen)  # the baseline, cached
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1
     import analysis.shrink.recovery as recovery_mod

@@ -37,11 +37,13 @@ def test_heads_mix_counts_where_no_uniform_count_is_expressible(qwen):
 
 
 def test_budget_sweep_pairs_every_point_with_the_baseline(sweep_cache):
-    from analysis.runs.budget_sweep import budget_sweep
     from analysis.data import corpus
+    from analysis.evaluate.measure import Evaluation
+    from analysis.runs.budget_sweep import budget_sweep
+    from analysis.shrink.calibration import CalibrationSettings
     model = text_lm.build_tiny("delta_net", num_heads=4)
-    points = list(budget_sweep(model, corpus.load_tokenizer(), "both", ["l1"], ["random"], [0.5], eval_tokens=600,
-                               context=64, calib_sequences=2, calib_tokens=64))
+    grid = ("both", ["l1"], ["random"], [0.5], Evaluation(context=64, max_tokens=600), CalibrationSettings(2, 64))
+    points = list(budget_sweep(model, corpus.load_tokenizer(), *grid))
     assert [(p["kind"], p["strategy"], p["head_strategy"]) for p in points] == [
         ("unpruned", "-", "-"), ("dk", "l1", "-"), ("heads", "-", "random"), ("mixed", "l1", "random")]
     base = points[0]
@@ -49,6 +51,5 @@ def test_budget_sweep_pairs_every_point_with_the_baseline(sweep_cache):
         d = [b - a for a, b in zip(base["window_losses"], p["window_losses"])]
         assert p["windows"] == len(d) == len(base["window_losses"]) > 1 and p["delta_log_ppl"] == pytest.approx(sum(d) / len(d))
         assert p["state_fraction"] == pytest.approx(p["state_bytes_per_sequence"] / base["state_bytes_per_sequence"])
-    again = list(budget_sweep(model, corpus.load_tokenizer(), "both", ["l1"], ["random"], [0.5], eval_tokens=600,
-                              context=64, calib_sequences=2, calib_tokens=64))
+    again = list(budget_sweep(model, corpus.load_tokenizer(), *grid))
     assert all(p["cached"] for p in again) and [p["perplexity"] for p in again] == [p["perplexity"] for p in points]

@@ -108,9 +108,9 @@ def test_recall_models_keep_their_task_file(tmp_path):
 
 def test_measure_before_and_after_with_labels():
     from analysis.data import corpus as data
-    from analysis.evaluate.measure import measure
+    from analysis.evaluate.measure import Evaluation, measure
     from family_cases.text_lm import build_tiny
-    m = measure(build_tiny("gated_deltanet"), data.load_tokenizer(), context=32, max_tokens=64, latency=True)
+    m = measure(build_tiny("gated_deltanet"), data.load_tokenizer(), Evaluation(context=32, max_tokens=64))
     assert m["head_k_dims"] == [32, 32] and m["perplexity"]["context"] == 32 and m["perplexity"]["tokens"] == 64
     assert m["kernel"]["key_dims"] == [32, 32] and m["kernel"]["op"] == "gated delta rule" and m["kernel"]["device"] == "cpu"
 

@@ -81,14 +81,14 @@ def split_table(row: dict, texts: list[str]) -> pd.DataFrame:
 
 
 @memo.memoized("head_importance", max_entries=8)
-def importance(key: ModelKey, settings: shrink.CalibSettings, names: tuple, ratio: float, *, progress) -> dict:
+def importance(key: ModelKey, settings: shrink.CalibrationSettings, names: tuple, ratio: float, *, progress) -> dict:
     calib = shrink.calibration(key, settings)
     with cache.compute_lock():
         return head_importance_report(cache.shared_model(key), calib, list(names), ratio, settings.seed,
                                       progress=progress)
 
 
-def importance_section(ctx: Context, settings: shrink.CalibSettings) -> None:
+def importance_section(ctx: Context, settings: shrink.CalibrationSettings) -> None:
     """Channel importance, Heads view: each head strategy's scores per head, the heads it keeps, agreement."""
     label = lambda n: get_head_strategy(n).label  # noqa: E731
     chosen = multi_choice("Head strategies", HEAD_STRATEGY_NAMES, "head_strategies", ["rank-norm", "rank", "norm",

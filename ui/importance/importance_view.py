@@ -17,7 +17,7 @@ def work_order(chosen: list[str]) -> list[str]:
     return sorted(chosen, key=lambda n: (STRATEGIES[n].needs_calibration, STRATEGIES[n].needs_gradients))
 
 
-def score_charts(ctx: Context, settings: shrink.CalibSettings, chosen: list[str], ratio: float, layer: int,
+def score_charts(ctx: Context, settings: shrink.CalibrationSettings, chosen: list[str], ratio: float, layer: int,
                  head: int) -> dict:
     """One score chart per chosen strategy (in the chosen order on screen), each drawn as soon as it is scored;
     returns the whole report (analysis.shrink.importance.combined) with the calibration it used."""

@@ -80,7 +80,7 @@ def default_strategy(name: str, names: list[str]) -> str:
     return DEFAULT_STRATEGY if DEFAULT_STRATEGY in shipped or not shipped else shipped[0]
 
 
-def choices(ctx: Context, calib: shrink.CalibSettings) -> Choices:
+def choices(ctx: Context, calib: shrink.CalibrationSettings) -> Choices:
     plan_inputs.apply_pending(ctx.key)  # a plan "Verify and choose" picked, before any input is drawn
     kind = state.field(st.radio, "Plan", "prune_kind", "channels", options=list(KINDS), format_func=KINDS.get,
                        horizontal=True, help="Key channels shrink dk in every head; Heads removes whole heads "

@@ -26,7 +26,7 @@ from ui.prune.prune_form import Choices
 from ui.prune.recovery_view import METHOD_LABELS, loss_figure
 
 
-def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrink.CalibSettings, ev: Evaluation,
+def prune_job(ctx: Context, choice: Choices, planned: list[int], settings: shrink.CalibrationSettings, ev: Evaluation,
               tok, heads: list[int] | None = None, refused: bool = False) -> None:
     """Prune and Stop; a click starts the job for these inputs; the page follows it and takes its result.
     heads: value heads kept per layer (a Heads or Both plan, by choice.head_strategy). refused: Prune is off (a

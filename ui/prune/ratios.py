@@ -29,7 +29,7 @@ def _suggest(profile: list[float], round_to: int | None, dims: list[int], key) -
         st.session_state[ERROR_KEY] = str(exc)
 
 
-def per_layer_ratios(ctx: Context, round_to: int | None, calib: shrink.CalibSettings):
+def per_layer_ratios(ctx: Context, round_to: int | None, calib: shrink.CalibrationSettings):
     """One row per layer: its rank utilization (the one rank profile, ui.shared.shrink.rank_profile) as a bar next to
     its ratio input; returns (the ratios, the empty column beside the inputs that the page fills with the compact
     sensitivity map once the map section has run: ui.prune.sensitivity_view.compact)."""

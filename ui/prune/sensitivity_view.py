@@ -51,7 +51,7 @@ def allocate_into_inputs(key, round_to: int | None) -> None:
         st.session_state[ERROR_KEY] = str(exc)
 
 
-def _settings(ctx: Context, strategy: str, calib: shrink.CalibSettings, ratios, eval_tokens: int,
+def _settings(ctx: Context, strategy: str, calib: shrink.CalibrationSettings, ratios, eval_tokens: int,
               recall_sequences: int) -> MapSettings:
     return MapSettings(strategy=strategy, ratios=tuple(ratios), metric="recall" if ctx.task else "ppl",
                        eval_tokens=eval_tokens, calib_sequences=calib.sequences, calib_tokens=calib.tokens,
@@ -104,7 +104,7 @@ def compact(ctx: Context, strategy: str, ratios: list[float], smap: dict | None,
                + (" and perplexity change." if metric == "ppl" else ".") + (f" **{prediction}**" if prediction else ""))
 
 
-def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: int | None, plan: dict) -> None:
+def section(ctx: Context, strategy: str, calib: shrink.CalibrationSettings, round_to: int | None, plan: dict) -> None:
     """Draw the whole section (call once from the Prune page); plan: the inputs' {"ratios", "dims"}."""
     st.subheader("Layer sensitivity")
     recall = ctx.task is not None
@@ -207,7 +207,7 @@ def section(ctx: Context, strategy: str, calib: shrink.CalibSettings, round_to: 
     _evidence()
 
 
-def _launch(ctx: Context, s: MapSettings, calib: shrink.CalibSettings, entry: dict, expected: int,
+def _launch(ctx: Context, s: MapSettings, calib: shrink.CalibrationSettings, entry: dict, expected: int,
             key: str) -> None:
     """The map as a background job (stoppable inside a point, ends with its session); what its thread uses is
     resolved here, in the script run, so the thread never calls Streamlit."""

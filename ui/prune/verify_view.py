@@ -30,7 +30,7 @@ def loss_cell(x, metric: str = "ppl") -> str:
     return nats_with_percent(x) if metric == "ppl" else signed(x)
 
 
-def section(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, round_to: int | None) -> None:
+def section(ctx: Context, calib: shrink.CalibrationSettings, smap: dict, plan: dict, round_to: int | None) -> None:
     """plan: the inputs' plan {"ratios", "dims"}; smap: the map the section shows."""
     key = json.dumps({"model": list(ctx.key), "strategy": smap["strategy"], "dims": plan["dims"], "round": round_to,
                       "calib": list(calib), "map": smap["settings"]})
@@ -65,7 +65,7 @@ def section(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, r
                            on_click="ignore", key="verify_json")
 
 
-def _launch(ctx: Context, calib: shrink.CalibSettings, smap: dict, plan: dict, round_to: int | None,
+def _launch(ctx: Context, calib: shrink.CalibrationSettings, smap: dict, plan: dict, round_to: int | None,
             key: str) -> None:
     """Resolved here in the script run (calibration, tokenizer, lock); the thread gets plain objects."""
     use, strategy = shrink.using(ctx.key), smap["strategy"]

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import streamlit as st
 
 from analysis.archs import adapter_for
-from analysis.shrink.calibration import Calibration, calibrate
+from analysis.shrink.calibration import Calibration, CalibrationSettings
 from analysis.shrink.importance import strategy_importance as strategy_importance_core
 from analysis.shrink.prune_workflow import Evaluation, recall_pairs as core_recall_pairs
 from analysis.shrink.prune import RESCALES
@@ -46,18 +46,12 @@ def using(key: ModelKey) -> Using:
     return Using(cache.shared_model(key), tok, cache.compute_lock())
 
 
-class CalibSettings(NamedTuple):
-    sequences: int = 16
-    tokens: int = 256
-    seed: int = 0
-
-
 def strategy_label(name: str | None) -> str:
     """A channel strategy's label; a head-only prune (no channel strategy) says so."""
     return STRATEGIES[name].label if name in STRATEGIES else "no key channels removed"
 
 
-def calibration_controls(ctx: Context) -> CalibSettings:
+def calibration_controls(ctx: Context) -> CalibrationSettings:
     """Calibration size (train split only), remembered across the Shrink pages so they share one cache entry."""
     with st.expander("Calibration (train split)" if ctx.task is None else "Calibration (synthetic recall sequences)"):
         c1, c2, c3 = st.columns(3)
@@ -70,7 +64,7 @@ def calibration_controls(ctx: Context) -> CalibSettings:
         seed = state.field(c3.number_input, "Seed", "calib_seed", 0, 0, 10**6, step=1)
         st.caption(CALIBRATION_USE if ctx.task is None else
                    "Random and L1 use no data; the other strategies use these synthetic recall sequences.")
-    return CalibSettings(int(n), int(t), int(seed))
+    return CalibrationSettings(int(n), int(t), int(seed))
 
 
 def rescale_control(ctx: Context) -> str:
@@ -87,7 +81,7 @@ def rescale_control(ctx: Context) -> str:
 
 
 @memo.memoized("calibration", max_entries=4)
-def calibration(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.Report, _using: Using | None = None,
+def calibration(key: ModelKey, settings: CalibrationSettings, *, progress: progress_ui.Report, _using: Using | None = None,
                 cancel=None) -> Calibration:
     """Train-split statistics (recall models: synthetic sequences, a seed apart from the evaluation's).
 
@@ -98,12 +92,11 @@ def calibration(key: ModelKey, settings: CalibSettings, *, progress: progress_ui
     passes = -(-settings.sequences // CALIB_BATCH)
     progress(0.0, "drawing the calibration sequences")
     with lock, progress_ui.per_layer(model, progress, "activations entering the recurrence", passes=passes):
-        return calibrate(model, tokenizer, settings.sequences, settings.tokens, settings.seed,  # core picks the input
-                         cancel=cancel)
+        return settings.calibrate(model, tokenizer, cancel=cancel)  # the core picks the input
 
 
 @memo.memoized("calibration_gradients", max_entries=4)
-def gradients(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.Report) -> list:
+def gradients(key: ModelKey, settings: CalibrationSettings, *, progress: progress_ui.Report) -> list:
     """The backward pass behind the gradient (Taylor) scores, once per calibration."""
     calib = calibration(key, settings)
     with cache.compute_lock():
@@ -115,11 +108,11 @@ def shared_calibration(key: ModelKey, sequences: int, seed: int = 0, progress: p
     settings (train split, 256 tokens per sequence, as the sweep's own default), computed at most once
     (reporting each pass and layer to `progress` when it is computed). Resolved here, in the script run: the
     callable it returns (which also takes `progress` and a `cancel` token) is safe in a job's thread."""
-    run = calibration.bind(key, CalibSettings(int(sequences), 256, int(seed)), _using=using(key))
+    run = calibration.bind(key, CalibrationSettings(int(sequences), 256, int(seed)), _using=using(key))
     return lambda progress=progress, cancel=None: run(progress=progress, cancel=cancel)
 
 
-def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Calibration:
+def prepare(key: ModelKey, settings: CalibrationSettings, need_gradients: bool) -> Calibration:
     """Calibration (and gradients when asked). The first time, a status box names the pass and layer running
     and lists the steps with their times; afterwards it just says the calibration is ready."""
     if calibration.is_cached(key, settings) and (not need_gradients or gradients.is_cached(key, settings)):
@@ -145,7 +138,7 @@ def prepare(key: ModelKey, settings: CalibSettings, need_gradients: bool) -> Cal
 
 
 @memo.memoized("strategy_importance", max_entries=32)
-def strategy_importance(key: ModelKey, settings: CalibSettings | None, name: str, ratio: float, seed: int, *,
+def strategy_importance(key: ModelKey, settings: CalibrationSettings | None, name: str, ratio: float, seed: int, *,
                         progress: progress_ui.Report) -> dict:
     """One strategy's scores and kept sets (analysis.shrink.importance.strategy_importance): `settings` None for a
     strategy that needs no data, so it is drawn before any calibration runs and shared across calibration sizes."""
@@ -174,16 +167,16 @@ def baseline(key: ModelKey, evaluation: Evaluation, *, progress: progress_ui.Rep
 
 
 @memo.memoized("rank_profile", max_entries=8)
-def _profile(key: ModelKey, settings: CalibSettings, *, progress: progress_ui.Report, _using: Using | None = None,
+def _profile(key: ModelKey, settings: CalibrationSettings, *, progress: progress_ui.Report, _using: Using | None = None,
              _task=None) -> list[dict]:
     model, tok, lock = _using or using(key)
     progress(0.0, "states of the first calibration sequences")
-    ids = calibration_profile_ids(tok, settings.sequences, settings.tokens, settings.seed, _task)
+    ids = calibration_profile_ids(tok, settings, _task)
     with lock:
         return layer_profile(model, ids)
 
 
-def rank_profile(ctx: Context, settings: CalibSettings) -> list[dict]:
+def rank_profile(ctx: Context, settings: CalibrationSettings) -> list[dict]:
     """The one rank profile of a model and calibration settings (per layer: dk, heads, state bytes, rank
     utilization), computed once per process; Suggest from rank, the sensitivity map and Verify all read it."""
     args = (ctx.key, settings)
@@ -192,8 +185,8 @@ def rank_profile(ctx: Context, settings: CalibSettings) -> list[dict]:
         return _profile(*args, progress=report, _using=using(ctx.key), _task=ctx.task)
 
 
-def profile_caption(ctx: Context, settings: CalibSettings) -> str:
-    return profile_label(settings.sequences, settings.tokens, settings.seed, ctx.task)
+def profile_caption(ctx: Context, settings: CalibrationSettings) -> str:
+    return profile_label(settings, ctx.task)
 
 
 def locked(generator, lock=None):

@@ -80,9 +80,9 @@ def pruned_traces(key: ModelKey, text: str, layer: int, head: int, strategy: str
     obs = observation(key, text, progress=progress)
     calib = None
     if get_strategy(strategy).needs_calibration:
-        from ui.shared.shrink import CalibSettings, calibration
+        from ui.shared.shrink import CalibrationSettings, calibration
         progress(0.2, "calibration for the strategy (16 × 256 train tokens, as Channel importance)")
-        calib = calibration(key, CalibSettings(*CALIBRATION))
+        calib = calibration(key, CalibrationSettings(*CALIBRATION))
     progress(0.7, f"choosing the kept channels ({strategy}) and re-running the rules")
     with cache.compute_lock():
         sel = head_selection(cache.shared_model(key), strategy, ratio, layer, lab.key_head_of(obs, layer, head), calib)

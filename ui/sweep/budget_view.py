@@ -10,6 +10,7 @@ import streamlit as st
 
 from analysis.defaults import HEAD_STRATEGY_NAMES
 from analysis.errors import AnalysisError
+from analysis.evaluate.measure import Evaluation
 from analysis.runs.budget_sweep import budget_sweep, plans
 from analysis.shrink.head_strategies import get_head_strategy
 from analysis.shrink.prune import usable_strategies
@@ -32,7 +33,7 @@ def section(ctx: Context) -> None:
     if ctx.task is not None:
         st.info("The equal-budget comparison scores text perplexity; this recall model has no tokenizer.")
         return
-    calib = shrink.CalibSettings(16, 256, 0)
+    calib = shrink.CalibrationSettings()
     c1, c2, c3, c4 = st.columns([1, 2, 2, 1])
     axis = state.field(c1.selectbox, "Plans", "budget_axis", "both", options=list(AXES), format_func=AXES.get)
     usable, _ = usable_strategies(ctx.model)
@@ -92,9 +93,8 @@ def _launch(ctx, axis, strategies, heads, budgets, tokens, calib, points, expect
     use = shrink.using(ctx.key)
 
     def work(job):
-        gen = budget_sweep(use.model, use.tokenizer, axis, strategies, heads, budgets, eval_tokens=tokens,
-                           calib_sequences=calib.sequences, calib_tokens=calib.tokens, seed=calib.seed,
-                           cancel=job.cancelled, executor=executor)
+        gen = budget_sweep(use.model, use.tokenizer, axis, strategies, heads, budgets, Evaluation(max_tokens=tokens),
+                           calib, cancel=job.cancelled, executor=executor)
         job.report(0.0, f"0 of {expected} points (unpruned first)")
         for point in shrink.locked(gen, cluster.lock_for(executor, use.lock)):
             points.append({k: v for k, v in point.items() if k != "window_losses"})

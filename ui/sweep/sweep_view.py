@@ -10,7 +10,9 @@ import streamlit as st
 from analysis.data import corpus as data
 from analysis.runs import sweep as sweeps
 from analysis.errors import AnalysisError
+from analysis.evaluate.measure import Evaluation
 from analysis.io import point_cache
+from analysis.io.points import Executor
 from analysis.io.ray_executor import EXECUTORS
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
@@ -148,7 +150,7 @@ def section(ctx: Context) -> None:
         downloads(points, settings, "sweep")
 
 
-def _launch(ctx: Context, inp: Inputs, calib: shrink.CalibSettings, points: list, expected: int, key: str) -> None:
+def _launch(ctx: Context, inp: Inputs, calib: shrink.CalibrationSettings, points: list, expected: int, key: str) -> None:
     """Resolved here, in the script run: the job's thread gets plain objects and never calls Streamlit."""
     use = shrink.using(ctx.key)
     shared = shrink.calibration.bind(ctx.key, calib, _using=use)  # the calibration Importance and Prune use
@@ -162,11 +164,10 @@ def _launch(ctx: Context, inp: Inputs, calib: shrink.CalibSettings, points: list
             data.encoded_split("train", use.tokenizer)
         calibration = lambda: shared(progress=lambda _f, text: job.report(  # noqa: E731  (reports its passes)
             len(points) / expected, f"{len(points)} of {expected} points; calibration: {text}"), cancel=job.cancelled)
-        gen = sweeps.sweep(use.model, use.tokenizer, inp.chosen, inp.ratios, split="test", context=inp.context,
-                           eval_tokens=inp.eval_tokens, recover_steps=inp.recover_steps,
-                           calib_sequences=calib.sequences, calib_tokens=calib.tokens, seed=calib.seed,
-                           calibration=calibration, latency=inp.per_point, executor=inp.executor,
-                           address=inp.address, cancel=job.cancelled, tasks=inp.tasks)
+        evaluation = Evaluation("test", inp.context, inp.eval_tokens, latency=inp.per_point, tasks=inp.tasks)
+        gen = sweeps.sweep(use.model, use.tokenizer, inp.chosen, inp.ratios, evaluation, calib, inp.recover_steps,
+                           calibration=calibration, executor=Executor(inp.executor, inp.address),
+                           cancel=job.cancelled)
         job.report(0.0, f"0 of {expected} points (unpruned baseline first)")
         for point in shrink.locked(gen, use.lock):
             merged(points, point, lambda a, b: (a["strategy"], a["ratio"]) == (b["strategy"], b["ratio"]))

@@ -102,3 +102,9 @@ def add_calib_args(p):
                         "sequences of the model's task; wanda, grad, pca, drrqr; random and l1 use no data)")
     p.add_argument("--calib-tokens", type=whole(1), default=256, help="tokens per calibration window")
     p.add_argument("--seed", type=whole(0), default=0)
+
+
+def calib_of(args):
+    """The analysis.shrink.calibration.CalibrationSettings of `add_calib_args`' flags."""
+    from analysis.shrink.calibration import CalibrationSettings
+    return CalibrationSettings(args.calib_sequences, args.calib_tokens, args.seed)

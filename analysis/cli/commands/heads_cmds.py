@@ -3,7 +3,7 @@ and the head flags of `prune` (--heads, --head-counts, --head-strategy) and `swe
 from __future__ import annotations
 
 from analysis.cli.commands.checks import number_list, real, whole
-from analysis.cli.commands.common import emit, load, require_text_model
+from analysis.cli.commands.common import calib_of, emit, load, require_text_model
 from analysis.cli.commands.progress import bar, fraction, say
 from analysis.errors import AnalysisError
 
@@ -101,6 +101,7 @@ def add_budget_args(p) -> None:
 
 
 def run_budget_sweep(args) -> None:
+    from analysis.evaluate.measure import Evaluation
     from analysis.runs.budget_sweep import budget_sweep, check_plans, plans
     from analysis.cli.commands.executor_args import executor_of
     if args.recover_steps:
@@ -117,10 +118,8 @@ def run_budget_sweep(args) -> None:
     results = []
     with bar(args, f"sweep --axis {args.axis} ({executor.kind}): plans", total=len(todo) + 1, unit="point") as b:
         for point in budget_sweep(model, tokenizer, args.axis, strategies, head_strategies, args.budgets,
-                                  split=args.split, context=args.context, eval_tokens=args.eval_tokens,
-                                  calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
-                                  seed=args.seed, rescale=args.rescale, use_cache=not args.no_cache,
-                                  executor=executor):
+                                  Evaluation(args.split, args.context, args.eval_tokens), calib_of(args),
+                                  args.rescale, use_cache=not args.no_cache, executor=executor):
             results.append(point)   # with its window losses: any two plans can be compared paired
             b.update()
             paired = "" if point["kind"] == "unpruned" else \

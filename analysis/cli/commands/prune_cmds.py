@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from analysis.archs.kernels import MAX_KEY_DIM
 from analysis.cli.commands.checks import number_list, real, whole
-from analysis.cli.commands.common import add_calib_args, add_yes_arg, announce, emit, load, require_text_model
+from analysis.cli.commands.common import (add_calib_args, add_yes_arg, announce, calib_of, emit, load,
+                                          require_text_model)
 from analysis.cli.commands.executor_args import add_executor_args, executor_of
 from analysis.cli.commands.heads_cmds import (add_budget_args, add_head_args, head_plan_of, head_strategy_of,
                                               pruning_heads, run_budget_sweep)
@@ -54,9 +55,8 @@ def run_importance(args) -> None:
     from analysis.shrink.importance import importance_report
     model, tokenizer, meta = load(args)  # calibration reads text, or a recall model's own recall sequences
     with fraction(args, "importance: strategies scored") as progress:
-        report = importance_report(model, tokenizer, args.strategies.split(","), args.ratio,
-                                   calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens,
-                                   seed=args.seed, progress=progress)
+        report = importance_report(model, tokenizer, args.strategies.split(","), args.ratio, calib_of(args),
+                                   progress=progress)
     report = {**meta, **report}
     lines = [f"channel importance, {report['calibration']}; kept sets at ratio {args.ratio}",
              "mean Jaccard agreement of kept sets (all layers and heads):"]
@@ -99,7 +99,7 @@ def _setup_prune(p):
 def run_prune(args) -> None:
     from analysis.cli.commands.eval_cmds import task_settings
     from analysis.data import inputs
-    from analysis.shrink.calibration import calibrate, sequences_only
+    from analysis.shrink.calibration import sequences_only
     from analysis.models.key_plan import plan_key_dims, tiles
     from analysis.shrink.prune_run import PruneRun, unchanged
     from analysis.shrink.prune_workflow import Evaluation, prune_and_measure, recall_pairs
@@ -138,7 +138,7 @@ def run_prune(args) -> None:
     calib = None
     if strategy is not None and strategy.needs_calibration:
         with bar(args, "prune: calibration", total=1, unit="step") as b:
-            calib = calibrate(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed)
+            calib = calib_of(args).calibrate(model, tokenizer)
             b.update()
     elif heads and head_strategy.needs_calibration:  # the head scores read the sequences, not channel statistics
         calib = sequences_only(model, tokenizer, args.calib_sequences, args.calib_tokens, args.seed)
@@ -201,10 +201,9 @@ def _check_prune_sizes(args, model, strategy, head_strategy=None) -> None:
     """Calibration and recovery memory, and the recovery's time, before the first step (not after the prune)."""
     from analysis.data import inputs
     from analysis.models import limits
-    from analysis.shrink.calibration import check_size
     channels = strategy is not None and strategy.needs_calibration
     if channels:
-        check_size(model, args.calib_sequences, args.calib_tokens)
+        calib_of(args).check_size(model)
     if head_strategy is not None and head_strategy.needs_calibration:  # its scoring beside what calibration keeps
         task = inputs.recall_task(model)
         tokens = task.seq_len if task is not None else args.calib_tokens
@@ -339,8 +338,9 @@ def _setup_sweep(p):
 
 def run_sweep(args) -> None:
     from analysis.cli.commands.eval_cmds import task_settings
+    from analysis.evaluate.measure import Evaluation
     from analysis.runs.sweep import sweep
-    executor_of(args, connect=False)  # --address without --executor ray: one sentence before the model loads
+    executor = executor_of(args, connect=False)  # --address without --executor ray: one sentence before the model loads
     if args.axis:
         return run_budget_sweep(args)
     strategies = args.strategies.split(",")
@@ -350,12 +350,10 @@ def run_sweep(args) -> None:
     order = {("unpruned", 0.0): -1, **{(s, r): i for i, (s, r) in enumerate((s, r) for s in strategies for r in ratios)}}
     results = []
     with bar(args, f"sweep ({args.executor}): points", total=len(order), unit="point") as b:
-        for point in sweep(model, tokenizer, strategies, ratios, split=args.split, context=args.context,
-                           eval_tokens=args.eval_tokens, recover_steps=args.recover_steps,
-                           calib_sequences=args.calib_sequences, calib_tokens=args.calib_tokens, seed=args.seed,
-                           latency=not args.no_latency, use_cache=not args.no_cache, rescale=args.rescale,
-                           executor=args.executor, address=args.address, yes=args.yes, say=announce,
-                           tasks=task_settings(args)):
+        evaluation = Evaluation(args.split, args.context, args.eval_tokens, latency=not args.no_latency,
+                                tasks=task_settings(args), confirmed=args.yes)
+        for point in sweep(model, tokenizer, strategies, ratios, evaluation, calib_of(args), args.recover_steps,
+                           args.rescale, executor=executor, use_cache=not args.no_cache, say=announce):
             results.append(point)
             b.update()
             extra = "" if point["strategy"] == "unpruned" else f" ({point['delta_vs_unpruned']:+.1%})"

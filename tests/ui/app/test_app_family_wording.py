@@ -87,11 +87,11 @@ def test_channel_importance_draws_the_data_free_strategies_before_any_calibratio
     """Item 8: the first chart does not wait for the calibration (here: a calibration that fails, as a slow one
     would keep the page waiting); the data-free strategies' charts are there, then the one-sentence error."""
     from analysis.errors import AnalysisError
-    import ui.shared.shrink
+    from analysis.shrink import calibration
 
     def fails(*args, **kwargs):
         raise AnalysisError("The calibration failed on purpose.")
-    monkeypatch.setattr(ui.shared.shrink, "calibrate", fails)
+    monkeypatch.setattr(calibration, "calibrate", fails)  # as CalibrationSettings.calibrate calls it
     at = start(monkeypatch, lm_dir)
     at.switch_page("pages/importance.py").run()
     assert not at.exception

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from analysis.evaluate.measure import Evaluation
 from ui.shared import memo, scales
 from ui_fixtures import save_tiny_lm
 
@@ -56,8 +57,9 @@ def test_the_sweep_takes_the_calibration_it_is_given(lm):
     tok = models.load_tokenizer(str(lm))
     calib = calibrate(model, tok, 2, 64, 0)
     asked = []
-    points = list(sweeps.sweep(model, tok, ["random", "wanda", "pca"], [0.5], context=64, eval_tokens=128,
-                               latency=False, use_cache=False, calibration=lambda: asked.append(1) or calib))
+    points = list(sweeps.sweep(model, tok, ["random", "wanda", "pca"], [0.5],
+                               Evaluation(context=64, max_tokens=128, latency=False), use_cache=False,
+                               calibration=lambda: asked.append(1) or calib))
     assert len(points) == 4 and asked == [1]   # two strategies need it: asked once, never computed
 
 
@@ -66,7 +68,7 @@ def test_shared_calibration_is_the_one_the_other_pages_use(lm):
     from ui.shared.keys import ModelKey
     key = ModelKey(str(lm), "cpu", "float32")
     steps = []
-    first = shrink.calibration(key, shrink.CalibSettings(2, 256, 0), progress=lambda f, t: steps.append(t))
+    first = shrink.calibration(key, shrink.CalibrationSettings(2, 256, 0), progress=lambda f, t: steps.append(t))
     assert shrink.shared_calibration(key, 2)() is first                 # no second computation
     assert "layer 1 of 2: activations entering the recurrence" in steps and steps[0].startswith("drawing")
 
