@@ -18,6 +18,7 @@ from analysis.io.point_identity import model_identity
 from analysis.io.points import IN_PROCESS, Executor, Point, run_points
 from analysis.io.writes import show
 from analysis.models.key_plan import key_dims, plan_key_dims
+from analysis.shrink.calibration import CalibrationSettings
 
 MAX_PLANS_BYTES = 4 << 20
 MAX_PLANS = 256
@@ -60,9 +61,9 @@ def _plan(entry, i: int, model, path: str) -> dict:
     return {"name": name, "head_k_dims": list(entry)}
 
 
-def eval_plans(model, tokenizer, tasks, plans: list[dict], strategy: str = "l1", *, calib_sequences: int = 16,
-               calib_tokens: int = 256, seed: int = 0, executor: Executor = IN_PROCESS, use_cache: bool = True,
-               cancel=None, yes: bool = False, say=None):
+def eval_plans(model, tokenizer, tasks, plans: list[dict], strategy: str = "l1", *,
+               calib: CalibrationSettings = CalibrationSettings(), executor: Executor = IN_PROCESS,
+               use_cache: bool = True, cancel=None, yes: bool = False, say=None):
     """Yield (index, result): 0 the unpruned model, i the plan plans[i - 1] (in-process in order; on Ray, cached
     ones first, then as their tasks finish). tasks: analysis.evaluate.harness.TaskSettings; each result is the
     harness's report (evaluate_tasks) plus "name", "head_k_dims", "strategy" and "cached"."""
@@ -71,44 +72,39 @@ def eval_plans(model, tokenizer, tasks, plans: list[dict], strategy: str = "l1",
     strat = get_strategy(strategy)
     plan = prepare(tasks, say=say)  # names and data checked before any point
     tokenizer_for(model, tokenizer, plan)  # a model the harness cannot read: one sentence here
-    _check_size(model, tokenizer, plan, len(plans) + 1, strat.needs_calibration, calib_sequences, calib_tokens,
-                yes, say)
+    _check_size(model, tokenizer, plan, len(plans) + 1, calib if strat.needs_calibration else None, yes, say)
     executor.connect()  # an unreachable cluster is one sentence before anything is written
     point_cache.check_writable()
     param = next(model.parameters())
     device = str(param.device)
     base = {"kind": "eval-plan", "model": model_identity(model), "device": device, "dtype": str(param.dtype),
             "tasks": plan.key()}
-    calib_key = {"calib_sequences": calib_sequences, "calib_tokens": calib_tokens, "seed": seed} \
-        if strat.needs_calibration else {"seed": seed}
+    calib_key = {"calib_sequences": calib.sequences, "calib_tokens": calib.tokens, "seed": calib.seed} \
+        if strat.needs_calibration else {"seed": calib.seed}
     points = [Point({**base, "point": "unpruned"}, FIELDS, {"name": "unpruned"}, ("unpruned", None))]
     for p in plans:
         dims = p["head_k_dims"]
         key = {**base, "strategy": strategy, "head_k_dims": dims, **calib_key}
         points.append(Point(key, FIELDS, {"head_k_dims": dims}, (p["name"], dims)))
-    opts = {"strategy": strategy, "seed": seed, "yes": yes,
+    opts = {"strategy": strategy, "seed": calib.seed, "yes": yes,
             # loaded once here; a Ray worker loads its own from the settings
             "tasks": tasks if executor.on_ray else plan}
 
     def shared(todo):
-        calib = None
+        drawn = None
         if strat.needs_calibration and any(p.args[1] is not None for p in todo):
-            from analysis.shrink.calibration import calibrate
-            calib = calibrate(model, tokenizer, n_sequences=calib_sequences, seq_len=calib_tokens, seed=seed,
-                              cancel=cancel)
-        return model, tokenizer, calib, opts
+            drawn = calib.calibrate(model, tokenizer, cancel=cancel)
+        return model, tokenizer, drawn, opts
     yield from run_points(_plan_point, points, shared, executor=executor, device=device, use_cache=use_cache,
                           cancel=cancel)
 
 
-def _check_size(model, tokenizer, plan, points: int, calibrates: bool, calib_sequences: int, calib_tokens: int,
-                yes: bool, say) -> None:
+def _check_size(model, tokenizer, plan, points: int, calib: CalibrationSettings | None, yes: bool, say) -> None:
     from analysis.models import limits, workload
     forwards, batch, tokens = plan.workload(tokenizer)
     limits.check_forward(model, batch, tokens, "The tasks' longest batch")
-    if calibrates:
-        from analysis.shrink.calibration import check_size
-        check_size(model, calib_sequences, calib_tokens)
+    if calib is not None:
+        calib.check_size(model)
     workload.check_points("eval over plans", points, model, [(forwards, batch, tokens, 1.0)],
                           "use fewer plans, tasks or --limit", yes, say)
 

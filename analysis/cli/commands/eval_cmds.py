@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from analysis.cli.commands.checks import whole
-from analysis.cli.commands.common import add_yes_arg, announce, emit, load, require_text_model
+from analysis.cli.commands.common import add_yes_arg, announce, calib_of, emit, load, require_text_model
 from analysis.cli.commands.progress import fraction
 from analysis.errors import AnalysisError
 
@@ -103,9 +103,8 @@ def run_eval_plans(args, executor) -> None:
     plans = read_plans(args.plans, model)
     results = [None] * (len(plans) + 1)
     with bar(args, f"eval ({executor.kind}): plans", total=len(plans) + 1, unit="point") as b:
-        for i, r in eval_plans(model, tokenizer, settings, plans, args.strategy, calib_sequences=args.calib_sequences,
-                            calib_tokens=args.calib_tokens, seed=args.seed, executor=executor, yes=args.yes,
-                            say=announce):
+        for i, r in eval_plans(model, tokenizer, settings, plans, args.strategy, calib=calib_of(args),
+                            executor=executor, yes=args.yes, say=announce):
             results[i] = r  # Ray's finishing order → the file's
             say(args, plan_line(r))
             b.update()
