@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from analysis.models.layer_calls import layers_replaced
+
 PREFIX_FRACTION = 0.25   # of the request's memory budget the kept outputs may hold
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("state_rank_prefix_cache", default=None)
 
@@ -75,18 +77,6 @@ def _hidden_in(args, kwargs):
 
 def _hidden_out(output):
     return output if torch.is_tensor(output) else output[0] if isinstance(output, tuple) and output else None
-
-
-@contextlib.contextmanager
-def _forwards_replaced(layers, forward_of):
-    """layers[i].forward replaced by forward_of(i) while inside (an instance attribute; hooks still fire)."""
-    for i, layer in enumerate(layers):
-        layer.forward = forward_of(i)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer.forward
 
 
 @dataclass
@@ -224,7 +214,7 @@ class PrefixCache:
                 outputs[i] = _copy(out)
                 return out
             return record
-        with _forwards_replaced(self.layers, recorder):
+        with layers_replaced(self.layers, recorder):
             logits = self.base(ids, use_cache=False).logits
         self._seen.add(key)
         self.stats.recorded += 1
@@ -253,7 +243,7 @@ class PrefixCache:
             if i == start - 1:
                 return lambda *_a, **_k: _copy(kept[i])  # the one the first real layer reads: a fresh copy
             return lambda *_a, **_k: kept[i]
-        with _forwards_replaced(layers[:start], stub):
+        with layers_replaced(layers[:start], stub):
             logits = model(ids, use_cache=False).logits
         self.stats.served += 1
         self.stats.layers_skipped += start

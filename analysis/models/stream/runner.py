@@ -21,6 +21,7 @@ import time
 import torch
 
 from analysis.errors import AnalysisError
+from analysis.models.layer_calls import layers_replaced
 from analysis.models.stream.hidden import HiddenStates
 from analysis.runtime.allocator import trim
 from analysis.runtime.cancel import check
@@ -102,18 +103,6 @@ class OutputShape:
             else:
                 kwargs[name] = value
         return tuple(args), kwargs
-
-
-@contextlib.contextmanager
-def layers_replaced(layers, forward_of):
-    """Each layer's forward replaced by forward_of(index) while inside (an instance attribute; hooks still fire)."""
-    for i, layer in enumerate(layers):
-        layer.forward = forward_of(i)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer.forward
 
 
 def learn_output(skeleton, sample_ids: torch.Tensor) -> OutputShape:
