@@ -67,6 +67,12 @@ class StreamedModel:
         return self
 
     @property
+    def running(self) -> bool:
+        """A pass over this model (or over a pruned view of it, which shares its lock) is running in some thread,
+        or some of its weights are materialised: what the dashboard's scheduler must not pause in the middle of."""
+        return self.skeleton.lock.held or bool(self.skeleton.live)
+
+    @property
     def blocks(self) -> int:
         return len(self.skeleton.block_units())
 
