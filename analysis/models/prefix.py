@@ -24,7 +24,10 @@ PREFIX_FRACTION of the request's memory budget (`--max-memory`, analysis.models.
 not fit is not kept: every point RECOMPUTES it with its whole forward (the exact old path), so past the budget
 the saving shrinks but the memory does not grow. Nothing goes to disk.
 
-Streamed models (analysis.models.stream) are not served: they run their whole pass as before.
+Streamed models (analysis.models.stream): a cache whose unpruned model is streamed hands every streamed pass to
+analysis.models.stream.reuse (`run_streamed`): the unpruned model's layer inputs are kept ON DISK per batch of
+windows (analysis.io.kept_states: the project's cache area, atomic files, at most half the free disk space; what
+does not fit is recomputed), and a pruned view reads only the blocks from its first changed layer on.
 """
 from __future__ import annotations
 
@@ -87,6 +90,8 @@ class PrefixStats:
     served: int = 0            # batches of derived models that started past layer 0
     layers_skipped: int = 0    # decoder layers not run thanks to the cache
     whole: int = 0             # batches run whole (first changed layer 0, unknown model, batch not kept)
+    blocks_read: int = 0       # streamed: decoder blocks read from disk by the passes in this cache's scope
+    blocks_skipped: int = 0    # streamed: decoder blocks a view did not read (its batches started past them)
     refused: str | None = None  # why this model's loop cannot be served (set once, then everything runs whole)
     starts: list = field(default_factory=list)  # first changed decoder layer of each derived model, in order
 
@@ -109,7 +114,11 @@ class PrefixCache:
             budget_bytes = (allowed or 0) * PREFIX_FRACTION
         self.budget = float(budget_bytes)
         self.used = 0
-        self.stats = PrefixStats(refused="a streamed model runs its whole pass" if is_streamed(base) else None)
+        self.stats = PrefixStats()
+        self.streamed = None
+        if is_streamed(base):  # its layer inputs are kept on disk (analysis.models.stream.reuse)
+            from analysis.models.stream.reuse import StreamedPrefix
+            self.streamed = StreamedPrefix(base, self.stats, fill_on_miss)
         self._kept: dict[tuple, list] = {}    # batch key -> per decoder layer, its output (copied)
         self._seen: set[tuple] = set()        # batch keys recorded (kept or not)
         self._starts = weakref.WeakKeyDictionary()  # derived model -> its first changed decoder layer
@@ -132,6 +141,8 @@ class PrefixCache:
     def first_changed(self, model) -> int:
         """The first decoder layer of `model` that differs from the base model (0: anything before the layers
         differs, or the model is not derived from it; len(layers): only what comes after the layers differs)."""
+        if self.streamed is not None:
+            return self.streamed.first_changed(model)
         if model is self.base:
             return len(self.layers)
         known = self._starts.get(model)
@@ -248,6 +259,21 @@ class PrefixCache:
         self.stats.served += 1
         self.stats.layers_skipped += start
         return logits
+
+    def run_streamed(self, model, batches, *, on_logits=None, cancel=None, progress=None) -> None:
+        """run_batches of a streamed model in this cache's scope: through the kept layer inputs when the unpruned
+        model is streamed (the unpruned model records, a pruned view of it starts past its unchanged blocks),
+        else its whole pass."""
+        if self.streamed is None:
+            model.run(batches, on_logits=on_logits, cancel=cancel, progress=progress)
+            return
+        self.streamed.run(model, batches, [self._key(b) for b in batches], on_logits=on_logits, cancel=cancel,
+                          progress=progress)
+
+    def close(self) -> None:
+        """Remove what this cache kept on disk (streamed; also done when it is collected, or at exit)."""
+        if self.streamed is not None:
+            self.streamed.close()
 
     # --- scope ------------------------------------------------------------------------------------------------
     @contextlib.contextmanager

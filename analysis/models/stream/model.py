@@ -115,8 +115,10 @@ class StreamedModel:
                 sk.release(live)
 
     # ---- running -----------------------------------------------------------------------------------
-    def run(self, batches, *, on_logits=None, cancel=None, progress=None, hidden_limit=None, logits_limit=None):
-        """See analysis.models.forward.run_batches."""
+    def run(self, batches, *, on_logits=None, cancel=None, progress=None, hidden_limit=None, logits_limit=None,
+            begin=None, keep=None):
+        """See analysis.models.forward.run_batches; begin / keep: layer-prefix reuse (Runner.run,
+        analysis.models.stream.reuse)."""
         from analysis.models import limits
         work = max((limits.block_work_bytes(self, b.shape[0], b.shape[1]) for b in batches), default=0)
         spare = max(self.limit - self.largest_unit_bytes - work, 0)   # beside a layer at work: the hidden states
@@ -131,8 +133,9 @@ class StreamedModel:
             if progress is not None:
                 progress(*args)
             self.report_block(*args)
-        runner.run(batches, on_logits=on_logits, cancel=cancel, progress=report, device=self.device)
-        self.last_run = {"spilled": runner.last_spilled}
+        runner.run(batches, on_logits=on_logits, cancel=cancel, progress=report, device=self.device, begin=begin,
+                   keep=keep)
+        self.last_run = {"spilled": runner.last_spilled, "blocks_read": runner.blocks_read}
 
     def report_block(self, done: int, total: int, bytes_read: int, seconds: float) -> None:
         """After each block of a pass (or of a save): the CLI's bar (`on_block`) and a dashboard job's line."""
