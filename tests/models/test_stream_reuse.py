@@ -125,3 +125,40 @@ def test_a_streamed_map_is_unchanged_by_reuse_and_reads_fewer_blocks(awake_dir, 
     assert seen[1].stats.blocks_skipped == 0
     for a, b in zip(reused, whole, strict=True):
         assert a["layer"] == b["layer"] and math.isclose(a["value"], b["value"], rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["rwkv7", "qwen3_5"])
+def test_carried_tensors_and_attention_blocks_resume_exactly(family, tmp_path):
+    """RWKV-7's layers hand v_first on (kept beside the hidden state); Qwen3.5's softmax-attention blocks are never
+    pruned, so a point pruning the linear layer before one starts after it. Family cases made 3× deeper, every
+    parameter awake, streamed at 80 % of their weights."""
+    import importlib
+
+    from family_cases.deeper import deeper_model
+    built = deeper_model(importlib.import_module(f"family_cases.{family}").CASE.make_model(), 3)
+    wake(built, 1)
+    assert unawake(built) == []
+    built.save_pretrained(tmp_path / "model", max_shard_size="300KB")
+    with budget.budget_scope(int(sum(p.numel() * p.element_size() for p in built.parameters()) * 0.8)):
+        model = models.load_model(str(tmp_path / "model"), device="cpu")
+        assert isinstance(model, StreamedModel)
+        depth, n = len(model.skeleton.layers), len(key_dims(model))
+        batches = [torch.randint(0, model.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(s))
+                   for s in (0, 1)]
+        cache = PrefixCache(model)
+        starts = []
+        with torch.no_grad():
+            with cache.active():
+                base = logits_of(model, batches)
+            for layer in range(n):
+                view = one_layer_pruned(model, layer)
+                whole = logits_of(view, batches)
+                with cache.active():
+                    reused = logits_of(view, batches)
+                starts.append(cache.first_changed(view))
+                assert view.last_run["blocks_read"] == depth - starts[-1]
+                assert all(rel(whole[m], base[m]) > 1e-3 and rel(reused[m], whole[m]) <= 1e-5 for m in whole)
+        cache.close()
+    assert starts == sorted(starts) and starts[0] == 0 and starts[-1] > 0
+    if family == "qwen3_5":  # decoder layers 3, 7, 11 are softmax attention: no linear layer starts there
+        assert not {3, 7, 11} & set(starts)
