@@ -135,4 +135,4 @@ class KeptStates:
         """Remove the folder and everything in it (this set's own files only)."""
         if self._finalizer is not None:
             self._finalizer()
-        self.folder, self.used = None, 0
+        self.folder, self.refused = None, "closed"  # `used` stays: what this set kept, for reports
