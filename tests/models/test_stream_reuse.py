@@ -162,3 +162,27 @@ def test_carried_tensors_and_attention_blocks_resume_exactly(family, tmp_path):
     assert starts == sorted(starts) and starts[0] == 0 and starts[-1] > 0
     if family == "qwen3_5":  # decoder layers 3, 7, 11 are softmax attention: no linear layer starts there
         assert not {3, 7, 11} & set(starts)
+
+
+def test_kept_states_reclaim_only_their_own_dead_folders(tmp_path):
+    """A folder left by a killed set (its lock no longer held, only kept_states' files) is removed by the next set;
+    a live set's folder and a folder holding anything else are left alone."""
+    root = tmp_path / "prefix"
+    live = kept_states.KeptStates(root)
+    assert live.put(0, 1, [torch.ones(3)])
+    dead = root / "run-dead"
+    dead.mkdir()
+    (dead / kept_states.LOCK_NAME).write_text("")
+    (dead / "b0-l1.safetensors").write_bytes(b"x")
+    foreign = root / "run-foreign"
+    foreign.mkdir()
+    (foreign / kept_states.LOCK_NAME).write_text("")
+    (foreign / "notes.txt").write_text("a user's file")
+    other = kept_states.KeptStates(root)
+    assert other.put(0, 1, [torch.zeros(2)])
+    assert not dead.exists() and (foreign / "notes.txt").exists() and live.folder.exists()
+    assert torch.equal(live.get(0, 1)[0], torch.ones(3)) and live.get(0, 2) is None
+    for kept in (live, other):
+        folder = kept.folder
+        kept.close()
+        assert not folder.exists() and not kept.put(0, 2, [torch.ones(1)])
