@@ -9,7 +9,7 @@ plain dict), so a point computed on Ray is served from the cache in-process and 
 points resumes from what was stored.
 
 `shared()` is called once, only when some point misses the cache (a calibration is never drawn for a run the
-cache serves whole); it gets the points to compute and returns the tuple every point's computation shares (the
+cache serves whole, nor for one where only the unpruned point misses); it gets exactly the points to compute and returns the tuple every point's computation shares (the
 model, the tokenizer, the calibration, a baseline…). On Ray it is put in the object store once.
 
 Stop: in-process, `cancel` (analysis.runtime.cancel) reaches inside each point and is checked between points;
@@ -82,15 +82,17 @@ def run_points(compute: Callable, points: list[Point], shared: Callable[[list[Po
 
 
 def _in_process(compute, points, shared, use_cache, cancel):
+    # every entry is looked up first, so `shared` gets exactly the points that miss (not every point after the
+    # first miss: a cached plan behind a missing unpruned point must not make it draw a calibration)
+    hits = [point_cache.lookup(p.key, p.schema, p.expect) if use_cache else None for p in points]
     held = None
     for i, p in enumerate(points):
         check(cancel)
-        hit = point_cache.lookup(p.key, p.schema, p.expect) if use_cache else None
-        if hit is not None:
-            yield i, hit
+        if hits[i] is not None:
+            yield i, hits[i]
             continue
         if held is None:
-            held = shared(points[i:])
+            held = shared([q for q, hit in zip(points[i:], hits[i:]) if hit is None])
         yield i, point_cache.store(p.key, compute(*held, *p.args, cancel=cancel))
 
 

@@ -22,17 +22,21 @@ def run_batches(model, batches: list[torch.Tensor], *, on_logits=None, cancel=No
 
     on_logits(batch index, first position, logits [b, n, V]) receives each batch's logits, whole in memory and in
     chunks of tokens when streamed (so the logits never exceed the memory budget); without it a streamed run
-    skips the LM head. In memory, inside an active analysis.models.prefix cache, a model derived from the cache's
-    unpruned model starts each batch at its first changed decoder layer. cancel is checked before every batch (streamed: before every batch of every layer).
+    skips the LM head. Inside an active analysis.models.prefix cache, a model derived from the cache's unpruned
+    model starts each batch at its first changed decoder layer (streamed: on kept layer inputs, reading only the
+    blocks from there on). cancel is checked before every batch (streamed: before every batch of every layer).
     progress(fraction) after each batch (streamed: after each layer)."""
+    from analysis.models.prefix import active
+    prefix = active()  # a set of points sharing the unpruned model's first layers (analysis.models.prefix)
     if is_streamed(model):
         report = None
         if progress is not None:
             report = lambda done, total, *_: progress(done / total)  # noqa: E731
-        model.run(batches, on_logits=on_logits, cancel=cancel, progress=report)
+        if prefix is not None:  # a pruned view reads only the blocks from its first changed layer on
+            prefix.run_streamed(model, batches, on_logits=on_logits, cancel=cancel, progress=report)
+        else:
+            model.run(batches, on_logits=on_logits, cancel=cancel, progress=report)
         return
-    from analysis.models.prefix import active
-    prefix = active()  # a set of points sharing the unpruned model's first layers (analysis.models.prefix)
     device = next(model.parameters()).device
     for i, batch in enumerate(batches):
         check(cancel)

@@ -24,7 +24,10 @@ PREFIX_FRACTION of the request's memory budget (`--max-memory`, analysis.models.
 not fit is not kept: every point RECOMPUTES it with its whole forward (the exact old path), so past the budget
 the saving shrinks but the memory does not grow. Nothing goes to disk.
 
-Streamed models (analysis.models.stream) are not served: they run their whole pass as before.
+Streamed models (analysis.models.stream): a cache whose unpruned model is streamed hands every streamed pass to
+analysis.models.stream.reuse (`run_streamed`): the unpruned model's layer inputs are kept ON DISK per batch of
+windows (analysis.io.kept_states: the project's cache area, atomic files, at most half the free disk space; what
+does not fit is recomputed), and a pruned view reads only the blocks from its first changed layer on.
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
+
+from analysis.models.layer_calls import layers_replaced
 
 PREFIX_FRACTION = 0.25   # of the request's memory budget the kept outputs may hold
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("state_rank_prefix_cache", default=None)
@@ -77,18 +82,6 @@ def _hidden_out(output):
     return output if torch.is_tensor(output) else output[0] if isinstance(output, tuple) and output else None
 
 
-@contextlib.contextmanager
-def _forwards_replaced(layers, forward_of):
-    """layers[i].forward replaced by forward_of(i) while inside (an instance attribute; hooks still fire)."""
-    for i, layer in enumerate(layers):
-        layer.forward = forward_of(i)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer.forward
-
-
 @dataclass
 class PrefixStats:
     """What the cache did, for docs, benchmarks and tests."""
@@ -97,6 +90,8 @@ class PrefixStats:
     served: int = 0            # batches of derived models that started past layer 0
     layers_skipped: int = 0    # decoder layers not run thanks to the cache
     whole: int = 0             # batches run whole (first changed layer 0, unknown model, batch not kept)
+    blocks_read: int = 0       # streamed: decoder blocks read from disk by the passes in this cache's scope
+    blocks_skipped: int = 0    # streamed: decoder blocks a view did not read (its batches started past them)
     refused: str | None = None  # why this model's loop cannot be served (set once, then everything runs whole)
     starts: list = field(default_factory=list)  # first changed decoder layer of each derived model, in order
 
@@ -119,7 +114,11 @@ class PrefixCache:
             budget_bytes = (allowed or 0) * PREFIX_FRACTION
         self.budget = float(budget_bytes)
         self.used = 0
-        self.stats = PrefixStats(refused="a streamed model runs its whole pass" if is_streamed(base) else None)
+        self.stats = PrefixStats()
+        self.streamed = None
+        if is_streamed(base):  # its layer inputs are kept on disk (analysis.models.stream.reuse)
+            from analysis.models.stream.reuse import StreamedPrefix
+            self.streamed = StreamedPrefix(base, self.stats, fill_on_miss)
         self._kept: dict[tuple, list] = {}    # batch key -> per decoder layer, its output (copied)
         self._seen: set[tuple] = set()        # batch keys recorded (kept or not)
         self._starts = weakref.WeakKeyDictionary()  # derived model -> its first changed decoder layer
@@ -142,6 +141,8 @@ class PrefixCache:
     def first_changed(self, model) -> int:
         """The first decoder layer of `model` that differs from the base model (0: anything before the layers
         differs, or the model is not derived from it; len(layers): only what comes after the layers differs)."""
+        if self.streamed is not None:
+            return self.streamed.first_changed(model)
         if model is self.base:
             return len(self.layers)
         known = self._starts.get(model)
@@ -224,7 +225,7 @@ class PrefixCache:
                 outputs[i] = _copy(out)
                 return out
             return record
-        with _forwards_replaced(self.layers, recorder):
+        with layers_replaced(self.layers, recorder):
             logits = self.base(ids, use_cache=False).logits
         self._seen.add(key)
         self.stats.recorded += 1
@@ -253,11 +254,26 @@ class PrefixCache:
             if i == start - 1:
                 return lambda *_a, **_k: _copy(kept[i])  # the one the first real layer reads: a fresh copy
             return lambda *_a, **_k: kept[i]
-        with _forwards_replaced(layers[:start], stub):
+        with layers_replaced(layers[:start], stub):
             logits = model(ids, use_cache=False).logits
         self.stats.served += 1
         self.stats.layers_skipped += start
         return logits
+
+    def run_streamed(self, model, batches, *, on_logits=None, cancel=None, progress=None) -> None:
+        """run_batches of a streamed model in this cache's scope: through the kept layer inputs when the unpruned
+        model is streamed (the unpruned model records, a pruned view of it starts past its unchanged blocks),
+        else its whole pass."""
+        if self.streamed is None:
+            model.run(batches, on_logits=on_logits, cancel=cancel, progress=progress)
+            return
+        self.streamed.run(model, batches, [self._key(b) for b in batches], on_logits=on_logits, cancel=cancel,
+                          progress=progress)
+
+    def close(self) -> None:
+        """Remove what this cache kept on disk (streamed; also done when it is collected, or at exit)."""
+        if self.streamed is not None:
+            self.streamed.close()
 
     # --- scope ------------------------------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -101,6 +101,8 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
     module_names = {id(m): n for n, m in model.named_modules()}
     edits = {}
     for layer, sel in zip(layers, selections):
+        if keeps_every_channel(sel, layer.key_dim):  # its tensors are copied bit for bit (a streamed view then
+            continue                                  # knows this layer is unchanged: analysis.models.stream.reuse)
         prefix = module_names[id(layer.module)] + "."
         by_param: dict[str, list] = {}
         for rows in layer.rows:
@@ -108,6 +110,13 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
         for param, entries in by_param.items():
             edits[prefix + param] = partial(reduce_param, entries=entries, layer=layer, sel=sel)
     return rebuilt(model, lambda m: adapter.pruned_model(m, dims, readout), edits)
+
+
+def keeps_every_channel(sel: Selection, key_dim: int) -> bool:
+    """Does `sel` keep every channel in its order (the edit of its rows would be the identity)?"""
+    if sel.indices is None or sel.indices.shape[-1] != key_dim:
+        return False
+    return bool((sel.indices == torch.arange(key_dim, device=sel.indices.device)).all())
 
 
 def rebuilt(model, architecture, edits: dict):

@@ -219,7 +219,8 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     each as its task finishes (the same cache entries either way).
     In-process, every point computed here starts its forward at its pruned layer on the unpruned model's kept
     hidden states (analysis.models.prefix: exact, in memory up to a quarter of the memory budget, recomputed past
-    it); a Ray worker runs each point whole. Over eight parameters: `s` is what is measured, the rest how.
+    it; a streamed model's on disk, reading only the blocks from the pruned layer on); a Ray worker runs each
+    point whole. Over eight parameters: `s` is what is measured, the rest how.
     """
     check_settings(model, s, task)
     executor.connect()  # an unreachable cluster is one sentence before anything is written
@@ -233,6 +234,14 @@ def sensitivity_points(model, tokenizer, s: MapSettings, task: RecallTask | None
     run = dict(executor=executor, device=device, use_cache=use_cache, cancel=cancel)
     # in-process every point reads the same tokens: each starts at its pruned layer (analysis.models.prefix, exact)
     prefix = None if executor.on_ray else PrefixCache(model, fill_on_miss=True)
+    try:
+        yield from _map_points(model, tokenizer, s, task, get_calibration, cancel, base_key, measured, run, prefix)
+    finally:
+        if prefix is not None:
+            prefix.close()  # a streamed model's kept layer inputs leave the disk with the map
+
+
+def _map_points(model, tokenizer, s, task, get_calibration, cancel, base_key, measured, run, prefix):
     unpruned = Point({**base_key, "point": "unpruned"}, {**BASE_FIELDS, **measured}, {"layer": None, "ratio": 0.0})
     baseline = next(run_points(_map_baseline, [unpruned], lambda _: (model, tokenizer, s, task, prefix), **run))[1]
     yield baseline

@@ -34,6 +34,15 @@ def test_points_come_in_order_cached_on_the_second_run_and_shared_only_when_comp
     assert list(run_points(square, _points([1, 2]), shared, use_cache=False))[0][1]["cached"] is False
 
 
+def test_shared_gets_exactly_the_points_that_miss_not_the_cached_ones_after_the_first_miss(sweep_cache):
+    """A missing first point (the unpruned model's) before cached ones (plans): shared() sees only the missing one,
+    so a workload that draws a calibration for pruned points draws none (issue 42 follow-up)."""
+    list(run_points(square, _points([2, 3]), lambda _: (0,)))
+    calls = []
+    got = list(run_points(square, _points([1, 2, 5, 3]), lambda todo: calls.append([p.args[0] for p in todo]) or (0,)))
+    assert calls == [[1, 5]] and [r["cached"] for _, r in got] == [False, True, False, True]
+
+
 def test_a_wrong_entry_is_recomputed_not_served(sweep_cache):
     list(run_points(square, _points([2]), lambda _: (1,)))  # stored 5, which is not 2 × 2
     with pytest.warns(point_cache.CacheWarning, match="'square' is 5, not 4"):

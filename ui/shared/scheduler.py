@@ -17,7 +17,8 @@ The rules (they replace the process-wide RLock that froze every session behind o
    batch and step) is a `pause_point`: when someone is waiting, the job hands the slot over and takes it back
    afterwards. It pauses only when the shared models are quiescent: no forward/backward hook and no patched
    `forward` on any module of a guarded model, no global module hook, no recurrence observer in its context, and
-   no streamed model among them (a streamed pass holds its skeleton for the whole pass). Otherwise it runs on to
+   no pass running over a streamed model among them (a streamed pass holds its skeleton for the whole pass; a
+   streamed model that is only cached is idle). Otherwise it runs on to
    the next pause point, so the hooks guarantee above still holds.
 4. **Two long jobs of different sessions alternate fairly.** Among waiting long jobs, the session served least
    recently goes next (then arrival order); a holding long job yields to another long job at a pause point once
@@ -218,8 +219,10 @@ class Scheduler:
             return True
 
 def _busy(model) -> bool:
-    """A hook or a patched forward on any module of `model`, or a streamed model (its pass holds its skeleton)."""
-    if getattr(model, "streamed", False):
+    """A hook or a patched forward on any module of `model`, or a streamed model while a pass over it runs (the pass
+    holds its skeleton: a page's pass on it would wait on the paused job) or some of its weights are materialised.
+    A streamed model merely cached by the server is idle: a job may pause beside it."""
+    if getattr(model, "streamed", False) and getattr(model, "running", True):
         return True
     modules = getattr(model, "modules", None)
     if modules is None:

@@ -16,7 +16,8 @@ import torch
 
 from analysis.errors import AnalysisError
 from analysis.models.stream.hidden import HiddenStates
-from analysis.models.stream.runner import Runner, layers_replaced, with_hidden
+from analysis.models.layer_calls import layers_replaced
+from analysis.models.stream.runner import Runner, with_hidden
 from analysis.runtime.cancel import check
 
 

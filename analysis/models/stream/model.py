@@ -67,6 +67,12 @@ class StreamedModel:
         return self
 
     @property
+    def running(self) -> bool:
+        """A pass over this model (or over a pruned view of it, which shares its lock) is running in some thread,
+        or some of its weights are materialised: what the dashboard's scheduler must not pause in the middle of."""
+        return self.skeleton.lock.held or bool(self.skeleton.live)
+
+    @property
     def blocks(self) -> int:
         return len(self.skeleton.block_units())
 
@@ -109,8 +115,10 @@ class StreamedModel:
                 sk.release(live)
 
     # ---- running -----------------------------------------------------------------------------------
-    def run(self, batches, *, on_logits=None, cancel=None, progress=None, hidden_limit=None, logits_limit=None):
-        """See analysis.models.forward.run_batches."""
+    def run(self, batches, *, on_logits=None, cancel=None, progress=None, hidden_limit=None, logits_limit=None,
+            begin=None, keep=None):
+        """See analysis.models.forward.run_batches; begin / keep: layer-prefix reuse (Runner.run,
+        analysis.models.stream.reuse)."""
         from analysis.models import limits
         work = max((limits.block_work_bytes(self, b.shape[0], b.shape[1]) for b in batches), default=0)
         spare = max(self.limit - self.largest_unit_bytes - work, 0)   # beside a layer at work: the hidden states
@@ -125,8 +133,9 @@ class StreamedModel:
             if progress is not None:
                 progress(*args)
             self.report_block(*args)
-        runner.run(batches, on_logits=on_logits, cancel=cancel, progress=report, device=self.device)
-        self.last_run = {"spilled": runner.last_spilled}
+        runner.run(batches, on_logits=on_logits, cancel=cancel, progress=report, device=self.device, begin=begin,
+                   keep=keep)
+        self.last_run = {"spilled": runner.last_spilled, "blocks_read": runner.blocks_read}
 
     def report_block(self, done: int, total: int, bytes_read: int, seconds: float) -> None:
         """After each block of a pass (or of a save): the CLI's bar (`on_block`) and a dashboard job's line."""

@@ -21,6 +21,7 @@ import time
 import torch
 
 from analysis.errors import AnalysisError
+from analysis.models.layer_calls import layers_replaced
 from analysis.models.stream.hidden import HiddenStates
 from analysis.runtime.allocator import trim
 from analysis.runtime.cancel import check
@@ -104,18 +105,6 @@ class OutputShape:
         return tuple(args), kwargs
 
 
-@contextlib.contextmanager
-def layers_replaced(layers, forward_of):
-    """Each layer's forward replaced by forward_of(index) while inside (an instance attribute; hooks still fire)."""
-    for i, layer in enumerate(layers):
-        layer.forward = forward_of(i)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer.forward
-
-
 def learn_output(skeleton, sample_ids: torch.Tensor) -> OutputShape:
     """Run the model's forward on one token until the first layer returns, and keep the shape of what it returned."""
     seen = {}
@@ -148,6 +137,7 @@ class Runner:
         self.skeleton, self.shape = skeleton, shape
         self.hidden_limit, self.logits_limit = hidden_limit, logits_limit
         self.last_spilled = False
+        self.blocks_read = 0   # decoder blocks the last run read (a batch started past a block skips it)
 
     def capture(self, batches, device) -> tuple[list, list]:
         """(per batch the first layer's inputs: its hidden state and the carried tensors, per batch the (args, kwargs)
@@ -188,9 +178,15 @@ class Runner:
             records.append(calls)
         return starts, records
 
-    def run(self, batches, *, on_logits=None, cancel=None, progress=None, device="cpu") -> None:
+    def run(self, batches, *, on_logits=None, cancel=None, progress=None, device="cpu", begin=None,
+            keep=None) -> None:
         """Every batch through every layer; then on_logits(batch index, first position, logits [b, n, V]) per chunk
-        of tokens when asked. progress(units done, units, bytes read) after each layer."""
+        of tokens when asked. progress(units done, units, bytes read) after each layer.
+
+        Layer-prefix reuse (analysis.models.stream.reuse): begin[m] = (layer l, [hidden, *carried] at layer l's
+        input) starts batch m at layer l on those tensors instead of the embeddings (None or l = 0: from the start);
+        a block no batch needs is not read. keep(layer i, batch m, [hidden, *carried]) receives every layer's
+        input (i ≥ 1) as the pass reaches it."""
         sk, shape = self.skeleton, self.shape
         units = sk.block_units()
         total = len(units) + (1 if on_logits else 0)
@@ -200,6 +196,10 @@ class Runner:
             stack.enter_context(torch.no_grad())
             with sk.rest_on_demand(keep=True):  # the embeddings, read once for every capture
                 starts, records = self.capture(batches, device)
+            first_layer = [0] * len(batches)
+            for m, given in enumerate(begin or []):
+                if given is not None and given[0] > 0:
+                    first_layer[m], starts[m] = given[0], list(given[1])
             width = 1 + len(shape.carried)  # slots per batch: its hidden state, then what the layers carry
             sizes = [t.numel() * t.element_size() for tensors in starts for t in tensors]
             self.last_spilled = sum(sizes) > self.hidden_limit
@@ -210,10 +210,25 @@ class Runner:
                     store.put(m * width + c, tensor)
             del starts
             began = time.perf_counter()
+            self.blocks_read = 0
             for i, (layer, unit) in enumerate(zip(sk.layers, units)):
                 check(cancel)
+                if keep is not None and i > 0:
+                    for m in range(len(records)):
+                        if first_layer[m] <= i:
+                            keep(i, m, [store.get(m * width + c) for c in range(width)])
+                todo = [m for m in range(len(records)) if first_layer[m] <= i]
+                for m in range(len(records)):
+                    if first_layer[m] > i:  # this batch starts past this layer: its arguments are not needed
+                        records[m][i] = None
+                if not todo:  # every batch starts past this layer: its block is not read
+                    if progress:
+                        progress(i + 1, total, sk.files.bytes_read - start_bytes, time.perf_counter() - began)
+                    continue
+                self.blocks_read += 1
                 with sk.materialized(unit):
-                    for m, calls in enumerate(records):
+                    for m in todo:
+                        calls = records[m]
                         check(cancel)
                         args, kwargs = with_hidden(*calls[i], store.get(m * width))
                         args, kwargs = shape.give(args, kwargs, [store.get(m * width + c) for c in range(1, width)])

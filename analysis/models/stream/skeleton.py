@@ -23,6 +23,29 @@ from analysis.errors import AnalysisError
 from analysis.models.stream.files import CheckpointFiles
 
 
+class PassLock:
+    """The re-entrant lock a pass over a skeleton holds (a run, a gradient pass, a save, a materialised unit), which
+    also says whether some thread holds it now (`held`): the dashboard's scheduler lets a long job pause inside a
+    point only while no pass on a shared streamed model is running (ui.shared.scheduler)."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._depth = 0   # changed only by the holder; read by anyone (a racy read of an int is fine here)
+
+    def __enter__(self):
+        self._lock.acquire()
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._depth -= 1
+        self._lock.release()
+
+    @property
+    def held(self) -> bool:
+        return self._depth > 0
+
+
 @dataclass
 class Unit:
     """One decoder layer (`block` is its index) or one module outside the layers that owns weights."""
@@ -62,7 +85,7 @@ class Skeleton:
                        for module, attr, is_param, meta, full in u.slots}
         self._unit_of = {full: u for u in self.units for *_, full in u.slots}
         self.live: set[str] = set()
-        self.lock = threading.RLock()  # one pass at a time: two sessions of the dashboard may share this model
+        self.lock = PassLock()  # one pass at a time: two sessions of the dashboard may share this model
         self.cast: torch.dtype | None = None      # materialise as this dtype (a gradient pass: float32)
         self.grad_names: set | None = None        # parameters that get requires_grad (None: transformers' default)
         self._plain_key: dict[str, str] = {}      # model name -> the checkpoint key that holds it as is

@@ -264,3 +264,51 @@ def test_a_job_measuring_a_shared_model_lets_a_page_in_between_its_windows():
     job.thread.join(WAIT)
     assert still_measuring and logits.shape[:2] == (1, 8)
     assert job.state == "stopped", (job.state, job.error)
+
+
+def test_a_cached_streamed_model_blocks_pausing_only_while_a_pass_over_it_runs(tmp_path):
+    """A streamed model in the server's cache counted as busy for as long as it was cached, so a long job never
+    paused inside a point while one was loaded. Now (a real streamed model, every parameter awake): while a pass
+    over it runs, a job runs on (a page's pass on it would wait on the paused job's skeleton); once the pass is
+    over, the job pauses, and the page's own pass over the same streamed model runs in the pause."""
+    from analysis.models import budget, load as models
+    from analysis.models.stream.model import StreamedModel
+    from family_cases.flags import unawake, wake
+    from family_cases.text_lm import build_tiny
+    built = build_tiny("delta_net", num_hidden_layers=6)
+    wake(built, 1)
+    assert unawake(built) == []
+    built.save_pretrained(tmp_path / "model")
+    weights = sum(p.numel() * p.element_size() for p in built.parameters())
+    with budget.budget_scope(int(weights * 0.8)):
+        model = models.load_model(str(tmp_path / "model"), device="cpu")
+    assert isinstance(model, StreamedModel)
+    sched = Scheduler()
+    sched.guard(model)
+    assert sched.quiescent()  # cached, no pass running: nothing to wait for
+    ids = torch.arange(8).unsqueeze(0)
+    page_waiting, results, order, seen = threading.Event(), [], [], []
+
+    def job():
+        with Scheduler.long_work("A"), sched, torch.no_grad():
+            page_waiting.wait(WAIT)
+            model.run([ids], progress=lambda *_: results.append(sched.pause_point()))  # inside the pass: runs on
+            order.append("job's pass done")
+            results.append(sched.pause_point())  # only cached now: the page goes
+            order.append("job")
+
+    def page():
+        with sched, torch.no_grad():
+            order.append("page")
+            seen.append(model(ids).logits)
+    j = in_thread(job)
+    assert sched.wait_until(lambda s: s["holder"] == (LONG, "A"), WAIT)
+    p = in_thread(page)
+    queued(sched, 1)
+    page_waiting.set()
+    j.join(WAIT)
+    p.join(WAIT)
+    assert len(results) == model.blocks + 1 and results == [False] * model.blocks + [True]
+    assert order == ["job's pass done", "page", "job"]
+    assert seen[0].shape[:2] == (1, 8) and torch.isfinite(seen[0]).all()
+    assert sched.quiescent() and not model.running
