@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from analysis.archs.base import FamilySpec
-from analysis.archs.fla_shared.adapter import FLA_LORA, FLA_SIZES, FlaAdapter, fla_training_kwargs
+from analysis.archs.fla_shared.adapter import FLA_LORA, FLA_SIZES, FlaAdapter, config_with_expand_k, fla_training_kwargs
 
 SPEC = FamilySpec(
     family="delta_net", label="DeltaNet", own_types=("delta_net",), kernel="delta_rule",
@@ -17,12 +17,8 @@ class DeltaNetAdapter(FlaAdapter):
         return DeltaNetConfig(expand_k=expand, expand_v=expand, **fla_training_kwargs(cfg, vocab_size))
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):
-        """DeltaNet's key dim is hidden_size·expand_k / num_heads: expressible when that rounds back exactly."""
         from fla.models import DeltaNetConfig
-        expand_k = key_dim * config["num_heads"] / config["hidden_size"]
-        if round(config["hidden_size"] * expand_k) != key_dim * config["num_heads"]:
-            return None
-        return DeltaNetConfig(**{**config, "expand_k": expand_k})
+        return config_with_expand_k(DeltaNetConfig, config, key_dim)
 
 
 ADAPTER = DeltaNetAdapter(SPEC, linear_class="fla.layers:DeltaNet",

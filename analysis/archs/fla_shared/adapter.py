@@ -167,6 +167,15 @@ def fla_config_refusal(config: dict, where: str) -> str | None:
     return None
 
 
+def config_with_expand_k(config_class: type, config: dict, key_dim: int):
+    """DeltaNet's and GLA's own config at `key_dim`: their key dim is hidden_size·expand_k / num_heads, expressible
+    when that rounds back exactly (else None)."""
+    expand_k = key_dim * config["num_heads"] / config["hidden_size"]
+    if round(config["hidden_size"] * expand_k) != key_dim * config["num_heads"]:
+        return None
+    return config_class(**{**config, "expand_k": expand_k})
+
+
 def fla_training_kwargs(cfg, vocab_size: int) -> dict:
     """The config fields every fla family's training run shares (`cfg`: analysis.train.trainer.TrainConfig)."""
     return dict(hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers, num_heads=cfg.heads,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch.nn as nn
 
 from analysis.archs.base import Block, ChannelRows, FamilySpec, HeadRows, head_blocks
-from analysis.archs.fla_shared.adapter import FLA_LORA, FLA_SIZES, FlaAdapter, fla_blocks, fla_config_refusal
+from analysis.archs.fla_shared.adapter import (FLA_LORA, FLA_SIZES, FlaAdapter, config_with_expand_k, fla_blocks,
+                                         fla_config_refusal)
 from analysis.errors import AnalysisError
 
 SPEC = FamilySpec(
@@ -67,12 +68,8 @@ class GLAAdapter(FlaAdapter):
         layer.value_dim = layer.value_dim_per_group = value_heads * layer.head_v_dim
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):
-        """GLA's key dim is hidden_size·expand_k / num_heads: expressible when that rounds back exactly."""
         from fla.models import GLAConfig
-        expand_k = key_dim * config["num_heads"] / config["hidden_size"]
-        if round(config["hidden_size"] * expand_k) != key_dim * config["num_heads"]:
-            return None
-        return GLAConfig(**{**config, "expand_k": expand_k})
+        return config_with_expand_k(GLAConfig, config, key_dim)
 
 
 ADAPTER = GLAAdapter(SPEC, linear_class="fla.layers.gla:GatedLinearAttention",
