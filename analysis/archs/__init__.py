@@ -1,16 +1,16 @@
 """Registry of family adapters (see analysis/archs/base.py for the interface).
 
-Adding a family = one folder `analysis/archs/<family>/` whose `__init__` exposes `ADAPTER` (an `Adapter`
-instance declaring the family's model types), its CPU op if it needs one, and its name in FAMILIES. Everything
-else here is read from the adapters. A family's folder is imported only when a model type is looked up, so
+Adding a family = one folder `analysis/archs/<family>/` whose `__init__` exposes `ADAPTER` (an `Adapter` built on
+the family's `FamilySpec`, which declares its model types), its CPU op if it needs one, and its name in FAMILIES.
+Everything else here is read from the adapters. A family's folder is imported only when a model type is looked up, so
 importing the registry stays cheap (no fla, no transformers).
 """
 from __future__ import annotations
 
 import importlib
 
-from analysis.archs.base import (PRUNED_PREFIX, Adapter, Block, ChannelRows, HeadRows,  # noqa: F401  (re-exported)
-                                 how_to_load, is_pruned_type, pruned_type)
+from analysis.archs.base import (PRUNED_PREFIX, Adapter, Block, ChannelRows, FamilySpec,  # noqa: F401  (re-exported)
+                                 HeadRows, LayerSizes, how_to_load, is_pruned_type, pruned_type)
 from analysis.errors import AnalysisError
 
 # the families, each a folder analysis/archs/<family>/ exposing ADAPTER
@@ -40,7 +40,7 @@ def get_adapter(family: str) -> Adapter:
 
 def refusal(model_type) -> str | None:
     """Why a model type close to a family cannot be one, in words (a family's `refused_types`), else None."""
-    return next((r for f in FAMILIES if (r := get_adapter(f).refused_types.get(model_type))), None)
+    return next((r for f in FAMILIES if (r := get_adapter(f).spec.refusal(model_type))), None)
 
 
 def check_not_refused(model_type, where: str = "") -> None:

@@ -103,25 +103,49 @@ def head_blocks(param: str, role: str, heads: int, width: int, start: int = 0, d
     return HeadRows(param, role, tuple(start + h * width for h in range(heads)), width, dim)
 
 
-class Adapter:
-    """One family. Subclasses set the class attributes and implement the methods; see archs/<family>/adapter.py."""
-    family: str = ""                     # registry key, e.g. "delta_net"
-    label: str = ""                      # human label, e.g. "DeltaNet"
-    own_types: tuple[str, ...] = ()      # the config.model_type values of the family itself (declared here only)
-    prunable_types: tuple[str, ...] | None = None  # own types with a pruned_<type> of the project (None: all)
-    refused_types: dict[str, str] = {}   # types close to the family it cannot handle -> why, in words
-    kernel: str = ""                     # its kernel (analysis.archs.kernels), e.g. "gated_delta_rule": what `latency`
+@dataclass(frozen=True)
+class LayerSizes:
+    """Where a linear layer keeps its sizes: for each, the attribute names to read, the first present and not None."""
+    key_heads: str | tuple[str, ...]
+    value_heads: str | tuple[str, ...]
+    key_dim: str | tuple[str, ...]
+    value_dim: str | tuple[str, ...]
+
+    def read(self, layer: nn.Module, size: str) -> int:
+        names = getattr(self, size)
+        for name in (names,) if isinstance(names, str) else names:
+            if getattr(layer, name, None) is not None:
+                return int(getattr(layer, name))
+        raise AttributeError(f"{type(layer).__name__} has none of {names} ({size})")
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What one family is, as data: its names, model types, kernel, layer sizes, config fields and flags.
+
+    Each archs/<family>/adapter.py starts with its SPEC; its Adapter adds only the behaviour that differs. The
+    adapter reads as its spec (`adapter.kernel` is `adapter.spec.kernel`)."""
+    family: str                          # registry key, e.g. "delta_net"
+    label: str                           # human label, e.g. "DeltaNet"
+    own_types: tuple[str, ...]           # the config.model_type values of the family itself (declared here only)
+    kernel: str                          # its kernel (analysis.archs.kernels), e.g. "gated_delta_rule": what `latency`
                                          # times and, through it, the kind of recurrence (kernel_spec.recurrence)
+    entry_points: tuple[str, ...]        # recurrence entry points (module globals of the layer's file) it routes
+    sizes: LayerSizes                    # the linear layer's attributes holding Hk, Hv, dk, dv
+    prunable_types: tuple[str, ...] | None = None  # own types with a pruned_<type> of the project (None: all)
+    refused_types: tuple[tuple[str, str], ...] = ()  # types close to the family it cannot handle, and why in words
     rotations: bool = True               # may a strategy keep rotated channels (PCA)? False when gates are per channel
     key_dims_config_key: str = "head_k_dims"   # where a pruned config lists one key dim per linear layer
     qk_l2_normalised: bool = True        # the kernel l2-normalises q and k (False: Mamba-2's B and C enter raw)
     readout_scaled: bool = True          # the readout multiplies by a key-dim factor (dk^-1/2); False: none to keep
     recurrence_inputs: str = ""          # what q, k, v, β, g are, in one sentence, where the generic wording
                                          # (analysis.archs.recurrence_words) would not say it right (Mamba-2's SSD)
-    entry_points: tuple[str, ...] = ()   # recurrence entry points (module globals of the layer's file) it routes
     lora_projections: tuple[str, ...] = ()  # linear sub-modules of a linear layer that recovery's LoRA adapts (q/k/v)
     positive_config_fields: tuple[str, ...] = ("num_heads", "head_dim", "conv_size", "num_v_heads")
                                          # the family's config fields that must be whole numbers ≥ 1 when present
+    head_refusal: str | None = None      # why this family's heads cannot be removed layer by layer (None: they can)
+    training_model_types: tuple[str, ...] = ()  # model types `train --model-type` may pick (first: the default)
+    training_options: tuple[str, ...] = ()      # TrainConfig fields only this family reads (e.g. state_size)
 
     @property
     def pruned_types(self) -> tuple[str, ...]:
@@ -130,7 +154,7 @@ class Adapter:
 
     @property
     def model_types(self) -> tuple[str, ...]:
-        """Every config.model_type this adapter handles: the family's own and the project's pruned ones."""
+        """Every config.model_type this family handles: its own and the project's pruned ones."""
         return (*self.own_types, *self.pruned_types)
 
     @property
@@ -138,6 +162,22 @@ class Adapter:
         """What this family's GPU kernel accepts (key dims, tile rows, dtypes): analysis.archs.kernels."""
         from analysis.archs.kernels import kernel_spec
         return kernel_spec(self.kernel)
+
+    def refusal(self, model_type) -> str | None:
+        """Why a model type close to this family cannot be one, in words; None for any other type."""
+        return dict(self.refused_types).get(model_type)
+
+
+class Adapter:
+    """One family: its FamilySpec (data) plus the methods below (behaviour); see archs/<family>/adapter.py."""
+
+    def __init__(self, spec: FamilySpec):
+        self.spec = spec
+
+    def __getattr__(self, name: str):
+        if name == "spec":   # not set yet (a copy under construction): no spec to read from
+            raise AttributeError(name)
+        return getattr(self.spec, name)   # the spec's fields read as the adapter's own
 
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
@@ -161,17 +201,17 @@ class Adapter:
         return [b.module for b in self.blocks(model) if b.kind == "linear"]
 
     def key_heads(self, layer: nn.Module) -> int:
-        raise NotImplementedError
+        return self.spec.sizes.read(layer, "key_heads")
 
     def value_heads(self, layer: nn.Module) -> int:
-        raise NotImplementedError
+        return self.spec.sizes.read(layer, "value_heads")
 
     def key_dim(self, layer: nn.Module) -> int:
         """dk per key head (the pruned dim where the model was pruned)."""
-        raise NotImplementedError
+        return self.spec.sizes.read(layer, "key_dim")
 
     def value_dim(self, layer: nn.Module) -> int:
-        raise NotImplementedError
+        return self.spec.sizes.read(layer, "value_dim")
 
     def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
         """Where this layer's q/k (and per-channel gate) rows are; the projections come first, role q then k."""
@@ -217,15 +257,15 @@ class Adapter:
 
     def readout_key_dims(self, model) -> list[int]:
         """Per linear layer, the key dim whose ^-1/2 the readout effectively uses (its own dk unless pruned)."""
-        raise NotImplementedError
+        kept = getattr(model.config, "readout_key_dims", None) if self.readout_scaled else None
+        return [int(d) for d in kept] if kept is not None else [self.key_dim(a) for a in self.linear_layers(model)]
 
     def shipped_parts(self, model):
         """What a saved pruned folder's modeling file needs beyond resized layers (analysis.archs.shipped_code:
         a ShippedParts), or None when sizes are all."""
         return None
 
-    # --- head removal (analysis.archs.heads; analysis.shrink.head_prune) ------------------------------
-    head_refusal: str | None = None   # why this family's heads cannot be removed layer by layer (None: they can)
+    # --- head removal (analysis.archs.heads; analysis.shrink.head_prune; spec.head_refusal) -----------
 
     def head_rows(self, layer: nn.Module) -> list[HeadRows]:
         """Every parameter block of this layer that belongs to one key head or one value head: removing a head
@@ -242,7 +282,7 @@ class Adapter:
         """The module whose first input holds the layer's value-head outputs, head-major along the last dim, at the
         last point where heads are still separate: zeroing a head's slice there is what removing it means (the
         zeroed-heads reference of the tests). The output projection, unless a norm mixes heads before it."""
-        raise NotImplementedError
+        return layer.o_proj
 
     def grouped_norm_weight(self, layer: nn.Module) -> str | None:
         """The weight of an output norm that averages over all value heads of a group (Mamba-2's grouped gated
@@ -252,8 +292,6 @@ class Adapter:
         return None
 
     # --- training --------------------------------------------------------------------------------
-    training_model_types: tuple[str, ...] = ()  # model types `train --model-type` may pick (first: the default)
-    training_options: tuple[str, ...] = ()      # TrainConfig fields only this family reads (e.g. state_size)
 
     def check_training_choices(self, cfg) -> None:
         """`train --model-type` / `--state-size` this family cannot build: one sentence before any work."""

@@ -1,8 +1,18 @@
-"""The one-step directory swap behind `writes.write_model_dir`, its journal fallback, and leftover reclaim.
+"""How the tool puts a folder it wrote in place: `publish` (a new name) and `replace` (an existing folder of its
+own), their journal, and the reclaim of leftovers. The protocol is in `analysis.io.writes` ("Replacing a directory").
 
-See the "Replacing a directory" section of `analysis.io.writes` for the protocol; this module holds the
-mechanics: renameat2 through ctypes, the journal, the marker-last removal, and the scan of a parent folder
-that finishes or rolls back interrupted swaps and removes leftovers that carry the tool's marker.
+Why replacing a folder has two paths, and both stay (issue 43 asked whether one would do):
+- `renameat2(RENAME_EXCHANGE)` swaps two names in one step, so NAME holds a whole folder at every instant, for a
+  crash and for another process reading it alike. It is the only atomic way: POSIX rename cannot replace a
+  non-empty directory. But it exists only on Linux, and only on file systems that implement it (not NFS, CIFS,
+  vfat/exfat, older ZFS; not macOS), where it fails with EINVAL.
+- There, the journal (two plain renames, with a record beside them written and fsynced first) is the one way to
+  replace a folder at all: NAME is missing for the instant between the renames, and the record lets the next
+  command finish or undo the swap after a crash, so nothing is lost or half-written (tests/io/test_faults.py kills
+  it at every step). Keeping only the journal would give up the atomic step where the OS has it (a reader in that
+  instant would find no model); keeping only the exchange would make every overwrite there (a training
+  checkpoint, a Save with overwrite) fail. A journal left by an earlier run must still be finished, too.
+Files never need either: `writes.write_text` replaces a file with one os.replace, which is atomic everywhere.
 """
 from __future__ import annotations
 
@@ -59,6 +69,30 @@ def renameat2(src, dst, flags: int) -> bool:
     if err in _UNSUPPORTED:
         return False
     raise OSError(err, os.strerror(err), str(src), None, str(dst))
+
+
+def publish(new: Path, target: Path) -> bool:
+    """Give `new` the name `target`, which does not exist: one rename that never replaces (RENAME_NOREPLACE; where
+    the OS lacks it, a check, then a rename). False, with nothing done, when `target` exists after all."""
+    try:
+        if not renameat2(new, target, RENAME_NOREPLACE):
+            if os.path.lexists(target):
+                return False
+            os.rename(new, target)
+    except FileExistsError:
+        return False
+    fsync_dir(target.parent)
+    return True
+
+
+def replace(new: Path, target: Path) -> None:
+    """Put `new` in place of the folder `target` (the caller verified that the tool wrote it) and remove the old
+    one: one RENAME_EXCHANGE, or the journal where the OS or file system lacks it (module doc)."""
+    if renameat2(new, target, RENAME_EXCHANGE):
+        fsync_dir(target.parent)
+        remove_old(new)  # the old folder, now under the temporary name
+    else:
+        journal_swap(new, target)
 
 
 def lock(fd: int) -> bool:

@@ -190,10 +190,6 @@ def _own_temp_file(name: str) -> bool:
     return os.path.basename(name).startswith(".") and name.endswith(TMP_FILE_SUFFIX)
 
 
-def can_replace(path, kind: str = "model") -> bool:
-    return replace_refusal(path, kind) is None
-
-
 def _probe(folder: Path, what: Path) -> None:
     """Create and remove an empty folder in the nearest existing ancestor: can `what` be written at all?"""
     ancestor = folder
@@ -280,7 +276,7 @@ def record_written(folder, names: list[str]) -> None:
 def write_model_dir(out, fill, overwrite: bool = False, kind: str = "model",
                     exists_hint: str = "choose a new directory or allow overwriting") -> Path:
     """`fill(tmp)` writes the model into a marked temporary sibling, which then takes the name `out` in one
-    step (see "Replacing a directory" above). An existing `out` is replaced only when `can_replace` allows it."""
+    step (see "Replacing a directory" above). An existing `out` is replaced only when `replace_refusal` allows it."""
     from analysis.io import swap
     path = check_new_dir(out, overwrite, exists_hint, kind)
     with os_errors("create the folder for", path):
@@ -333,21 +329,12 @@ def _normal_permissions(folder: Path) -> None:
 def _swap_in(tmp: Path, path: Path, overwrite: bool, exists_hint: str, kind: str) -> None:
     """Publish `tmp` as `path`: a new name in one rename, an existing one exchanged in one step (or journalled)."""
     from analysis.io import swap
-    if not os.path.lexists(path):
-        if not swap.renameat2(tmp, path, swap.RENAME_NOREPLACE):
-            if os.path.lexists(path):  # (no RENAME_NOREPLACE here: check, then rename)
-                raise AnalysisError(f"{path} already exists; {exists_hint}.")
-            os.rename(tmp, path)
-        swap.fsync_dir(path.parent)
+    if not os.path.lexists(path) and swap.publish(tmp, path):
         return
     if not overwrite:
         raise AnalysisError(f"{path} already exists; {exists_hint}.")
     check_replaceable(path, kind)  # again: it may have changed while the model was written
-    if swap.renameat2(tmp, path, swap.RENAME_EXCHANGE):
-        swap.fsync_dir(path.parent)
-        swap.remove_old(tmp)  # the old model, now under the temporary name, verified above to be ours
-    else:
-        swap.journal_swap(tmp, path)
+    swap.replace(tmp, path)
 
 
 def check_file_destination(destination, label: str = "--json") -> None:

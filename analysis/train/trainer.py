@@ -191,8 +191,8 @@ def _promote_interrupted(ckpt: Path) -> None:
             best = (step, tmp)
     if best is not None:
         with os_errors("recover the checkpoint in", ckpt.parent):
-            if not swap.renameat2(best[1], ckpt, swap.RENAME_NOREPLACE):
-                os.rename(best[1], ckpt)
+            if not swap.publish(best[1], ckpt):
+                return  # another run gave it its name meanwhile
         print(f"note: recovered the complete checkpoint of step {best[0]} that an interrupted save left in "
               f"{best[1].name}.", file=sys.stderr)
 

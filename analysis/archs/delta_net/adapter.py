@@ -1,43 +1,25 @@
 """fla DeltaNet (`delta_net`; per-layer pruned `pruned_delta_net`; hybrids via the config's `attn`): no decay gate."""
 from __future__ import annotations
 
-from analysis.archs.fla_shared.adapter import FlaAdapter, fla_training_kwargs
+from analysis.archs.base import FamilySpec
+from analysis.archs.fla_shared.adapter import FLA_LORA, FLA_SIZES, FlaAdapter, config_with_expand_k, fla_training_kwargs
+
+SPEC = FamilySpec(
+    family="delta_net", label="DeltaNet", own_types=("delta_net",), kernel="delta_rule",
+    entry_points=("chunk_delta_rule", "fused_recurrent_delta_rule"),   # fla/layers/delta_net.py
+    sizes=FLA_SIZES, lora_projections=FLA_LORA)
 
 
 class DeltaNetAdapter(FlaAdapter):
-    family = "delta_net"
-    label = "DeltaNet"
-    own_types = ("delta_net",)
-    kernel = "delta_rule"
-    entry_points = ("chunk_delta_rule", "fused_recurrent_delta_rule")   # fla/layers/delta_net.py
-
-    def linear_class(self) -> type:
-        from fla.layers import DeltaNet
-        return DeltaNet
-
-    def pruned_config_class(self) -> type:
-        from analysis.archs.fla_shared.pruned import PrunedDeltaNetConfig
-        return PrunedDeltaNetConfig
-
     def training_config(self, cfg, vocab_size: int):
         from fla.models import DeltaNetConfig
         expand = cfg.heads * cfg.head_dim / cfg.hidden_size
         return DeltaNetConfig(expand_k=expand, expand_v=expand, **fla_training_kwargs(cfg, vocab_size))
 
-    def install_routing(self) -> None:
-        super().install_routing()
-        from analysis.archs.fla_shared import pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
-        from analysis.runtime import backend
-        import fla.layers.delta_net as layer_file
-        backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
-
     def own_config_with_key_dim(self, config: dict, key_dim: int):
-        """DeltaNet's key dim is hidden_size·expand_k / num_heads: expressible when that rounds back exactly."""
         from fla.models import DeltaNetConfig
-        expand_k = key_dim * config["num_heads"] / config["hidden_size"]
-        if round(config["hidden_size"] * expand_k) != key_dim * config["num_heads"]:
-            return None
-        return DeltaNetConfig(**{**config, "expand_k": expand_k})
+        return config_with_expand_k(DeltaNetConfig, config, key_dim)
 
 
-ADAPTER = DeltaNetAdapter()
+ADAPTER = DeltaNetAdapter(SPEC, linear_class="fla.layers:DeltaNet",
+                          pruned_config_class="analysis.archs.fla_shared.pruned:PrunedDeltaNetConfig")

@@ -11,10 +11,15 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, head_blocks
+import importlib
+
+from analysis.archs.base import Adapter, Block, ChannelRows, FamilySpec, HeadRows, LayerSizes, head_blocks
 from analysis.archs.heads import head_config_fields
 
 _routed = False
+FLA_SIZES = LayerSizes(key_heads="num_heads", value_heads=("num_v_heads", "num_heads"), key_dim="head_k_dim",
+                       value_dim="head_v_dim")   # fla's layers (num_v_heads: Gated DeltaNet's grouped value heads)
+FLA_LORA = ("q_proj", "k_proj", "v_proj")        # the reference's LoRA targets
 
 
 def fla_blocks(model, linear_cls: type) -> list[Block]:
@@ -35,13 +40,22 @@ def softmax_layer_indices(config) -> set[int]:
     return {int(i) for spec in ([attn] if isinstance(attn, dict) else attn) for i in spec.get("layers", [])}
 
 
+def load_class(where: str) -> type:
+    """The class `module:Name`, imported only when asked for (the registry imports no fla)."""
+    module, name = where.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 class FlaAdapter(Adapter):
-    """Base of the fla families whose linear layer has q_proj/k_proj and optional q_conv1d/k_conv1d."""
-    rotations = True
-    lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
+    """Base of the fla families whose linear layer has q_proj/k_proj and optional q_conv1d/k_conv1d: the spec, the
+    layer class and the per-layer pruned config class (each `module:Name`)."""
+
+    def __init__(self, spec: FamilySpec, linear_class: str, pruned_config_class: str):
+        super().__init__(spec)
+        self.linear_class_at, self.pruned_config_class_at = linear_class, pruned_config_class
 
     def linear_class(self) -> type:
-        raise NotImplementedError
+        return load_class(self.linear_class_at)
 
     def mlp_width(self, config) -> int:
         """fla's blocks size the MLP by intermediate_size, else hidden_ratio × hidden (fla's default ratio 4)."""
@@ -49,7 +63,7 @@ class FlaAdapter(Adapter):
         return int(getattr(config, "intermediate_size", None) or hidden * (getattr(config, "hidden_ratio", None) or 4))
 
     def pruned_config_class(self) -> type:
-        raise NotImplementedError
+        return load_class(self.pruned_config_class_at)
 
     def own_config_with_key_dim(self, config, key_dim: int):
         """The family's own config with every layer at `key_dim`, or None when it cannot say it exactly."""
@@ -61,18 +75,6 @@ class FlaAdapter(Adapter):
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
         return fla_blocks(model, self.linear_class())
-
-    def key_heads(self, layer: nn.Module) -> int:
-        return int(layer.num_heads)
-
-    def value_heads(self, layer: nn.Module) -> int:
-        return int(getattr(layer, "num_v_heads", None) or layer.num_heads)
-
-    def key_dim(self, layer: nn.Module) -> int:
-        return int(layer.head_k_dim)
-
-    def value_dim(self, layer: nn.Module) -> int:
-        return int(layer.head_v_dim)
 
     def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
         rows = [ChannelRows("q_proj.weight", "q"), ChannelRows("k_proj.weight", "k")]
@@ -111,12 +113,11 @@ class FlaAdapter(Adapter):
             layer.num_v_heads = value_heads
         layer.key_dim, layer.value_dim = key_heads * layer.head_k_dim, value_heads * layer.head_v_dim
 
-    def head_output(self, layer: nn.Module) -> nn.Module:
-        return layer.o_proj
-
     def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
-        kept = tokens if module.window_size is None else min(tokens, module.window_size)
-        return 2 * module.num_kv_heads * module.head_dim * kept * dtype_bytes   # keys and values
+        """fla's Attention caches k and v (num_kv_heads·head_dim each), only the last window_size tokens."""
+        window = getattr(module, "window_size", None)
+        kept = min(tokens, window) if window else tokens
+        return 2 * module.num_kv_heads * module.head_dim * kept * dtype_bytes
 
     # --- pruning ---------------------------------------------------------------------------------
     def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
@@ -134,13 +135,15 @@ class FlaAdapter(Adapter):
         self.install_routing()
         return AutoModelForCausalLM.from_config(config).to(device=param.device, dtype=param.dtype).eval()
 
-    def readout_key_dims(self, model) -> list[int]:
-        kept = getattr(model.config, "readout_key_dims", None)
-        return [int(d) for d in kept] if kept is not None else [self.key_dim(a) for a in self.linear_layers(model)]
-
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
+        """fla's shared ops, the family's pruned types (importing their module registers them) and its recurrence
+        entry points as the layer's own file looks them up, routed by device."""
+        from analysis.runtime import backend
         install_fla_routing()
+        self.pruned_config_class()
+        layer_file = importlib.import_module(self.linear_class().__module__)
+        backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
 
 
 def _has(layer: nn.Module, path: str) -> bool:
@@ -162,6 +165,15 @@ def fla_config_refusal(config: dict, where: str) -> str | None:
         return (f"{where} sets attn_mode to 'fused_chunk', a kernel fla 0.6 no longer has (on any device); set "
                 "attn_mode to 'chunk', the same recurrence with the same weights, and load the model again.")
     return None
+
+
+def config_with_expand_k(config_class: type, config: dict, key_dim: int):
+    """DeltaNet's and GLA's own config at `key_dim`: their key dim is hidden_size·expand_k / num_heads, expressible
+    when that rounds back exactly (else None)."""
+    expand_k = key_dim * config["num_heads"] / config["hidden_size"]
+    if round(config["hidden_size"] * expand_k) != key_dim * config["num_heads"]:
+        return None
+    return config_class(**{**config, "expand_k": expand_k})
 
 
 def fla_training_kwargs(cfg, vocab_size: int) -> dict:

@@ -3,33 +3,26 @@
 One log-decay per (token, value head); value heads may outnumber key heads (`num_v_heads`): grouped."""
 from __future__ import annotations
 
-from analysis.archs.fla_shared.adapter import FlaAdapter, fla_training_kwargs
+from analysis.archs.base import FamilySpec
+from analysis.archs.fla_shared.adapter import FLA_LORA, FLA_SIZES, FlaAdapter, fla_training_kwargs
+
+SPEC = FamilySpec(
+    family="gated_deltanet", label="Gated DeltaNet", own_types=("gated_deltanet",), kernel="gated_delta_rule",
+    entry_points=("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"),   # fla/layers/gated_deltanet.py
+    sizes=FLA_SIZES, lora_projections=FLA_LORA)
 
 
 class GatedDeltaNetAdapter(FlaAdapter):
-    family = "gated_deltanet"
-    label = "Gated DeltaNet"
-    own_types = ("gated_deltanet",)
-    kernel = "gated_delta_rule"
-    entry_points = ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")   # fla/layers/gated_deltanet.py
-
-    def linear_class(self) -> type:
-        from fla.layers import GatedDeltaNet
-        return GatedDeltaNet
-
-    def pruned_config_class(self) -> type:
-        from analysis.archs.fla_shared.pruned import PrunedGatedDeltaNetConfig
-        return PrunedGatedDeltaNetConfig
-
     def training_config(self, cfg, vocab_size: int):
         from fla.models import GatedDeltaNetConfig
         return GatedDeltaNetConfig(head_dim=cfg.head_dim, expand_v=1.0, **fla_training_kwargs(cfg, vocab_size))
 
     def install_routing(self) -> None:
-        super().install_routing()
         from analysis.archs.fla_shared import pruned  # noqa: F401  (registers pruned_delta_net, pruned_gated_deltanet)
+        from analysis.archs.fla_shared.adapter import install_fla_routing
         from analysis.runtime import backend
         import fla.layers.gated_deltanet as layer_file
+        install_fla_routing()
         backend.route_entry_points(layer_file, self.entry_points, self.kernel_spec.recurrence,
                                    dispatched={"chunk_gated_delta_rule": "gated_delta_rule"})  # fla's registry
         backend.route(layer_file, ("causal_conv1d",), wrap=backend.conv_by_device)  # its fused q|k|v conv path
@@ -45,4 +38,5 @@ class GatedDeltaNetAdapter(FlaAdapter):
         return GatedDeltaNetConfig(**{**config, "head_dim": key_dim, "expand_v": expand_v})
 
 
-ADAPTER = GatedDeltaNetAdapter()
+ADAPTER = GatedDeltaNetAdapter(SPEC, linear_class="fla.layers:GatedDeltaNet",
+                               pruned_config_class="analysis.archs.fla_shared.pruned:PrunedGatedDeltaNetConfig")

@@ -16,28 +16,20 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from analysis.archs.base import Block, ChannelRows, HeadRows, head_blocks
-from analysis.archs.fla_shared.adapter import FlaAdapter, fla_blocks, fla_config_refusal
+from analysis.archs.base import Block, ChannelRows, FamilySpec, HeadRows, head_blocks
+from analysis.archs.fla_shared.adapter import (FLA_LORA, FLA_SIZES, FlaAdapter, config_with_expand_k, fla_blocks,
+                                         fla_config_refusal)
 from analysis.errors import AnalysisError
+
+SPEC = FamilySpec(
+    family="gla", label="Gated Linear Attention", own_types=("gla",), kernel="gla",
+    entry_points=("chunk_gla", "fused_recurrent_gla"),   # fla/layers/gla.py
+    sizes=FLA_SIZES, lora_projections=FLA_LORA,
+    rotations=False,            # one decay per key channel
+    qk_l2_normalised=False)     # q and k enter the recurrence raw (a feature map at most)
 
 
 class GLAAdapter(FlaAdapter):
-    family = "gla"
-    label = "Gated Linear Attention"
-    own_types = ("gla",)
-    kernel = "gla"
-    entry_points = ("chunk_gla", "fused_recurrent_gla")   # fla/layers/gla.py
-    rotations = False
-    qk_l2_normalised = False   # q and k enter the recurrence raw (a feature map at most)
-
-    def linear_class(self) -> type:
-        from fla.layers.gla import GatedLinearAttention
-        return GatedLinearAttention
-
-    def pruned_config_class(self) -> type:
-        from analysis.archs.gla.pruned import PrunedGLAConfig
-        return PrunedGLAConfig
-
     def config_refusal(self, config: dict, where: str) -> str | None:
         heads, kv_heads = config.get("num_heads"), config.get("num_kv_heads")
         if kv_heads is not None and kv_heads != heads:
@@ -76,20 +68,9 @@ class GLAAdapter(FlaAdapter):
         layer.value_dim = layer.value_dim_per_group = value_heads * layer.head_v_dim
 
     def own_config_with_key_dim(self, config: dict, key_dim: int):
-        """GLA's key dim is hidden_size·expand_k / num_heads: expressible when that rounds back exactly."""
         from fla.models import GLAConfig
-        expand_k = key_dim * config["num_heads"] / config["hidden_size"]
-        if round(config["hidden_size"] * expand_k) != key_dim * config["num_heads"]:
-            return None
-        return GLAConfig(**{**config, "expand_k": expand_k})
-
-    def install_routing(self) -> None:
-        super().install_routing()
-        import fla.layers.gla as layer_file
-
-        from analysis.archs.gla import pruned  # noqa: F401  (registers pruned_gla with transformers)
-        from analysis.runtime import backend
-        backend.route_recurrence(layer_file, self.entry_points, self.kernel_spec.recurrence)
+        return config_with_expand_k(GLAConfig, config, key_dim)
 
 
-ADAPTER = GLAAdapter()
+ADAPTER = GLAAdapter(SPEC, linear_class="fla.layers.gla:GatedLinearAttention",
+                     pruned_config_class="analysis.archs.gla.pruned:PrunedGLAConfig")

@@ -17,38 +17,26 @@ import math
 
 import torch.nn as nn
 
-from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, classify_blocks, head_blocks
+from analysis.archs.base import Adapter, Block, ChannelRows, FamilySpec, HeadRows, classify_blocks, head_blocks
+from analysis.archs.fla_shared.adapter import FLA_LORA, FLA_SIZES, FlaAdapter
 from analysis.archs.heads import head_config_fields
 from analysis.errors import AnalysisError
 
 
-class KDAAdapter(Adapter):
-    family = "kda"
-    label = "Kimi Delta Attention"
-    own_types = ("kda",)
-    lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
-    kernel = "kda"
-    entry_points = ("chunk_kda", "fused_recurrent_kda")   # fla/layers/kda.py
-    rotations = False
+SPEC = FamilySpec(
+    family="kda", label="Kimi Delta Attention", own_types=("kda",), kernel="kda",
+    entry_points=("chunk_kda", "fused_recurrent_kda"),   # fla/layers/kda.py
+    sizes=FLA_SIZES, lora_projections=FLA_LORA,
+    rotations=False)            # one decay per key channel
 
+
+class KDAAdapter(Adapter):
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
         from fla.layers.attn import Attention
         from fla.layers.kda import KimiDeltaAttention
         kinds = ((KimiDeltaAttention, "linear"), (Attention, "softmax"))
         return classify_blocks([b.attn for b in model.model.layers], kinds)
-
-    def key_heads(self, layer: nn.Module) -> int:
-        return layer.num_heads
-
-    def value_heads(self, layer: nn.Module) -> int:
-        return layer.num_v_heads
-
-    def key_dim(self, layer: nn.Module) -> int:
-        return layer.head_k_dim
-
-    def value_dim(self, layer: nn.Module) -> int:
-        return layer.head_v_dim
 
     def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
         """q/k projections, their short convs, then the decay rows (Hv·dk rows: value head j, channel i)."""
@@ -85,20 +73,10 @@ class KDAAdapter(Adapter):
         layer.key_dim, layer.value_dim = key_heads * layer.head_k_dim, value_heads * layer.head_v_dim
         layer.gate_dim = value_heads * layer.head_k_dim
 
-    def head_output(self, layer: nn.Module) -> nn.Module:
-        return layer.o_proj
-
-    def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
-        """fla Attention caches k and v (num_kv_heads·head_dim each), only the last window_size tokens."""
-        window = getattr(module, "window_size", None)
-        kept = min(tokens, window) if window else tokens
-        return 2 * kept * module.num_kv_heads * module.head_dim * dtype_bytes
+    softmax_cache_bytes = FlaAdapter.softmax_cache_bytes   # fla's Attention, as in the fla hybrids
+    config_refusal = FlaAdapter.config_refusal
 
     # --- pruning ---------------------------------------------------------------------------------
-
-    def config_refusal(self, config: dict, where: str) -> str | None:
-        from analysis.archs.fla_shared.adapter import fla_config_refusal
-        return fla_config_refusal(config, where)
 
     def check_config(self, config) -> None:
         """One sentence for a KDA config the kernels (or fla's layer) cannot hold."""
@@ -141,11 +119,6 @@ class KDAAdapter(Adapter):
         param = next(model.parameters())
         return AutoModelForCausalLM.from_config(config).to(device=param.device, dtype=param.dtype).eval()
 
-    def readout_key_dims(self, model) -> list[int]:
-        from analysis.archs.kda.pruned import kda_layers
-        kept = getattr(model.config, "readout_key_dims", None)
-        return [int(d) for d in kept] if kept is not None else [int(a.head_k_dim) for a in kda_layers(model)]
-
     # --- devices ---------------------------------------------------------------------------------
     def install_routing(self) -> None:
         """chunk_kda through fla's dispatch registry (analysis.runtime.fla_dispatch), fused_recurrent_kda (which fla
@@ -161,4 +134,4 @@ class KDAAdapter(Adapter):
                                    dispatched={"chunk_kda": None})   # fla's registry; fused_recurrent_kda patched
 
 
-ADAPTER = KDAAdapter()
+ADAPTER = KDAAdapter(SPEC)

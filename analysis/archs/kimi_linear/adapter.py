@@ -29,39 +29,29 @@ import importlib
 import torch
 import torch.nn as nn
 
-from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, classify_blocks, head_blocks
+from analysis.archs.base import (Adapter, Block, ChannelRows, FamilySpec, HeadRows, LayerSizes, classify_blocks,
+                                 head_blocks)
 from analysis.archs.heads import head_config_fields
 from analysis.archs.kimi_linear.routing import ENTRY_POINTS, MODELING
 from analysis.errors import AnalysisError
 
 
-class KimiLinearAdapter(Adapter):
-    family = "kimi_linear"
-    label = "Kimi Linear (Kimi Delta Attention + MLA)"
-    own_types = ("kimi_linear",)
-    lora_projections = ("q_proj", "k_proj", "v_proj")  # the reference's LoRA targets
-    kernel = "kda"
-    entry_points = ENTRY_POINTS
-    key_dims_config_key = "linear_key_head_dims"
-    rotations = False
+SPEC = FamilySpec(
+    family="kimi_linear", label="Kimi Linear (Kimi Delta Attention + MLA)", own_types=("kimi_linear",), kernel="kda",
+    entry_points=ENTRY_POINTS,
+    sizes=LayerSizes(key_heads="num_heads", value_heads="num_heads", key_dim=("head_k_dim", "head_dim"),
+                     value_dim="head_dim"),   # one head count and (unpruned) one head dim for q, k and v
+    lora_projections=("q_proj", "k_proj", "v_proj"),  # the reference's LoRA targets
+    key_dims_config_key="linear_key_head_dims",
+    rotations=False)            # one decay per key channel
 
+
+class KimiLinearAdapter(Adapter):
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
         modeling = importlib.import_module(MODELING)
         kinds = ((modeling.KimiLinearDeltaAttention, "linear"), (modeling.KimiLinearAttention, "softmax"))
         return classify_blocks([b.self_attn for b in model.model.layers], kinds)
-
-    def key_heads(self, layer: nn.Module) -> int:
-        return layer.num_heads
-
-    def value_heads(self, layer: nn.Module) -> int:
-        return layer.num_heads
-
-    def key_dim(self, layer: nn.Module) -> int:
-        return getattr(layer, "head_k_dim", layer.head_dim)
-
-    def value_dim(self, layer: nn.Module) -> int:
-        return layer.head_dim
 
     def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
         """q/k projections, the q and k parts of the one q|k|v conv, then the decay rows (H·dk, head-major)."""
@@ -97,9 +87,6 @@ class KimiLinearAdapter(Adapter):
         layer.forget_gate.qkv_dim = value_heads * layer.forget_gate.head_dim
         layer.conv_dim = 2 * value_heads * self.key_dim(layer) + layer.qkv_dim
 
-    def head_output(self, layer: nn.Module) -> nn.Module:
-        return layer.o_proj
-
     def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
         """MLA caches the compressed latent (kv_lora_rank) and the shared rope key (qk_rope_head_dim), one head."""
         return tokens * (module.kv_lora_rank + module.qk_rope_head_dim) * dtype_bytes
@@ -109,7 +96,6 @@ class KimiLinearAdapter(Adapter):
                 f"{module.qk_rope_head_dim}-dim rope key per token; not pruned")
 
     # --- pruning ---------------------------------------------------------------------------------
-
     def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
         from analysis.archs.kimi_linear.pruned import PrunedKimiLinearConfig, PrunedKimiLinearForCausalLM
         layers = self.linear_layers(model)
@@ -133,10 +119,6 @@ class KimiLinearAdapter(Adapter):
         _match_dtypes(pruned, model)
         return pruned.eval()
 
-    def readout_key_dims(self, model) -> list[int]:
-        kept = getattr(model.config, "readout_key_dims", None)
-        return [int(d) for d in kept] if kept is not None else [int(self.key_dim(l)) for l in self.linear_layers(model)]
-
     # --- devices ---------------------------------------------------------------------------------
     def shipped_parts(self, model):
         """A saved prune's modeling file carries the key-dim layer class (its forward views q/k at dk')."""
@@ -159,4 +141,4 @@ def _match_dtypes(pruned: nn.Module, model: nn.Module) -> None:
             tensor.data = tensor.data.to(original[name].dtype)
 
 
-ADAPTER = KimiLinearAdapter()
+ADAPTER = KimiLinearAdapter(SPEC)

@@ -25,7 +25,8 @@ import copy
 
 import torch
 
-from analysis.archs.base import Adapter, Block, ChannelRows, HeadRows, PRUNED_PREFIX, head_blocks, is_pruned_type
+from analysis.archs.base import (PRUNED_PREFIX, Adapter, Block, ChannelRows, FamilySpec, HeadRows, LayerSizes,
+                                 head_blocks, is_pruned_type)
 from analysis.archs.heads import head_config_fields
 from analysis.archs.mamba2.layout import (HEAD_GROUP_KEYS, STATE_SIZE_KEYS, feed_forward_words, kind, layers_of,
                                          mixers_in)
@@ -36,22 +37,23 @@ MAMBA1 = ("is a Mamba-1 model: its selective scan keeps a diagonal state per cha
           "into query/key channels, so it has no key dimension to measure or prune")
 
 
-class Mamba2Adapter(Adapter):
-    family = "mamba2"
-    label = "Mamba-2 hybrids (Mamba-2 SSD + attention)"
-    own_types = tuple(STATE_SIZE_KEYS)
-    refused_types = dict.fromkeys(("mamba", "jamba", "falcon_mamba"), MAMBA1)
-    lora_projections = ("in_proj",)  # x|B|C|z|dt in one projection: B and C are the key/query rows
-    kernel = KERNEL
-    entry_points = (ENTRY_POINT,)   # what mamba2/routing.py routes
-    key_dims_config_key = "ssm_state_sizes"
-    readout_scaled = False     # y = C_tᵀ S_t: removing a channel needs no readout correction
-    qk_l2_normalised = False   # B and C enter the scan raw: the noise page's re-normalised bounds do not apply
-    recurrence_inputs = ("Mamba-2's SSD scan, one decay per head: q = C, k = B, v = dt·x and log-decay g = A·dt per "
-                         "token; no delta rule (no β, nothing is erased before a write), B and C enter the scan "
-                         "without normalisation, and the readout y = Cᵀ S has no scale")
-    rotations = True    # one decay per head: a rotation of a group's B/C channels commutes with it
+SPEC = FamilySpec(
+    family="mamba2", label="Mamba-2 hybrids (Mamba-2 SSD + attention)", own_types=tuple(STATE_SIZE_KEYS),
+    kernel=KERNEL, entry_points=(ENTRY_POINT,),   # what mamba2/routing.py routes
+    sizes=LayerSizes(key_heads="n_groups", value_heads="num_heads", key_dim="ssm_state_size", value_dim="head_dim"),
+    refused_types=tuple((t, MAMBA1) for t in ("mamba", "jamba", "falcon_mamba")),
+    lora_projections=("in_proj",),  # x|B|C|z|dt in one projection: B and C are the key/query rows
+    key_dims_config_key="ssm_state_sizes",
+    readout_scaled=False,       # y = C_tᵀ S_t: removing a channel needs no readout correction
+    qk_l2_normalised=False,     # B and C enter the scan raw: the noise page's re-normalised bounds do not apply
+    recurrence_inputs=("Mamba-2's SSD scan, one decay per head: q = C, k = B, v = dt·x and log-decay g = A·dt per "
+                       "token; no delta rule (no β, nothing is erased before a write), B and C enter the scan "
+                       "without normalisation, and the readout y = Cᵀ S has no scale"),
+    rotations=True,             # one decay per head: a rotation of a group's B/C channels commutes with it
+    training_model_types=("nemotron_h", "granitemoehybrid"), training_options=("state_size",))
 
+
+class Mamba2Adapter(Adapter):
     # --- structure -------------------------------------------------------------------------------
     def blocks(self, model) -> list[Block]:
         out = []
@@ -97,18 +99,6 @@ class Mamba2Adapter(Adapter):
         if config.get("num_hidden_layers") is None and isinstance(pattern, (list, str)) and pattern:
             return {**config, "num_hidden_layers": len(pattern)}
         return config
-
-    def key_heads(self, layer):
-        return layer.n_groups
-
-    def value_heads(self, layer):
-        return layer.num_heads
-
-    def key_dim(self, layer):
-        return layer.ssm_state_size
-
-    def value_dim(self, layer):
-        return layer.head_dim
 
     def channel_rows(self, layer) -> list[ChannelRows]:
         """C (query) and B (key) rows of in_proj, then of the conv's weight and bias (conv channels are x|B|C)."""
@@ -208,13 +198,7 @@ class Mamba2Adapter(Adapter):
             pruned = cls(config)
         return pruned.to(param.dtype).eval()
 
-    def readout_key_dims(self, model):
-        return [int(self.key_dim(layer)) for layer in self.linear_layers(model)]
-
     # --- training --------------------------------------------------------------------------------
-    training_model_types = ("nemotron_h", "granitemoehybrid")
-    training_options = ("state_size",)
-
     def training_config(self, cfg, vocab_size: int):
         """A Mamba-2 hybrid with `layers` mixers, every `full_attention_interval`-th one softmax attention, each
         followed by an MLP; `heads` Mamba-2 heads of `head_dim` channels, N = `state_size` (default head_dim),
@@ -276,4 +260,4 @@ def reclaim_mamba2_type() -> None:
     AutoModelForCausalLM.register(Mamba2Config, Mamba2ForCausalLM, exist_ok=True)
 
 
-ADAPTER = Mamba2Adapter()
+ADAPTER = Mamba2Adapter(SPEC)

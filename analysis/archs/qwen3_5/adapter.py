@@ -25,7 +25,8 @@ import copy
 import torch
 import torch.nn as nn
 
-from analysis.archs.base import PRUNED_PREFIX, Adapter, Block, ChannelRows, HeadRows, head_blocks, is_pruned_type
+from analysis.archs.base import (PRUNED_PREFIX, Adapter, Block, ChannelRows, FamilySpec, HeadRows, LayerSizes,
+                                 head_blocks, is_pruned_type)
 from analysis.archs.heads import apply_head_counts, head_config_fields
 from analysis.archs.pruned_types import make_pruned_type
 from analysis.archs.qwen3_5.routing import ENTRY_POINTS
@@ -113,18 +114,18 @@ def register_pruned_types() -> None:
             continue
 
 
-class Qwen35Adapter(Adapter):
-    family = "qwen3_5"
-    label = "Qwen3.5 / Qwen3-Next / OLMo-hybrid (Gated DeltaNet + attention)"
-    own_types = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "olmo_hybrid")
-    prunable_types = TEXT_TYPES
+SPEC = FamilySpec(
+    family="qwen3_5", label="Qwen3.5 / Qwen3-Next / OLMo-hybrid (Gated DeltaNet + attention)",
+    own_types=("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "olmo_hybrid"),
+    prunable_types=TEXT_TYPES, kernel="gated_delta_rule",
+    entry_points=ENTRY_POINTS,   # what qwen3_5/routing.py routes
+    sizes=LayerSizes(key_heads="num_k_heads", value_heads="num_v_heads", key_dim="head_k_dim", value_dim="head_v_dim"),
     # Qwen3.5 fuses q|k|v, Qwen3-Next q|k|v|z; OLMo-hybrid keeps separate q/k/v projections
-    lora_projections = ("in_proj_qkv", "in_proj_qkvz", "q_proj", "k_proj", "v_proj")
-    kernel = "gated_delta_rule"
-    entry_points = ENTRY_POINTS   # what qwen3_5/routing.py routes
-    key_dims_config_key = "linear_key_head_dims"
-    rotations = True
+    lora_projections=("in_proj_qkv", "in_proj_qkvz", "q_proj", "k_proj", "v_proj"),
+    key_dims_config_key="linear_key_head_dims")
 
+
+class Qwen35Adapter(Adapter):
     def config_refusal(self, config: dict, where: str) -> str | None:
         """Value heads that the key heads do not divide: each key head serves linear_num_value_heads /
         linear_num_key_heads value heads (the kernel's repeat), so no forward pass, transformers' own included,
@@ -151,18 +152,6 @@ class Qwen35Adapter(Adapter):
 
     def decoder_layers(self, model):
         return _decoder_layers(model)
-
-    def key_heads(self, layer):
-        return layer.num_k_heads
-
-    def value_heads(self, layer):
-        return layer.num_v_heads
-
-    def key_dim(self, layer):
-        return layer.head_k_dim
-
-    def value_dim(self, layer):
-        return layer.head_v_dim
 
     def channel_rows(self, layer) -> list[ChannelRows]:
         keys = layer.num_k_heads * layer.head_k_dim
@@ -258,10 +247,6 @@ class Qwen35Adapter(Adapter):
             pruned = cls(config)
         return pruned.to(param.dtype).eval()
 
-    def readout_key_dims(self, model):
-        kept = getattr(model.config, "readout_key_dims", None)
-        return [int(d) for d in kept] if kept is not None else [int(l.head_k_dim) for l in self.linear_layers(model)]
-
     # --- training --------------------------------------------------------------------------------
     def training_config(self, cfg, vocab_size: int):
         """transformers' Qwen3.5 text model: Gated DeltaNet blocks with every `full_attention_interval`-th block
@@ -291,4 +276,4 @@ class Qwen35Adapter(Adapter):
         register_pruned_types()
 
 
-ADAPTER = Qwen35Adapter()
+ADAPTER = Qwen35Adapter(SPEC)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from analysis.archs.base import Adapter, Block, ChannelRows, classify_blocks
+from analysis.archs.base import Adapter, Block, ChannelRows, FamilySpec, LayerSizes, classify_blocks
 from analysis.archs.fla_shared.adapter import FlaAdapter, fla_config_refusal
 from analysis.errors import AnalysisError
 
@@ -94,19 +94,19 @@ def guard_bonus_term():
 """
 
 
-class RWKV7Adapter(Adapter):
-    family = "rwkv7"
-    label = "RWKV-7"
-    own_types = ("rwkv7",)
-    kernel = "rwkv7"
-    entry_points = ("chunk_rwkv7", "fused_mul_recurrent_rwkv7")   # fla/layers/rwkv7.py
-    rotations = False
-    qk_l2_normalised = False   # r and k enter the recurrence raw (only the removal key κ̂ is normalised)
-    readout_scaled = False     # o_t = S_tᵀ r_t: removing a channel needs no readout correction
-    lora_projections = ("r_proj", "k_proj", "v_proj")
-    head_refusal = ("RWKV-7 layers mix every layer's values with the first layer's (v_first, one width for all "
-                    "layers), so its heads cannot be removed layer by layer; shrink the key dim instead (--ratio).")
+SPEC = FamilySpec(
+    family="rwkv7", label="RWKV-7", own_types=("rwkv7",), kernel="rwkv7",
+    entry_points=("chunk_rwkv7", "fused_mul_recurrent_rwkv7"),   # fla/layers/rwkv7.py
+    sizes=LayerSizes(key_heads="num_heads", value_heads="num_heads", key_dim="head_dim", value_dim="head_v_dim"),
+    lora_projections=("r_proj", "k_proj", "v_proj"),
+    rotations=False,            # one decay per key channel
+    qk_l2_normalised=False,     # r and k enter the recurrence raw (only the removal key κ̂ is normalised)
+    readout_scaled=False,       # o_t = S_tᵀ r_t: removing a channel needs no readout correction
+    head_refusal=("RWKV-7 layers mix every layer's values with the first layer's (v_first, one width for all "
+                  "layers), so its heads cannot be removed layer by layer; shrink the key dim instead (--ratio)."))
 
+
+class RWKV7Adapter(Adapter):
     def config_refusal(self, config: dict, where: str) -> str | None:
         """fla 0.6 runs neither an RWKV-7 hybrid nor a value width other than hidden_size (docs/config-flags.md)."""
         from analysis.archs.fla_shared.adapter import softmax_layer_indices
@@ -126,18 +126,6 @@ class RWKV7Adapter(Adapter):
         from fla.layers.rwkv7 import RWKV7Attention
         return classify_blocks([b.attn for b in model.model.layers], ((RWKV7Attention, "linear"), (Attention, "softmax")))
 
-    def key_heads(self, layer: nn.Module) -> int:
-        return int(layer.num_heads)
-
-    def value_heads(self, layer: nn.Module) -> int:
-        return int(layer.num_heads)
-
-    def key_dim(self, layer: nn.Module) -> int:
-        return int(layer.head_dim)
-
-    def value_dim(self, layer: nn.Module) -> int:
-        return int(layer.head_v_dim)
-
     def channel_rows(self, layer: nn.Module) -> list[ChannelRows]:
         """r (query) and k rows, then every per-key-channel parameter of the transition (module doc)."""
         rows = [ChannelRows("r_proj.weight", "q"), ChannelRows("k_proj.weight", "k")]
@@ -147,8 +135,7 @@ class RWKV7Adapter(Adapter):
                 rows.append(ChannelRows(f"{lora}.lora.2.bias", "gate"))
         return rows + [ChannelRows("k_k", "gate"), ChannelRows("k_a", "gate"), ChannelRows("r_k", "gate", heads_first=True)]
 
-    def softmax_cache_bytes(self, module: nn.Module, tokens: int, dtype_bytes: int) -> int:
-        return FlaAdapter.softmax_cache_bytes(self, module, tokens, dtype_bytes)   # fla's Attention, as in fla hybrids
+    softmax_cache_bytes = FlaAdapter.softmax_cache_bytes   # fla's Attention, as in the fla hybrids
 
     # --- pruning ---------------------------------------------------------------------------------
     def pruned_model(self, model, key_dims: list[int], readout_key_dims: list[int] | None, head_counts=None):
@@ -169,9 +156,6 @@ class RWKV7Adapter(Adapter):
         param = next(model.parameters())
         return AutoModelForCausalLM.from_config(PrunedRWKV7Config(**base, head_k_dims=dims)).to(
             device=param.device, dtype=param.dtype).eval()
-
-    def readout_key_dims(self, model) -> list[int]:
-        return [self.key_dim(layer) for layer in self.linear_layers(model)]
 
     # --- devices ---------------------------------------------------------------------------------
     def shipped_parts(self, model):
@@ -204,4 +188,4 @@ class RWKV7Adapter(Adapter):
             backend.route(activations, (name,), wrap=backend.torch_on_cpu(torch_fn))
 
 
-ADAPTER = RWKV7Adapter()
+ADAPTER = RWKV7Adapter(SPEC)
