@@ -1,8 +1,9 @@
 """Token ids of a bundled split, kept on disk once encoded: the next process reads them instead of encoding again.
 
 Encoding the 4.4 MB train split takes about 10 s on a laptop CPU and 40 s on a busy 2-core host; every process that
-calibrates (Channel importance, Prune, Sweep, `prune`, `sweep`) needs it. An entry is one JSON file in the point
-cache's folder (`encoded/`, written atomically by analysis.io.writes) named by what the ids depend on: the split
+calibrates (Channel importance, Prune, Sweep, `prune`, `sweep`) needs it. An entry is one JSON file in CACHE_DIR
+(`.cache/encoded/` of a checkout, `~/state-rank/cache/encoded/` installed, `STATE_RANK_ENCODED_CACHE` moves it;
+written atomically by analysis.io.writes) named by what the ids depend on: the split
 file's bytes, the tokenizer's content fingerprint and the encoder's own version. It holds the ids (int32,
 base64) and their SHA-256; one that does not check out is ignored (and rewritten), never trusted. A folder that
 cannot be written leaves the encoding uncached, nothing else changes.
@@ -21,16 +22,19 @@ import numpy as np
 import torch
 
 from analysis.errors import AnalysisError
-from analysis.io import point_cache, writes
+from analysis.io import writes
 
 FORMAT = 1
-CACHE_DIR: Path | None = None  # None: `encoded/` in the point cache's folder (STATE_RANK_CACHE moves both)
+# its own folder beside the point cache's default one (never inside a point cache: tests and pages count the entries
+# there), shared by every process of this checkout or install; content-addressed and checked, so sharing is safe
+CACHE_DIR = Path(os.environ.get("STATE_RANK_ENCODED_CACHE", writes.REPO_ROOT / ".cache" / "encoded" if writes.CHECKOUT
+                                else writes.HOME_DIR / "cache" / "encoded"))
 MAX_BYTES = 64 << 20  # an entry of the bundled train split is about 7 MB; anything far bigger is not ours
 
 
 def entry_path(key: dict) -> Path:
     digest = hashlib.sha256(json.dumps({**key, "format": FORMAT}, sort_keys=True).encode()).hexdigest()[:24]
-    return (CACHE_DIR or point_cache.CACHE_DIR / "encoded") / f"{digest}.json"
+    return CACHE_DIR / f"{digest}.json"
 
 
 def lookup(key: dict) -> torch.Tensor | None:
