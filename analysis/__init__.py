@@ -17,6 +17,11 @@ if sys.argv[:1] == ["-m"]:  # being located by `python -m`: Ctrl-C from here on 
 import warnings  # noqa: E402  (after the handler: compiling the filters below takes a few ms)
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# OpenMP threads sleep at once when they run out of work instead of spinning first (libgomp's default). On a
+# shared or busy machine (other sessions, other processes) a spinning thread takes the core from the thread its
+# team waits for: a forward pass measured 4-7x slower at load 12-15 on 2 cores (docs/serving.md, "Speed on a shared CPU host"). Set before torch
+# loads libgomp; an OMP_WAIT_POLICY of your own is kept. Results do not change (same threads, same reductions).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # fla warns at import that Triton has no CPU driver; that is expected here: the torch path takes over.
 warnings.filterwarnings("ignore", message=".*Triton is not supported.*")
 warnings.filterwarnings("ignore", message=".*roll back to CPU.*")

@@ -178,12 +178,28 @@ def encoded_split(split: str, tokenizer) -> torch.Tensor:
     if ids is None:
         # the text is read for this encoding only, not kept (4.4 MB for the train split), and the heap pages the
         # tokenizer's strings and id lists took are handed back (12 MiB of the train split's 28 MiB peak)
-        ids = encode(_decompressed(split), tokenizer)
+        ids = _encoded_from_disk(split, tokenizer)
         trim()
         with _encoded_lock:
             while len(_ENCODED) >= _ENCODED_MAX:
                 _ENCODED.pop(next(iter(_ENCODED)))
             _ENCODED[key] = ids
+    return ids
+
+
+def _encoded_from_disk(split: str, tokenizer) -> torch.Tensor:
+    """encode() of the split, read from the on-disk cache when an earlier process stored it (analysis.io.token_cache:
+    keyed by the split file's bytes, the tokenizer's content and this encoder's settings), else encoded and stored."""
+    from analysis.io import token_cache
+    path = data_path(split)
+    if not path.is_file():
+        raise AnalysisError(f"Data file {path} is missing; rebuild it with sample_models/data/build_data.py.")
+    key = {"split": split, "text_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+           "tokenizer": fingerprint(tokenizer), "encoder": {"piece": PIECE, "cut_window": CUT_WINDOW}}
+    ids = token_cache.lookup(key)
+    if ids is None:
+        ids = encode(_decompressed(split), tokenizer)
+        token_cache.store(key, ids)
     return ids
 
 
