@@ -224,7 +224,7 @@ class Adapter:
         a ShippedParts), or None when sizes are all."""
         return None
 
-    # --- head removal (analysis.archs.heads; analysis.shrink.head_prune) ------------------------------
+    # --- head removal (analysis.archs.heads; analysis.shrink.heads.prune) ------------------------------
     head_refusal: str | None = None   # why this family's heads cannot be removed layer by layer (None: they can)
 
     def head_rows(self, layer: nn.Module) -> list[HeadRows]:

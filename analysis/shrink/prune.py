@@ -63,9 +63,16 @@ def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0
     pruned = build_pruned(model, selections, rescale)
     return PruneResult(model=pruned, strategy=strategy, dims=list(dims),
                        original_dims=key_dims(model), selections=selections,
-                       info={"label": strat.label, "axis_aligned": strat.axis_aligned, "rescale": rescale,
-                             "readout_key_dims": getattr(pruned.config, "readout_key_dims", None),
-                             "details": [s.details for s in selections if s.details]})
+                       info=prune_info(pruned, strat, rescale, selections))
+
+
+def prune_info(pruned, strat, rescale: str, selections: list[Selection]) -> dict:
+    """What a prune did, for pruning.json and the CLI's JSON (the one builder; a head prune adds "heads").
+    strat: the channel strategy, or None when no key channel was removed."""
+    return {"label": strat.label if strat is not None else "no key channels removed",
+            "axis_aligned": strat.axis_aligned if strat is not None else True, "rescale": rescale,
+            "readout_key_dims": getattr(pruned.config, "readout_key_dims", None),
+            "details": [s.details for s in selections if s.details]}
 
 
 def choose_channels(model, strategy: str, dims: list[int], calibration=None, seed: int = 0) -> list[Selection]:

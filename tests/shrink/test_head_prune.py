@@ -18,8 +18,8 @@ import torch
 
 from family_cases import text_lm
 from analysis.models.load import linear_layers
-from analysis.shrink.head_prune import HeadPlan, build_head_pruned, keepable_counts, plan_head_counts, select_heads
-from analysis.shrink.head_strategies import HEAD_STRATEGIES, get_head_strategy
+from analysis.shrink.heads.prune import HeadPlan, build_head_pruned, keepable_counts, plan_head_counts, select_heads
+from analysis.shrink.heads.strategies import HEAD_STRATEGIES, get_head_strategy
 
 
 class _Layer:
@@ -69,7 +69,7 @@ def test_every_head_strategy_scores_and_prunes(model, calib, name):
     assert [s.shape for s in scores] == [(layer.value_heads,) for layer in linear_layers(model)]
     assert all(torch.isfinite(s).all() for s in scores)
     assert all(torch.equal(a, b) for a, b in zip(scores, strategy.scores(model, calib, seed=1)))
-    from analysis.shrink.head_prune import choose_heads
+    from analysis.shrink.heads.prune import choose_heads
     chosen = choose_heads(model, HeadPlan(name, (2, 3)), calib, seed=1)
     assert [s.counts for s in chosen] == [(2, 2), (3, 3)]
     for s, sel in zip(scores, chosen):   # the kept heads are the best-scored ones (no grouping here)
@@ -107,8 +107,8 @@ def test_rank_and_norm_scores_equal_numpy(model, calib):
 
 
 def test_measured_scores_equal_the_pruned_models_loss(model, calib):
-    from analysis.shrink.head_prune import HeadSelection
-    from analysis.shrink.head_sensitivity import sequence_losses
+    from analysis.shrink.heads.prune import HeadSelection
+    from analysis.shrink.heads.sensitivity import sequence_losses
     measured = get_head_strategy("measured").scores(model, calib)
     base = sequence_losses(model, calib.input_ids)
     layers = linear_layers(model)

@@ -24,7 +24,7 @@ from analysis.archs import adapter_for
 from analysis.archs.heads import drop_blocks, original_head_counts
 from analysis.errors import AnalysisError
 from analysis.models.load import linear_layers
-from analysis.shrink.prune import PruneResult, build_pruned, check_rescale, choose_channels, rebuilt
+from analysis.shrink.prune import PruneResult, build_pruned, check_rescale, choose_channels, prune_info, rebuilt
 from analysis.models.key_plan import key_dims
 from analysis.shrink.strategies import get_strategy
 from analysis.shrink.strategies import Selection
@@ -162,7 +162,7 @@ def _without_heads(tensor: torch.Tensor, rows, have: tuple[int, int], sel: HeadS
 
 
 def choose_heads(model, plan: HeadPlan, calibration, seed: int = 0) -> list[HeadSelection]:
-    from analysis.shrink.head_strategies import get_head_strategy
+    from analysis.shrink.heads.strategies import get_head_strategy
     strategy = get_head_strategy(plan.strategy)
     if strategy.needs_calibration and calibration is None:
         raise AnalysisError(f"The {strategy.label} head strategy needs calibration data; run calibrate() first.")
@@ -183,28 +183,20 @@ def prune_with_heads(model, strategy: str | None, dims: list[int], heads: HeadPl
         channels = choose_channels(model, strategy, dims, calibration, seed)   # on the original model
     chosen = choose_heads(model, heads, calibration, seed)
     pruned = build_head_pruned(model, chosen)
-    result = PruneResult(model=pruned, strategy=strategy or "none", dims=list(original_dims),
-                         original_dims=original_dims, selections=[],
-                         info={"label": "no key channels removed", "axis_aligned": True, "rescale": rescale,
-                               "readout_key_dims": getattr(pruned.config, "readout_key_dims", None), "details": []})
+    kept = []
     if channels is not None:   # the kept key heads' channels, on the head-pruned model
         kept = [Selection(indices=None if s.indices is None else s.indices[h.key_heads],
                           projection=None if s.projection is None else s.projection[h.key_heads], details=s.details)
                 for s, h in zip(channels, chosen)]
-        final = build_pruned(pruned, kept, rescale)
-        strat = get_strategy(strategy)
-        result = PruneResult(model=final, strategy=strategy, dims=list(dims), original_dims=original_dims,
-                             selections=kept, info={"label": strat.label, "axis_aligned": strat.axis_aligned,
-                                                    "rescale": rescale,
-                                                    "readout_key_dims": getattr(final.config, "readout_key_dims", None),
-                                                    "details": [s.details for s in kept if s.details]})
-    result.info = {**result.info, "heads": head_info(model, heads, chosen)}
-    return result
+        pruned = build_pruned(pruned, kept, rescale)
+    info = prune_info(pruned, get_strategy(strategy) if channels is not None else None, rescale, kept)
+    return PruneResult(model=pruned, strategy=strategy or "none", dims=list(dims), original_dims=original_dims,
+                       selections=kept, info={**info, "heads": head_info(model, heads, chosen)})
 
 
 def head_info(model, plan: HeadPlan, chosen: list[HeadSelection]) -> dict:
     """What a head prune kept, for pruning.json and the CLI's JSON."""
-    from analysis.shrink.head_strategies import get_head_strategy
+    from analysis.shrink.heads.strategies import get_head_strategy
     adapter = adapter_for(model)
     return {"strategy": plan.strategy, "label": get_head_strategy(plan.strategy).label,
             "original_head_counts": [list(c) for c in original_head_counts(model, adapter)],
