@@ -190,10 +190,6 @@ def _own_temp_file(name: str) -> bool:
     return os.path.basename(name).startswith(".") and name.endswith(TMP_FILE_SUFFIX)
 
 
-def can_replace(path, kind: str = "model") -> bool:
-    return replace_refusal(path, kind) is None
-
-
 def _probe(folder: Path, what: Path) -> None:
     """Create and remove an empty folder in the nearest existing ancestor: can `what` be written at all?"""
     ancestor = folder
@@ -280,7 +276,7 @@ def record_written(folder, names: list[str]) -> None:
 def write_model_dir(out, fill, overwrite: bool = False, kind: str = "model",
                     exists_hint: str = "choose a new directory or allow overwriting") -> Path:
     """`fill(tmp)` writes the model into a marked temporary sibling, which then takes the name `out` in one
-    step (see "Replacing a directory" above). An existing `out` is replaced only when `can_replace` allows it."""
+    step (see "Replacing a directory" above). An existing `out` is replaced only when `replace_refusal` finds nothing against it."""
     from analysis.io import swap
     path = check_new_dir(out, overwrite, exists_hint, kind)
     with os_errors("create the folder for", path):

@@ -105,16 +105,22 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
         raise AnalysisError(f"Got {len(selections)} selections for {len(layers)} linear-attention layers.")
     adapter.check_key_dims(dims, next(model.parameters()).device.type)  # e.g. KDA's GPU minimum
     readout = adapter.readout_key_dims(model) if rescale == "original" else None
+    return rebuilt(model, lambda m: adapter.pruned_model(m, dims, readout), channel_edits(model, selections))
+
+
+def channel_edits(model, selections: list[Selection]) -> dict:
+    """{full parameter name: function of the tensor} reducing each layer's q/k (and decay) rows to its selection
+    (`model` may live on the meta device: only its layout is read)."""
     module_names = {id(m): n for n, m in model.named_modules()}
     edits = {}
-    for layer, sel in zip(layers, selections):
+    for layer, sel in zip(channel_groups(model), selections):
         prefix = module_names[id(layer.module)] + "."
         by_param: dict[str, list] = {}
         for rows in layer.rows:
             by_param.setdefault(rows.param, []).append(rows)
         for param, entries in by_param.items():
             edits[prefix + param] = partial(reduce_param, entries=entries, layer=layer, sel=sel)
-    return rebuilt(model, lambda m: adapter.pruned_model(m, dims, readout), edits)
+    return edits
 
 
 def rebuilt(model, architecture, edits: dict):

@@ -131,7 +131,7 @@ def test_overwrite_replaces_only_our_own_model_and_keeps_the_old_until_the_new_i
     out = save_model(model, tmp_path / "pruned", metadata={"n": 1})
     marker = json.loads((out / writes.MARKER).read_text())
     assert marker["kind"] == "pruned model" and "config.json" in marker["files"] and "pruning.json" in marker["files"]
-    assert writes.can_replace(out)
+    assert writes.replace_refusal(out) is None
 
     def fail(folder):
         raise AnalysisError("stop while writing")
@@ -198,4 +198,4 @@ def test_files_the_tool_adds_later_keep_a_model_replaceable(tmp_path):
     writes.write_text(out / "README.md", "# card\n")
     assert "holds files this tool did not write (README.md)" in writes.replace_refusal(out)
     writes.record_written(out, ["README.md"])
-    assert writes.can_replace(out)
+    assert writes.replace_refusal(out) is None
