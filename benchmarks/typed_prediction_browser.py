@@ -12,27 +12,15 @@ Run: .venv/bin/python benchmarks/typed_prediction_browser.py [--steps N]
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from browser_utils import (CHROMIUM, CHROMIUM_ARGS, IDLE, TIMEOUT_MS, idle, open_page,  # noqa: E402
-                           streamlit_server)
+from browser_timing import dashboard_page, load_words, print_spread
+from browser_utils import IDLE, TIMEOUT_MS, idle
 
 SAID = "[...document.querySelectorAll('[data-testid=stMain] p')].map(p => p.innerText)" \
        ".find(t => t.startsWith('Your plan: predicted')) || ''"
 VALUES = (0.25, 0.5, 0.75, 0.375)
-
-
-def quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 def typed_seconds(page, steps: int) -> list[tuple[float, float]]:
@@ -61,31 +49,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()
-    from playwright.sync_api import sync_playwright
-    env = {**os.environ, "STATE_RANK_DEFAULT_MODEL": str(ROOT / "sample_models" / "gated-deltanet-small"),
-           "OMP_NUM_THREADS": "1"}
-    with tempfile.TemporaryDirectory() as tmp, streamlit_server(env, Path(tmp) / "server.log") as url, \
-            sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.goto(url, timeout=TIMEOUT_MS)
-        idle(page)
-        open_page(page, "Prune")
+    with dashboard_page("gated-deltanet-small", "Prune") as page:
         page.wait_for_selector("text=shipped with the sample", timeout=TIMEOUT_MS)
         page.locator("[data-testid='stMain']").get_by_text("Per layer", exact=True).click()
         idle(page)
         typed_seconds(page, 2)  # warm-up
-        load = os.getloadavg()
+        load = load_words()
         times = typed_seconds(page, args.steps)
-        browser.close()
     print(f"Typed per-layer ratio → prediction in headless chromium, gated-deltanet-small (shipped l1 map), CPU "
-          f"float32, 1 intra-op thread, {args.steps} typed ratios; load average before: {load[0]:.1f} (1 min), "
-          f"{load[1]:.1f} (5 min) on {os.cpu_count()} cores")
+          f"float32, 1 intra-op thread, {args.steps} typed ratios; {load}")
     for i, what in enumerate(("Enter → prediction sentence shows the new plan", "Enter → run finished (every chart)")):
-        xs = [t[i] for t in times]
-        print(f"{what}: median {statistics.median(xs):.2f} s, p20–p80 {quantile(xs, 0.2):.2f}–{quantile(xs, 0.8):.2f} "
-              f"s, min–max {min(xs):.2f}–{max(xs):.2f} s")
-
+        print_spread(what, [t[i] for t in times])
 
 if __name__ == "__main__":
     main()

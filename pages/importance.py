@@ -43,7 +43,7 @@ explainer(
 ctx = current()
 settings = shrink.calibration_controls(ctx)
 if state.field(st.radio, "View", "importance_view", "Channels", options=["Channels", "Heads"], horizontal=True,
-               help="Heads: whole heads scored by the head strategies (analysis.shrink.head_strategies).") == "Heads":
+               help="Heads: whole heads scored by the head strategies (analysis.shrink.heads.strategies).") == "Heads":
     heads_view.importance_section(ctx, settings)
     st.stop()
 names, unusable = usable_strategies(ctx.model)  # PCA is not offered where key channels have their own decay

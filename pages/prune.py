@@ -2,7 +2,7 @@
 The page reads state, starts the prune and recovery jobs, and draws; ui/prune/ holds the parts."""
 import streamlit as st
 
-from analysis.shrink.head_prune import plan_head_counts
+from analysis.shrink.heads.prune import plan_head_counts
 from analysis.models.key_plan import plan_key_dims
 from analysis.shrink.prune_run import unchanged
 from ui.shared import cache, frame, made, shrink

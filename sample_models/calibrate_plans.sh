@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-nice "$PY" benchmarks/plan_calibration.py --random 12 "$@"
+nice "$PY" evidence/plan_calibration.py --random 12 "$@"

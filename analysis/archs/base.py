@@ -265,7 +265,7 @@ class Adapter:
         a ShippedParts), or None when sizes are all."""
         return None
 
-    # --- head removal (analysis.archs.heads; analysis.shrink.head_prune; spec.head_refusal) -----------
+    # --- head removal (analysis.archs.heads; analysis.shrink.heads.prune; spec.head_refusal) ----
 
     def head_rows(self, layer: nn.Module) -> list[HeadRows]:
         """Every parameter block of this layer that belongs to one key head or one value head: removing a head

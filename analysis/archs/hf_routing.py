@@ -24,14 +24,6 @@ def fla_named(bound_kernel):
     return entry
 
 
-def torch_fallback(module, name: str):
-    """transformers' own pure-torch implementation of an entry point (the function its wrapper decorates)."""
-    fn = getattr(module, name)
-    while getattr(fn, "_analysis_routed", False) or hasattr(fn, "__wrapped__"):
-        fn = fn.__wrapped__
-    return fn
-
-
 def by_device_named(recurrence):
     """A `backend.route` wrap for a transformers entry point taking the (gated) delta rule's arguments (Qwen3.5's
     gated delta rule, Kimi Linear's KDA): device-routed with `recurrence`'s `prepare` under fla's argument names."""

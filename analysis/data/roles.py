@@ -139,11 +139,6 @@ def text_roles(text: str, tokenizer) -> dict[TextRole, list[int]]:
     return out
 
 
-def role_text(text: str, tokenizer, role: TextRole) -> str:
-    """The documents of `role`, joined by the bundled separator."""
-    return role_part(text, tokenizer, role)[0]
-
-
 def role_part(text: str, tokenizer, role: TextRole) -> tuple[str, str]:
     """(the documents of `role` joined by the bundled separator, a label naming them), e.g. "held-out documents
     8–10 of 10 (whole documents in order: about 20 % map, 40 % choice, the rest held-out)"."""

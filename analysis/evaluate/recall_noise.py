@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
 
 import torch
 
@@ -105,7 +104,7 @@ def _check_request(model, task: RecallTask, n_sequences: int, batch: int) -> Non
 
 def recall_accuracy_at(model, task: RecallTask, snr_db: float | None, n_sequences: int = 256, seed: int = 1234,
                        batch: int = 64, noise_seed: int = 0, cancel: Token = None) -> dict:
-    """Recall accuracy at one SNR (dB; None: clean queries), one step of `recall_accuracy_under_noise`.
+    """Recall accuracy at one SNR (dB; None: clean queries), one point of a recall-vs-SNR curve.
 
     The same sequences (seed) and standard-normal draws (noise_seed) at every SNR, so points computed one
     at a time (to show progress) equal those of the whole curve. Returns {"accuracy": float, "queries": int}.
@@ -117,19 +116,3 @@ def recall_accuracy_at(model, task: RecallTask, snr_db: float | None, n_sequence
     accuracy, total = _accuracy(model, task, None if snr_db is None else float(snr_db), n_sequences, seed, batch,
                                 noise_seed, cancel)
     return {"accuracy": accuracy, "queries": total}
-
-
-def recall_accuracy_under_noise(model, task: RecallTask, snr_db_list: Sequence[float], n_sequences: int = 256,
-                                seed: int = 1234, batch: int = 64, noise_seed: int = 0) -> dict:
-    """Recall accuracy per SNR (dB) with noisy queries at the query positions, plus the clean accuracy.
-
-    The same sequences (seed) and the same standard-normal noise (noise_seed) are used for every SNR.
-    Returns {"snr_db": [...], "accuracy": [...], "clean_accuracy": float, "queries": int}.
-    """
-    snrs = [float(s) for s in snr_db_list]
-    if not snrs or not all(torch.isfinite(torch.tensor(snrs))):
-        raise AnalysisError(f"snr_db_list must hold one or more finite SNRs in dB, got {snr_db_list!r}.")
-    _check_request(model, task, n_sequences, batch)
-    clean = recall_accuracy_at(model, task, None, n_sequences, seed, batch, noise_seed)
-    accuracy = [recall_accuracy_at(model, task, s, n_sequences, seed, batch, noise_seed)["accuracy"] for s in snrs]
-    return {"snr_db": snrs, "accuracy": accuracy, "clean_accuracy": clean["accuracy"], "queries": clean["queries"]}

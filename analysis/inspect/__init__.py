@@ -1,1 +1,2 @@
-"""Looking inside a model: recurrent states and their metrics, reports, the State lab."""
+"""Looking inside a model: recurrent states and their metrics, per-head rank trajectories, rank traces, the model
+card, reports, the State lab."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator
 
 from analysis.errors import AnalysisError
 from analysis.io.writes import show  # echoed input stays short: a 3,000-character address is cut
@@ -111,23 +110,6 @@ def task_options(ray, device: str) -> dict:
                                 "model with --device cpu.")
         return {"num_gpus": 1, "max_retries": MAX_RETRIES}
     return {"num_cpus": 1, "max_retries": MAX_RETRIES}
-
-
-def run_unordered(ray, fn: Callable, shared: tuple, items: Iterable[tuple], options: dict) -> Iterator[tuple]:
-    """Yield (item, fn(*shared, *item)) as each Ray task finishes; outstanding tasks are cancelled when the
-    caller stops early (Stop in the dashboard, Ctrl-C in the CLI)."""
-    remote = ray.remote(fn).options(**options)
-    shared_refs = tuple(ray.put(x) for x in shared)
-    pending = {remote.remote(*shared_refs, *item): item for item in items}
-    try:
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                item = pending.pop(ref)
-                yield item, get_result(ray, ref)
-    finally:
-        for ref in pending:
-            ray.cancel(ref, force=True)
 
 
 def get_result(ray, ref):

@@ -70,10 +70,6 @@ class ChannelGroup(LinearLayer):
         decay rows are per value head, and value head j keeps the channels of key head j // G."""
         return chosen.repeat_interleave(self.group_size, dim=0) if rows.role == "gate" else chosen
 
-    def kept_rows(self, rows, indices: torch.Tensor) -> torch.Tensor:
-        """[heads, k] row indices in `rows` of the kept channels `indices` [Hk, k] (per key head)."""
-        return self.head_index(rows).gather(1, self.per_block(rows, indices.long()))
-
     def blocks(self, tensor: torch.Tensor, rows) -> torch.Tensor:
         """The [heads, dk, ...] fp32 copy of the head blocks `rows` names inside `tensor`."""
         return tensor.detach().float()[self.head_index(rows, tensor.device)]

@@ -65,14 +65,9 @@ def validate_config(config, path: Path, supported=None) -> dict:
     return config
 
 
-def read_header(file: Path) -> dict:
-    """{tensor name: shape} from a safetensors header; corrupt, truncated or unreadable files are one sentence."""
-    return {k: tuple(t["shape"]) for k, t in header_entries(file)[0].items()}
-
-
 def header_entries(file: Path) -> tuple[dict, int]:
-    """({tensor name: {"dtype", "shape", "data_offsets"}}, first data byte) of a safetensors file, checked as
-    read_header says (a streamed load reads each tensor at its offsets later)."""
+    """({tensor name: {"dtype", "shape", "data_offsets"}}, first data byte) of a safetensors file;
+    corrupt, truncated or unreadable files are one sentence (a streamed load reads each tensor at its offsets later)."""
     hint = "re-save or re-download the model"
     try:
         fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO must not hang

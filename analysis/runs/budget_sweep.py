@@ -16,8 +16,8 @@ from analysis.io.point_identity import model_identity
 from analysis.io.points import IN_PROCESS, Executor, Point, run_points
 from analysis.shrink.budget_plans import KINDS, budget_plan
 from analysis.shrink.calibration import CalibrationSettings
-from analysis.shrink.head_prune import HeadPlan
-from analysis.shrink.head_strategies import get_head_strategy
+from analysis.shrink.heads.prune import HeadPlan
+from analysis.shrink.heads.strategies import get_head_strategy
 from analysis.shrink.prune import check_rescale
 from analysis.evaluate.measure import Evaluation
 from analysis.shrink.prune_workflow import prune_then_measure

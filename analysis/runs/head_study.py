@@ -7,7 +7,7 @@ random token ids of the model's vocabulary, seeded: an input unlike any training
 `recall` (its own recall sequences; each `recall` entry draws with its own seed, so three entries are three inputs).
 Each text is read as `sequences` consecutive windows of `tokens` tokens (analysis.models.model_inputs.model_batch).
 
-The removal cost (`measure`): each value head removed alone (analysis.shrink.head_sensitivity), Δ mean next-token
+The removal cost (`measure`): each value head removed alone (analysis.shrink.heads.sensitivity), Δ mean next-token
 loss in nats per token (= Δ log perplexity for text windows) with its paired standard error over the windows of
 the validation split (recall models: recall sequences of seed 4321), `measure` windows of `tokens` tokens.
 """
@@ -144,7 +144,7 @@ def measure_removal(model, tokenizer, tokens: int, windows: int, cancel=None, pr
 
     Each head's removal is one point of the point executor (analysis.io.points): cached under the model, the exact
     token ids and the head, run in-process or as Ray tasks. progress(done, total) as each head's point arrives."""
-    from analysis.shrink.head_sensitivity import head_removal_point, sequence_losses_point
+    from analysis.shrink.heads.sensitivity import head_removal_point, sequence_losses_point
     task = inputs.recall_task(model)
     batch = model_batch(model, None if task is not None else tokenizer, tokens, windows,
                         split=None if task is not None else "validation", seed=MAP_RECALL_SEED)

@@ -43,10 +43,6 @@ class UnroutedLaunch:
         self.entry = None                     # (function, module): the fla entry point the module called, when
         #                                       the launch happened deeper (chunk_kda -> chunk_local_cumsum_vector)
 
-    @property
-    def module_class(self) -> type | None:
-        return type(self.modules[0]) if self.modules else None
-
 
 def set_advice(advice: Callable[[UnroutedLaunch], str | None]) -> None:
     """`advice(launch)` returns what to do instead (a config flag to change, what then runs), or None."""

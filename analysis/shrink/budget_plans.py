@@ -3,7 +3,7 @@
 A linear layer's state is Hv·dk·dv numbers; the model's is their sum (analysis.models.load.describe). For a
 budget f (the fraction of the state kept):
 - "dk": every layer keeps dk' = ⌊dk·f⌋ channels per key head (all heads stay);
-- "heads": every layer keeps whole value heads, an expressible count (analysis.shrink.head_prune.keepable_counts)
+- "heads": every layer keeps whole value heads, an expressible count (analysis.shrink.heads.prune.keepable_counts)
   per layer, chosen so the model's state is as close to f as the counts allow: each layer starts at the count
   nearest Hv·f, then single-step moves of one layer's count are taken while they bring the total closer (a layer
   with 4 value heads on 2 key heads cannot keep 3: at f = 0.75 some layers keep 4 and others 2);
@@ -17,7 +17,7 @@ import math
 
 from analysis.errors import AnalysisError
 from analysis.models.load import linear_layers
-from analysis.shrink.head_prune import keepable_counts
+from analysis.shrink.heads.prune import keepable_counts
 
 KINDS = ("dk", "heads", "mixed")
 

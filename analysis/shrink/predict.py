@@ -33,7 +33,7 @@ Uncertainty, one σ, of Δ on held-out text:
 - τ Σ_l ρ_l: the text term. A layer the map text says is nearly free at ρ 0.875 can cost on other text (the map
   saw 4,096 tokens of a few plays); the shift grows with how much of each layer is pruned, and one new text
   shifts every layer together (a sum). It is what keeps a plan that prunes "free-looking" layers hard honest.
-κ, σ₀, λ and ζ were fitted on held-out text (`benchmarks/plan_calibration.py`,
+κ, σ₀, λ and ζ were fitted on held-out text (`evidence/plan_calibration.py`,
 `sample_models/results/plan-calibration-held-out.json`): random plans, uniform plans, the allocator's and
 noise-chasing plans (built like a person reading the raw map: the cheapest-looking cells first) of the bundled
 samples, each measured on the test split; each term the least that puts COVERAGE of every sample's plans inside

@@ -63,9 +63,16 @@ def prune(model, strategy: str, dims: list[int], calibration=None, seed: int = 0
     pruned = build_pruned(model, selections, rescale)
     return PruneResult(model=pruned, strategy=strategy, dims=list(dims),
                        original_dims=key_dims(model), selections=selections,
-                       info={"label": strat.label, "axis_aligned": strat.axis_aligned, "rescale": rescale,
-                             "readout_key_dims": getattr(pruned.config, "readout_key_dims", None),
-                             "details": [s.details for s in selections if s.details]})
+                       info=prune_info(pruned, strat, rescale, selections))
+
+
+def prune_info(pruned, strat, rescale: str, selections: list[Selection]) -> dict:
+    """What a prune did, for pruning.json and the CLI's JSON (the one builder; a head prune adds "heads").
+    strat: the channel strategy, or None when no key channel was removed."""
+    return {"label": strat.label if strat is not None else "no key channels removed",
+            "axis_aligned": strat.axis_aligned if strat is not None else True, "rescale": rescale,
+            "readout_key_dims": getattr(pruned.config, "readout_key_dims", None),
+            "details": [s.details for s in selections if s.details]}
 
 
 def choose_channels(model, strategy: str, dims: list[int], calibration=None, seed: int = 0) -> list[Selection]:
@@ -98,9 +105,15 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
         raise AnalysisError(f"Got {len(selections)} selections for {len(layers)} linear-attention layers.")
     adapter.check_key_dims(dims, next(model.parameters()).device.type)  # e.g. KDA's GPU minimum
     readout = adapter.readout_key_dims(model) if rescale == "original" else None
+    return rebuilt(model, lambda m: adapter.pruned_model(m, dims, readout), channel_edits(model, selections))
+
+
+def channel_edits(model, selections: list[Selection]) -> dict:
+    """{full parameter name: function of the tensor} reducing each layer's q/k (and decay) rows to its selection
+    (`model` may live on the meta device: only its layout is read)."""
     module_names = {id(m): n for n, m in model.named_modules()}
     edits = {}
-    for layer, sel in zip(layers, selections):
+    for layer, sel in zip(channel_groups(model), selections):
         if keeps_every_channel(sel, layer.key_dim):  # its tensors are copied bit for bit (a streamed view then
             continue                                  # knows this layer is unchanged: analysis.models.stream.reuse)
         prefix = module_names[id(layer.module)] + "."
@@ -109,7 +122,7 @@ def build_pruned(model, selections: list[Selection], rescale: str = "original"):
             by_param.setdefault(rows.param, []).append(rows)
         for param, entries in by_param.items():
             edits[prefix + param] = partial(reduce_param, entries=entries, layer=layer, sel=sel)
-    return rebuilt(model, lambda m: adapter.pruned_model(m, dims, readout), edits)
+    return edits
 
 
 def keeps_every_channel(sel: Selection, key_dim: int) -> bool:

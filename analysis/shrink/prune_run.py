@@ -159,7 +159,7 @@ def unchanged(model, dims: list[int], ratio=None, ratios=None, round_to=None, he
     asked to prune (e.g. 0.2 of 32 channels rounded up to a multiple of 32), or every head kept. `prune` and `plan`
     refuse with it; the Prune page shows it and offers no Prune. None for any other plan (ratio 0 asks nothing)."""
     from analysis.models.key_plan import key_dims
-    from analysis.shrink.head_prune import value_heads
+    from analysis.shrink.heads.prune import value_heads
     if dims == key_dims(model) and any(r and r > 0 for r in ([ratio] if ratios is None else ratios)):
         why, fix = (f"after rounding to a multiple of {round_to}", "a smaller rounding (16 or 32) or none") \
             if round_to else ("at these ratios", "a larger ratio")

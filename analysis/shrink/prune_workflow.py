@@ -57,7 +57,7 @@ def prune_then_measure(model, tokenizer, strategy: str | None, dims: list[int], 
                        progress=None, prefix=None) -> Measured:
     """Prune `model` to `dims` with `strategy` into a new model and measure it with `evaluation`: the one entry.
 
-    heads: an analysis.shrink.head_prune.HeadPlan that also removes whole heads (strategy may then be None when
+    heads: an analysis.shrink.heads.prune.HeadPlan that also removes whole heads (strategy may then be None when
     `dims` keeps every key channel). lock: held while the (possibly shared) unpruned model is read; the new model
     is this call's own. progress(fraction) of the measurement. prefix: an analysis.models.prefix.PrefixCache of
     the unpruned model, for a set of points on the same tokens (the measurement starts at the first changed layer)."""
@@ -66,7 +66,7 @@ def prune_then_measure(model, tokenizer, strategy: str | None, dims: list[int], 
         if heads is None:
             result = prune(model, strategy, dims, calibration, seed=seed, rescale=rescale)
         else:
-            from analysis.shrink.head_prune import prune_with_heads
+            from analysis.shrink.heads.prune import prune_with_heads
             result = prune_with_heads(model, strategy, dims, heads, calibration, seed=seed, rescale=rescale)
     # recall models find their task beside the source; the pruned copy reads the same one
     result.model.analysis_source = getattr(model, "analysis_source", None)

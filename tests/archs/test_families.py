@@ -102,11 +102,11 @@ def test_head_pruning_is_pure_removal(case, plan, tmp_path):
 
     from analysis.archs import adapter_for
     from analysis.models.load import describe, linear_layers
-    from analysis.shrink.head_prune import HeadPlan, prune_with_heads
+    from analysis.shrink.heads.prune import HeadPlan, prune_with_heads
     from analysis.models.key_plan import plan_key_dims
     from analysis.io.model_dir import save_model
     from analysis.errors import AnalysisError
-    from analysis.shrink.head_prune import plan_head_counts
+    from analysis.shrink.heads.prune import plan_head_counts
     from analysis.shrink.strategies import Selection
     _, _, model = case
     if (refusal := adapter_for(model).head_refusal) is not None:   # a family whose heads are coupled across layers

@@ -37,7 +37,7 @@ def _ids(model, seed=0):
 
 @pytest.mark.parametrize("kind", list(BUILDERS))
 def test_head_prune_equals_zeroed_heads(kind, tmp_path):
-    from analysis.shrink.head_prune import HeadPlan, prune_with_heads
+    from analysis.shrink.heads.prune import HeadPlan, prune_with_heads
     from analysis.models.key_plan import plan_key_dims
     from analysis.io.model_dir import save_model
     model = BUILDERS[kind]()
@@ -66,7 +66,7 @@ def test_heads_and_key_dims_together(kind):
     channels chosen on the original model; the reference zeroes both."""
     from analysis.archs import adapter_for
     from analysis.models.load import linear_layers
-    from analysis.shrink.head_prune import HeadPlan, prune_with_heads
+    from analysis.shrink.heads.prune import HeadPlan, prune_with_heads
     from analysis.models.key_plan import plan_key_dims
     model = BUILDERS[kind]()
     ids = _ids(model, seed=3)

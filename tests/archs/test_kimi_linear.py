@@ -83,7 +83,7 @@ def test_routed_cpu_forward_equals_fla_naive_kda(model, ids, monkeypatch):
 
 
 def test_routed_cpu_forward_equals_transformers_torch_fallback(model, ids, tmp_path, monkeypatch):
-    from analysis.archs.hf_routing import torch_fallback
+    from helpers.routing import torch_fallback
     model.save_pretrained(tmp_path)  # the hub layout (transformers reverts its conversion), nothing of the project
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     routed = logits(loaded, ids)

@@ -11,7 +11,7 @@ import torch
 import analysis  # noqa: F401
 from analysis.inspect import states as states_mod
 from analysis.archs import adapter_for
-from analysis.archs.hf_routing import torch_fallback
+from helpers.routing import torch_fallback
 from analysis.archs.qwen3_5.adapter import ADAPTER, sum_over_value_heads
 from analysis.archs.qwen3_5 import routing
 from analysis.runtime.backend import observe_recurrences
@@ -123,7 +123,7 @@ def test_value_head_scores_sum_per_key_head():
 def reference_with_channels_zeroed(model, selections, ids, monkeypatch, readout_key_dims=True):
     """The original model's logits with every dropped q/k channel set to zero where the recurrence reads it.
 
-    Independent of the prune: transformers' own torch recurrence (routing.torch_fallback) is fed q and k (per KEY
+    Independent of the prune: transformers' own torch recurrence (helpers.routing.torch_fallback) is fed q and k (per KEY
     head, post-conv, before the in-kernel l2 norm) with the dropped channels of each key head multiplied by 0, so
     the kept channels' l2 norm and dot products are exactly those of a model without them. Readout: the pruned
     model keeps dk^-1/2 (readout_key_dims), which the original already uses; with readout_key_dims=False it reads

@@ -3,7 +3,7 @@ user's own text split by documents."""
 import pytest
 
 from analysis.data import corpus
-from analysis.data.roles import (TextRole, TokenStretch, bundled_roles, check_disjoint, documents, role_text,
+from analysis.data.roles import (TextRole, TokenStretch, bundled_roles, check_disjoint, documents, role_part,
                                  text_roles)
 from analysis.errors import AnalysisError
 
@@ -45,7 +45,7 @@ def test_a_user_text_is_split_by_whole_documents_into_three_disjoint_roles(tok):
     assert sorted(held) == list(range(10)) and len(set(held)) == 10           # each document in exactly one role
     assert roles[TextRole.MAP] == sorted(roles[TextRole.MAP]) and max(roles[TextRole.MAP]) < min(roles[TextRole.CHOICE])
     assert max(roles[TextRole.CHOICE]) < min(roles[TextRole.HELD_OUT])         # in order: contiguous runs
-    texts = {r: role_text(text, tok, r) for r in TextRole}
+    texts = {r: role_part(text, tok, r)[0] for r in TextRole}
     for r in TextRole:
         for other in TextRole:
             if r != other:  # no document's words appear in two roles

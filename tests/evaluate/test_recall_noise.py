@@ -4,7 +4,7 @@ import torch
 
 from analysis.errors import AnalysisError
 from analysis.data.recall import RecallTask, recall_accuracy, recall_batch
-from analysis.evaluate.recall_noise import query_positions, recall_accuracy_under_noise
+from analysis.evaluate.recall_noise import query_positions, recall_accuracy_at
 from family_cases.text_lm import build_tiny
 
 TASK = RecallTask(n_keys=16, n_values=16, n_pairs=4, n_queries=4)
@@ -34,26 +34,27 @@ def test_query_positions_are_the_queried_keys():
 def test_high_snr_is_clean_and_low_snr_drops(trained_recall):
     clean = recall_accuracy(trained_recall, TASK, n_sequences=128)
     assert clean > 0.6, "the fixture model should have learned the task"
-    out = recall_accuracy_under_noise(trained_recall, TASK, [300.0, -30.0], n_sequences=128)
-    assert out["clean_accuracy"] == pytest.approx(clean)
-    assert out["accuracy"][0] == pytest.approx(clean)
-    assert out["accuracy"][1] < clean - 0.3
-    assert out["queries"] == 128 * TASK.n_queries
+    high, low = (recall_accuracy_at(trained_recall, TASK, snr, n_sequences=128) for snr in (300.0, -30.0))
+    assert recall_accuracy_at(trained_recall, TASK, None, n_sequences=128)["accuracy"] == pytest.approx(clean)
+    assert high["accuracy"] == pytest.approx(clean)
+    assert low["accuracy"] < clean - 0.3
+    assert high["queries"] == low["queries"] == 128 * TASK.n_queries
 
 
 def test_gated_deltanet_takes_the_unfused_convolutions():
     model = build_tiny("gated_deltanet", vocab_size=TASK.vocab_size)
     clean = recall_accuracy(model, TASK, n_sequences=32)
-    out = recall_accuracy_under_noise(model, TASK, [300.0], n_sequences=32)
-    assert out["accuracy"][0] == pytest.approx(clean) == pytest.approx(out["clean_accuracy"])
+    high = recall_accuracy_at(model, TASK, 300.0, n_sequences=32)["accuracy"]
+    unnoised = recall_accuracy_at(model, TASK, None, n_sequences=32)["accuracy"]
+    assert high == pytest.approx(clean) == pytest.approx(unnoised)
 
 
 def test_bad_requests_are_one_sentence_errors():
     model = build_tiny("delta_net", vocab_size=TASK.vocab_size)
     with pytest.raises(AnalysisError, match="SNR"):
-        recall_accuracy_under_noise(model, TASK, [])
+        recall_accuracy_at(model, TASK, float("nan"))
     with pytest.raises(AnalysisError, match="vocabulary"):
-        recall_accuracy_under_noise(model, RecallTask(n_keys=128, n_values=128), [10.0], n_sequences=4)
+        recall_accuracy_at(model, RecallTask(n_keys=128, n_values=128), 10.0, n_sequences=4)
 
 
 def test_a_point_stops_at_the_next_batch_and_a_token_that_never_fires_changes_nothing():

@@ -100,7 +100,7 @@ def fewer_heads(model, seed: int = 0) -> list[int]:
     """A head plan that drops heads in every linear layer that has more than one: each layer keeps an expressible count below its value
     heads, a different one per layer where it has several (so per-layer counts are exercised)."""
     from analysis.models.load import linear_layers
-    from analysis.shrink.head_prune import keepable_counts
+    from analysis.shrink.heads.prune import keepable_counts
     counts = []
     for i, layer in enumerate(linear_layers(model)):
         below = [n for n in keepable_counts(layer) if n < layer.value_heads]

@@ -14,7 +14,7 @@ import torch
 from analysis.inspect import state_lab as lab
 from analysis.errors import AnalysisError
 from analysis.inspect.states import collect_states
-from analysis.shrink.head_selection import head_selection
+from analysis.shrink.head_channels import head_channels
 from family_cases import CASE_MODULES
 
 TOKENS = 70  # crosses one 64-token chunk of the model's own chunked recurrence
@@ -167,18 +167,18 @@ def test_bad_input_is_one_sentence(small):
     with pytest.raises(AnalysisError, match="Head 4 does not exist"):
         lab.head_inputs(obs, 0, 4)
     with pytest.raises(AnalysisError, match="pruning ratio"):
-        head_selection(model, "l1", 1.0, 0, 0)
+        head_channels(model, "l1", 1.0, 0, 0)
     with pytest.raises(AnalysisError, match="needs calibration"):
-        head_selection(model, "wanda", 0.5, 0, 0)
+        head_channels(model, "wanda", 0.5, 0, 0)
 
 
 def test_pruning_keeps_the_state_at_ratio_zero_and_shrinks_dk(small):
     model, tok = small
     obs = lab.observe(model, lab.text_ids(tok, "A state lab reads a sentence one token at a time, and remembers."))
     x = lab.head_inputs(obs, 1, 2)
-    same = lab.pruned_inputs(x, head_selection(model, "l1", 0.0, 1, lab.key_head_of(obs, 1, 2)), "all kept")
+    same = lab.pruned_inputs(x, head_channels(model, "l1", 0.0, 1, lab.key_head_of(obs, 1, 2)), "all kept")
     assert close(lab.run_rule("model", same), lab.run_rule("model", x), 1e-5)
-    half = lab.pruned_inputs(x, head_selection(model, "l1", 0.5, 1, lab.key_head_of(obs, 1, 2)), "half")
+    half = lab.pruned_inputs(x, head_channels(model, "l1", 0.5, 1, lab.key_head_of(obs, 1, 2)), "half")
     assert half.dims == (32, x.dims[1])
     assert torch.allclose(half.k.norm(dim=-1), torch.ones(half.tokens), atol=1e-4)  # re-normalised, as the model does
     assert lab.trace_rule("model", half).singular_values.shape[-1] == 32

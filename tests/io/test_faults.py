@@ -173,7 +173,7 @@ def whole_model(folder: Path) -> bool:
             return False
         json.loads((folder / "config.json").read_text())
         weights = [folder / f for f in files if f.endswith(".safetensors")]
-        return bool(weights) and all(checkpoint.read_header(w) is not None for w in weights)
+        return bool(weights) and all(checkpoint.header_entries(w) is not None for w in weights)
     except Exception:
         return False
 

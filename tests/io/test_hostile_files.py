@@ -43,7 +43,7 @@ def test_a_header_length_past_safetensors_limit_is_refused_before_reading(model_
     start = time.monotonic()
     with pytest.raises(AnalysisError, match=r"declares a 2,500,000,000-byte safetensors header, more than the "
                                             r"100,000,000 safetensors allows"):
-        checkpoint.read_header(weights)
+        checkpoint.header_entries(weights)
     code, err = _run(capsys, "rank", model_dir)
     _one_sentence(code, err)
     assert "safetensors header" in err and time.monotonic() - start < 10

@@ -61,7 +61,7 @@ KEYS_ONLY = {"rwkv7"}
 def pruned(model, kind: str):
     """A prune of `kind`: per-layer key dims (a different ratio per layer), heads (per-layer counts), or both."""
     from analysis.models.key_plan import key_dims, plan_key_dims
-    from analysis.shrink.head_prune import HeadPlan, prune_with_heads
+    from analysis.shrink.heads.prune import HeadPlan, prune_with_heads
     from analysis.shrink.prune import prune
     layers = len(key_dims(model))
     dims = plan_key_dims(model, ratios=[(0.5, 0.25)[i % 2] for i in range(layers)]) if kind != "heads" \

@@ -70,7 +70,8 @@ def test_the_groups_rows_of_the_kept_channels_are_what_the_pruned_model_keeps(mo
             old = _rows_of(before.module.get_parameter(param), old_entries[0])
             new = _rows_of(after.module.get_parameter(param), new_entries[0])
             for old_rows, new_rows in zip(old_entries, new_entries):
-                kept = before.kept_rows(old_rows, sel.indices)              # [heads, k] rows of the original
+                # [heads, k] rows of the original that the kept channels occupy
+                kept = before.head_index(old_rows).gather(1, before.per_block(old_rows, sel.indices.long()))
                 assert kept.shape == (before.heads_of(old_rows), sel.kept)
                 assert torch.equal(new[after.head_index(new_rows)], old[kept]), (param, old_rows.role)
             # everything else in the parameter (v rows of a fused q|k|v, other heads' blocks) is untouched

@@ -128,7 +128,7 @@ def _everything(model, ids, calib_ids, text, out, skip=()):
     from analysis.shrink.calibration import calibrate
     from analysis.shrink.importance import importance_report
     from analysis.archs import adapter_for
-    from analysis.shrink.head_prune import HeadPlan, plan_head_counts, prune_with_heads
+    from analysis.shrink.heads.prune import HeadPlan, plan_head_counts, prune_with_heads
     from analysis.shrink.prune import prune, usable_strategies
     from analysis.models.key_plan import key_dims, plan_key_dims
     from analysis.io.model_dir import save_model

@@ -49,7 +49,7 @@ def test_real_size_saves_a_loadable_checkpoint_and_refuses_a_used_directory(tmp_
 
 
 def test_recovery_methods_prints_a_row_per_point_with_paired_errors():
-    out = run("benchmarks/recovery_methods.py", "--models", "gated-deltanet-small", "--points", "random:0.5",
+    out = run("evidence/recovery_methods.py", "--models", "gated-deltanet-small", "--points", "random:0.5",
               "--methods", "qk,lora-kd", "--steps", "1", "--batch", "1", "--seq-len", "32", "--eval-every", "1",
               "--eval-tokens", "512", "--context", "64", "--threads", "1")
     row = next(line for line in out.splitlines() if line.startswith("| random 0.5"))
@@ -75,18 +75,18 @@ def test_first_chart_times_both_launches_and_prints_its_ratio_last():
 
 
 def test_downstream_evidence_writes_a_json_and_a_table_per_task(tmp_path):
-    out = run("benchmarks/downstream_evidence.py", "--models", "deltanet-recall", "--strategies", "l1", "--ratios",
+    out = run("evidence/downstream_evidence.py", "--models", "deltanet-recall", "--strategies", "l1", "--ratios",
               "0.5", "--limit", "2", "--out", str(tmp_path))
     payload = json.loads((tmp_path / "downstream-deltanet-recall.json").read_text())
     assert [(r["strategy"], r["ratio"]) for r in payload["results"]] == [("unpruned", 0.0), ("l1", 0.5)]
     assert out.count("| l1 | ") == 3 and out.count(" ± ") >= 6  # three recall tasks, accuracy ± standard error
-    again = run("benchmarks/downstream_evidence.py", "--table", str(tmp_path / "downstream-deltanet-recall.json"))
+    again = run("evidence/downstream_evidence.py", "--table", str(tmp_path / "downstream-deltanet-recall.json"))
     assert again.strip() == out.strip()
 
 
 def test_heads_evidence_in_the_docs_is_the_tables_of_the_shipped_results():
-    """Issue 32: the heads tables (docs/heads.md) are benchmarks/heads_table.py run on sample_models/results, verbatim."""
-    out = run("benchmarks/heads_table.py", "sample_models/results")
+    """Issue 32: the heads tables (docs/heads.md) are evidence/heads_table.py run on sample_models/results, verbatim."""
+    out = run("evidence/heads_table.py", "sample_models/results")
     readme = (ROOT / "docs" / "heads.md").read_text()
     block = readme.split("<!-- heads-evidence -->", 1)[1].split("<!-- /heads-evidence -->", 1)[0]
     assert out.count("| **best heads − best dk** |") >= 3   # the equal-budget table for at least three samples

@@ -193,7 +193,7 @@ def test_the_core_imports_downwards_only():
 
 def test_top_level_layout():
     for name in ("app.py", "pages", "analysis", "sample_models", "tests", "requirements.txt", "Dockerfile",
-                 "Makefile", "benchmarks", "README.md", ".ci/run"):
+                 "Makefile", "benchmarks", "evidence", "README.md", ".ci/run"):
         assert (ROOT / name).exists(), name
     assert "make test" in (ROOT / "README.md").read_text() and "make test" in (ROOT / ".ci/run").read_text()
 

@@ -147,7 +147,7 @@ def test_sweep_axis_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm
 
 
 def test_heads_measure_equal_on_ray_and_in_process_with_one_cache(local_ray, lm, lm_dir, tmp_path, monkeypatch):
-    import analysis.shrink.head_sensitivity as head_sensitivity
+    import analysis.shrink.heads.sensitivity as head_sensitivity
     from analysis.runs.head_study import measure_removal
     model, tok = lm
     monkeypatch.setattr(point_cache, "CACHE_DIR", tmp_path / "here")

@@ -7,7 +7,7 @@ from family_cases import text_lm
 from family_cases.qwen3_5 import CASE as QWEN
 from analysis.models.load import describe
 from analysis.shrink.budget_plans import budget_plan
-from analysis.shrink.head_prune import keepable_counts
+from analysis.shrink.heads.prune import keepable_counts
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ import torch
 
 from family_cases import text_lm
 from analysis.models.load import linear_layers
-from analysis.shrink.head_prune import HeadPlan, build_head_pruned, keepable_counts, plan_head_counts, select_heads
-from analysis.shrink.head_strategies import HEAD_STRATEGIES, get_head_strategy
+from analysis.shrink.heads.prune import HeadPlan, build_head_pruned, keepable_counts, plan_head_counts, select_heads
+from analysis.shrink.heads.strategies import HEAD_STRATEGIES, get_head_strategy
 
 
 class _Layer:
@@ -69,7 +69,7 @@ def test_every_head_strategy_scores_and_prunes(model, calib, name):
     assert [s.shape for s in scores] == [(layer.value_heads,) for layer in linear_layers(model)]
     assert all(torch.isfinite(s).all() for s in scores)
     assert all(torch.equal(a, b) for a, b in zip(scores, strategy.scores(model, calib, seed=1)))
-    from analysis.shrink.head_prune import choose_heads
+    from analysis.shrink.heads.prune import choose_heads
     chosen = choose_heads(model, HeadPlan(name, (2, 3)), calib, seed=1)
     assert [s.counts for s in chosen] == [(2, 2), (3, 3)]
     for s, sel in zip(scores, chosen):   # the kept heads are the best-scored ones (no grouping here)
@@ -107,8 +107,8 @@ def test_rank_and_norm_scores_equal_numpy(model, calib):
 
 
 def test_measured_scores_equal_the_pruned_models_loss(model, calib):
-    from analysis.shrink.head_prune import HeadSelection
-    from analysis.shrink.head_sensitivity import sequence_losses
+    from analysis.shrink.heads.prune import HeadSelection
+    from analysis.shrink.heads.sensitivity import sequence_losses
     measured = get_head_strategy("measured").scores(model, calib)
     base = sequence_losses(model, calib.input_ids)
     layers = linear_layers(model)
@@ -119,3 +119,25 @@ def test_measured_scores_equal_the_pruned_models_loss(model, calib):
             pruned = build_head_pruned(model, [HeadSelection(k, k) for k in kept])
             delta = float((sequence_losses(pruned, calib.input_ids) - base).mean())
             assert math.isclose(float(measured[index][h]), delta, abs_tol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["l1", "pca"])
+def test_heads_and_key_dims_are_one_build_equal_to_two(model, calib, strategy, monkeypatch):
+    """Issue 43: a "both" prune builds one model (the head-pruned layout read on the meta device), bit for bit the
+    model the earlier two builds made (heads removed, then the kept key heads' channels of that model)."""
+    import analysis.shrink.heads.prune as heads_prune
+    from analysis.models.key_plan import plan_key_dims
+    from analysis.shrink.prune import build_pruned
+    plan = HeadPlan("rank-norm", tuple(plan_head_counts(model, ratio=0.5)))
+    import analysis.shrink.prune as channel_prune
+    builds, real = [], channel_prune.rebuilt
+    for module in (heads_prune, channel_prune):   # every model build goes through rebuilt
+        monkeypatch.setattr(module, "rebuilt", lambda *a: builds.append(1) or real(*a))
+    result = heads_prune.prune_with_heads(model, strategy, plan_key_dims(model, ratio=0.5), plan, calib, seed=1)
+    assert len(builds) == 1
+    monkeypatch.undo()
+    two = build_pruned(build_head_pruned(model, heads_prune.choose_heads(model, plan, calib, 1)), result.selections)
+    one, other = result.model.state_dict(), two.state_dict()
+    assert one.keys() == other.keys() and all(torch.equal(one[k], other[k]) for k in one)
+    assert result.model.config.to_dict() == two.config.to_dict()
+    assert result.info["heads"]["head_counts"] == [[2, 2], [2, 2]] and result.info["label"] != "no key channels removed"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from analysis.cli.main import main
-from analysis.shrink.head_strategies import HEAD_STRATEGIES
+from analysis.shrink.heads.strategies import HEAD_STRATEGIES
 from family_cases.text_lm import build_tiny
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -33,7 +33,7 @@ def test_every_head_strategy_is_in_one_of_the_two_checks():
 def test_head_scoring_over_the_budget_is_one_sentence_before_the_work(model_dir, tmp_path, capsys, monkeypatch,
                                                                      strategy):
     import analysis.inspect.states as states
-    import analysis.shrink.head_sensitivity as sensitivity
+    import analysis.shrink.heads.sensitivity as sensitivity
     from analysis.data import inputs
     began = []
     for module, name in ((states, "collect_states"), (sensitivity, "head_removal_losses"),

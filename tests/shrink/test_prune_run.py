@@ -99,7 +99,7 @@ def test_read_refuses_a_newer_schema_and_a_non_prune_in_one_sentence(tmp_path):
 def test_an_unchanged_plan_is_one_sentence_for_keys_and_for_heads():
     from family_cases.text_lm import build_tiny
     from analysis.models.key_plan import key_dims, plan_key_dims
-    from analysis.shrink.head_prune import value_heads
+    from analysis.shrink.heads.prune import value_heads
     model = build_tiny("delta_net")
     dims = plan_key_dims(model, ratio=0.2, round_to=32)
     assert "keeps every key channel after rounding" in prune_run.unchanged(model, dims, 0.2, None, 32)

@@ -333,7 +333,7 @@ def test_a_head_pruned_model_recovers_and_keeps_its_heads(tok, method, tmp_path)
     from transformers import AutoModelForCausalLM
 
     from analysis.models.load import describe
-    from analysis.shrink.head_prune import HeadPlan, plan_head_counts, prune_with_heads
+    from analysis.shrink.heads.prune import HeadPlan, plan_head_counts, prune_with_heads
     model = build_tiny("gated_deltanet")
     pruned = prune_with_heads(model, "l1", plan_key_dims(model, ratio=0.5),
                               HeadPlan("random", tuple(plan_head_counts(model, ratio=0.5)))).model

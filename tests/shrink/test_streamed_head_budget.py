@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from analysis.cli.main import main
-from analysis.shrink.head_strategies import HEAD_STRATEGIES
+from analysis.shrink.heads.strategies import HEAD_STRATEGIES
 from family_cases.text_lm import build_tiny
 from helpers.numbers import same
 

@@ -9,8 +9,8 @@ import streamlit as st
 
 from analysis.defaults import HEAD_STRATEGY_NAMES
 from analysis.runs.head_study import heads_study
-from analysis.shrink.head_importance import head_importance_report
-from analysis.shrink.head_strategies import get_head_strategy
+from analysis.shrink.heads.importance import head_importance_report
+from analysis.shrink.heads.strategies import get_head_strategy
 from ui.shared import cache, memo, shrink, shrink_figures, state
 from ui.shared.choices import multi_choice
 from ui.shared.context import Context

@@ -112,7 +112,7 @@ def choices(ctx: Context, calib: shrink.CalibrationSettings) -> Choices:
 def head_controls() -> tuple[str, float]:
     """The head strategy and the fraction of each layer's heads to remove."""
     from analysis.defaults import HEAD_STRATEGY_NAMES
-    from analysis.shrink.head_strategies import get_head_strategy
+    from analysis.shrink.heads.strategies import get_head_strategy
     c1, c2 = st.columns(2)
     name = state.field(c1.selectbox, "Head strategy", "prune_head_strategy", "rank-norm", options=HEAD_STRATEGY_NAMES,
                        format_func=lambda n: get_head_strategy(n).label)

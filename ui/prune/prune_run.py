@@ -14,8 +14,8 @@ from analysis.shrink.prune_run import PruneRun
 from analysis.shrink.prune_workflow import Evaluation, prune_and_measure, recover_and_measure
 from analysis.shrink.recovery import METHODS, RecoverySettings
 from analysis.io.recovery_state import has_state
-from analysis.shrink.head_prune import HeadPlan
-from analysis.shrink.head_strategies import get_head_strategy
+from analysis.shrink.heads.prune import HeadPlan
+from analysis.shrink.heads.strategies import get_head_strategy
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import jobs, made, notice, shrink, state
 from ui.shared.context import Context

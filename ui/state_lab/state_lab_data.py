@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis.inspect import state_lab as lab
-from analysis.shrink.head_selection import head_selection
+from analysis.shrink.head_channels import head_channels
 from analysis.shrink.strategies import get_strategy
 from ui.shared import cache, memo, state
 from ui.shared.keys import InputSpec, ModelKey
@@ -85,6 +85,6 @@ def pruned_traces(key: ModelKey, text: str, layer: int, head: int, strategy: str
         calib = calibration(key, CalibrationSettings(*CALIBRATION))
     progress(0.7, f"choosing the kept channels ({strategy}) and re-running the rules")
     with cache.compute_lock():
-        sel = head_selection(cache.shared_model(key), strategy, ratio, layer, lab.key_head_of(obs, layer, head), calib)
+        sel = head_channels(cache.shared_model(key), strategy, ratio, layer, lab.key_head_of(obs, layer, head), calib)
     x = lab.pruned_inputs(lab.head_inputs(obs, layer, head), sel, f"{strategy}, ratio {ratio:g}")
     return {"inputs": x, "traces": lab.trace_head(x)}

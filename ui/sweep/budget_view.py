@@ -12,7 +12,7 @@ from analysis.defaults import HEAD_STRATEGY_NAMES
 from analysis.errors import AnalysisError
 from analysis.evaluate.measure import Evaluation
 from analysis.runs.budget_sweep import budget_sweep, plans
-from analysis.shrink.head_strategies import get_head_strategy
+from analysis.shrink.heads.strategies import get_head_strategy
 from analysis.shrink.prune import usable_strategies
 from analysis.shrink.strategies import STRATEGIES
 from ui.shared import cluster, jobs, shrink, state

@@ -63,7 +63,7 @@ def pruning_heads(args) -> bool:
 
 
 def add_head_args(p) -> None:
-    """--heads / --head-counts / --head-strategy: whole heads removed (analysis.shrink.head_prune)."""
+    """--heads / --head-counts / --head-strategy: whole heads removed (analysis.shrink.heads.prune)."""
     from analysis.defaults import DEFAULT_HEAD_STRATEGY, HEAD_STRATEGY_NAMES
     p.add_argument("--heads", type=RATIO, help="fraction of each linear layer's value heads to remove (each layer "
                                                "keeps the expressible count nearest its heads × (1 − ratio))")
@@ -76,7 +76,7 @@ def add_head_args(p) -> None:
 def head_strategy_of(args):
     if not pruning_heads(args):
         return None
-    from analysis.shrink.head_strategies import get_head_strategy
+    from analysis.shrink.heads.strategies import get_head_strategy
     return get_head_strategy(args.head_strategy)
 
 
@@ -84,7 +84,7 @@ def head_plan_of(args, model, head_strategy):
     """The HeadPlan of --heads / --head-counts (every bad count one sentence, before any work), or None."""
     if head_strategy is None:
         return None
-    from analysis.shrink.head_prune import HeadPlan, plan_head_counts
+    from analysis.shrink.heads.prune import HeadPlan, plan_head_counts
     counts = plan_head_counts(model, ratio=args.heads, counts=args.head_counts)  # unchanged: refused by `prune`
     return HeadPlan(head_strategy.name, tuple(counts))
 

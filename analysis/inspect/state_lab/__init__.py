@@ -1,6 +1,6 @@
 """The State lab's core: one head's real recurrence inputs, the state after every token under three update rules,
 its spectrum, what it can still retrieve, query noise at one token, synthetic inputs and a pruned-dk
-variant (its kept channels: analysis.shrink.head_selection).
+variant (its kept channels: analysis.shrink.head_channels).
 
 Nothing here imports streamlit; the page (pages/state_lab.py) caches `observe` per text and `trace_head` per head.
 """

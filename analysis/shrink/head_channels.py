@@ -10,7 +10,7 @@ from analysis.shrink.prune import strategy_problem
 from analysis.shrink.strategies import get_strategy
 
 
-def head_selection(model, strategy: str, ratio: float, layer: int, key_head: int, calibration=None,
+def head_channels(model, strategy: str, ratio: float, layer: int, key_head: int, calibration=None,
                    seed: int = 0) -> torch.Tensor:
     """Indices [dk′] (axis-aligned) or a projection [dk′, dk] (PCA) for one key head of one layer."""
     strat = get_strategy(strategy)

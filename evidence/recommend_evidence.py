@@ -4,10 +4,10 @@ held-out text, with paired standard errors: is it ever worse than uniform by mor
 For each sample with an l1 map (default map settings) and each budget 0.25 / 0.5 / 0.75 (mean ratio = the uniform
 plan's state bytes): the recommended plan and uniform, each pruned with l1 and measured on held-out tokens
 (analysis.data.roles: the test split, 16,384 tokens, context 256) through the one point cache that
-benchmarks/plan_calibration.py and Verify share; the paired difference recommended − uniform over the 64
+evidence/plan_calibration.py and Verify share; the paired difference recommended − uniform over the 64
 held-out windows.
 
-    nice .venv/bin/python benchmarks/recommend_evidence.py [--models a,b,...]
+    nice .venv/bin/python evidence/recommend_evidence.py [--models a,b,...]
 
 Writes sample_models/results/recommend-MODEL.json per sample and prints the table (docs/held-out.md).
 """

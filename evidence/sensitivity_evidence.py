@@ -8,7 +8,7 @@ measuring the knapsack plan, uniform and rank-suggested on the VALIDATION split 
 measurement), with the same strategy (from that strategy's shipped map, else the l1 map). Reported per
 strategy (like with like) and best per plan, with the knapsack plan's predicted vs measured loss.
 
-    nice .venv/bin/python benchmarks/sensitivity_evidence.py deltanet-small [gated-deltanet-small deltanet-recall]
+    nice .venv/bin/python evidence/sensitivity_evidence.py deltanet-small [gated-deltanet-small deltanet-recall]
 
 Results are merged into sample_models/results/sensitivity-evidence.json (one entry per model).
 """
@@ -160,13 +160,13 @@ def table(models_: dict) -> tuple[list[dict], str]:
                "{0.25, 0.5, 0.75, 0.875}, validation split, 4,096 tokens, context 256 (recall: seed 4321); loss = "
                "Δ log perplexity or drop in recall accuracy; the allocator clamps it at 0 and makes it "
                "non-decreasing in ρ. Paired noise: per-window (16 windows of 256 tokens) difference of mean log-loss "
-               "between the two plans on the same test tokens, mean ± standard error (benchmarks/paired_noise.py). "
+               "between the two plans on the same test tokens, mean ± standard error (evidence/paired_noise.py). "
                "CPU, float32.")
     return out, caption
 
 
 def _paired(alloc: dict, uniform: dict) -> str:
-    """The paired test difference from benchmarks/paired_noise.py, or 0 when the chosen plan is uniform's."""
+    """The paired test difference from evidence/paired_noise.py, or 0 when the chosen plan is uniform's."""
     if (alloc["strategy"], alloc["dims"]) == (uniform["strategy"], uniform["dims"]):
         return "0 (same plan)"
     p = alloc.get("paired_vs_uniform", {}).get(uniform["strategy"])
@@ -174,7 +174,7 @@ def _paired(alloc: dict, uniform: dict) -> str:
 
 
 def markdown(path: Path = OUT) -> str:
-    """The table of docs/sensitivity.md from the evidence JSON: `python benchmarks/sensitivity_evidence.py --markdown`."""
+    """The table of docs/sensitivity.md from the evidence JSON: `python evidence/sensitivity_evidence.py --markdown`."""
     e = json.loads(path.read_text())
     fmt = lambda v: f"{v:.2f}" if v > 1.5 else f"{v:.4f}"  # noqa: E731  perplexity or recall accuracy
     lines = ["| model (unpruned) | mean ρ | strategy | uniform | rank-suggested | allocated (chosen) | chosen plan, "

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 
 from analysis.models.load import linear_layers
-from analysis.shrink.head_prune import plan_head_counts, select_heads
-from analysis.shrink.head_strategies import get_head_strategy
+from analysis.shrink.heads.prune import plan_head_counts, select_heads
+from analysis.shrink.heads.strategies import get_head_strategy
 
 
 def head_importance_report(model, calib, names: list[str], ratio: float, seed: int = 0, progress=None) -> dict:

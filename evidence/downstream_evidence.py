@@ -4,8 +4,8 @@ Language models go through the sweep (`analysis.runs.sweep.sweep(..., tasks=...)
 sweep --tasks`, cached like every sweep point); the recall model, which the sweep does not take (no text), through
 prune + `analysis.evaluate.harness.evaluate_tasks` per point. One JSON per model into --out, then markdown tables:
 
-    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/downstream_evidence.py      # docs/evaluation.md's numbers
-    .venv/bin/python benchmarks/downstream_evidence.py --table sample_models/results/downstream-*.json
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python evidence/downstream_evidence.py      # docs/evaluation.md's numbers
+    .venv/bin/python evidence/downstream_evidence.py --table sample_models/results/downstream-*.json
 """
 from __future__ import annotations
 

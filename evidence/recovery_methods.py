@@ -3,8 +3,8 @@ same steps and tokens, on the bundled samples; a markdown table of test perplexi
 recovery, with the paired standard error over test windows (same windows, both models; sensitivity's
 paired_difference) of each recovery's change in log-perplexity.
 
-    python benchmarks/recovery_methods.py                                  # 150 steps of 8 × 256 (long on a CPU)
-    python benchmarks/recovery_methods.py --steps 3 --batch 2 --seq-len 32 --eval-tokens 512   # a smoke run
+    python evidence/recovery_methods.py                                  # 150 steps of 8 × 256 (long on a CPU)
+    python evidence/recovery_methods.py --steps 3 --batch 2 --seq-len 32 --eval-tokens 512   # a smoke run
 """
 from __future__ import annotations
 

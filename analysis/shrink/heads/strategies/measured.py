@@ -1,9 +1,9 @@
-"""Measured head scores: the calibration loss each head costs when removed alone (analysis.shrink.head_sensitivity)."""
+"""Measured head scores: the calibration loss each head costs when removed alone (analysis.shrink.heads.sensitivity)."""
 from __future__ import annotations
 
 import torch
 
-from analysis.shrink.head_strategies.base import HeadStrategy
+from analysis.shrink.heads.strategies.base import HeadStrategy
 
 
 class MeasuredStrategy(HeadStrategy):
@@ -13,12 +13,12 @@ class MeasuredStrategy(HeadStrategy):
                    "are kept (one forward pass per head; no interaction between heads is measured).")
 
     def check_memory(self, model, sequences, tokens, held=0):
-        from analysis.shrink.head_sensitivity import check_removal_memory
+        from analysis.shrink.heads.sensitivity import check_removal_memory
         check_removal_memory(model, sequences, tokens, held)
 
     def scores(self, model, calib, seed=0):
         if "head_removal" not in calib.derived:
-            from analysis.shrink.head_sensitivity import head_removal_losses
+            from analysis.shrink.heads.sensitivity import head_removal_losses
             self.check_memory(model, *calib.input_ids.shape, held=calib.held_bytes())  # the encoded split now held
             calib.derived["head_removal"] = head_removal_losses(model, calib.input_ids)
         return [torch.tensor([h["delta"] for h in row], dtype=torch.float64) for row in calib.derived["head_removal"]]

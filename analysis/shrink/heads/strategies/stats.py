@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from analysis.models.load import linear_layers
-from analysis.shrink.head_strategies.base import (HeadStrategy, calibration_statistics,
+from analysis.shrink.heads.strategies.base import (HeadStrategy, calibration_statistics,
                                                    check_statistics_memory, standardised)
 
 

@@ -17,7 +17,7 @@ Then the uncertainty σ² = Σ se² + (κ Σ|loss|)² + σ₀² + Σ (λ g)² + 
 fraction of plans whose held-out Δ lies within ±2σ with the shipped constants, per sample and per kind of plan,
 and the fit they come from (the least mean σ that puts COVERAGE of every sample's plans inside ±2σ).
 
-    nice .venv/bin/python benchmarks/plan_calibration.py [--random 12] [--models a,b,...] [--analyse-only]
+    nice .venv/bin/python evidence/plan_calibration.py [--random 12] [--models a,b,...] [--analyse-only]
 
 Writes sample_models/results/plan-calibration-held-out.json (every plan) and plan-calibration-held-out.md (the
 table); plans already in the JSON are not measured again.

@@ -6,7 +6,7 @@ pruned with l1 and measured on the TEST split (held-out: the map read the valida
 context 256, with the paired difference over windows ± its standard error. Also: whether the map's layers differ
 beyond their standard errors (at each ratio, χ² of the layers' losses around their SE-weighted mean).
 
-    nice .venv/bin/python benchmarks/deep_sample_evidence.py [--json sample_models/results/deep-sample-evidence.json]
+    nice .venv/bin/python evidence/deep_sample_evidence.py [--json sample_models/results/deep-sample-evidence.json]
 """
 from __future__ import annotations
 

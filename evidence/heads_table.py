@@ -1,6 +1,6 @@
 """Markdown tables of issue 32's evidence from `sample_models/results/` (written by sample_models/heads_evidence.sh):
 
-    python benchmarks/heads_table.py sample_models/results   # all samples found there
+    python evidence/heads_table.py sample_models/results   # all samples found there
 
 1. Stratification per layer: how far apart the two groups are (the gap as a factor in effective rank, smallest and
    largest over the three inputs), the split's agreement and mean κ across inputs, and each group's removal cost

@@ -5,7 +5,7 @@ evidence script's measurement); the per-window difference of mean log-loss gives
 its standard error over windows (windows as independent blocks). Reads rows where the allocated plan and
 uniform differ from sample_models/results/sensitivity-evidence.json and stores a `paired` entry on them.
 
-    nice .venv/bin/python benchmarks/paired_noise.py deltanet-small gated-deltanet-small
+    nice .venv/bin/python evidence/paired_noise.py deltanet-small gated-deltanet-small
 """
 from __future__ import annotations
 

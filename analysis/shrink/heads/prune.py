@@ -8,11 +8,12 @@ A key head goes with the last of its value heads: its q/k rows, conv channels an
 
 The pruned model equals the original with the removed heads' outputs zeroed where the family's heads last stay
 separate (before o_proj; before Mamba-2's grouped norm), see analysis.archs.heads; the input model is never
-changed. A plan may also shrink dk: the channels are chosen on the original model (analysis.shrink.prune), the
-heads removed first, then the kept key heads' channels (`prune_with_heads`).
+changed. A plan may also shrink dk: the channels are chosen on the original model (analysis.shrink.prune), and
+the heads and the kept key heads' channels removed in one build (`prune_with_heads`).
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ import torch
 from analysis.archs import adapter_for
 from analysis.archs.heads import drop_blocks, original_head_counts
 from analysis.errors import AnalysisError
+from analysis.models.forward import is_streamed
 from analysis.models.load import linear_layers
-from analysis.shrink.prune import PruneResult, build_pruned, check_rescale, choose_channels, rebuilt
+from analysis.shrink.prune import PruneResult, channel_edits, check_rescale, choose_channels, prune_info, rebuilt
 from analysis.models.key_plan import key_dims
 from analysis.shrink.strategies import get_strategy
 from analysis.shrink.strategies import Selection
@@ -126,8 +128,12 @@ def select_heads(scores: torch.Tensor, keep: int, key_heads: int) -> HeadSelecti
     return HeadSelection(value_heads=kept, key_heads=torch.unique(kept // group))
 
 
-def build_head_pruned(model, selections: list[HeadSelection]):
-    """A new model without the heads `selections` drop (every other tensor copied bit for bit), loaded strictly."""
+def build_head_pruned(model, selections: list[HeadSelection], channels: list[Selection] | None = None,
+                      rescale: str = "original"):
+    """A new model without the heads `selections` drop (every other tensor copied bit for bit), loaded strictly.
+    channels: per layer, the kept key heads' channels to keep as well (rescale: as build_pruned's), removed in the
+    same build: their edits follow the head edits, laid out on the head-pruned architecture built on the meta
+    device (no weights)."""
     adapter = adapter_for(model)
     layers = linear_layers(model)
     if len(selections) != len(layers):
@@ -147,7 +153,29 @@ def build_head_pruned(model, selections: list[HeadSelection]):
         for param in {*by_param, *([scaled] if scaled else [])}:
             edits[prefix + param] = partial(_without_heads, rows=by_param.get(param), have=have, sel=sel,
                                             scale=param == scaled)
+    if channels:
+        layout = _on_meta(model, lambda m: adapter.pruned_model(m, dims, readout, head_counts=counts))
+        dims = [s.kept for s in channels]
+        adapter.check_key_dims(dims, next(model.parameters()).device.type)  # e.g. KDA's GPU minimum
+        readout = adapter.readout_key_dims(layout) if rescale == "original" else None
+        for name, edit in channel_edits(layout, channels).items():
+            edits[name] = partial(_then, edits[name], edit) if name in edits else edit
     return rebuilt(model, lambda m: adapter.pruned_model(m, dims, readout, head_counts=counts), edits)
+
+
+def _then(first, second, tensor: torch.Tensor) -> torch.Tensor:
+    return second(first(tensor))
+
+
+def _on_meta(model, architecture):
+    """`architecture` (an adapter's pruned model) of `model`, built on the meta device: its layout, no weights."""
+    if is_streamed(model):
+        source = model.skeleton.model
+    else:
+        with torch.device("meta"):
+            source = type(model)(copy.deepcopy(model.config))
+    with torch.device("meta"):
+        return architecture(source)
 
 
 def _without_heads(tensor: torch.Tensor, rows, have: tuple[int, int], sel: HeadSelection, scale: bool) -> torch.Tensor:
@@ -162,7 +190,7 @@ def _without_heads(tensor: torch.Tensor, rows, have: tuple[int, int], sel: HeadS
 
 
 def choose_heads(model, plan: HeadPlan, calibration, seed: int = 0) -> list[HeadSelection]:
-    from analysis.shrink.head_strategies import get_head_strategy
+    from analysis.shrink.heads.strategies import get_head_strategy
     strategy = get_head_strategy(plan.strategy)
     if strategy.needs_calibration and calibration is None:
         raise AnalysisError(f"The {strategy.label} head strategy needs calibration data; run calibrate() first.")
@@ -182,29 +210,20 @@ def prune_with_heads(model, strategy: str | None, dims: list[int], heads: HeadPl
             raise AnalysisError("Shrinking the key dim needs a channel strategy; give --strategy.")
         channels = choose_channels(model, strategy, dims, calibration, seed)   # on the original model
     chosen = choose_heads(model, heads, calibration, seed)
-    pruned = build_head_pruned(model, chosen)
-    result = PruneResult(model=pruned, strategy=strategy or "none", dims=list(original_dims),
-                         original_dims=original_dims, selections=[],
-                         info={"label": "no key channels removed", "axis_aligned": True, "rescale": rescale,
-                               "readout_key_dims": getattr(pruned.config, "readout_key_dims", None), "details": []})
-    if channels is not None:   # the kept key heads' channels, on the head-pruned model
+    kept = []
+    if channels is not None:   # the kept key heads' channels, removed in the same build as the heads
         kept = [Selection(indices=None if s.indices is None else s.indices[h.key_heads],
                           projection=None if s.projection is None else s.projection[h.key_heads], details=s.details)
                 for s, h in zip(channels, chosen)]
-        final = build_pruned(pruned, kept, rescale)
-        strat = get_strategy(strategy)
-        result = PruneResult(model=final, strategy=strategy, dims=list(dims), original_dims=original_dims,
-                             selections=kept, info={"label": strat.label, "axis_aligned": strat.axis_aligned,
-                                                    "rescale": rescale,
-                                                    "readout_key_dims": getattr(final.config, "readout_key_dims", None),
-                                                    "details": [s.details for s in kept if s.details]})
-    result.info = {**result.info, "heads": head_info(model, heads, chosen)}
-    return result
+    pruned = build_head_pruned(model, chosen, kept, rescale)
+    info = prune_info(pruned, get_strategy(strategy) if channels is not None else None, rescale, kept)
+    return PruneResult(model=pruned, strategy=strategy or "none", dims=list(dims), original_dims=original_dims,
+                       selections=kept, info={**info, "heads": head_info(model, heads, chosen)})
 
 
 def head_info(model, plan: HeadPlan, chosen: list[HeadSelection]) -> dict:
     """What a head prune kept, for pruning.json and the CLI's JSON."""
-    from analysis.shrink.head_strategies import get_head_strategy
+    from analysis.shrink.heads.strategies import get_head_strategy
     adapter = adapter_for(model)
     return {"strategy": plan.strategy, "label": get_head_strategy(plan.strategy).label,
             "original_head_counts": [list(c) for c in original_head_counts(model, adapter)],

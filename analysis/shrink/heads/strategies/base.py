@@ -1,6 +1,6 @@
 """One interface for every head-selection strategy (the head-level twin of analysis.shrink.strategies).
 
-A head strategy scores every value head of every linear layer (higher = keep); analysis.shrink.head_prune turns
+A head strategy scores every value head of every linear layer (higher = keep); analysis.shrink.heads.prune turns
 the scores into the heads a plan keeps (the kernels' grouping respected). Scores come from the same calibration
 as the channel strategies (analysis.shrink.calibration: train-split windows, or a recall model's own sequences).
 """

@@ -1,12 +1,12 @@
-"""Registry of head-selection strategies: one interface (analysis.shrink.head_strategies.base.HeadStrategy)."""
+"""Registry of head-selection strategies: one interface (analysis.shrink.heads.strategies.base.HeadStrategy)."""
 from __future__ import annotations
 
 from analysis.defaults import DEFAULT_HEAD_STRATEGY, HEAD_STRATEGY_NAMES
 from analysis.errors import AnalysisError
 from analysis.io.writes import show
-from analysis.shrink.head_strategies.base import HeadStrategy
-from analysis.shrink.head_strategies.measured import MeasuredStrategy
-from analysis.shrink.head_strategies.stats import NormStrategy, RandomHeadStrategy, RankNormStrategy, RankStrategy
+from analysis.shrink.heads.strategies.base import HeadStrategy
+from analysis.shrink.heads.strategies.measured import MeasuredStrategy
+from analysis.shrink.heads.strategies.stats import NormStrategy, RandomHeadStrategy, RankNormStrategy, RankStrategy
 
 HEAD_STRATEGIES: dict[str, HeadStrategy] = {s.name: s for s in (
     RankNormStrategy(), RankStrategy(), NormStrategy(), RandomHeadStrategy(), MeasuredStrategy())}
