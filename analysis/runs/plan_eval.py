@@ -114,9 +114,8 @@ def _plan_point(model, tokenizer, calib, opts: dict, name: str, dims, cancel=Non
     from analysis.evaluate.harness import evaluate_tasks
     target, strategy = model, None
     if dims is not None:
-        from analysis.shrink.prune import prune
+        from analysis.shrink.prune_workflow import pruned
         strategy = opts["strategy"]
-        target = prune(model, strategy, dims, calib, seed=opts["seed"]).model
-        target.analysis_source = getattr(model, "analysis_source", None)  # recall tasks read the source's
+        target = pruned(model, strategy, dims, calib, seed=opts["seed"]).model
     report = evaluate_tasks(target, tokenizer, opts["tasks"], cancel=cancel, yes=opts["yes"])
     return {"name": name, "head_k_dims": key_dims(target), "strategy": strategy, **report}

@@ -62,6 +62,17 @@ def prune_then_measure(model, tokenizer, strategy: str | None, dims: list[int], 
     is this call's own. progress(fraction) of the measurement. prefix: an analysis.models.prefix.PrefixCache of
     the unpruned model, for a set of points on the same tokens (the measurement starts at the first changed layer)."""
     evaluation = evaluation.loaded()
+    result = pruned(model, strategy, dims, calibration, seed=seed, rescale=rescale, heads=heads, lock=lock)
+    check(cancel)
+    from analysis.models.prefix import scope
+    with scope(prefix):
+        return Measured(result, evaluation.measure(result.model, tokenizer, progress, cancel))
+
+
+def pruned(model, strategy: str | None, dims: list[int], calibration, *, seed: int = 0, rescale: str = "original",
+           heads=None, lock=None):
+    """The prune of prune_then_measure alone (a caller that measures otherwise, e.g. `eval --plans` on tasks):
+    a new model, `model` untouched; lock held while it is read."""
     with lock if lock is not None else nullcontext():
         if heads is None:
             result = prune(model, strategy, dims, calibration, seed=seed, rescale=rescale)
@@ -70,10 +81,7 @@ def prune_then_measure(model, tokenizer, strategy: str | None, dims: list[int], 
             result = prune_with_heads(model, strategy, dims, heads, calibration, seed=seed, rescale=rescale)
     # recall models find their task beside the source; the pruned copy reads the same one
     result.model.analysis_source = getattr(model, "analysis_source", None)
-    check(cancel)
-    from analysis.models.prefix import scope
-    with scope(prefix):
-        return Measured(result, evaluation.measure(result.model, tokenizer, progress, cancel))
+    return result
 
 
 def prune_and_measure(model, tokenizer, strategy: str | None, dims: list[int], calibration, evaluation: Evaluation, *,
