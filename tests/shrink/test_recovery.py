@@ -3,6 +3,7 @@ and a merged model that loads without peft, for every family (tiny random-init m
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import importlib
 import json
 import subprocess
@@ -247,7 +248,8 @@ def test_a_family_without_lora_targets_is_one_sentence(pair, monkeypatch):
     from analysis.archs import adapter_for
     from analysis.shrink.recovery import check_settings
     model, pruned = pair
-    monkeypatch.setattr(type(adapter_for(pruned)), "lora_projections", ())
+    adapter = adapter_for(pruned)
+    monkeypatch.setattr(adapter, "spec", replace(adapter.spec, lora_projections=()))
     with pytest.raises(AnalysisError, match="names no q/k/v projections for LoRA; use --recover-method qk"):
         check_settings(pruned, RecoverySettings(method="lora"), teacher=model)
     check_settings(pruned, RecoverySettings(method="qk"))  # qk needs none
