@@ -1,9 +1,8 @@
 """Hidden states kept on disk for a while: the unpruned streamed model's input of each decoder layer, per batch of
 windows, which later points of the same set start from (analysis.models.stream.reuse).
 
-Where: one private folder per set of points, `run-<random>` under the project's cache area (`<cache>/prefix/`,
-beside the point cache: `.cache/` in a checkout, `~/state-rank/cache/` installed, `STATE_RANK_CACHE`'s parent when
-set). It holds a lock file (flocked while its process lives) and one safetensors file per (batch, layer), each
+Where: one private folder per set of points, `run-<random>` under `.prefix/` inside the point cache's folder
+(`kept_root`). It holds a lock file (flocked while its process lives) and one safetensors file per (batch, layer), each
 written atomically (a temporary name in the folder, then a rename: a reader never sees a torn file) and read back
 without unpickling. The folder is removed when its owner is closed or collected, or at exit; one left by a killed
 process (lock not held, nothing in it but this module's own files) is reclaimed by the next set that starts.
@@ -33,9 +32,11 @@ _OWN_FILE = re.compile(r"^(\.lock|b\d+-l\d+\.safetensors|\.b\d+-l\d+\..*\.tmp)$"
 
 
 def kept_root() -> Path:
-    """`<cache>/prefix`: beside the point cache (read at call time: tests move the point cache)."""
+    """`<point cache>/.prefix`: inside the cache folder the user named (never beside it: a STATE_RANK_CACHE of
+    their own must not grow a sibling); hidden, and the point cache's entries are its *.json files only. Read at call
+    time: tests move the point cache."""
     from analysis.io import point_cache
-    return Path(point_cache.CACHE_DIR).parent / "prefix"
+    return Path(point_cache.CACHE_DIR) / ".prefix"
 
 
 def _reclaim(root: Path) -> None:
